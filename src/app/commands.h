@@ -1,0 +1,32 @@
+// Subcommands. Each lives in its own cmd_<name>.cpp, parses its own options with
+// Boost.Program_options from `args` (the words after the command name), and returns the exit
+// code. Errors are thrown as specrun::Error and handled by main.
+#pragma once
+
+#include <string>
+#include <vector>
+
+namespace specrun {
+
+class MpiSession;
+
+struct CommandContext {
+  MpiSession& mpi;
+  std::string program;  // argv[0]
+};
+
+using CommandFn = int (*)(CommandContext& ctx, const std::vector<std::string>& args);
+
+struct Command {
+  const char* name;
+  const char* summary;
+  CommandFn fn;
+};
+
+// The table of subcommands, in the order `specrun --help` lists them.
+const std::vector<Command>& commands();
+
+int cmd_run(CommandContext& ctx, const std::vector<std::string>& args);
+int cmd_env(CommandContext& ctx, const std::vector<std::string>& args);
+
+}  // namespace specrun

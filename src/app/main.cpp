@@ -1,0 +1,98 @@
+// specrun entry point: global options, subcommand dispatch, and the one place where errors are
+// caught, printed with the rank prefix, and turned into MPI_Abort so that no rank hangs.
+#include <mpi.h>
+
+#include <boost/program_options.hpp>
+#include <iostream>
+
+#include "app/commands.h"
+#include "common/build_info.h"
+#include "common/error.h"
+#include "dist/mpi_comm.h"
+
+namespace po = boost::program_options;
+using namespace specrun;
+
+namespace {
+
+void print_usage(std::ostream& out) {
+  out << "usage: specrun <command> [options]\n"
+         "       specrun --help | --version\n\n"
+         "commands:\n";
+  for (const Command& c : commands()) {
+    std::string name = c.name;
+    name.resize(16, ' ');
+    out << "  " << name << c.summary << "\n";
+  }
+  out << "\n`specrun <command> --help` describes a command's options.\n";
+}
+
+std::string version_text() {
+  const BuildInfo& b = build_info();
+  return std::string("specrun ") + b.version + " (commit " + b.git_commit +
+         (b.git_dirty ? ", dirty tree" : "") + ", " + b.build_type + ", " + b.compiler +
+         (b.cuda ? ", CUDA" : ", CPU only") + ")";
+}
+
+// Aborts every rank when more than one runs; a lone process just exits.
+[[noreturn]] void fail(int code) {
+  int initialized = 0, finalized = 0;
+  MPI_Initialized(&initialized);
+  MPI_Finalized(&finalized);
+  int size = 1;
+  if (initialized && !finalized) MPI_Comm_size(MPI_COMM_WORLD, &size);
+  std::cout.flush();
+  std::cerr.flush();
+  if (size > 1) MPI_Abort(MPI_COMM_WORLD, code);
+  if (initialized && !finalized) MPI_Finalize();
+  std::exit(code);
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  // Parse the command word before MPI starts so that --help and --version are instant.
+  std::vector<std::string> words(argv + 1, argv + argc);
+  if (words.empty()) {
+    print_usage(std::cerr);
+    return kExitUsage;
+  }
+  if (words[0] == "--help" || words[0] == "-h" || words[0] == "help") {
+    print_usage(std::cout);
+    return 0;
+  }
+  if (words[0] == "--version" || words[0] == "-V") {
+    std::cout << version_text() << "\n";
+    return 0;
+  }
+  const Command* command = nullptr;
+  for (const Command& c : commands())
+    if (words[0] == c.name) command = &c;
+  if (command == nullptr) {
+    std::cerr << "specrun: unknown command '" << words[0] << "'\n\n";
+    print_usage(std::cerr);
+    return kExitUsage;
+  }
+  std::vector<std::string> args(words.begin() + 1, words.end());
+
+  try {
+    MpiSession mpi(&argc, &argv);
+    CommandContext ctx{mpi, argv[0]};
+    int code = 0;
+    try {
+      code = command->fn(ctx, args);
+    } catch (const po::error& e) {
+      std::cerr << "specrun " << command->name << ": " << e.what() << "\n(see `specrun "
+                << command->name << " --help`)" << std::endl;
+      fail(kExitUsage);
+    }
+    if (code != 0) fail(code);
+    return 0;
+  } catch (const Error& e) {
+    std::cerr << "error: " << e.what() << std::endl;
+    fail(e.exit_code());
+  } catch (const std::exception& e) {
+    std::cerr << "error [" << process_label() << "]: " << e.what() << std::endl;
+    fail(kExitFailure);
+  }
+}

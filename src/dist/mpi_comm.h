@@ -1,0 +1,65 @@
+// MPI lifetime and communicators as RAII objects, passed explicitly (no globals).
+#pragma once
+
+#include <mpi.h>
+
+#include <string>
+
+#include "dist/communicator.h"
+#include "dist/world.h"
+
+namespace specrun {
+
+// MPI_Init_thread on construction, MPI_Finalize on destruction (unless already finalized).
+class MpiSession {
+ public:
+  MpiSession(int* argc, char*** argv);
+  ~MpiSession();
+  MpiSession(const MpiSession&) = delete;
+  MpiSession& operator=(const MpiSession&) = delete;
+
+  int rank() const { return rank_; }
+  int size() const { return size_; }
+  int local_rank() const { return local_rank_; }
+  int local_size() const { return local_size_; }
+  // World for a given tp; throws (exit code 2) when size is not divisible by tp.
+  World world(int tp) const { return World::make(rank_, size_, local_rank_, local_size_, tp); }
+  // Library version string (MPI_Get_library_version), first line.
+  static std::string library_version();
+
+ private:
+  int rank_ = 0, size_ = 1, local_rank_ = 0, local_size_ = 1;
+};
+
+// Owns an MPI communicator (freed on destruction unless it is MPI_COMM_WORLD).
+class MpiComm final : public Communicator {
+ public:
+  // Duplicates `comm` so that our traffic never mixes with anyone else's.
+  explicit MpiComm(MPI_Comm comm);
+  // Splits MPI_COMM_WORLD into this rank's tensor-parallel group (color = dp_index).
+  static MpiComm tp_group(const World& world);
+  // Ranks with tp_rank == r across all groups (color = tp_rank), ordered by dp index.
+  static MpiComm dp_group(const World& world);
+  ~MpiComm() override;
+  MpiComm(MpiComm&& other) noexcept;
+  MpiComm& operator=(MpiComm&&) = delete;
+  MpiComm(const MpiComm&) = delete;
+
+  int rank() const override { return rank_; }
+  int size() const override { return size_; }
+  MPI_Comm handle() const { return comm_; }
+
+  void all_reduce_sum(float* data, std::size_t count) override;
+  void all_reduce_max(float* data, std::size_t count) override;
+  void all_gather(const void* send, void* recv, std::size_t bytes_per_rank) override;
+  void broadcast(void* data, std::size_t bytes, int root) override;
+  void barrier() override;
+
+ private:
+  MpiComm(MPI_Comm owned, bool) : comm_(owned) { init_rank_size(); }
+  void init_rank_size();
+  MPI_Comm comm_ = MPI_COMM_NULL;
+  int rank_ = 0, size_ = 1;
+};
+
+}  // namespace specrun

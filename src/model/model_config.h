@@ -1,0 +1,48 @@
+// Model hyperparameters from a Hugging Face config.json (Llama, Mistral, Qwen2 families).
+// See shared/reference/model-formats.md sections 1.1 and 2.
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+namespace specrun {
+
+struct ModelConfig {
+  std::string architecture;  // "LlamaForCausalLM", "MistralForCausalLM", "Qwen2ForCausalLM"
+  std::string model_type;    // "llama", "mistral", "qwen2"
+  int hidden_size = 0;
+  int intermediate_size = 0;
+  int num_layers = 0;
+  int num_heads = 0;
+  int num_kv_heads = 0;  // = num_heads when absent
+  int head_dim = 0;      // config head_dim, else hidden_size / num_heads
+  int vocab_size = 0;
+  int max_position_embeddings = 0;
+  float rms_norm_eps = 1e-6f;
+  double rope_theta = 10000.0;
+  // rope scaling: "default" (none) or "llama3" (others are rejected naming the field)
+  std::string rope_type = "default";
+  double rope_factor = 1.0;
+  double rope_low_freq_factor = 1.0;
+  double rope_high_freq_factor = 4.0;
+  int rope_original_max_position = 8192;
+  bool tie_word_embeddings = false;
+  bool qkv_bias = false;  // Qwen2, or attention_bias = true (then o_proj has a bias too)
+  bool o_bias = false;
+  int bos_token_id = 1;
+  std::vector<int> eos_token_ids;  // may be empty
+
+  // Parses and validates; throws naming the file and field for anything unsupported
+  // (architecture, hidden_act, rope type, quantization_config, sliding window in use, ...).
+  static ModelConfig from_file(const std::string& config_json_path);
+  static ModelConfig from_json_text(const std::string& text, const std::string& source_name);
+  // Writes config.json text for this configuration (used by make-model and import-llama2c).
+  std::string to_json_text() const;
+
+  // RoPE inverse frequencies, head_dim/2 values, after rope scaling (computed in double).
+  std::vector<float> rope_inv_freq() const;
+  bool is_eos(int token) const;
+};
+
+}  // namespace specrun

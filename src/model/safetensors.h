@@ -1,0 +1,63 @@
+// safetensors reader: memory-mapped, every offset and size checked against the file (a
+// checkpoint is untrusted input). Format: u64 little-endian header length N, N bytes of JSON,
+// then the data section. See shared/reference/model-formats.md section 1.7.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <map>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "kernels/cpu/dtype.h"
+
+namespace specrun {
+
+// A read-only view of one tensor inside a mapped file. Valid while its file is open.
+struct TensorView {
+  std::string name;
+  DType dtype = DType::kF32;
+  std::vector<std::int64_t> shape;
+  const std::byte* data = nullptr;  // little-endian, row-major
+  std::size_t nbytes = 0;
+  std::string file;  // the file it came from, for error messages
+
+  std::int64_t numel() const;
+  std::int64_t dim(int i) const { return shape.at(i); }
+};
+
+class SafetensorsFile {
+ public:
+  // Maps `path` and validates the header: JSON object, known dtypes (F32/F16/BF16; others are
+  // listed but rejected when accessed), offsets inside the data section, sizes equal to
+  // prod(shape)*sizeof(dtype), no overlaps or holes. Throws naming the file and tensor.
+  explicit SafetensorsFile(const std::string& path);
+  ~SafetensorsFile();
+  SafetensorsFile(const SafetensorsFile&) = delete;
+  SafetensorsFile& operator=(const SafetensorsFile&) = delete;
+
+  const std::string& path() const { return path_; }
+  bool has(const std::string& name) const { return tensors_.count(name) != 0; }
+  // Throws (naming file and tensor) when absent.
+  const TensorView& get(const std::string& name) const;
+  std::vector<std::string> names() const;
+
+ private:
+  std::string path_;
+  void* map_ = nullptr;
+  std::size_t map_size_ = 0;
+  std::map<std::string, TensorView> tensors_;
+};
+
+// Writes tensors in safetensors format (used by make-model and import-llama2c). Tensors are
+// written in the order given; the header is padded so that data starts 8-byte aligned.
+struct TensorToWrite {
+  std::string name;
+  DType dtype;
+  std::vector<std::int64_t> shape;
+  std::vector<std::byte> bytes;  // already in dtype
+};
+void write_safetensors(const std::string& path, const std::vector<TensorToWrite>& tensors);
+
+}  // namespace specrun

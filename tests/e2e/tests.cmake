@@ -1,0 +1,1 @@
+# End-to-end script tests. One line per script.
