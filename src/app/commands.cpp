@@ -7,6 +7,13 @@ const std::vector<Command>& commands() {
       {"run", "run a batch job: baseline and speculative decoding (under mpirun)", cmd_run},
       {"env", "provenance of this process; under mpirun, the cross-rank environment check",
        cmd_env},
+      {"report", "summary of a result file: tau, alpha, acceptance, speedup, phases", cmd_report},
+      {"compare", "per-phase and throughput changes between two result files", cmd_compare},
+      {"prepare", "prompt file (HDF5) from JSONL", cmd_prepare},
+      {"generate", "greedy continuation of token ids with one model (engine check)", cmd_generate},
+      {"make-model", "write a synthetic target/draft pair in Hugging Face layout", cmd_make_model},
+      {"import-llama2c", "convert a llama2.c checkpoint to Hugging Face layout",
+       cmd_import_llama2c},
   };
   return table;
 }

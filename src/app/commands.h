@@ -28,5 +28,11 @@ const std::vector<Command>& commands();
 
 int cmd_run(CommandContext& ctx, const std::vector<std::string>& args);
 int cmd_env(CommandContext& ctx, const std::vector<std::string>& args);
+int cmd_generate(CommandContext& ctx, const std::vector<std::string>& args);
+int cmd_import_llama2c(CommandContext& ctx, const std::vector<std::string>& args);
+int cmd_make_model(CommandContext& ctx, const std::vector<std::string>& args);
+int cmd_prepare(CommandContext& ctx, const std::vector<std::string>& args);
+int cmd_report(CommandContext& ctx, const std::vector<std::string>& args);
+int cmd_compare(CommandContext& ctx, const std::vector<std::string>& args);
 
 }  // namespace specrun

@@ -1,0 +1,10 @@
+#include "app/commands.h"
+#include "common/error.h"
+
+namespace specrun {
+
+int cmd_import_llama2c(CommandContext& ctx, const std::vector<std::string>& args) {
+  SPEC_FAIL("this command is not implemented yet");
+}
+
+}  // namespace specrun
