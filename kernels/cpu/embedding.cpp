@@ -1,0 +1,27 @@
+// gather_rows: embedding lookup from a (possibly row-sharded) table in F32/BF16/F16.
+// Layout: table [n_rows, dim] row-major; out [n_tokens, dim] float32. Rows not in this shard
+// are zero-filled so that a sum over shards reconstructs the full lookup exactly.
+#include <algorithm>
+#include <cstdint>
+
+#include "kernels/cpu/ops.h"
+#include "kernels/cpu/simd.h"
+
+namespace specrun::cpu {
+
+void gather_rows(const void* table, DType dtype, std::int64_t row_begin, std::int64_t n_rows,
+                 int dim, const std::int32_t* ids, int n_tokens, float* out) {
+  const auto* base = static_cast<const std::uint8_t*>(table);
+  const std::size_t row_bytes = dtype_size(dtype) * static_cast<std::size_t>(dim);
+  for (int t = 0; t < n_tokens; ++t) {
+    float* dst = out + static_cast<std::size_t>(t) * dim;
+    const std::int64_t row = static_cast<std::int64_t>(ids[t]) - row_begin;
+    if (row < 0 || row >= n_rows) {
+      std::fill(dst, dst + dim, 0.f);
+      continue;
+    }
+    detail::widen_row(base + row_bytes * static_cast<std::size_t>(row), dtype, dim, dst);
+  }
+}
+
+}  // namespace specrun::cpu

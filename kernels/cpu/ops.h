@@ -1,0 +1,72 @@
+// CPU compute primitives on raw buffers: the op interface that the CUDA backend mirrors.
+//
+// These functions know nothing of models, checkpoints or ranks. Every buffer is row-major and
+// contiguous unless a stride is given; activations are float32; weights may stay in their storage
+// dtype (F32, BF16, F16) and are widened on the fly, never copied to float32 in memory. All
+// arithmetic accumulates in float32. Ops that take a noticeable amount of work split it over
+// OpenMP threads; the caller chooses the thread count (omp_set_num_threads).
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+
+#include "kernels/cpu/dtype.h"
+
+namespace specrun::cpu {
+
+// Linear layer: y[t, o] = sum_i x[t, i] * W[o, i]  (+ bias[o] when bias != nullptr).
+//   x:    [n_tokens, in] float32.
+//   w:    [out, in] row-major in `w_dtype` (a PyTorch nn.Linear weight as stored).
+//   bias: [out] float32, or nullptr.
+//   y:    [n_tokens, out] float32; must not alias x.
+// Each weight row is read from memory once for all n_tokens (rows outer, tokens inner), so
+// scoring k+1 tokens costs about as much memory traffic as one. Threads split the output rows.
+void matmul(const float* x, int n_tokens, int in, const void* w, DType w_dtype, int out,
+            const float* bias, float* y);
+
+// Row gather (embedding lookup): out[t, :] = widen(table[ids[t] - row_begin, :]) when
+// row_begin <= ids[t] < row_begin + n_rows, else zeros (so that shards of a table split by rows
+// can each fill the rows they own and a sum over shards gives the full lookup).
+//   table: [n_rows, dim] row-major in `dtype`;  out: [n_tokens, dim] float32.
+void gather_rows(const void* table, DType dtype, std::int64_t row_begin, std::int64_t n_rows,
+                 int dim, const std::int32_t* ids, int n_tokens, float* out);
+
+// RMSNorm (Hugging Face LlamaRMSNorm): y[t, i] = x[t, i] * rsqrt(mean_i(x[t, :]^2) + eps) * w[i].
+//   x, y: [n_tokens, dim] float32 (may alias);  w: [dim] in `w_dtype`.
+void rmsnorm(const float* x, int n_tokens, int dim, const void* w, DType w_dtype, float eps,
+             float* y);
+
+// Rotary position embedding, Hugging Face rotate_half convention, in place. For every token t,
+// head h and j < head_dim/2, with a = positions[t] * inv_freq[j] (float32) and c, s = cos, sin(a):
+//   x'[j]            = x[j] * c - x[j + head_dim/2] * s
+//   x'[j+head_dim/2] = x[j + head_dim/2] * c + x[j] * s
+//   x: token t, head h starts at x + t * row_stride + h * head_dim (row_stride >=
+//   n_heads*head_dim). inv_freq: [head_dim/2];  positions: [n_tokens].
+void rope(float* x, int n_tokens, int n_heads, int head_dim, std::int64_t row_stride,
+          const float* inv_freq, const std::int32_t* positions);
+
+// Causal grouped-query attention of a window of new tokens over a KV cache.
+//   q:   [n_tokens, n_heads * head_dim] float32; query i sits at position start + i.
+//   k, v: [>= start + n_tokens, n_kv_heads, head_dim] float32 caches, positions 0..start+n-1
+//   filled. out: [n_tokens, n_heads * head_dim] float32.
+// Query head h reads kv head h / (n_heads / n_kv_heads) (n_heads must be a multiple of
+// n_kv_heads). Query i sees keys 0..start+i; scores are scaled by 1/sqrt(head_dim) and the
+// softmax is computed in float32. Threads split (token, head) pairs.
+void attention(const float* q, int n_tokens, int n_heads, int n_kv_heads, int head_dim,
+               const float* k, const float* v, int start, float* out);
+
+// SwiGLU activation: out[i] = silu(gate[i]) * up[i], silu(g) = g / (1 + exp(-g)). out may alias
+// gate or up.
+void silu_mul(const float* gate, const float* up, float* out, std::size_t n);
+
+// Residual add in place: y[i] += x[i].
+void add_inplace(float* y, const float* x, std::size_t n);
+
+// Index of the largest element of x[0..n); the lowest index wins ties. n >= 1; NaNs are never
+// chosen unless every element is NaN (then 0).
+int argmax(const float* x, int n);
+
+// Numerically stable softmax in place over x[0..n): x[i] = exp(x[i] - max) / sum.
+void softmax(float* x, int n);
+
+}  // namespace specrun::cpu
