@@ -1,0 +1,122 @@
+// Provenance: what produced a result. One ProvenanceRecord per rank (code version, build,
+// library versions, host, and the environment variables that change communication and threading
+// behaviour), gathered to rank 0, and a pure check that names every variable or version that
+// differs between ranks. `specrun env` prints it; the result writer stores the records as JSON
+// text per rank plus the mismatch list.
+//
+// The motivating failure: NCCL_* variables exported on rank 0's shell never reached the other
+// ranks, and the slowdown looked like a code regression.
+#pragma once
+
+#include <map>
+#include <nlohmann/json_fwd.hpp>
+#include <string>
+#include <vector>
+
+namespace specrun {
+
+class MpiSession;
+class MpiComm;
+
+struct ProvenanceRecord {
+  // Build (src/common/build_info.h): identical on every rank of a sane launch.
+  std::string specrun_version;
+  std::string git_commit;
+  bool git_dirty = false;
+  std::string build_type;
+  std::string cxx_flags;
+  std::string compiler;
+  bool cuda_build = false;  // built with the CUDA backend (SPECRUN_HAVE_CUDA)
+
+  // Libraries, as found at run time.
+  std::string mpi_library;   // MPI_Get_library_version, first line
+  std::string hdf5_version;  // H5get_libversion, "1.10.8"
+  // Empty when not built with CUDA. A failed query holds "error: <text>" instead of a version.
+  std::string cuda_runtime_version;  // cudaRuntimeGetVersion, "12.4"
+  std::string cuda_driver_version;   // cudaDriverGetVersion: highest CUDA version the driver runs
+  std::string nccl_version;          // ncclGetVersion (run time), "2.21.5"
+  std::string nccl_build_version;    // NCCL_VERSION_CODE (compile time)
+  std::vector<std::string> cuda_devices;  // "0: NVIDIA H200 (pci 0000:19:00.0)"; CUDA builds only
+
+  // This process. Hostname, pid and ranks differ between ranks by nature.
+  std::string hostname;
+  long pid = 0;
+  int world_rank = 0;
+  int world_size = 1;
+  int local_rank = 0;
+  std::string cpu_model;  // /proc/cpuinfo "model name" of the first CPU; "unknown" if absent
+
+  // Every variable whose name starts with one of kRecordedEnvPrefixes, sorted by name.
+  std::map<std::string, std::string> environment;
+};
+
+// Name prefixes of the environment variables a record keeps.
+inline constexpr const char* kRecordedEnvPrefixes[] = {"NCCL_", "CUDA_",  "OMPI_",
+                                                       "UCX_",  "SLURM_", "OMP_"};
+
+// True when `name` starts with one of kRecordedEnvPrefixes.
+bool is_recorded_variable(const std::string& name);
+
+// True for variables that the launcher sets to a different value on each rank, node or MPMD
+// application context (OMPI_COMM_WORLD_RANK, SLURM_PROCID, ...): find_mismatches ignores them.
+// The list is explicit and documented in provenance.cpp.
+bool is_per_process_variable(const std::string& name);
+
+// The recorded subset of `entries`, each "NAME=value" as in `environ`. Entries without '=' are
+// skipped. Pure: tested without touching the process environment.
+std::map<std::string, std::string> select_environment(const std::vector<std::string>& entries);
+
+// This rank's record. Local: no communication. Reads the process environment, /proc/cpuinfo
+// and the linked libraries' versions; a CUDA query that fails is recorded, not thrown.
+ProvenanceRecord collect_local_provenance(const MpiSession& mpi);
+
+// Collective over `world` (every rank calls it with its own record, normally from
+// collect_local_provenance): the records travel to rank 0 as JSON text. Rank 0 gets
+// world.size() records, index = rank in `world`; other ranks get an empty vector.
+std::vector<ProvenanceRecord> gather_provenance(MpiComm& world, const ProvenanceRecord& local);
+
+// JSON form, one object per record; from_json throws specrun::Error naming the missing or
+// mistyped key. These are the nlohmann ADL hooks, so `nlohmann::json j = record;` works too.
+void to_json(nlohmann::json& j, const ProvenanceRecord& record);
+void from_json(const nlohmann::json& j, ProvenanceRecord& record);
+
+// One distinct value of a mismatching variable and the ranks that hold it.
+struct MismatchValue {
+  bool set = true;         // false: the variable is absent on these ranks ("<unset>")
+  std::string value;       // empty when !set
+  std::vector<int> ranks;  // world ranks, ascending
+};
+
+// A variable (or build/version field) whose value is not the same on every rank.
+struct Mismatch {
+  std::string name;                   // "NCCL_PROTO", or a record field such as "git_commit"
+  bool is_environment = true;         // false for record fields (versions, build, CPU model)
+  std::vector<MismatchValue> values;  // at least two, ordered by their lowest rank
+};
+
+void to_json(nlohmann::json& j, const MismatchValue& value);
+void from_json(const nlohmann::json& j, MismatchValue& value);
+void to_json(nlohmann::json& j, const Mismatch& mismatch);
+void from_json(const nlohmann::json& j, Mismatch& mismatch);
+
+// Every environment variable (except per-process ones) and every build/version field whose
+// value differs between the records, or that is set on some ranks only. Ranks are the records'
+// world_rank. Record fields come first (in declaration order), then variables by name. Pure.
+std::vector<Mismatch> find_mismatches(const std::vector<ProvenanceRecord>& records);
+
+// Compact rank list: {0,1,2,3,6,8,9} -> "0-3,6,8-9". Input in any order; duplicates ignored.
+std::string format_rank_ranges(std::vector<int> ranks);
+
+// One line: `NCCL_PROTO differs: "LL" on ranks 0-3; <unset> on ranks 4-7`.
+std::string describe(const Mismatch& mismatch);
+
+// Version decoding. CUDA: 12040 -> "12.4". NCCL (nccl.h NCCL_VERSION): codes below 10000 are
+// X*1000+Y*100+Z (2804 -> "2.8.4"), later ones X*10000+Y*100+Z (22803 -> "2.28.3").
+std::string decode_cuda_version(int code);
+std::string decode_nccl_version(int code);
+
+// Human-readable multi-line description of one record (what `specrun env` prints), no trailing
+// newline.
+std::string format_record(const ProvenanceRecord& record);
+
+}  // namespace specrun

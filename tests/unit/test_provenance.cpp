@@ -1,0 +1,232 @@
+// Provenance without MPI: the mismatch check, rank-range formatting, environment selection,
+// version decoding and the JSON round trip.
+#include <gtest/gtest.h>
+
+#include <nlohmann/json.hpp>
+
+#include "common/error.h"
+#include "io/provenance.h"
+
+namespace specrun {
+namespace {
+
+// A record as rank `rank` of `size` would have it on a clean launch: same build and libraries
+// everywhere; hostname, pid and Open MPI's per-rank variables differ.
+ProvenanceRecord make_record(int rank, int size) {
+  ProvenanceRecord r;
+  r.specrun_version = "0.1.0";
+  r.git_commit = "0123456789abcdef0123456789abcdef01234567";
+  r.build_type = "Release";
+  r.cxx_flags = "-O3 -DNDEBUG";
+  r.compiler = "GNU 12.2.0";
+  r.mpi_library = "Open MPI v4.1.4";
+  r.hdf5_version = "1.10.8";
+  r.hostname = rank < 4 ? "node01" : "node02";
+  r.pid = 1000 + rank;
+  r.world_rank = rank;
+  r.world_size = size;
+  r.local_rank = rank % 4;
+  r.cpu_model = "Test CPU";
+  r.environment = {{"NCCL_DEBUG", "WARN"},
+                   {"OMP_NUM_THREADS", "4"},
+                   {"OMPI_COMM_WORLD_RANK", std::to_string(rank)},
+                   {"OMPI_COMM_WORLD_LOCAL_RANK", std::to_string(rank % 4)},
+                   {"OMPI_COMM_WORLD_NODE_RANK", std::to_string(rank % 4)},
+                   {"OMPI_MCA_ess_base_vpid", std::to_string(rank)},
+                   {"OMPI_MCA_orte_ess_node_rank", std::to_string(rank % 4)},
+                   {"OMPI_FILE_LOCATION", "/tmp/ompi." + r.hostname + ".0/pid.1/0/0"},
+                   {"SLURM_PROCID", std::to_string(rank)},
+                   {"SLURM_LOCALID", std::to_string(rank % 4)},
+                   {"SLURM_TASK_PID", std::to_string(r.pid)},
+                   {"SLURM_NODEID", std::to_string(rank / 4)}};
+  return r;
+}
+
+std::vector<ProvenanceRecord> make_world(int size) {
+  std::vector<ProvenanceRecord> records;
+  for (int r = 0; r < size; ++r) records.push_back(make_record(r, size));
+  return records;
+}
+
+TEST(Provenance, IdenticalRecordsHaveNoMismatches) {
+  EXPECT_TRUE(find_mismatches(make_world(8)).empty());
+  EXPECT_TRUE(find_mismatches(make_world(1)).empty());
+  EXPECT_TRUE(find_mismatches({}).empty());
+}
+
+TEST(Provenance, PerRankVariablesAndHostnamesAreNotMismatches) {
+  // make_record already varies hostname, pid and the per-rank variables: none may be reported.
+  auto records = make_world(8);
+  records[5].environment["OMPI_COMMAND"] = "wrapper.sh";  // MPMD: a different program
+  records[5].environment["OMPI_MCA_orte_app_num"] = "1";
+  for (const Mismatch& m : find_mismatches(records)) ADD_FAILURE() << "reported " << describe(m);
+  EXPECT_TRUE(is_per_process_variable("OMPI_COMM_WORLD_RANK"));
+  EXPECT_TRUE(is_per_process_variable("SLURM_PROCID"));
+  EXPECT_FALSE(is_per_process_variable("NCCL_PROTO"));
+  EXPECT_FALSE(is_per_process_variable("CUDA_VISIBLE_DEVICES"));
+}
+
+TEST(Provenance, VariableDifferingOnASubsetNamesTheRanks) {
+  auto records = make_world(8);
+  for (int r : {0, 1, 2, 3, 6}) records[r].environment["NCCL_DEBUG"] = "INFO";
+  auto mismatches = find_mismatches(records);
+  ASSERT_EQ(mismatches.size(), 1u);
+  const Mismatch& m = mismatches[0];
+  EXPECT_EQ(m.name, "NCCL_DEBUG");
+  EXPECT_TRUE(m.is_environment);
+  ASSERT_EQ(m.values.size(), 2u);
+  EXPECT_TRUE(m.values[0].set);
+  EXPECT_EQ(m.values[0].value, "INFO");
+  EXPECT_EQ(m.values[0].ranks, (std::vector<int>{0, 1, 2, 3, 6}));
+  EXPECT_EQ(m.values[1].value, "WARN");
+  EXPECT_EQ(m.values[1].ranks, (std::vector<int>{4, 5, 7}));
+  EXPECT_EQ(describe(m), R"(NCCL_DEBUG differs: "INFO" on ranks 0-3,6; "WARN" on ranks 4-5,7)");
+}
+
+TEST(Provenance, VariableMissingOnSomeRanksIsUnset) {
+  auto records = make_world(8);
+  for (int r = 0; r < 4; ++r) records[r].environment["NCCL_PROTO"] = "LL";
+  auto mismatches = find_mismatches(records);
+  ASSERT_EQ(mismatches.size(), 1u);
+  const Mismatch& m = mismatches[0];
+  EXPECT_EQ(m.name, "NCCL_PROTO");
+  ASSERT_EQ(m.values.size(), 2u);
+  EXPECT_EQ(m.values[0].ranks, (std::vector<int>{0, 1, 2, 3}));
+  EXPECT_FALSE(m.values[1].set);
+  EXPECT_EQ(m.values[1].ranks, (std::vector<int>{4, 5, 6, 7}));
+  EXPECT_EQ(describe(m), R"(NCCL_PROTO differs: "LL" on ranks 0-3; <unset> on ranks 4-7)");
+
+  // Unset on the lowest rank: the <unset> group comes first, ordered by lowest rank.
+  records = make_world(3);
+  records[2].environment["UCX_TLS"] = "rc";
+  mismatches = find_mismatches(records);
+  ASSERT_EQ(mismatches.size(), 1u);
+  EXPECT_EQ(describe(mismatches[0]), R"(UCX_TLS differs: <unset> on ranks 0-1; "rc" on rank 2)");
+}
+
+TEST(Provenance, EmptyValueDiffersFromUnset) {
+  auto records = make_world(2);
+  records[0].environment["CUDA_LAUNCH_BLOCKING"] = "";
+  auto mismatches = find_mismatches(records);
+  ASSERT_EQ(mismatches.size(), 1u);
+  EXPECT_EQ(describe(mismatches[0]),
+            R"(CUDA_LAUNCH_BLOCKING differs: "" on rank 0; <unset> on rank 1)");
+}
+
+TEST(Provenance, BuildAndVersionFieldsAreCompared) {
+  auto records = make_world(4);
+  records[3].git_commit = "fedcba9876543210fedcba9876543210fedcba98";
+  records[3].git_dirty = true;
+  records[1].hdf5_version = "1.12.2";
+  records[2].environment["NCCL_ALGO"] = "Ring";
+  auto mismatches = find_mismatches(records);
+  ASSERT_EQ(mismatches.size(), 4u);
+  // Record fields first, in declaration order, then environment variables.
+  EXPECT_EQ(mismatches[0].name, "git_commit");
+  EXPECT_FALSE(mismatches[0].is_environment);
+  EXPECT_EQ(format_rank_ranges(mismatches[0].values[1].ranks), "3");
+  EXPECT_EQ(describe(mismatches[1]),
+            R"(git_dirty differs: "false" on ranks 0-2; "true" on rank 3)");
+  EXPECT_EQ(describe(mismatches[2]),
+            R"(hdf5_version differs: "1.10.8" on ranks 0,2-3; "1.12.2" on rank 1)");
+  EXPECT_EQ(mismatches[3].name, "NCCL_ALGO");
+  EXPECT_TRUE(mismatches[3].is_environment);
+}
+
+TEST(Provenance, ThreeDistinctValues) {
+  auto records = make_world(6);
+  records[1].environment["OMP_NUM_THREADS"] = "8";
+  records[4].environment.erase("OMP_NUM_THREADS");
+  auto mismatches = find_mismatches(records);
+  ASSERT_EQ(mismatches.size(), 1u);
+  EXPECT_EQ(describe(mismatches[0]),
+            R"(OMP_NUM_THREADS differs: "4" on ranks 0,2-3,5; "8" on rank 1; <unset> on rank 4)");
+}
+
+TEST(Provenance, RankRanges) {
+  EXPECT_EQ(format_rank_ranges({}), "");
+  EXPECT_EQ(format_rank_ranges({5}), "5");
+  EXPECT_EQ(format_rank_ranges({0, 1, 2, 3, 6}), "0-3,6");
+  EXPECT_EQ(format_rank_ranges({9, 8, 0, 2, 1, 6, 3, 3}), "0-3,6,8-9");
+  EXPECT_EQ(format_rank_ranges({1, 3, 5}), "1,3,5");
+}
+
+TEST(Provenance, SelectEnvironmentKeepsRecordedPrefixesOnly) {
+  auto env = select_environment({"NCCL_PROTO=LL", "PATH=/usr/bin", "CUDA_VISIBLE_DEVICES=0,1",
+                                 "OMPI_COMM_WORLD_RANK=3", "UCX_TLS=rc,sm", "SLURM_JOB_ID=42",
+                                 "OMP_NUM_THREADS=4", "OMPX=1", "NCCL=2", "MY_NCCL_X=1",
+                                 "NCCL_EMPTY=", "NCCL_EQ=a=b", "garbage"});
+  std::map<std::string, std::string> expected = {{"NCCL_PROTO", "LL"},
+                                                 {"CUDA_VISIBLE_DEVICES", "0,1"},
+                                                 {"OMPI_COMM_WORLD_RANK", "3"},
+                                                 {"UCX_TLS", "rc,sm"},
+                                                 {"SLURM_JOB_ID", "42"},
+                                                 {"OMP_NUM_THREADS", "4"},
+                                                 {"NCCL_EMPTY", ""},
+                                                 {"NCCL_EQ", "a=b"}};
+  EXPECT_EQ(env, expected);
+}
+
+TEST(Provenance, VersionDecoding) {
+  EXPECT_EQ(decode_nccl_version(2804), "2.8.4");
+  EXPECT_EQ(decode_nccl_version(22803), "2.28.3");
+  EXPECT_EQ(decode_nccl_version(21805), "2.18.5");
+  EXPECT_EQ(decode_cuda_version(12040), "12.4");
+  EXPECT_EQ(decode_cuda_version(13000), "13.0");
+  EXPECT_EQ(decode_cuda_version(11080), "11.8");
+}
+
+TEST(Provenance, JsonRoundTrip) {
+  ProvenanceRecord r = make_record(5, 8);
+  r.git_dirty = true;
+  r.cuda_build = true;
+  r.cuda_runtime_version = "12.4";
+  r.cuda_driver_version = "error: cudaErrorNoDevice: no CUDA-capable device is detected";
+  r.nccl_version = "2.21.5";
+  r.nccl_build_version = "2.21.5";
+  r.cuda_devices = {"0: NVIDIA H200 (pci 0000:19:00.0)"};
+  r.environment["NCCL_WEIRD"] = "quote \" backslash \\ newline \n tab \t";
+
+  nlohmann::json j = r;
+  EXPECT_EQ(j.at("world_rank"), 5);
+  EXPECT_EQ(j.at("environment").at("NCCL_DEBUG"), "WARN");
+  ProvenanceRecord back = nlohmann::json::parse(j.dump()).get<ProvenanceRecord>();
+  // Compare through JSON and field by field for the ones most likely to be dropped.
+  EXPECT_EQ(nlohmann::json(back), j);
+  EXPECT_EQ(back.environment, r.environment);
+  EXPECT_EQ(back.git_dirty, true);
+  EXPECT_EQ(back.pid, r.pid);
+  EXPECT_EQ(back.cuda_devices, r.cuda_devices);
+  EXPECT_EQ(back.cuda_driver_version, r.cuda_driver_version);
+
+  nlohmann::json missing = j;
+  missing.erase("git_commit");
+  try {
+    (void)missing.get<ProvenanceRecord>();
+    FAIL() << "a record without git_commit was accepted";
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find("git_commit"), std::string::npos) << e.what();
+  }
+  nlohmann::json wrong = j;
+  wrong["world_rank"] = "five";
+  EXPECT_THROW((void)wrong.get<ProvenanceRecord>(), Error);
+}
+
+TEST(Provenance, MismatchJsonRoundTrip) {
+  auto records = make_world(8);
+  for (int r = 0; r < 4; ++r) records[r].environment["NCCL_PROTO"] = "LL";
+  auto mismatches = find_mismatches(records);
+  nlohmann::json j = mismatches;
+  ASSERT_EQ(j.size(), 1u);
+  EXPECT_EQ(j[0].at("name"), "NCCL_PROTO");
+  EXPECT_EQ(j[0].at("values")[0].at("rank_ranges"), "0-3");
+  EXPECT_EQ(j[0].at("values")[1].at("set"), false);
+  EXPECT_EQ(j[0].at("description"), describe(mismatches[0]));
+  auto back = j.get<std::vector<Mismatch>>();
+  ASSERT_EQ(back.size(), 1u);
+  EXPECT_EQ(describe(back[0]), describe(mismatches[0]));
+  EXPECT_EQ(back[0].values[1].ranks, (std::vector<int>{4, 5, 6, 7}));
+}
+
+}  // namespace
+}  // namespace specrun
