@@ -2,6 +2,7 @@
 // model-0000x-of-0000y.safetensors files listed in model.safetensors.index.json.
 #pragma once
 
+#include <map>
 #include <memory>
 #include <string>
 #include <vector>
@@ -24,11 +25,21 @@ class Checkpoint {
   // throws naming the tensor, the file and the config.json field that implies the shape.
   const TensorView& tensor(const std::string& name,
                            const std::vector<std::int64_t>& expected_shape = {}) const;
+  // The shape config.json implies for an HF Llama/Mistral/Qwen2 tensor name
+  // ("model.layers.3.self_attn.k_proj.weight" -> {num_kv_heads*head_dim, hidden_size}); empty for
+  // names it does not know. `why`, when given, receives the fields, e.g.
+  // "[num_key_value_heads*head_dim = 4*32 = 128, hidden_size = 256]".
+  std::vector<std::int64_t> config_shape(const std::string& name, std::string* why = nullptr) const;
+  // All tensor names (sorted).
+  std::vector<std::string> names() const;
+  // The weight files opened (one, or one per shard).
+  std::size_t num_files() const { return files_.size(); }
 
  private:
   std::string dir_;
   ModelConfig config_;
   std::vector<std::unique_ptr<SafetensorsFile>> files_;
+  std::map<std::string, const SafetensorsFile*> tensor_file_;  // name -> file holding it
 };
 
 }  // namespace specrun

@@ -38,16 +38,27 @@ class SafetensorsFile {
   SafetensorsFile& operator=(const SafetensorsFile&) = delete;
 
   const std::string& path() const { return path_; }
-  bool has(const std::string& name) const { return tensors_.count(name) != 0; }
-  // Throws (naming file and tensor) when absent.
+  // True for every tensor in the header, including those with an unsupported dtype.
+  bool has(const std::string& name) const {
+    return tensors_.count(name) != 0 || unsupported_dtype_.count(name) != 0;
+  }
+  // Throws (naming file and tensor) when absent, or when its dtype is not F32/F16/BF16.
   const TensorView& get(const std::string& name) const;
-  std::vector<std::string> names() const;
+  std::vector<std::string> names() const;  // sorted, all tensors in the header
 
  private:
   std::string path_;
   void* map_ = nullptr;
   std::size_t map_size_ = 0;
   std::map<std::string, TensorView> tensors_;
+  // Tensors whose dtype is valid safetensors but not a float type we compute with (I32, F64,
+  // ...): name -> dtype string. They are validated like the others; get() rejects them.
+  std::map<std::string, std::string> unsupported_dtype_;
+  // The "__metadata__" map (string -> string), empty when absent.
+  std::map<std::string, std::string> metadata_;
+
+ public:
+  const std::map<std::string, std::string>& metadata() const { return metadata_; }
 };
 
 // Writes tensors in safetensors format (used by make-model and import-llama2c). Tensors are

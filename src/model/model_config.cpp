@@ -1,0 +1,322 @@
+// config.json parsing. Anything that would change the numbers and that we do not implement is
+// rejected by name: running it anyway would give silently wrong logits.
+#include "model/model_config.h"
+
+#include <algorithm>
+#include <cmath>
+#include <fstream>
+#include <nlohmann/json.hpp>
+#include <sstream>
+
+#include "common/error.h"
+
+namespace specrun {
+
+namespace {
+
+using json = nlohmann::json;
+
+struct Reader {
+  const json& j;
+  const std::string& src;
+
+  bool present(const char* key) const { return j.contains(key) && !j[key].is_null(); }
+
+  int get_int(const char* key, bool required, int fallback, int min_value) const {
+    if (!present(key)) {
+      SPEC_INPUT_CHECK(!required, src << ": required field \"" << key << "\" is missing");
+      return fallback;
+    }
+    const json& v = j[key];
+    SPEC_INPUT_CHECK(v.is_number_integer(),
+                     src << ": field \"" << key << "\" must be an integer, got " << v.dump());
+    std::int64_t x = v.get<std::int64_t>();
+    SPEC_INPUT_CHECK(x >= min_value && x <= 1'000'000'000,
+                     src << ": field \"" << key << "\" = " << x
+                         << " is out of range (must be >= " << min_value << ")");
+    return static_cast<int>(x);
+  }
+  double get_double(const json& obj, const std::string& path, const char* key, bool required,
+                    double fallback) const {
+    if (!obj.contains(key) || obj[key].is_null()) {
+      SPEC_INPUT_CHECK(!required, src << ": required field \"" << path << key << "\" is missing");
+      return fallback;
+    }
+    SPEC_INPUT_CHECK(obj[key].is_number(), src << ": field \"" << path << key
+                                               << "\" must be a number, got " << obj[key].dump());
+    return obj[key].get<double>();
+  }
+  bool get_bool(const char* key, bool fallback) const {
+    if (!present(key)) return fallback;
+    SPEC_INPUT_CHECK(j[key].is_boolean(), src << ": field \"" << key
+                                              << "\" must be true or false, got " << j[key].dump());
+    return j[key].get<bool>();
+  }
+};
+
+// rope_scaling (legacy) or rope_parameters (transformers v5): the rope type and its values.
+void parse_rope_dict(const json& r, const std::string& field, const Reader& rd, ModelConfig& c) {
+  SPEC_INPUT_CHECK(r.is_object(),
+                   rd.src << ": \"" << field << "\" must be null or an object, got " << r.dump());
+  std::string type = "default";
+  if (r.contains("rope_type") && !r["rope_type"].is_null()) {
+    SPEC_INPUT_CHECK(r["rope_type"].is_string(),
+                     rd.src << ": \"" << field << ".rope_type\" must be a string");
+    type = r["rope_type"].get<std::string>();
+  } else if (r.contains("type") && !r["type"].is_null()) {
+    SPEC_INPUT_CHECK(r["type"].is_string(),
+                     rd.src << ": \"" << field << ".type\" must be a string");
+    type = r["type"].get<std::string>();
+  }
+  const std::string prefix = field + ".";
+  if (r.contains("rope_theta")) c.rope_theta = rd.get_double(r, prefix, "rope_theta", true, 0);
+  if (r.contains("partial_rotary_factor")) {
+    double f = rd.get_double(r, prefix, "partial_rotary_factor", true, 1.0);
+    SPEC_INPUT_CHECK(f == 1.0, rd.src << ": \"" << field << ".partial_rotary_factor\" = " << f
+                                      << " is not supported (only full rotary embeddings, 1.0)");
+  }
+  if (type == "default") return;
+  SPEC_INPUT_CHECK(type == "llama3",
+                   rd.src << ": \"" << field << "\" rope type \"" << type
+                          << "\" is not supported (supported: default, llama3); running it with "
+                             "another rope type would give wrong results");
+  c.rope_type = "llama3";
+  c.rope_factor = rd.get_double(r, prefix, "factor", true, 0);
+  c.rope_low_freq_factor = rd.get_double(r, prefix, "low_freq_factor", true, 0);
+  c.rope_high_freq_factor = rd.get_double(r, prefix, "high_freq_factor", true, 0);
+  double omp = rd.get_double(r, prefix, "original_max_position_embeddings", true, 0);
+  SPEC_INPUT_CHECK(c.rope_factor > 0 && c.rope_low_freq_factor > 0 &&
+                       c.rope_high_freq_factor > c.rope_low_freq_factor && omp >= 1 &&
+                       omp == std::floor(omp),
+                   rd.src << ": \"" << field
+                          << "\" llama3 values are inconsistent: need factor > 0, 0 < "
+                             "low_freq_factor < high_freq_factor and an integer "
+                             "original_max_position_embeddings");
+  c.rope_original_max_position = static_cast<int>(omp);
+}
+
+}  // namespace
+
+ModelConfig ModelConfig::from_file(const std::string& config_json_path) {
+  std::ifstream in(config_json_path);
+  SPEC_INPUT_CHECK(
+      in.good(), "cannot open " << config_json_path << ": is this a Hugging Face model directory?");
+  std::stringstream ss;
+  ss << in.rdbuf();
+  return from_json_text(ss.str(), config_json_path);
+}
+
+ModelConfig ModelConfig::from_json_text(const std::string& text, const std::string& source_name) {
+  json j;
+  try {
+    j = json::parse(text);
+  } catch (const json::exception& e) {
+    SPEC_INPUT_FAIL(source_name << ": not valid JSON: " << e.what());
+  }
+  SPEC_INPUT_CHECK(j.is_object(), source_name << ": expected a JSON object");
+  const Reader rd{j, source_name};
+  ModelConfig c;
+
+  // Architecture: from "architectures", else from "model_type".
+  static const std::vector<std::pair<std::string, std::string>> kArch = {
+      {"LlamaForCausalLM", "llama"},
+      {"MistralForCausalLM", "mistral"},
+      {"Qwen2ForCausalLM", "qwen2"}};
+  if (rd.present("architectures")) {
+    const json& a = j["architectures"];
+    SPEC_INPUT_CHECK(
+        a.is_array() && a.size() == 1 && a[0].is_string(),
+        source_name << ": \"architectures\" must be a list of one name, got " << a.dump());
+    c.architecture = a[0].get<std::string>();
+    for (const auto& [arch, type] : kArch)
+      if (arch == c.architecture) c.model_type = type;
+    SPEC_INPUT_CHECK(!c.model_type.empty(),
+                     source_name << ": architecture \"" << c.architecture
+                                 << "\" is not supported (supported: LlamaForCausalLM, "
+                                    "MistralForCausalLM, Qwen2ForCausalLM)");
+  } else {
+    SPEC_INPUT_CHECK(rd.present("model_type") && j["model_type"].is_string(),
+                     source_name << ": neither \"architectures\" nor \"model_type\" is given");
+    std::string type = j["model_type"].get<std::string>();
+    for (const auto& [arch, t] : kArch)
+      if (t == type) c.architecture = arch, c.model_type = t;
+    SPEC_INPUT_CHECK(!c.model_type.empty(), source_name << ": model_type \"" << type
+                                                        << "\" is not supported (supported: "
+                                                           "llama, mistral, qwen2)");
+  }
+  if (rd.present("model_type")) {
+    SPEC_INPUT_CHECK(
+        j["model_type"].is_string() && j["model_type"].get<std::string>() == c.model_type,
+        source_name << ": model_type " << j["model_type"].dump() << " does not match architecture "
+                    << c.architecture);
+  }
+
+  c.hidden_size = rd.get_int("hidden_size", true, 0, 1);
+  c.intermediate_size = rd.get_int("intermediate_size", true, 0, 1);
+  c.num_layers = rd.get_int("num_hidden_layers", true, 0, 1);
+  c.num_heads = rd.get_int("num_attention_heads", true, 0, 1);
+  c.num_kv_heads = rd.get_int("num_key_value_heads", false, c.num_heads, 1);
+  c.vocab_size = rd.get_int("vocab_size", true, 0, 1);
+  c.max_position_embeddings = rd.get_int("max_position_embeddings", false, 2048, 1);
+  SPEC_INPUT_CHECK(c.num_heads % c.num_kv_heads == 0,
+                   source_name << ": num_attention_heads=" << c.num_heads
+                               << " is not a multiple of num_key_value_heads=" << c.num_kv_heads);
+  if (rd.present("head_dim")) {
+    c.head_dim = rd.get_int("head_dim", true, 0, 1);
+  } else {
+    SPEC_INPUT_CHECK(c.hidden_size % c.num_heads == 0,
+                     source_name << ": hidden_size=" << c.hidden_size
+                                 << " is not divisible by num_attention_heads=" << c.num_heads
+                                 << " and no head_dim is given");
+    c.head_dim = c.hidden_size / c.num_heads;
+  }
+  SPEC_INPUT_CHECK(c.head_dim % 2 == 0, source_name << ": head_dim=" << c.head_dim
+                                                    << " must be even for rotary embeddings");
+  c.rms_norm_eps = static_cast<float>(rd.get_double(j, "", "rms_norm_eps", false, 1e-6));
+  SPEC_INPUT_CHECK(c.rms_norm_eps > 0, source_name << ": rms_norm_eps must be positive");
+
+  // Activation.
+  if (rd.present("hidden_act")) {
+    SPEC_INPUT_CHECK(j["hidden_act"].is_string() && j["hidden_act"].get<std::string>() == "silu",
+                     source_name << ": hidden_act " << j["hidden_act"].dump()
+                                 << " is not supported (only \"silu\")");
+  }
+  SPEC_INPUT_CHECK(!rd.present("quantization_config"),
+                   source_name << ": \"quantization_config\" is present: quantized checkpoints are "
+                                  "not supported; use an F32/F16/BF16 checkpoint");
+  SPEC_INPUT_CHECK(!rd.get_bool("mlp_bias", false),
+                   source_name << ": \"mlp_bias\": true is not supported");
+
+  // Rotary embeddings.
+  c.rope_theta = rd.get_double(j, "", "rope_theta", false, 10000.0);
+  if (rd.present("partial_rotary_factor")) {
+    double f = rd.get_double(j, "", "partial_rotary_factor", true, 1.0);
+    SPEC_INPUT_CHECK(f == 1.0, source_name << ": \"partial_rotary_factor\" = " << f
+                                           << " is not supported (only 1.0)");
+  }
+  if (rd.present("rope_scaling")) parse_rope_dict(j["rope_scaling"], "rope_scaling", rd, c);
+  if (rd.present("rope_parameters")) {
+    const json& rp = j["rope_parameters"];
+    SPEC_INPUT_CHECK(
+        rp.is_object() && (rp.contains("rope_type") || rp.contains("rope_theta")),
+        source_name << ": \"rope_parameters\" must be an object with rope_type / "
+                       "rope_theta (per-layer-type rope parameters are not supported)");
+    parse_rope_dict(rp, "rope_parameters", rd, c);
+  }
+  SPEC_INPUT_CHECK(c.rope_theta > 0, source_name << ": rope_theta must be positive");
+
+  // Sliding-window attention is not implemented: reject it when it would actually apply.
+  if (c.model_type == "qwen2") {
+    SPEC_INPUT_CHECK(!rd.get_bool("use_sliding_window", false),
+                     source_name << ": \"use_sliding_window\": true is not supported "
+                                    "(only full attention)");
+  }
+  if (c.model_type == "mistral" && rd.present("sliding_window")) {
+    int w = rd.get_int("sliding_window", true, 0, 0);
+    SPEC_INPUT_CHECK(w >= c.max_position_embeddings,
+                     source_name << ": \"sliding_window\" = " << w << " is smaller than "
+                                 << "max_position_embeddings=" << c.max_position_embeddings
+                                 << ": sliding-window attention is not supported");
+  }
+  if (rd.present("layer_types")) {
+    SPEC_INPUT_CHECK(j["layer_types"].is_array(),
+                     source_name << ": \"layer_types\" must be a list");
+    for (const json& t : j["layer_types"]) {
+      SPEC_INPUT_CHECK(t == "full_attention", source_name << ": \"layer_types\" contains "
+                                                          << t.dump()
+                                                          << "; only full_attention is supported");
+    }
+  }
+
+  // Biases.
+  c.o_bias = rd.get_bool("attention_bias", false);
+  c.qkv_bias = c.o_bias;
+  if (c.model_type == "qwen2") c.qkv_bias = true, c.o_bias = false;
+
+  c.tie_word_embeddings = rd.get_bool("tie_word_embeddings", false);
+  c.bos_token_id = rd.get_int("bos_token_id", false, 1, 0);
+  if (rd.present("eos_token_id")) {
+    const json& e = j["eos_token_id"];
+    std::vector<json> ids =
+        e.is_array() ? std::vector<json>(e.begin(), e.end()) : std::vector<json>{e};
+    for (const json& id : ids) {
+      SPEC_INPUT_CHECK(
+          id.is_number_integer() && id.get<std::int64_t>() >= 0 &&
+              id.get<std::int64_t>() < c.vocab_size,
+          source_name << ": \"eos_token_id\" " << e.dump()
+                      << " must be an id or list of ids in [0, vocab_size=" << c.vocab_size << ")");
+      c.eos_token_ids.push_back(id.get<int>());
+    }
+  }
+  return c;
+}
+
+std::string ModelConfig::to_json_text() const {
+  nlohmann::ordered_json j;
+  j["architectures"] = {architecture};
+  j["model_type"] = model_type;
+  j["hidden_act"] = "silu";
+  j["hidden_size"] = hidden_size;
+  j["intermediate_size"] = intermediate_size;
+  j["num_hidden_layers"] = num_layers;
+  j["num_attention_heads"] = num_heads;
+  j["num_key_value_heads"] = num_kv_heads;
+  j["head_dim"] = head_dim;
+  j["vocab_size"] = vocab_size;
+  j["max_position_embeddings"] = max_position_embeddings;
+  j["rms_norm_eps"] = static_cast<double>(rms_norm_eps);
+  j["rope_theta"] = rope_theta;
+  if (rope_type == "llama3") {
+    j["rope_scaling"] = {{"rope_type", "llama3"},
+                         {"factor", rope_factor},
+                         {"low_freq_factor", rope_low_freq_factor},
+                         {"high_freq_factor", rope_high_freq_factor},
+                         {"original_max_position_embeddings", rope_original_max_position}};
+  } else {
+    j["rope_scaling"] = nullptr;
+  }
+  // attention_bias means q/k/v/o biases; Qwen2's q/k/v-only biases come from its architecture.
+  j["attention_bias"] = model_type != "qwen2" && o_bias;
+  j["mlp_bias"] = false;
+  j["tie_word_embeddings"] = tie_word_embeddings;
+  j["bos_token_id"] = bos_token_id;
+  if (eos_token_ids.size() == 1)
+    j["eos_token_id"] = eos_token_ids[0];
+  else if (eos_token_ids.empty())
+    j["eos_token_id"] = nullptr;
+  else
+    j["eos_token_id"] = eos_token_ids;
+  if (model_type == "qwen2") j["use_sliding_window"] = false;
+  return j.dump(2) + "\n";
+}
+
+std::vector<float> ModelConfig::rope_inv_freq() const {
+  const int half = head_dim / 2;
+  std::vector<float> out(static_cast<std::size_t>(half));
+  const double kPi = 3.14159265358979323846;
+  for (int j = 0; j < half; ++j) {
+    double f = 1.0 / std::pow(rope_theta, (2.0 * j) / head_dim);
+    if (rope_type == "llama3") {
+      const double lo_wl = rope_original_max_position / rope_low_freq_factor;
+      const double hi_wl = rope_original_max_position / rope_high_freq_factor;
+      const double wl = 2.0 * kPi / f;
+      if (wl < hi_wl) {
+        // high-frequency band: unchanged
+      } else if (wl > lo_wl) {
+        f = f / rope_factor;
+      } else {
+        double s = (rope_original_max_position / wl - rope_low_freq_factor) /
+                   (rope_high_freq_factor - rope_low_freq_factor);
+        f = (1.0 - s) * f / rope_factor + s * f;
+      }
+    }
+    out[static_cast<std::size_t>(j)] = static_cast<float>(f);
+  }
+  return out;
+}
+
+bool ModelConfig::is_eos(int token) const {
+  return std::find(eos_token_ids.begin(), eos_token_ids.end(), token) != eos_token_ids.end();
+}
+
+}  // namespace specrun

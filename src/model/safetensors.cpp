@@ -1,0 +1,310 @@
+// safetensors reader and writer. The file is untrusted input: every number in the header is
+// checked against the file before a pointer into the mapping is handed out.
+#include "model/safetensors.h"
+
+#include <fcntl.h>
+#include <sys/mman.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <cerrno>
+#include <cstring>
+#include <fstream>
+#include <limits>
+#include <nlohmann/json.hpp>
+#include <set>
+
+#include "common/error.h"
+
+namespace specrun {
+
+namespace {
+
+using json = nlohmann::json;
+
+constexpr std::uint64_t kMaxHeaderSize = 100'000'000;  // the reference reader's limit
+
+// Element size of every dtype safetensors defines; 0 for names it does not define.
+std::size_t safetensors_dtype_size(const std::string& name) {
+  static const std::map<std::string, std::size_t> kSizes = {
+      {"BOOL", 1}, {"U8", 1},  {"I8", 1},  {"F8_E5M2", 1}, {"F8_E4M3", 1},
+      {"I16", 2},  {"U16", 2}, {"F16", 2}, {"BF16", 2},    {"I32", 4},
+      {"U32", 4},  {"F32", 4}, {"F64", 8}, {"I64", 8},     {"U64", 8}};
+  auto it = kSizes.find(name);
+  return it == kSizes.end() ? 0 : it->second;
+}
+
+bool float_dtype(const std::string& name, DType* out) {
+  if (name == "F32")
+    *out = DType::kF32;
+  else if (name == "F16")
+    *out = DType::kF16;
+  else if (name == "BF16")
+    *out = DType::kBF16;
+  else
+    return false;
+  return true;
+}
+
+struct Entry {
+  std::string name;
+  std::uint64_t begin = 0, end = 0;
+};
+
+}  // namespace
+
+std::int64_t TensorView::numel() const {
+  std::int64_t n = 1;
+  for (std::int64_t d : shape) n *= d;
+  return n;
+}
+
+SafetensorsFile::SafetensorsFile(const std::string& path) : path_(path) {
+  int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
+  SPEC_INPUT_CHECK(fd >= 0,
+                   "cannot open safetensors file " << path << ": " << std::strerror(errno));
+  struct stat st {};
+  if (::fstat(fd, &st) != 0) {
+    int err = errno;
+    ::close(fd);
+    SPEC_INPUT_FAIL("cannot stat " << path << ": " << std::strerror(err));
+  }
+  const std::uint64_t file_size = static_cast<std::uint64_t>(st.st_size);
+  if (file_size < 8) {
+    ::close(fd);
+    SPEC_INPUT_FAIL(path << ": file is " << file_size
+                         << " bytes, shorter than the 8-byte header length: truncated or not a "
+                            "safetensors file");
+  }
+  void* map = ::mmap(nullptr, file_size, PROT_READ, MAP_PRIVATE, fd, 0);
+  int map_errno = errno;
+  ::close(fd);
+  SPEC_INPUT_CHECK(map != MAP_FAILED, "cannot mmap " << path << " (" << file_size
+                                                     << " bytes): " << std::strerror(map_errno));
+  map_ = map;
+  map_size_ = file_size;
+  try {
+    const auto* base = static_cast<const std::byte*>(map_);
+    std::uint64_t header_len = 0;
+    for (int i = 7; i >= 0; --i)
+      header_len = (header_len << 8) | std::to_integer<std::uint64_t>(base[i]);
+    SPEC_INPUT_CHECK(header_len <= file_size - 8, path << ": header length " << header_len
+                                                       << " exceeds file size " << file_size
+                                                       << ": truncated or not a safetensors file");
+    SPEC_INPUT_CHECK(header_len <= kMaxHeaderSize,
+                     path << ": header length " << header_len << " exceeds the limit of "
+                          << kMaxHeaderSize << " bytes: corrupt or not a safetensors file");
+    SPEC_INPUT_CHECK(header_len >= 2 && static_cast<char>(base[8]) == '{',
+                     path << ": the header does not start with '{': not a safetensors file");
+    const char* text = reinterpret_cast<const char*>(base + 8);
+    const std::uint64_t data_size = file_size - 8 - header_len;
+    const std::byte* data = base + 8 + header_len;
+
+    // Duplicate keys are not allowed; nlohmann would silently keep the last one.
+    std::set<std::string> seen_keys;
+    std::string duplicate;
+    json::parser_callback_t on_event = [&](int depth, json::parse_event_t event, json& parsed) {
+      if (event == json::parse_event_t::key && depth == 1) {
+        std::string key = parsed.get<std::string>();
+        if (!seen_keys.insert(key).second && duplicate.empty()) duplicate = key;
+      }
+      return true;
+    };
+    json header;
+    try {
+      header = json::parse(text, text + header_len, on_event);
+    } catch (const json::exception& e) {
+      SPEC_INPUT_FAIL(path << ": the header is not valid JSON (" << e.what()
+                           << "): corrupt or not a safetensors file");
+    }
+    SPEC_INPUT_CHECK(header.is_object(), path << ": the header is not a JSON object");
+    SPEC_INPUT_CHECK(duplicate.empty(),
+                     path << ": tensor '" << duplicate << "' appears twice in the header");
+
+    std::vector<Entry> entries;
+    for (auto it = header.begin(); it != header.end(); ++it) {
+      const std::string& name = it.key();
+      const json& t = it.value();
+      if (name == "__metadata__") {
+        SPEC_INPUT_CHECK(t.is_object(), path << ": __metadata__ is not a JSON object");
+        for (auto m = t.begin(); m != t.end(); ++m) {
+          SPEC_INPUT_CHECK(m.value().is_string(),
+                           path << ": __metadata__ value for '" << m.key() << "' is not a string");
+          metadata_[m.key()] = m.value().get<std::string>();
+        }
+        continue;
+      }
+      const std::string where = path + ": tensor '" + name + "'";
+      SPEC_INPUT_CHECK(t.is_object(), where << ": header entry is not a JSON object");
+      SPEC_INPUT_CHECK(t.contains("dtype") && t["dtype"].is_string(),
+                       where << ": missing or non-string \"dtype\"");
+      SPEC_INPUT_CHECK(t.contains("shape") && t["shape"].is_array(),
+                       where << ": missing or non-array \"shape\"");
+      SPEC_INPUT_CHECK(t.contains("data_offsets") && t["data_offsets"].is_array() &&
+                           t["data_offsets"].size() == 2,
+                       where << ": \"data_offsets\" must be an array [begin, end]");
+      const std::string dtype_str = t["dtype"].get<std::string>();
+      const std::size_t elem = safetensors_dtype_size(dtype_str);
+
+      TensorView view;
+      view.name = name;
+      view.file = path;
+      // numel is bounded by the data section (or by 2^62 for zero-size tensors) to avoid overflow.
+      std::uint64_t numel = 1;
+      bool zero_dim = false;
+      for (const json& d : t["shape"]) {
+        SPEC_INPUT_CHECK(d.is_number_integer() && d.get<std::int64_t>() >= 0,
+                         where << ": shape " << t["shape"].dump()
+                               << " has an entry that is not a non-negative integer");
+        std::uint64_t dim = d.get<std::uint64_t>();
+        SPEC_INPUT_CHECK(dim < (std::uint64_t{1} << 62),
+                         where << ": shape " << t["shape"].dump() << " is absurdly large");
+        view.shape.push_back(static_cast<std::int64_t>(dim));
+        if (dim == 0)
+          zero_dim = true;
+        else if (!zero_dim) {
+          SPEC_INPUT_CHECK(numel <= (std::uint64_t{1} << 62) / dim,
+                           where << ": shape " << t["shape"].dump() << " is absurdly large");
+          numel *= dim;
+        }
+      }
+      if (zero_dim) numel = 0;
+
+      const json& off = t["data_offsets"];
+      SPEC_INPUT_CHECK(
+          off[0].is_number_unsigned() ||
+              (off[0].is_number_integer() && off[0].get<std::int64_t>() >= 0),
+          where << ": data_offsets " << off.dump() << " are not non-negative integers");
+      SPEC_INPUT_CHECK(
+          off[1].is_number_unsigned() ||
+              (off[1].is_number_integer() && off[1].get<std::int64_t>() >= 0),
+          where << ": data_offsets " << off.dump() << " are not non-negative integers");
+      const std::uint64_t begin = off[0].get<std::uint64_t>();
+      const std::uint64_t end = off[1].get<std::uint64_t>();
+      SPEC_INPUT_CHECK(begin <= end, where << ": data_offsets [" << begin << ", " << end
+                                           << "] have begin > end: corrupt header");
+      SPEC_INPUT_CHECK(end <= data_size,
+                       where << ": data_offsets [" << begin << ", " << end
+                             << "] lie outside the data section of " << data_size
+                             << " bytes: the file is truncated or the header is corrupt");
+      if (elem != 0) {
+        SPEC_INPUT_CHECK(numel <= std::numeric_limits<std::uint64_t>::max() / elem &&
+                             end - begin == numel * elem,
+                         where << ": data_offsets [" << begin << ", " << end << "] span "
+                               << end - begin << " bytes, but shape " << t["shape"].dump() << " of "
+                               << dtype_str << " needs " << numel * elem
+                               << " bytes: corrupt header");
+      }
+      entries.push_back({name, begin, end});
+
+      DType dt;
+      if (float_dtype(dtype_str, &dt)) {
+        view.dtype = dt;
+        view.data = data + begin;
+        view.nbytes = static_cast<std::size_t>(end - begin);
+        tensors_.emplace(name, std::move(view));
+      } else {
+        unsupported_dtype_[name] = dtype_str;
+      }
+    }
+
+    // Full coverage of the data section, no overlaps, no holes.
+    std::sort(entries.begin(), entries.end(), [](const Entry& a, const Entry& b) {
+      return a.begin != b.begin ? a.begin < b.begin : a.end < b.end;
+    });
+    std::uint64_t prev_end = 0;
+    const Entry* prev = nullptr;
+    for (const Entry& e : entries) {
+      if (e.begin < prev_end) {
+        SPEC_INPUT_FAIL(path << ": tensor '" << e.name << "' bytes [" << e.begin << ", " << e.end
+                             << ") overlap tensor '" << prev->name << "' bytes [" << prev->begin
+                             << ", " << prev->end << "): corrupt header");
+      }
+      if (e.begin > prev_end) {
+        SPEC_INPUT_FAIL(path << ": hole of " << e.begin - prev_end << " bytes in the data section "
+                             << "before tensor '" << e.name << "' (starts at " << e.begin
+                             << ", previous data ends at " << prev_end << "): corrupt header");
+      }
+      prev_end = e.end;
+      prev = &e;
+    }
+    SPEC_INPUT_CHECK(prev_end == data_size, path << ": the tensors cover " << prev_end
+                                                 << " bytes but the data section has " << data_size
+                                                 << " bytes: " << data_size - prev_end
+                                                 << " trailing bytes not described by the header");
+  } catch (...) {
+    ::munmap(map_, map_size_);
+    map_ = nullptr;
+    throw;
+  }
+}
+
+SafetensorsFile::~SafetensorsFile() {
+  if (map_ != nullptr) ::munmap(map_, map_size_);
+}
+
+const TensorView& SafetensorsFile::get(const std::string& name) const {
+  auto it = tensors_.find(name);
+  if (it != tensors_.end()) return it->second;
+  auto bad = unsupported_dtype_.find(name);
+  if (bad != unsupported_dtype_.end()) {
+    SPEC_INPUT_FAIL(path_ << ": tensor '" << name << "' has dtype " << bad->second
+                          << "; only F32, F16 and BF16 weights are supported "
+                             "(re-export the checkpoint in one of those)");
+  }
+  SPEC_INPUT_FAIL(path_ << ": tensor '" << name << "' not found (the file has "
+                        << tensors_.size() + unsupported_dtype_.size() << " tensors)");
+}
+
+std::vector<std::string> SafetensorsFile::names() const {
+  std::vector<std::string> out;
+  for (const auto& kv : tensors_) out.push_back(kv.first);
+  for (const auto& kv : unsupported_dtype_) out.push_back(kv.first);
+  std::sort(out.begin(), out.end());
+  return out;
+}
+
+void write_safetensors(const std::string& path, const std::vector<TensorToWrite>& tensors) {
+  nlohmann::ordered_json header = nlohmann::ordered_json::object();
+  header["__metadata__"] = {{"format", "pt"}};
+  std::uint64_t offset = 0;
+  std::set<std::string> names;
+  for (const TensorToWrite& t : tensors) {
+    SPEC_CHECK(names.insert(t.name).second,
+               "write_safetensors " << path << ": tensor '" << t.name << "' given twice");
+    std::uint64_t numel = 1;
+    for (std::int64_t d : t.shape) {
+      SPEC_CHECK(d >= 0, "write_safetensors " << path << ": tensor '" << t.name
+                                              << "' has a negative dimension");
+      numel *= static_cast<std::uint64_t>(d);
+    }
+    SPEC_CHECK(numel * dtype_size(t.dtype) == t.bytes.size(),
+               "write_safetensors " << path << ": tensor '" << t.name << "' has " << t.bytes.size()
+                                    << " bytes, its shape and dtype need "
+                                    << numel * dtype_size(t.dtype));
+    header[t.name] = {{"dtype", dtype_name(t.dtype)},
+                      {"shape", t.shape},
+                      {"data_offsets", {offset, offset + t.bytes.size()}}};
+    offset += t.bytes.size();
+  }
+  std::string text = header.dump();
+  text.append((8 - text.size() % 8) % 8, ' ');
+
+  std::ofstream out(path, std::ios::binary | std::ios::trunc);
+  SPEC_INPUT_CHECK(out.good(), "cannot create " << path << ": " << std::strerror(errno));
+  unsigned char len[8];
+  std::uint64_t n = text.size();
+  for (int i = 0; i < 8; ++i) len[i] = static_cast<unsigned char>((n >> (8 * i)) & 0xff);
+  out.write(reinterpret_cast<const char*>(len), 8);
+  out.write(text.data(), static_cast<std::streamsize>(text.size()));
+  for (const TensorToWrite& t : tensors) {
+    out.write(reinterpret_cast<const char*>(t.bytes.data()),
+              static_cast<std::streamsize>(t.bytes.size()));
+  }
+  out.close();
+  SPEC_INPUT_CHECK(!out.fail(),
+                   "writing " << path << " failed (disk full?): " << std::strerror(errno));
+}
+
+}  // namespace specrun

@@ -1,0 +1,212 @@
+// ModelConfig: config.json fields, defaults, rope variants, and the rejection of everything that
+// would silently change the numbers.
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <functional>
+
+#include "common/error.h"
+#include "model/model_config.h"
+
+namespace specrun {
+namespace {
+
+const std::string kShared = SPECRUN_SOURCE_DIR "/../shared";
+
+std::string error_of(const std::function<void()>& f) {
+  try {
+    f();
+  } catch (const Error& e) {
+    return e.what();
+  }
+  return "";
+}
+
+// A Llama config with `extra` fields appended (a JSON fragment starting with ',').
+std::string llama(const std::string& extra = "", const std::string& arch = "LlamaForCausalLM") {
+  return R"({"architectures":[")" + arch +
+         R"("],"hidden_size":256,"intermediate_size":688,"num_hidden_layers":4,
+             "num_attention_heads":8,"vocab_size":512)" +
+         extra + "}";
+}
+
+ModelConfig parse(const std::string& text) {
+  return ModelConfig::from_json_text(text, "cfg.json");
+}
+
+TEST(ModelConfig, SharedCodeTarget) {
+  ModelConfig c = ModelConfig::from_file(kShared + "/models/code-target/config.json");
+  EXPECT_EQ(c.architecture, "LlamaForCausalLM");
+  EXPECT_EQ(c.model_type, "llama");
+  EXPECT_EQ(c.hidden_size, 256);
+  EXPECT_EQ(c.intermediate_size, 768);
+  EXPECT_EQ(c.num_layers, 6);
+  EXPECT_EQ(c.num_heads, 8);
+  EXPECT_EQ(c.num_kv_heads, 4);
+  EXPECT_EQ(c.head_dim, 32);
+  EXPECT_EQ(c.vocab_size, 2048);
+  EXPECT_EQ(c.max_position_embeddings, 1024);
+  EXPECT_FLOAT_EQ(c.rms_norm_eps, 1e-5f);
+  EXPECT_EQ(c.rope_theta, 10000.0);
+  EXPECT_EQ(c.rope_type, "default");
+  EXPECT_FALSE(c.tie_word_embeddings);
+  EXPECT_FALSE(c.qkv_bias);
+  EXPECT_EQ(c.bos_token_id, 1);
+  EXPECT_EQ(c.eos_token_ids, std::vector<int>{2});
+  EXPECT_TRUE(c.is_eos(2));
+  EXPECT_FALSE(c.is_eos(1));
+}
+
+TEST(ModelConfig, DefaultsWhenFieldsAreAbsent) {
+  ModelConfig c = parse(llama());
+  EXPECT_EQ(c.num_kv_heads, 8);            // = num_attention_heads
+  EXPECT_EQ(c.head_dim, 32);               // hidden_size / num_attention_heads
+  EXPECT_FLOAT_EQ(c.rms_norm_eps, 1e-6f);  // transformers' LlamaConfig default
+  EXPECT_EQ(c.rope_theta, 10000.0);
+  EXPECT_EQ(c.max_position_embeddings, 2048);
+  EXPECT_TRUE(c.eos_token_ids.empty());
+  EXPECT_FALSE(c.tie_word_embeddings);
+}
+
+TEST(ModelConfig, ExplicitHeadDimAndEosList) {
+  ModelConfig c = parse(llama(R"(,"head_dim":64,"num_key_value_heads":2,"eos_token_id":[3,7,9],
+                                 "tie_word_embeddings":true,"bos_token_id":5)"));
+  EXPECT_EQ(c.head_dim, 64);
+  EXPECT_EQ(c.num_kv_heads, 2);
+  EXPECT_EQ(c.eos_token_ids, (std::vector<int>{3, 7, 9}));
+  EXPECT_TRUE(c.is_eos(7));
+  EXPECT_TRUE(c.tie_word_embeddings);
+  EXPECT_EQ(c.bos_token_id, 5);
+}
+
+TEST(ModelConfig, Qwen2HasQkvBiasAndMistralIsAccepted) {
+  ModelConfig q =
+      parse(llama(R"(,"use_sliding_window":false,"sliding_window":4096)", "Qwen2ForCausalLM"));
+  EXPECT_EQ(q.model_type, "qwen2");
+  EXPECT_TRUE(q.qkv_bias);
+  EXPECT_FALSE(q.o_bias);
+  ModelConfig m = parse(llama(R"(,"sliding_window":null)", "MistralForCausalLM"));
+  EXPECT_EQ(m.model_type, "mistral");
+  EXPECT_FALSE(m.qkv_bias);
+  ModelConfig b = parse(llama(R"(,"attention_bias":true)"));
+  EXPECT_TRUE(b.qkv_bias);
+  EXPECT_TRUE(b.o_bias);
+}
+
+TEST(ModelConfig, DefaultInvFreqFollowsTheFormula) {
+  ModelConfig c = parse(llama(R"(,"rope_theta":10000.0)"));
+  std::vector<float> f = c.rope_inv_freq();
+  ASSERT_EQ(f.size(), 16u);
+  EXPECT_EQ(f[0], 1.0f);
+  // 10000^(-2*8/32) = 10000^(-1/2) = 0.01 and 10000^(-2*4/32) = 0.1
+  EXPECT_FLOAT_EQ(f[8], 0.01f);
+  EXPECT_FLOAT_EQ(f[4], 0.1f);
+}
+
+// Llama-3.1-8B: head_dim 128, theta 500000, factor 8, low 1, high 4, original context 8192.
+// Expected values worked out from the formula of model-formats.md section 2 separately (Python,
+// double precision, then rounded to float32): j=0..25 high band (unchanged), j=30 medium band
+// (interpolated, wavelength 2948.3), j>=35 low band (divided by 8).
+TEST(ModelConfig, Llama3InvFreqMatchesHandComputedValues) {
+  const char* rope = R"(,"head_dim":128,"rope_theta":500000.0,"max_position_embeddings":131072,
+      "rope_scaling":{"rope_type":"llama3","factor":8.0,"low_freq_factor":1.0,
+                      "high_freq_factor":4.0,"original_max_position_embeddings":8192})";
+  ModelConfig c = parse(llama(rope));
+  EXPECT_EQ(c.rope_type, "llama3");
+  EXPECT_EQ(c.rope_original_max_position, 8192);
+  std::vector<float> f = c.rope_inv_freq();
+  ASSERT_EQ(f.size(), 64u);
+  const std::pair<int, float> expected[] = {{0, 1.0f},
+                                            {10, 1.286873668e-01f},
+                                            {20, 1.656044088e-02f},
+                                            {25, 5.940730218e-03f},
+                                            {30, 1.371893566e-03f},
+                                            {35, 9.556212171e-05f},
+                                            {40, 3.428102355e-05f},
+                                            {50, 4.411534519e-06f},
+                                            {63, 3.068925878e-07f}};
+  for (const auto& [j, want] : expected) EXPECT_FLOAT_EQ(f[j], want) << "j=" << j;
+  // The unscaled value at j=30 is 2*pi/2948.3; the medium band must lie strictly between
+  // it divided by 8 and it.
+  const double f30 = 1.0 / std::pow(500000.0, 60.0 / 128.0);
+  EXPECT_LT(f[30], f30);
+  EXPECT_GT(f[30], f30 / 8);
+
+  // Legacy key "type" and transformers v5's rope_parameters give the same result.
+  ModelConfig legacy = parse(llama(R"(,"head_dim":128,"rope_theta":500000.0,
+      "rope_scaling":{"type":"llama3","factor":8.0,"low_freq_factor":1.0,
+                      "high_freq_factor":4.0,"original_max_position_embeddings":8192})"));
+  EXPECT_EQ(legacy.rope_inv_freq(), f);
+  ModelConfig v5 = parse(llama(R"(,"head_dim":128,
+      "rope_parameters":{"rope_type":"llama3","rope_theta":500000.0,"factor":8.0,
+                         "low_freq_factor":1.0,"high_freq_factor":4.0,
+                         "original_max_position_embeddings":8192})"));
+  EXPECT_EQ(v5.rope_theta, 500000.0);
+  EXPECT_EQ(v5.rope_inv_freq(), f);
+  ModelConfig v5_default =
+      parse(llama(R"(,"rope_parameters":{"rope_type":"default","rope_theta":123.0})"));
+  EXPECT_EQ(v5_default.rope_type, "default");
+  EXPECT_EQ(v5_default.rope_theta, 123.0);
+}
+
+TEST(ModelConfig, JsonTextRoundTrips) {
+  ModelConfig c = parse(llama(R"(,"head_dim":128,"rope_theta":500000.0,"num_key_value_heads":2,
+      "rope_scaling":{"rope_type":"llama3","factor":8.0,"low_freq_factor":1.0,
+                      "high_freq_factor":4.0,"original_max_position_embeddings":8192},
+      "eos_token_id":[2,3],"tie_word_embeddings":true,"rms_norm_eps":1e-5)"));
+  ModelConfig r = parse(c.to_json_text());
+  EXPECT_EQ(r.architecture, c.architecture);
+  EXPECT_EQ(r.hidden_size, c.hidden_size);
+  EXPECT_EQ(r.num_kv_heads, 2);
+  EXPECT_EQ(r.head_dim, 128);
+  EXPECT_EQ(r.rms_norm_eps, c.rms_norm_eps);
+  EXPECT_EQ(r.eos_token_ids, c.eos_token_ids);
+  EXPECT_TRUE(r.tie_word_embeddings);
+  EXPECT_EQ(r.rope_inv_freq(), c.rope_inv_freq());
+  ModelConfig q = parse(parse(llama("", "Qwen2ForCausalLM")).to_json_text());
+  EXPECT_TRUE(q.qkv_bias);
+  EXPECT_FALSE(q.o_bias);
+}
+
+// Each unsupported setting is an error that names the field and the file.
+TEST(ModelConfigErrors, UnsupportedSettingsNameTheField) {
+  struct Case {
+    std::string text, field;
+  };
+  const Case cases[] = {
+      {llama("", "GPT2LMHeadModel"), "GPT2LMHeadModel"},
+      {llama(R"(,"hidden_act":"gelu")"), "hidden_act"},
+      {llama(R"(,"quantization_config":{"quant_method":"bitsandbytes"})"), "quantization_config"},
+      {llama(R"(,"rope_scaling":{"rope_type":"yarn","factor":4.0})"), "rope_scaling"},
+      {llama(R"(,"rope_scaling":{"type":"linear","factor":2.0})"), "\"linear\""},
+      {llama(R"(,"rope_scaling":{"rope_type":"dynamic","factor":2.0})"), "\"dynamic\""},
+      {llama(R"(,"rope_parameters":{"rope_type":"yarn","rope_theta":1e6})"), "rope_parameters"},
+      {llama(R"(,"rope_scaling":{"rope_type":"llama3","factor":8.0})"), "low_freq_factor"},
+      {llama(R"(,"partial_rotary_factor":0.5)"), "partial_rotary_factor"},
+      {llama(R"(,"use_sliding_window":true)", "Qwen2ForCausalLM"), "use_sliding_window"},
+      {llama(R"(,"max_position_embeddings":32768,"sliding_window":4096)", "MistralForCausalLM"),
+       "sliding_window"},
+      {llama(R"(,"layer_types":["full_attention","sliding_attention"])"), "layer_types"},
+      {llama(R"(,"num_key_value_heads":3)"), "num_key_value_heads"},
+      {llama(R"(,"hidden_size":"256")"), "hidden_size"},
+      {R"({"architectures":["LlamaForCausalLM"],"hidden_size":256})", "intermediate_size"},
+      {llama(R"(,"eos_token_id":[2,99999])"), "eos_token_id"},
+      {"{not json", "not valid JSON"},
+  };
+  for (const Case& tc : cases) {
+    std::string msg = error_of([&] { parse(tc.text); });
+    EXPECT_NE(msg.find(tc.field), std::string::npos) << "case " << tc.text << "\nmessage: " << msg;
+    EXPECT_NE(msg.find("cfg.json"), std::string::npos) << msg;
+  }
+  // A Mistral window at least as long as the context is full attention: accepted.
+  EXPECT_NO_THROW(parse(
+      llama(R"(,"max_position_embeddings":4096,"sliding_window":4096)", "MistralForCausalLM")));
+}
+
+TEST(ModelConfigErrors, MissingFileIsClear) {
+  std::string msg = error_of([] { ModelConfig::from_file("/nonexistent/config.json"); });
+  EXPECT_NE(msg.find("cannot open /nonexistent/config.json"), std::string::npos) << msg;
+}
+
+}  // namespace
+}  // namespace specrun
