@@ -252,6 +252,10 @@ std::string decode_nccl_version(int code) {
 }
 
 ProvenanceRecord collect_local_provenance(const MpiSession& mpi) {
+  return collect_local_provenance(mpi.world(1));
+}
+
+ProvenanceRecord collect_local_provenance(const World& world) {
   ProvenanceRecord r;
   const BuildInfo& b = build_info();
   r.specrun_version = b.version;
@@ -268,9 +272,9 @@ ProvenanceRecord collect_local_provenance(const MpiSession& mpi) {
 #endif
   r.hostname = read_hostname();
   r.pid = static_cast<long>(getpid());
-  r.world_rank = mpi.rank();
-  r.world_size = mpi.size();
-  r.local_rank = mpi.local_rank();
+  r.world_rank = world.rank;
+  r.world_size = world.size;
+  r.local_rank = world.local_rank;
   r.cpu_model = read_cpu_model();
   std::vector<std::string> entries;
   for (char** e = environ; e != nullptr && *e != nullptr; ++e) entries.emplace_back(*e);

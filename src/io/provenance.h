@@ -17,6 +17,7 @@ namespace specrun {
 
 class MpiSession;
 class MpiComm;
+struct World;
 
 struct ProvenanceRecord {
   // Build (src/common/build_info.h): identical on every rank of a sane launch.
@@ -69,6 +70,9 @@ std::map<std::string, std::string> select_environment(const std::vector<std::str
 // This rank's record. Local: no communication. Reads the process environment, /proc/cpuinfo
 // and the linked libraries' versions; a CUDA query that fails is recorded, not thrown.
 ProvenanceRecord collect_local_provenance(const MpiSession& mpi);
+// The same with the ranks taken from `world` (rank, size, local_rank); for callers that hold a
+// World rather than the session.
+ProvenanceRecord collect_local_provenance(const World& world);
 
 // Collective over `world` (every rank calls it with its own record, normally from
 // collect_local_provenance): the records travel to rank 0 as JSON text. Rank 0 gets
