@@ -1,0 +1,320 @@
+// Decode-only tokenizers: llama2.c .bin and sentencepiece tokenizer.model (protobuf).
+#include "model/tokenizer.h"
+
+#include <sys/stat.h>
+
+#include <cstdint>
+#include <cstring>
+#include <fstream>
+#include <iterator>
+#include <string_view>
+
+#include "common/error.h"
+#include "model/model_config.h"
+
+namespace specrun {
+
+namespace {
+
+std::string read_file(const std::string& path) {
+  std::ifstream in(path, std::ios::binary);
+  SPEC_INPUT_CHECK(in.good(), "cannot open tokenizer file " << path);
+  return std::string(std::istreambuf_iterator<char>(in), std::istreambuf_iterator<char>());
+}
+
+bool file_exists(const std::string& path) {
+  struct stat st {};
+  return ::stat(path.c_str(), &st) == 0 && S_ISREG(st.st_mode);
+}
+
+// "<0xHH>" -> the byte; false for anything else.
+bool byte_piece(const std::string& p, unsigned char* out) {
+  if (p.size() != 6 || p.compare(0, 3, "<0x") != 0 || p[5] != '>') return false;
+  unsigned value = 0;
+  for (int i = 3; i < 5; ++i) {
+    char c = p[static_cast<std::size_t>(i)];
+    unsigned d;
+    if (c >= '0' && c <= '9')
+      d = static_cast<unsigned>(c - '0');
+    else if (c >= 'A' && c <= 'F')
+      d = static_cast<unsigned>(c - 'A' + 10);
+    else if (c >= 'a' && c <= 'f')
+      d = static_cast<unsigned>(c - 'a' + 10);
+    else
+      return false;
+    value = value * 16 + d;
+  }
+  *out = static_cast<unsigned char>(value);
+  return true;
+}
+
+void check_id(int id, int vocab, const std::string& path) {
+  SPEC_INPUT_CHECK(id >= 0 && id < vocab, "token id " << id << " is outside the vocabulary of "
+                                                      << vocab << " pieces of tokenizer " << path);
+}
+
+class Llama2cTokenizer : public Tokenizer {
+ public:
+  static constexpr int kBos = 1;
+  static constexpr int kEos = 2;
+
+  Llama2cTokenizer(const std::string& path, int vocab_size) : path_(path) {
+    SPEC_INPUT_CHECK(vocab_size > 0, path << ": vocab size " << vocab_size << " must be positive");
+    const std::string data = read_file(path);
+    std::size_t pos = 0;
+    auto take = [&](void* dst, std::size_t n, const char* what, int index) {
+      SPEC_INPUT_CHECK(pos + n <= data.size(), path << ": truncated at byte " << pos
+                                                    << " while reading the " << what << " of token "
+                                                    << index << " (file has " << data.size()
+                                                    << " bytes; the model expects " << vocab_size
+                                                    << " tokens): wrong tokenizer for this model?");
+      std::memcpy(dst, data.data() + pos, n);
+      pos += n;
+    };
+    std::uint32_t max_len = 0;
+    take(&max_len, 4, "header", -1);
+    pieces_.resize(static_cast<std::size_t>(vocab_size));
+    for (int i = 0; i < vocab_size; ++i) {
+      float score;
+      std::int32_t len;
+      take(&score, 4, "score", i);
+      take(&len, 4, "length", i);
+      SPEC_INPUT_CHECK(len >= 0 && static_cast<std::uint32_t>(len) <= max_len + 8,
+                       path << ": token " << i << " has length " << len << " (max_token_length "
+                            << max_len << "): not a llama2.c tokenizer");
+      std::string& p = pieces_[static_cast<std::size_t>(i)];
+      p.resize(static_cast<std::size_t>(len));
+      take(p.data(), p.size(), "bytes", i);
+    }
+  }
+
+  int vocab_size() const override { return static_cast<int>(pieces_.size()); }
+  const char* format() const override { return "llama2c"; }
+  const std::string& piece(int id) const override {
+    check_id(id, vocab_size(), path_);
+    return pieces_[static_cast<std::size_t>(id)];
+  }
+
+  // run.c decode(): after BOS a leading space is stripped; <0xHH> is the raw byte.
+  std::string decode_after(const std::vector<int>& ids, int prev_token) const override {
+    std::string out;
+    int prev = prev_token < 0 ? kBos : prev_token;
+    for (int id : ids) {
+      const std::string& p = piece(id);
+      if (id == kBos || id == kEos) {
+        prev = id;
+        continue;
+      }
+      unsigned char byte;
+      if (byte_piece(p, &byte)) {
+        out.push_back(static_cast<char>(byte));
+      } else if (prev == kBos && !p.empty() && p[0] == ' ') {
+        out.append(p, 1);
+      } else {
+        out += p;
+      }
+      prev = id;
+    }
+    return out;
+  }
+
+ private:
+  std::string path_;
+  std::vector<std::string> pieces_;
+};
+
+// Minimal protobuf wire-format reader over a byte range.
+class ProtoReader {
+ public:
+  ProtoReader(const std::string& path, const char* begin, const char* end)
+      : path_(path), p_(begin), end_(end) {}
+  bool done() const { return p_ >= end_; }
+
+  std::uint64_t varint() {
+    std::uint64_t v = 0;
+    for (int shift = 0; shift < 64; shift += 7) {
+      SPEC_INPUT_CHECK(p_ < end_, path_ << ": truncated protobuf varint: corrupt tokenizer.model");
+      auto b = static_cast<unsigned char>(*p_++);
+      v |= static_cast<std::uint64_t>(b & 0x7f) << shift;
+      if ((b & 0x80) == 0) return v;
+    }
+    SPEC_INPUT_FAIL(path_ << ": malformed protobuf varint: corrupt tokenizer.model");
+  }
+  // Reads a tag; returns the field number, sets the wire type.
+  std::uint64_t tag(int* wire) {
+    std::uint64_t t = varint();
+    *wire = static_cast<int>(t & 7);
+    return t >> 3;
+  }
+  std::string_view bytes() {
+    std::uint64_t n = varint();
+    SPEC_INPUT_CHECK(n <= static_cast<std::uint64_t>(end_ - p_),
+                     path_ << ": protobuf field of " << n << " bytes runs past the end of its "
+                           << "message: truncated or corrupt tokenizer.model");
+    std::string_view v(p_, static_cast<std::size_t>(n));
+    p_ += n;
+    return v;
+  }
+  float fixed32_float() {
+    SPEC_INPUT_CHECK(end_ - p_ >= 4, path_ << ": truncated protobuf fixed32");
+    float f;
+    std::memcpy(&f, p_, 4);
+    p_ += 4;
+    return f;
+  }
+  void skip(int wire) {
+    switch (wire) {
+      case 0:
+        varint();
+        return;
+      case 1:
+        SPEC_INPUT_CHECK(end_ - p_ >= 8, path_ << ": truncated protobuf fixed64");
+        p_ += 8;
+        return;
+      case 2:
+        bytes();
+        return;
+      case 5:
+        fixed32_float();
+        return;
+      default:
+        SPEC_INPUT_FAIL(path_ << ": unsupported protobuf wire type " << wire
+                              << ": not a sentencepiece tokenizer.model");
+    }
+  }
+
+ private:
+  std::string path_;
+  const char* p_;
+  const char* end_;
+};
+
+class SentencePieceTokenizer : public Tokenizer {
+ public:
+  enum PieceType {
+    kNormal = 1,
+    kUnknown = 2,
+    kControl = 3,
+    kUserDefined = 4,
+    kUnused = 5,
+    kByte = 6
+  };
+
+  explicit SentencePieceTokenizer(const std::string& path) : path_(path) {
+    const std::string data = read_file(path);
+    ProtoReader model(path, data.data(), data.data() + data.size());
+    while (!model.done()) {
+      int wire;
+      std::uint64_t field = model.tag(&wire);
+      if (field == 1 && wire == 2) {
+        std::string_view msg = model.bytes();
+        ProtoReader sp(path, msg.data(), msg.data() + msg.size());
+        Piece piece;
+        while (!sp.done()) {
+          int w;
+          std::uint64_t f = sp.tag(&w);
+          if (f == 1 && w == 2)
+            piece.text = std::string(sp.bytes());
+          else if (f == 2 && w == 5)
+            sp.fixed32_float();
+          else if (f == 3 && w == 0)
+            piece.type = static_cast<int>(sp.varint());
+          else
+            sp.skip(w);
+        }
+        pieces_.push_back(std::move(piece));
+      } else if (field == 3 && wire == 2) {  // normalizer_spec
+        std::string_view msg = model.bytes();
+        ProtoReader ns(path, msg.data(), msg.data() + msg.size());
+        while (!ns.done()) {
+          int w;
+          std::uint64_t f = ns.tag(&w);
+          if (f == 3 && w == 0)
+            add_dummy_prefix_ = ns.varint() != 0;
+          else
+            ns.skip(w);
+        }
+      } else {
+        model.skip(wire);
+      }
+    }
+    SPEC_INPUT_CHECK(!pieces_.empty(), path << ": no pieces found: not a sentencepiece model");
+  }
+
+  int vocab_size() const override { return static_cast<int>(pieces_.size()); }
+  const char* format() const override { return "sentencepiece"; }
+  const std::string& piece(int id) const override {
+    check_id(id, vocab_size(), path_);
+    return pieces_[static_cast<std::size_t>(id)].text;
+  }
+  bool add_dummy_prefix() const { return add_dummy_prefix_; }
+
+  std::string decode_after(const std::vector<int>& ids, int prev_token) const override {
+    static const std::string kMetaSpace = "\xE2\x96\x81";  // U+2581
+    std::string out;
+    bool at_start =
+        prev_token < 0 || (prev_token < vocab_size() &&
+                           pieces_[static_cast<std::size_t>(prev_token)].type == kControl);
+    for (int id : ids) {
+      check_id(id, vocab_size(), path_);
+      const Piece& p = pieces_[static_cast<std::size_t>(id)];
+      if (p.type == kControl || p.type == kUnused) continue;
+      if (p.type == kUnknown) {
+        out += " \xE2\x81\x87 ";  // sentencepiece's unk surface " ⁇ "
+        at_start = false;
+        continue;
+      }
+      unsigned char byte;
+      if (p.type == kByte && byte_piece(p.text, &byte)) {
+        out.push_back(static_cast<char>(byte));
+        at_start = false;
+        continue;
+      }
+      std::string text;
+      for (std::size_t i = 0; i < p.text.size();) {
+        if (p.text.compare(i, kMetaSpace.size(), kMetaSpace) == 0) {
+          text.push_back(' ');
+          i += kMetaSpace.size();
+        } else {
+          text.push_back(p.text[i++]);
+        }
+      }
+      if (at_start && add_dummy_prefix_ && !text.empty() && text[0] == ' ') text.erase(0, 1);
+      out += text;
+      at_start = false;
+    }
+    return out;
+  }
+
+ private:
+  struct Piece {
+    std::string text;
+    int type = kNormal;
+  };
+  std::string path_;
+  std::vector<Piece> pieces_;
+  bool add_dummy_prefix_ = true;  // protobuf default
+};
+
+}  // namespace
+
+std::unique_ptr<Tokenizer> load_llama2c_tokenizer(const std::string& path, int vocab_size) {
+  return std::make_unique<Llama2cTokenizer>(path, vocab_size);
+}
+
+std::unique_ptr<Tokenizer> load_sentencepiece_tokenizer(const std::string& path) {
+  return std::make_unique<SentencePieceTokenizer>(path);
+}
+
+std::unique_ptr<Tokenizer> load_tokenizer_for(const std::string& model_dir) {
+  const std::string bin = model_dir + "/tokenizer.bin";
+  if (file_exists(bin)) {
+    ModelConfig config = ModelConfig::from_file(model_dir + "/config.json");
+    return load_llama2c_tokenizer(bin, config.vocab_size);
+  }
+  const std::string sp = model_dir + "/tokenizer.model";
+  if (file_exists(sp)) return load_sentencepiece_tokenizer(sp);
+  return nullptr;
+}
+
+}  // namespace specrun
