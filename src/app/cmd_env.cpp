@@ -58,12 +58,13 @@ int cmd_env(CommandContext& ctx, const std::vector<std::string>& args) {
     for (std::string line; std::getline(lines, line);) log.info(line);
     if (r + 1 < shown) log.info("");
   }
+  const std::string ranks =
+      std::to_string(records.size()) + (records.size() == 1 ? " rank" : " ranks");
   if (mismatches.empty()) {
-    log.info("environment check: " + std::to_string(records.size()) + " ranks, no mismatches");
+    log.info("environment check: " + ranks + ", no mismatches");
   } else {
-    log.info("environment check: " + std::to_string(records.size()) + " ranks, " +
-             std::to_string(mismatches.size()) + " mismatch" +
-             (mismatches.size() == 1 ? "" : "es") + ":");
+    log.info("environment check: " + ranks + ", " + std::to_string(mismatches.size()) +
+             " mismatch" + (mismatches.size() == 1 ? "" : "es") + ":");
     for (const Mismatch& m : mismatches) log.info(describe(m));
   }
   return 0;

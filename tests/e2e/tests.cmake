@@ -1,1 +1,2 @@
 # End-to-end script tests. One line per script.
+specrun_script_test(env_mismatch e2e/env_mismatch.sh)
