@@ -1,0 +1,198 @@
+#include "model/transformer.h"
+
+#include <omp.h>
+
+#include <algorithm>
+#include <cstring>
+
+#include "common/error.h"
+#include "dist/communicator.h"
+#include "kernels/cpu/ops.h"
+#include "model/checkpoint.h"
+
+namespace specrun {
+
+namespace {
+
+template <typename T>
+T* sized(std::vector<T>& v, std::size_t n) {
+  if (v.size() < n) v.resize(n);
+  return v.data();
+}
+
+void linear(const float* x, int n, const WeightMatrix& w, const std::vector<float>& bias,
+            float* y) {
+  cpu::matmul(x, n, w.cols, w.data, w.dtype, w.rows, bias.empty() ? nullptr : bias.data(), y);
+}
+
+}  // namespace
+
+Transformer::Transformer(const Checkpoint& checkpoint, Communicator& tp_comm, int tp_rank, int tp,
+                         int threads)
+    : config_(checkpoint.config()),
+      comm_(tp_comm),
+      tp_(tp),
+      threads_(std::max(1, threads)),
+      weights_(ModelWeights::load(checkpoint, tp, tp_rank)),
+      inv_freq_(config_.rope_inv_freq()) {
+  SPEC_CHECK(tp_comm.size() == tp && tp_comm.rank() == tp_rank,
+             "tensor-parallel communicator has rank "
+                 << tp_comm.rank() << " of " << tp_comm.size() << " but the model was "
+                 << "asked for rank " << tp_rank << " of " << tp);
+  SPEC_CHECK(
+      static_cast<int>(inv_freq_.size()) == config_.head_dim / 2,
+      "rope_inv_freq returned " << inv_freq_.size() << " values for head_dim " << config_.head_dim);
+}
+
+std::unique_ptr<KvCache> Transformer::new_cache(int capacity) const {
+  return std::make_unique<KvCache>(config_.num_layers, capacity, weights_.plan.kv_heads,
+                                   config_.head_dim, config_.max_position_embeddings);
+}
+
+void Transformer::forward(std::span<const SeqChunk> batch, bool all_logits,
+                          std::vector<float>& logits) {
+  SPEC_CHECK(!batch.empty(), "forward called with an empty batch");
+  const ShardPlan& plan = weights_.plan;
+  // Validate everything before any cache changes.
+  int n = 0;
+  for (std::size_t b = 0; b < batch.size(); ++b) {
+    const SeqChunk& s = batch[b];
+    SPEC_CHECK(s.cache != nullptr && s.n_tokens >= 1,
+               "batch entry " << b << " needs a cache and at least one new token");
+    SPEC_CHECK(s.cache->n_layers() == config_.num_layers &&
+                   s.cache->n_kv_heads() == plan.kv_heads &&
+                   s.cache->head_dim() == config_.head_dim,
+               "batch entry " << b << ": KV cache was not made by this model (use new_cache)");
+    s.cache->check_append(s.n_tokens, static_cast<int>(b));
+    for (int i = 0; i < s.n_tokens; ++i) {
+      const std::int32_t id = s.tokens[i];
+      SPEC_INPUT_CHECK(id >= 0 && id < config_.vocab_size,
+                       "token id " << id << " at index " << i << " of sequence "
+                                   << (s.cache->sequence_id() >= 0 ? s.cache->sequence_id()
+                                                                   : static_cast<std::int64_t>(b))
+                                   << " is outside the model's vocabulary [0, "
+                                   << config_.vocab_size
+                                   << "): the prompts were tokenized for another model");
+    }
+    n += s.n_tokens;
+  }
+
+  omp_set_num_threads(threads_);
+  const int H = config_.hidden_size;
+  std::int32_t* tokens = sized(tokens_, n);
+  std::int32_t* positions = sized(positions_, n);
+  for (int off = 0; const SeqChunk& s : batch) {
+    std::copy(s.tokens, s.tokens + s.n_tokens, tokens + off);
+    for (int i = 0; i < s.n_tokens; ++i) positions[off + i] = s.cache->length() + i;
+    off += s.n_tokens;
+  }
+
+  float* x = sized(x_, static_cast<std::size_t>(n) * H);
+  cpu::gather_rows(weights_.embed.data, weights_.embed.dtype, plan.vocab_begin, plan.vocab, H,
+                   tokens, n, x);
+  if (tp_ > 1) comm_.all_reduce_sum(x, static_cast<std::size_t>(n) * H);
+
+  for (int layer = 0; layer < config_.num_layers; ++layer) {
+    attention_block(layer, batch, n);
+    mlp_block(layer, n);
+  }
+  for (const SeqChunk& s : batch) s.cache->advance(s.n_tokens);
+
+  // Rows whose logits are wanted, normed into xn_.
+  const int rows = all_logits ? n : static_cast<int>(batch.size());
+  float* xn = sized(xn_, static_cast<std::size_t>(n) * H);
+  if (all_logits) {
+    cpu::rmsnorm(x, n, H, weights_.final_norm.data, weights_.final_norm.dtype, config_.rms_norm_eps,
+                 xn);
+  } else {
+    for (int b = 0, end = 0; b < rows; ++b) {
+      end += batch[b].n_tokens;
+      cpu::rmsnorm(x + static_cast<std::size_t>(end - 1) * H, 1, H, weights_.final_norm.data,
+                   weights_.final_norm.dtype, config_.rms_norm_eps,
+                   xn + static_cast<std::size_t>(b) * H);
+    }
+  }
+  const int V = config_.vocab_size, v_local = plan.vocab;
+  logits.resize(static_cast<std::size_t>(rows) * V);
+  if (tp_ == 1) {
+    linear(xn, rows, weights_.lm_head, {}, logits.data());
+    return;
+  }
+  // Vocab-parallel lm_head: local [rows, V/tp], gathered to [tp][rows][V/tp], reordered.
+  const std::size_t local = static_cast<std::size_t>(rows) * v_local;
+  float* mine = sized(local_logits_, local * (tp_ + 1));
+  float* gathered = mine + local;
+  linear(xn, rows, weights_.lm_head, {}, mine);
+  comm_.all_gather(mine, gathered, local * sizeof(float));
+  for (int r = 0; r < tp_; ++r)
+    for (int t = 0; t < rows; ++t)
+      std::memcpy(
+          logits.data() + static_cast<std::size_t>(t) * V + static_cast<std::size_t>(r) * v_local,
+          gathered + r * local + static_cast<std::size_t>(t) * v_local, sizeof(float) * v_local);
+}
+
+void Transformer::attention_block(int layer, std::span<const SeqChunk> batch, int n) {
+  const LayerWeights& L = weights_.layers[layer];
+  const ShardPlan& plan = weights_.plan;
+  const int H = config_.hidden_size, hd = config_.head_dim;
+  const std::size_t q_width = static_cast<std::size_t>(plan.q_heads) * hd;
+  const std::size_t kv_width = static_cast<std::size_t>(plan.kv_heads) * hd;
+  float* x = x_.data();
+  float* xn = sized(xn_, static_cast<std::size_t>(n) * H);
+  float* q = sized(q_, n * q_width);
+  float* k = sized(k_, n * kv_width);
+  float* v = sized(v_, n * kv_width);
+  float* attn = sized(attn_, n * q_width);
+  float* proj = sized(proj_, static_cast<std::size_t>(n) * H);
+
+  cpu::rmsnorm(x, n, H, L.input_norm.data, L.input_norm.dtype, config_.rms_norm_eps, xn);
+  linear(xn, n, L.q, L.q_bias, q);
+  linear(xn, n, L.k, L.k_bias, k);
+  linear(xn, n, L.v, L.v_bias, v);
+  cpu::rope(q, n, plan.q_heads, hd, static_cast<std::int64_t>(q_width), inv_freq_.data(),
+            positions_.data());
+  cpu::rope(k, n, plan.kv_heads, hd, static_cast<std::int64_t>(kv_width), inv_freq_.data(),
+            positions_.data());
+
+  for (int off = 0; const SeqChunk& s : batch) {
+    KvCache& cache = *s.cache;
+    const int start = cache.length();
+    const std::size_t count = static_cast<std::size_t>(s.n_tokens) * kv_width;
+    std::memcpy(cache.keys(layer) + static_cast<std::size_t>(start) * kv_width, k + off * kv_width,
+                count * sizeof(float));
+    std::memcpy(cache.values(layer) + static_cast<std::size_t>(start) * kv_width,
+                v + off * kv_width, count * sizeof(float));
+    cpu::attention(q + off * q_width, s.n_tokens, plan.q_heads, plan.kv_heads, hd,
+                   cache.keys(layer), cache.values(layer), start, attn + off * q_width);
+    off += s.n_tokens;
+  }
+
+  // Row-parallel o_proj: partial sums over this rank's heads, then summed across the group.
+  linear(attn, n, L.o, {}, proj);
+  if (tp_ > 1) comm_.all_reduce_sum(proj, static_cast<std::size_t>(n) * H);
+  if (!L.o_bias.empty())
+    for (int t = 0; t < n; ++t)
+      cpu::add_inplace(proj + static_cast<std::size_t>(t) * H, L.o_bias.data(), H);
+  cpu::add_inplace(x, proj, static_cast<std::size_t>(n) * H);
+}
+
+void Transformer::mlp_block(int layer, int n) {
+  const LayerWeights& L = weights_.layers[layer];
+  const int H = config_.hidden_size, I = weights_.plan.intermediate;
+  float* x = x_.data();
+  float* xn = xn_.data();
+  float* gate = sized(gate_, static_cast<std::size_t>(n) * I);
+  float* up = sized(up_, static_cast<std::size_t>(n) * I);
+  float* proj = proj_.data();
+
+  cpu::rmsnorm(x, n, H, L.post_attention_norm.data, L.post_attention_norm.dtype,
+               config_.rms_norm_eps, xn);
+  linear(xn, n, L.gate, {}, gate);
+  linear(xn, n, L.up, {}, up);
+  cpu::silu_mul(gate, up, gate, static_cast<std::size_t>(n) * I);
+  linear(gate, n, L.down, {}, proj);
+  if (tp_ > 1) comm_.all_reduce_sum(proj, static_cast<std::size_t>(n) * H);
+  cpu::add_inplace(x, proj, static_cast<std::size_t>(n) * H);
+}
+
+}  // namespace specrun

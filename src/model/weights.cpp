@@ -1,0 +1,155 @@
+#include "model/weights.h"
+
+#include <algorithm>
+#include <cstring>
+#include <string>
+
+#include "common/error.h"
+#include "model/checkpoint.h"
+#include "model/model_config.h"
+
+namespace specrun {
+
+namespace {
+
+void check_divides(int value, int tp, const char* field) {
+  SPEC_INPUT_CHECK(value % tp == 0, "config.json: " << field << " = " << value
+                                                    << " is not divisible by tp = " << tp
+                                                    << ": choose a tensor-parallel size that "
+                                                       "divides it");
+}
+
+// Rows [row_begin, row_begin + n_rows) of a [rows, cols] tensor: a view, no copy.
+WeightMatrix row_slice(const TensorView& t, std::int64_t row_begin, int n_rows) {
+  WeightMatrix m;
+  m.dtype = t.dtype;
+  m.rows = n_rows;
+  m.cols = static_cast<int>(t.dim(1));
+  m.data = t.data + static_cast<std::size_t>(row_begin) * static_cast<std::size_t>(m.cols) *
+                        dtype_size(t.dtype);
+  return m;
+}
+
+// Columns [col_begin, col_begin + n_cols) of a [rows, cols] tensor: copied unless all columns.
+WeightMatrix col_slice(const TensorView& t, std::int64_t col_begin, int n_cols) {
+  if (col_begin == 0 && n_cols == t.dim(1)) return row_slice(t, 0, static_cast<int>(t.dim(0)));
+  WeightMatrix m;
+  m.dtype = t.dtype;
+  m.rows = static_cast<int>(t.dim(0));
+  m.cols = n_cols;
+  const std::size_t es = dtype_size(t.dtype);
+  const std::size_t out_row = static_cast<std::size_t>(n_cols) * es;
+  const std::size_t in_row = static_cast<std::size_t>(t.dim(1)) * es;
+  m.owned.resize(out_row * static_cast<std::size_t>(m.rows));
+  for (int r = 0; r < m.rows; ++r)
+    std::memcpy(m.owned.data() + out_row * r,
+                t.data + in_row * r + static_cast<std::size_t>(col_begin) * es, out_row);
+  m.data = m.owned.data();
+  return m;
+}
+
+WeightVector vector_of(const TensorView& t) {
+  return WeightVector{t.data, t.dtype, static_cast<int>(t.numel())};
+}
+
+std::vector<float> widen_slice(const TensorView& t, std::int64_t begin, int n) {
+  std::vector<float> out(n);
+  for (int i = 0; i < n; ++i) {
+    const std::byte* p = t.data + static_cast<std::size_t>(begin + i) * dtype_size(t.dtype);
+    if (t.dtype == DType::kF32) {
+      std::memcpy(&out[i], p, 4);
+    } else {
+      std::uint16_t h;
+      std::memcpy(&h, p, 2);
+      out[i] = t.dtype == DType::kBF16 ? bf16_to_f32(h) : f16_to_f32(h);
+    }
+  }
+  return out;
+}
+
+}  // namespace
+
+ShardPlan ShardPlan::make(const ModelConfig& c, int tp, int tp_rank) {
+  SPEC_INPUT_CHECK(tp >= 1, "tensor-parallel size must be at least 1, got " << tp);
+  SPEC_CHECK(tp_rank >= 0 && tp_rank < tp, "tp rank " << tp_rank << " outside 0.." << tp - 1);
+  check_divides(c.num_heads, tp, "num_attention_heads");
+  if (tp <= c.num_kv_heads) {
+    check_divides(c.num_kv_heads, tp, "num_key_value_heads");
+  } else {
+    SPEC_INPUT_CHECK(tp % c.num_kv_heads == 0,
+                     "config.json: num_key_value_heads = "
+                         << c.num_kv_heads << " is smaller than tp = " << tp
+                         << " and does not divide it, so kv heads cannot be replicated evenly: "
+                            "choose a tp that divides or is a multiple of num_key_value_heads");
+  }
+  check_divides(c.intermediate_size, tp, "intermediate_size");
+  check_divides(c.vocab_size, tp, "vocab_size");
+
+  ShardPlan p;
+  p.tp = tp;
+  p.tp_rank = tp_rank;
+  p.q_heads = c.num_heads / tp;
+  p.q_head_begin = tp_rank * p.q_heads;
+  const int group = c.num_heads / c.num_kv_heads;  // query heads per kv head
+  p.kv_heads = std::max(1, c.num_kv_heads / tp);
+  p.kv_head_begin = p.q_head_begin / group;
+  p.intermediate = c.intermediate_size / tp;
+  p.intermediate_begin = tp_rank * p.intermediate;
+  p.vocab = c.vocab_size / tp;
+  p.vocab_begin = tp_rank * p.vocab;
+  return p;
+}
+
+ModelWeights ModelWeights::load(const Checkpoint& ckpt, int tp, int tp_rank) {
+  const ModelConfig& c = ckpt.config();
+  SPEC_INPUT_CHECK(c.num_kv_heads > 0 && c.num_heads % c.num_kv_heads == 0,
+                   "config.json: num_attention_heads = " << c.num_heads
+                                                         << " is not a multiple of "
+                                                            "num_key_value_heads = "
+                                                         << c.num_kv_heads);
+  ModelWeights w;
+  w.plan = ShardPlan::make(c, tp, tp_rank);
+  const ShardPlan& p = w.plan;
+  const std::int64_t H = c.hidden_size, hd = c.head_dim, I = c.intermediate_size;
+  const std::int64_t q_out = static_cast<std::int64_t>(c.num_heads) * hd;
+  const std::int64_t kv_out = static_cast<std::int64_t>(c.num_kv_heads) * hd;
+
+  const TensorView& embed = ckpt.tensor("model.embed_tokens.weight", {c.vocab_size, H});
+  w.embed = row_slice(embed, p.vocab_begin, p.vocab);
+  if (c.tie_word_embeddings) {
+    w.lm_head = row_slice(embed, p.vocab_begin, p.vocab);
+  } else {
+    w.lm_head = row_slice(ckpt.tensor("lm_head.weight", {c.vocab_size, H}), p.vocab_begin, p.vocab);
+  }
+  w.final_norm = vector_of(ckpt.tensor("model.norm.weight", {H}));
+
+  w.layers.resize(c.num_layers);
+  for (int l = 0; l < c.num_layers; ++l) {
+    LayerWeights& L = w.layers[l];
+    const std::string pre = "model.layers." + std::to_string(l) + ".";
+    auto t = [&](const std::string& name, std::vector<std::int64_t> shape) -> const TensorView& {
+      return ckpt.tensor(pre + name, shape);
+    };
+    L.input_norm = vector_of(t("input_layernorm.weight", {H}));
+    L.post_attention_norm = vector_of(t("post_attention_layernorm.weight", {H}));
+    const std::int64_t q_row = p.q_head_begin * hd, kv_row = p.kv_head_begin * hd;
+    const int q_rows = static_cast<int>(p.q_heads * hd),
+              kv_rows = static_cast<int>(p.kv_heads * hd);
+    L.q = row_slice(t("self_attn.q_proj.weight", {q_out, H}), q_row, q_rows);
+    L.k = row_slice(t("self_attn.k_proj.weight", {kv_out, H}), kv_row, kv_rows);
+    L.v = row_slice(t("self_attn.v_proj.weight", {kv_out, H}), kv_row, kv_rows);
+    L.o = col_slice(t("self_attn.o_proj.weight", {H, q_out}), q_row, q_rows);
+    if (c.qkv_bias) {
+      L.q_bias = widen_slice(t("self_attn.q_proj.bias", {q_out}), q_row, q_rows);
+      L.k_bias = widen_slice(t("self_attn.k_proj.bias", {kv_out}), kv_row, kv_rows);
+      L.v_bias = widen_slice(t("self_attn.v_proj.bias", {kv_out}), kv_row, kv_rows);
+    }
+    if (c.o_bias) L.o_bias = widen_slice(t("self_attn.o_proj.bias", {H}), 0, static_cast<int>(H));
+    L.gate = row_slice(t("mlp.gate_proj.weight", {I, H}), p.intermediate_begin, p.intermediate);
+    L.up = row_slice(t("mlp.up_proj.weight", {I, H}), p.intermediate_begin, p.intermediate);
+    L.down = col_slice(t("mlp.down_proj.weight", {H, I}), p.intermediate_begin, p.intermediate);
+  }
+  return w;
+}
+
+}  // namespace specrun

@@ -1,0 +1,360 @@
+// Whole-model checks of the CPU transformer against the independent references in
+// shared/models (float32 logits of every prompt position, greedy continuations with F32 and
+// BF16 weights), and the cache invariants speculative decoding relies on: incremental decode
+// equals one-shot, truncate-and-redo equals no rollback, batching does not change results.
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <cstdlib>
+#include <filesystem>
+#include <fstream>
+#include <nlohmann/json.hpp>
+#include <string>
+#include <vector>
+
+#include "common/error.h"
+#include "dist/communicator.h"
+#include "kernels/cpu/ops.h"
+#include "model/checkpoint.h"
+#include "model/safetensors.h"
+#include "model/transformer.h"
+#include "model/weights.h"
+
+namespace fs = std::filesystem;
+using namespace specrun;
+
+namespace {
+
+// The tensor-parallel group of a single rank: every collective is the identity.
+class SingleRankComm final : public Communicator {
+ public:
+  int rank() const override { return 0; }
+  int size() const override { return 1; }
+  void all_reduce_sum(float*, std::size_t) override {}
+  void all_reduce_max(float*, std::size_t) override {}
+  void all_gather(const void* send, void* recv, std::size_t bytes) override {
+    std::memcpy(recv, send, bytes);
+  }
+  void broadcast(void*, std::size_t, int) override {}
+  void barrier() override {}
+};
+
+fs::path shared_dir() {
+  if (const char* env = std::getenv("SPECRUN_SHARED_DIR")) return env;
+  return fs::path(SPECRUN_SOURCE_DIR) / ".." / "shared";
+}
+
+#define REQUIRE_SHARED_MODELS()                                                 \
+  do {                                                                          \
+    if (!fs::exists(shared_dir() / "models" / "reference.json"))                \
+      GTEST_SKIP() << "shared models not found at " << shared_dir()             \
+                   << " (set SPECRUN_SHARED_DIR); skipping whole-model checks"; \
+  } while (0)
+
+const nlohmann::json& reference() {
+  static const nlohmann::json j = [] {
+    std::ifstream in(shared_dir() / "models" / "reference.json");
+    return nlohmann::json::parse(in);
+  }();
+  return j;
+}
+
+std::vector<std::int32_t> prompt_tokens(int k) {
+  return reference()["prompts"][k]["tokens"].get<std::vector<std::int32_t>>();
+}
+
+struct Model {
+  explicit Model(const std::string& name, int threads = 2)
+      : checkpoint((shared_dir() / "models" / name).string()),
+        transformer(checkpoint, comm, 0, 1, threads) {}
+  SingleRankComm comm;
+  Checkpoint checkpoint;
+  Transformer transformer;
+};
+
+// Greedy continuation: prefill, then one token at a time, argmax with lowest id on ties.
+std::vector<std::int32_t> greedy(Transformer& model, const std::vector<std::int32_t>& prompt,
+                                 int n_new) {
+  auto cache = model.new_cache(static_cast<int>(prompt.size()) + n_new);
+  std::vector<float> logits;
+  std::vector<std::int32_t> out;
+  SeqChunk chunk{cache.get(), prompt.data(), static_cast<int>(prompt.size())};
+  model.forward({&chunk, 1}, false, logits);
+  for (int i = 0; i < n_new; ++i) {
+    out.push_back(cpu::argmax(logits.data(), model.vocab_size()));
+    if (i + 1 == n_new) break;
+    SeqChunk step{cache.get(), &out.back(), 1};
+    model.forward({&step, 1}, false, logits);
+  }
+  return out;
+}
+
+std::vector<float> all_logits(Transformer& model, const std::vector<std::int32_t>& tokens) {
+  auto cache = model.new_cache(static_cast<int>(tokens.size()));
+  std::vector<float> logits;
+  SeqChunk chunk{cache.get(), tokens.data(), static_cast<int>(tokens.size())};
+  model.forward({&chunk, 1}, true, logits);
+  return logits;
+}
+
+double max_abs_diff(const float* a, const float* b, std::size_t n, std::size_t* where = nullptr) {
+  double worst = 0;
+  for (std::size_t i = 0; i < n; ++i) {
+    const double d = std::fabs(static_cast<double>(a[i]) - b[i]);
+    if (!(d <= worst)) {
+      worst = d;
+      if (where) *where = i;
+    }
+  }
+  return worst;
+}
+
+void check_reference_logits(const std::string& model_dir, const std::string& prefix) {
+  Model m(model_dir);
+  SafetensorsFile ref((shared_dir() / "models" / "reference_logits.safetensors").string());
+  const int V = m.transformer.vocab_size();
+  double overall = 0;
+  for (std::size_t k = 0; k < reference()["prompts"].size(); ++k) {
+    const auto tokens = prompt_tokens(static_cast<int>(k));
+    const TensorView& expected = ref.get(prefix + ".p" + std::to_string(k));
+    ASSERT_EQ(expected.dtype, DType::kF32);
+    ASSERT_EQ(expected.shape,
+              (std::vector<std::int64_t>{static_cast<std::int64_t>(tokens.size()), V}));
+    std::vector<float> want(expected.numel());
+    std::memcpy(want.data(), expected.data, expected.nbytes);
+    const auto got = all_logits(m.transformer, tokens);
+    std::size_t where = 0;
+    const double err = max_abs_diff(got.data(), want.data(), want.size(), &where);
+    overall = std::max(overall, err);
+    EXPECT_LT(err, 1e-3) << model_dir << " prompt " << k << ": position " << where / V << " token "
+                         << where % V << " expected " << want[where] << " actual " << got[where];
+  }
+  std::printf("%s: max |logit - reference| over all prompts and positions = %.3g\n",
+              model_dir.c_str(), overall);
+}
+
+}  // namespace
+
+TEST(TransformerReference, TargetF32LogitsMatch) {
+  REQUIRE_SHARED_MODELS();
+  check_reference_logits("code-target-f32", "target");
+}
+
+TEST(TransformerReference, DraftF32LogitsMatch) {
+  REQUIRE_SHARED_MODELS();
+  check_reference_logits("code-draft-f32", "draft");
+}
+
+TEST(TransformerReference, GreedyContinuationsMatch) {
+  REQUIRE_SHARED_MODELS();
+  const int n_new = reference()["n_new_tokens"].get<int>();
+  struct Case {
+    const char* dir;
+    const char* role;
+    const char* key;
+  };
+  for (Case c :
+       {Case{"code-target-f32", "target", "greedy"}, Case{"code-draft-f32", "draft", "greedy"},
+        Case{"code-target", "target", "greedy_bf16_weights"},
+        Case{"code-draft", "draft", "greedy_bf16_weights"}}) {
+    Model m(c.dir);
+    for (std::size_t k = 0; k < reference()["prompts"].size(); ++k) {
+      const auto& p = reference()["prompts"][k];
+      const auto want = p[c.role][c.key].get<std::vector<std::int32_t>>();
+      EXPECT_EQ(greedy(m.transformer, prompt_tokens(static_cast<int>(k)), n_new), want)
+          << c.dir << " prompt " << k;
+    }
+  }
+}
+
+TEST(TransformerCache, IncrementalDecodeEqualsOneShot) {
+  REQUIRE_SHARED_MODELS();
+  Model m("code-target");
+  const auto tokens = prompt_tokens(1);
+  const int V = m.transformer.vocab_size(), L = static_cast<int>(tokens.size());
+  const auto one_shot = all_logits(m.transformer, tokens);
+
+  auto cache = m.transformer.new_cache(L);
+  std::vector<float> logits;
+  const int prefix = L / 2;
+  SeqChunk chunk{cache.get(), tokens.data(), prefix};
+  m.transformer.forward({&chunk, 1}, true, logits);
+  ASSERT_EQ(logits.size(), static_cast<std::size_t>(prefix) * V);
+  EXPECT_LT(max_abs_diff(logits.data(), one_shot.data(), logits.size()), 1e-4);
+  for (int i = prefix; i < L; ++i) {
+    SeqChunk step{cache.get(), &tokens[i], 1};
+    m.transformer.forward({&step, 1}, false, logits);
+    ASSERT_EQ(logits.size(), static_cast<std::size_t>(V));
+    EXPECT_LT(max_abs_diff(logits.data(), &one_shot[static_cast<std::size_t>(i) * V], V), 1e-4)
+        << "position " << i;
+  }
+  EXPECT_EQ(cache->length(), L);
+}
+
+TEST(TransformerCache, TruncateAndRedoEqualsNoRollback) {
+  REQUIRE_SHARED_MODELS();
+  Model m("code-draft");
+  const auto tokens = prompt_tokens(2);
+  const int L = static_cast<int>(tokens.size()), V = m.transformer.vocab_size();
+  const int prefix = L - 6;
+  std::vector<float> logits, straight, redone;
+
+  auto a = m.transformer.new_cache(L);
+  SeqChunk pa{a.get(), tokens.data(), L};
+  m.transformer.forward({&pa, 1}, true, straight);
+
+  // Prefill the prefix, verify a window of wrong "draft" tokens, roll back, then run the real
+  // continuation as one verify window: every logit equals the straight run.
+  auto b = m.transformer.new_cache(L + 4);
+  SeqChunk pb{b.get(), tokens.data(), prefix};
+  m.transformer.forward({&pb, 1}, false, logits);
+  const std::vector<std::int32_t> wrong = {5, 900, 17, 2000, 33};
+  SeqChunk draft{b.get(), wrong.data(), 5};
+  m.transformer.forward({&draft, 1}, true, logits);
+  EXPECT_EQ(b->length(), prefix + 5);
+  b->truncate(prefix + 1);  // keep one "accepted" token, then overwrite it too
+  b->truncate(prefix);
+  SeqChunk rest{b.get(), tokens.data() + prefix, L - prefix};
+  m.transformer.forward({&rest, 1}, true, redone);
+  const float* want = &straight[static_cast<std::size_t>(prefix) * V];
+  EXPECT_LT(max_abs_diff(redone.data(), want, redone.size()), 1e-4);
+  EXPECT_EQ(cpu::argmax(redone.data() + (L - prefix - 1) * V, V),
+            cpu::argmax(want + (L - prefix - 1) * V, V));
+}
+
+TEST(TransformerCache, BatchOfSequencesEqualsEachAlone) {
+  REQUIRE_SHARED_MODELS();
+  Model m("code-draft");
+  const int V = m.transformer.vocab_size();
+  // Sequence 0 prefills, 1 decodes one token, 2 verifies a window of 3.
+  const auto p0 = prompt_tokens(3), p1 = prompt_tokens(4), p2 = prompt_tokens(5);
+  std::vector<std::unique_ptr<KvCache>> caches;
+  for (int i = 0; i < 3; ++i) caches.push_back(m.transformer.new_cache(400));
+  std::vector<float> logits;
+  SeqChunk c1{caches[1].get(), p1.data(), static_cast<int>(p1.size()) - 1};
+  m.transformer.forward({&c1, 1}, false, logits);
+  SeqChunk c2{caches[2].get(), p2.data(), static_cast<int>(p2.size()) - 3};
+  m.transformer.forward({&c2, 1}, false, logits);
+
+  std::vector<SeqChunk> batch = {{caches[0].get(), p0.data(), static_cast<int>(p0.size())},
+                                 {caches[1].get(), &p1.back(), 1},
+                                 {caches[2].get(), p2.data() + p2.size() - 3, 3}};
+  m.transformer.forward(batch, false, logits);
+  ASSERT_EQ(logits.size(), static_cast<std::size_t>(3) * V);
+  const std::vector<std::vector<std::int32_t>> prompts = {p0, p1, p2};
+  for (int s = 0; s < 3; ++s) {
+    const auto alone = all_logits(m.transformer, prompts[s]);
+    EXPECT_LT(max_abs_diff(&logits[static_cast<std::size_t>(s) * V],
+                           &alone[(prompts[s].size() - 1) * V], V),
+              1e-4)
+        << "sequence " << s;
+  }
+}
+
+TEST(TransformerErrors, TokenOutOfVocabularyIsRejectedBeforeAnyChange) {
+  REQUIRE_SHARED_MODELS();
+  Model m("code-draft");
+  auto cache = m.transformer.new_cache(16);
+  cache->set_sequence_id(7);
+  const std::vector<std::int32_t> bad = {1, 50, 2048};
+  std::vector<float> logits;
+  SeqChunk c{cache.get(), bad.data(), 3};
+  try {
+    m.transformer.forward({&c, 1}, false, logits);
+    FAIL() << "expected an error";
+  } catch (const Error& e) {
+    EXPECT_NE(e.message().find("token id 2048"), std::string::npos) << e.message();
+    EXPECT_NE(e.message().find("sequence 7"), std::string::npos) << e.message();
+  }
+  EXPECT_EQ(cache->length(), 0);
+}
+
+TEST(TransformerErrors, CapacityAndContextAreChecked) {
+  REQUIRE_SHARED_MODELS();
+  Model m("code-draft");
+  const auto tokens = prompt_tokens(0);
+  auto small = m.transformer.new_cache(8);
+  std::vector<float> logits;
+  SeqChunk c{small.get(), tokens.data(), 9};
+  EXPECT_THROW(m.transformer.forward({&c, 1}, false, logits), Error);
+  EXPECT_EQ(small->length(), 0);
+
+  // The model's context is 1024 positions (max_position_embeddings).
+  ASSERT_EQ(m.transformer.config().max_position_embeddings, 1024);
+  KvCache big(1, 2000, 1, 4, 1024);
+  big.set_sequence_id(3);
+  big.advance(1020);
+  try {
+    big.check_append(5);
+    FAIL() << "expected an error";
+  } catch (const Error& e) {
+    EXPECT_NE(e.message().find("sequence 3 would reach position 1025 but the model's context "
+                               "is 1024: lower decode.max_new_tokens"),
+              std::string::npos)
+        << e.message();
+    EXPECT_EQ(e.exit_code(), kExitUsage);
+  }
+  big.check_append(4);
+  EXPECT_THROW(big.truncate(1021), Error);
+  big.truncate(3);
+  EXPECT_EQ(big.length(), 3);
+}
+
+TEST(ShardPlan, SplitsHeadsAndReplicatesKvHeads) {
+  ModelConfig c;
+  c.num_heads = 8;
+  c.num_kv_heads = 4;
+  c.intermediate_size = 768;
+  c.vocab_size = 2048;
+  // tp = 2: two kv heads each, query heads 4r..4r+3 read kv heads 2r, 2r+1.
+  for (int r = 0; r < 2; ++r) {
+    ShardPlan p = ShardPlan::make(c, 2, r);
+    EXPECT_EQ(p.q_heads, 4);
+    EXPECT_EQ(p.q_head_begin, 4 * r);
+    EXPECT_EQ(p.kv_heads, 2);
+    EXPECT_EQ(p.kv_head_begin, 2 * r);
+    EXPECT_EQ(p.intermediate_begin, 384 * r);
+    EXPECT_EQ(p.vocab_begin, 1024 * r);
+  }
+  // tp = 8 > 4 kv heads: one query head per rank, kv head r/2 replicated on two ranks.
+  for (int r = 0; r < 8; ++r) {
+    ShardPlan p = ShardPlan::make(c, 8, r);
+    EXPECT_EQ(p.q_heads, 1);
+    EXPECT_EQ(p.kv_heads, 1);
+    EXPECT_EQ(p.kv_head_begin, r / 2);
+  }
+}
+
+TEST(ShardPlan, IndivisibleShapesNameTheField) {
+  ModelConfig c;
+  c.num_heads = 4;
+  c.num_kv_heads = 2;
+  c.intermediate_size = 384;
+  c.vocab_size = 2048;
+  auto message = [&](int tp) {
+    try {
+      ShardPlan::make(c, tp, 0);
+    } catch (const Error& e) {
+      EXPECT_EQ(e.exit_code(), kExitUsage);
+      return e.message();
+    }
+    return std::string("no error");
+  };
+  EXPECT_NE(message(8).find("num_attention_heads = 4 is not divisible by tp = 8"),
+            std::string::npos);
+  EXPECT_NE(message(3).find("num_attention_heads"), std::string::npos);
+  c.num_heads = 12;
+  c.num_kv_heads = 6;
+  EXPECT_NE(message(4).find("num_key_value_heads = 6"), std::string::npos);
+  c.num_kv_heads = 4;  // tp 6: rank 1's query heads 2, 3 would need kv heads 0 and 1
+  EXPECT_NE(message(6).find("num_key_value_heads = 4 is smaller than tp = 6"), std::string::npos);
+  c.num_kv_heads = 3;  // tp 6: two ranks per kv head
+  c.vocab_size = 2040;
+  EXPECT_EQ(message(6), "no error");
+  c.num_kv_heads = 6;
+  c.intermediate_size = 385;
+  EXPECT_NE(message(2).find("intermediate_size = 385"), std::string::npos);
+  c.intermediate_size = 384;
+  c.vocab_size = 2047;
+  EXPECT_NE(message(2).find("vocab_size"), std::string::npos);
+}
