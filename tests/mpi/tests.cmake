@@ -1,3 +1,4 @@
 # Multi-rank tests and the rank counts they run with. One line per tests/mpi/<name>.cpp.
 specrun_mpi_test(test_comm NP 2 8)
 specrun_mpi_test(test_provenance_mpi NP 2 8)
+specrun_mpi_test(test_config_bcast NP 2 8)

@@ -1,0 +1,173 @@
+// The option table: every JobConfig option declared once, with its section, key, help text and
+// validation. Defaults are not repeated here; they are the member initializers in job_config.h.
+// TOML reading, --set, help, dumps and hashing all walk this table with for_each_option, so a
+// new option is one line here plus one member in job_config.h.
+#pragma once
+
+#include <cstdint>
+#include <initializer_list>
+#include <limits>
+#include <string>
+#include <vector>
+
+#include "config/job_config.h"
+
+namespace specrun {
+
+// What may be set for one option. Member types supported by the visitors: bool, int,
+// std::int64_t, double, std::string, ConfigPath, std::vector<std::string>.
+struct OptionSpec {
+  OptionSpec(const char* section_name, const char* key_name, const char* help_text)
+      : section(section_name), key(key_name), help(help_text) {}
+
+  const char* section;
+  const char* key;
+  const char* help;
+  double min = -std::numeric_limits<double>::infinity();  // numbers: inclusive unless
+  double max = std::numeric_limits<double>::infinity();   // min_exclusive
+  bool min_exclusive = false;
+  bool non_empty = false;            // strings, paths and lists: "" / [] is not allowed
+  std::vector<std::string> choices;  // strings and list elements: the allowed values
+
+  std::string name() const { return std::string(section) + "." + key; }
+
+  OptionSpec&& range(double lo, double hi) && {
+    min = lo;
+    max = hi;
+    return std::move(*this);
+  }
+  OptionSpec&& above(double lo, double hi) && {  // (lo, hi]
+    min = lo;
+    max = hi;
+    min_exclusive = true;
+    return std::move(*this);
+  }
+  OptionSpec&& one_of(std::initializer_list<const char*> values) && {
+    choices.assign(values.begin(), values.end());
+    return std::move(*this);
+  }
+  OptionSpec&& required() && {
+    non_empty = true;
+    return std::move(*this);
+  }
+};
+
+// The type of a member as the help text and error messages name it.
+inline const char* option_type_name(const bool&) {
+  return "boolean";
+}
+inline const char* option_type_name(const int&) {
+  return "integer";
+}
+inline const char* option_type_name(const std::int64_t&) {
+  return "integer";
+}
+inline const char* option_type_name(const double&) {
+  return "float";
+}
+inline const char* option_type_name(const std::string&) {
+  return "string";
+}
+inline const char* option_type_name(const ConfigPath&) {
+  return "path";
+}
+inline const char* option_type_name(const std::vector<std::string>&) {
+  return "list of strings";
+}
+
+// Section names in table order.
+inline const std::vector<std::string>& config_sections() {
+  static const std::vector<std::string> kSections = {"job",  "target", "draft", "parallel",
+                                                     "data", "decode", "debug"};
+  return kSections;
+}
+
+// Calls visit(const OptionSpec&, Member&) for every option of `config`, in table order.
+// `Config` is JobConfig or const JobConfig.
+template <class Config, class Visitor>
+void for_each_option(Config& config, Visitor&& visit) {
+  using S = OptionSpec;
+  // [job]
+  visit(S{"job", "name", "Name of the job, stored in the result file."}.required(),
+        config.job.name);
+  visit(S{"job", "output", "HDF5 result file to write."}.required(), config.job.output);
+  visit(S{"job", "seed", "Seed of the counter-based random numbers (sampling)."}.range(0, 9.0e15),
+        config.job.seed);
+  visit(S{"job", "overwrite", "Replace an existing result file instead of stopping with an error."},
+        config.job.overwrite);
+  // [target]
+  visit(S{"target", "path", "Target model: Hugging Face directory (config.json, *.safetensors)."}
+            .required(),
+        config.target.path);
+  visit(S{"target", "dtype", "Weight type to compute with; auto = as stored in the checkpoint."}
+            .one_of({"auto", "f32", "bf16", "f16"}),
+        config.target.dtype);
+  // [draft]
+  visit(S{"draft", "kind", "Drafter: model = a small causal LM; none = baseline only."}.one_of(
+            {"model", "none"}),
+        config.draft.kind);
+  visit(S{"draft", "path",
+          "Draft model directory (when kind = model); same vocabulary as the target."},
+        config.draft.path);
+  visit(S{"draft", "placement",
+          "sharded = split over the tp group like the target; replicated = whole draft on every "
+          "rank (no communication)."}
+            .one_of({"sharded", "replicated"}),
+        config.draft.placement);
+  // [parallel]
+  visit(S{"parallel", "tp", "Tensor-parallel degree; the number of ranks must be a multiple of it."}
+            .range(1, 1024),
+        config.parallel.tp);
+  visit(S{"parallel", "backend", "cpu = MPI on host buffers; cuda = NCCL on GPUs (CUDA build)."}
+            .one_of({"cpu", "cuda"}),
+        config.parallel.backend);
+  visit(
+      S{"parallel", "threads", "CPU compute threads per rank; 0 = cores on the node / local ranks."}
+          .range(0, 1024),
+      config.parallel.threads);
+  visit(
+      S{"parallel", "comm_timeout_s", "Seconds a collective may take before the job fails."}.above(
+          0, 86400),
+      config.parallel.comm_timeout_s);
+  // [data]
+  visit(S{"data", "prompts", "HDF5 prompt file (make one with `specrun prepare`)."}.required(),
+        config.data.prompts);
+  visit(S{"data", "batch_size", "Sequences decoded together by one tensor-parallel group."}.range(
+            1, 4096),
+        config.data.batch_size);
+  visit(S{"data", "max_prompts", "Use only the first N prompts of the file; 0 = all."}.range(
+            0, 9.0e15),
+        config.data.max_prompts);
+  // [decode]
+  visit(S{"decode", "modes",
+          "Modes to run on the same prompts, in order: baseline (target only), speculative."}
+            .one_of({"baseline", "speculative"})
+            .required(),
+        config.decode.modes);
+  visit(S{"decode", "max_new_tokens", "Tokens to generate per prompt (fewer when EOS stops it)."}
+            .range(1, 1 << 20),
+        config.decode.max_new_tokens);
+  visit(
+      S{"decode", "draft_len", "Tokens the draft proposes per speculative step (k)."}.range(1, 16),
+      config.decode.draft_len);
+  visit(S{"decode", "temperature", "Sampling temperature; 0 = greedy (argmax)."}.range(0, 100),
+        config.decode.temperature);
+  visit(S{"decode", "top_k", "Keep only the k most likely tokens before sampling; 0 = off."}.range(
+            0, 1 << 24),
+        config.decode.top_k);
+  visit(S{"decode", "top_p", "Nucleus sampling: smallest set with mass >= top_p; 1.0 = off."}.above(
+            0, 1),
+        config.decode.top_p);
+  visit(S{"decode", "stop_at_eos", "Finish a sequence when it emits the EOS token."},
+        config.decode.stop_at_eos);
+  // [debug]
+  visit(S{"debug", "inject_delay_ms",
+          "TEST ONLY: milliseconds to sleep in inject_phase on every step (fakes a slowdown)."}
+            .range(0, 60000),
+        config.debug.inject_delay_ms);
+  visit(S{"debug", "inject_phase", "TEST ONLY: phase that sleeps inject_delay_ms per step."}.one_of(
+            {"none", "draft", "verify", "sample"}),
+        config.debug.inject_phase);
+}
+
+}  // namespace specrun
