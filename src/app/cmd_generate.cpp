@@ -1,10 +1,174 @@
+// `specrun generate MODEL_DIR --tokens 1,403,407 [--max-new-tokens N] [--threads N]
+// [--dump-logits FILE]`: greedy continuation of token ids with one model, tensor-parallel over
+// all ranks (tp = world size). This is how people and tests check the engine against other
+// implementations. Rank 0 prints one line of space-separated generated ids, then the decoded
+// text when the model folder has a tokenizer the project reads.
+//
+// --dump-logits FILE (written by rank 0), little-endian:
+//   char[4]  magic "SRLG"
+//   u32      version = 1
+//   u32      rows    = prompt length + max_new_tokens - 1
+//   u32      vocab
+//   f32      logits[rows][vocab]
+// Row i holds the logits computed at position i (the prediction of token i + 1): rows
+// 0..prompt-1 are the prompt positions, the rest the positions of generated tokens fed back.
+#include <omp.h>
+
+#include <algorithm>
+#include <bit>
+#include <boost/program_options.hpp>
+#include <cstdint>
+#include <fstream>
+#include <iostream>
+#include <sstream>
+#include <thread>
+
 #include "app/commands.h"
 #include "common/error.h"
+#include "dist/mpi_comm.h"
+#include "kernels/cpu/ops.h"
+#include "model/checkpoint.h"
+#include "model/tokenizer.h"
+#include "model/transformer.h"
+
+namespace po = boost::program_options;
 
 namespace specrun {
 
+namespace {
+
+constexpr char kHelpTail[] =
+    "\nRuns under `mpirun -np N` with tensor parallelism over all N ranks; every rank loads\n"
+    "only its shard. Greedy decoding (argmax, lowest id on ties), no EOS stopping.\n"
+    "Rank 0 prints the generated ids on one line, then their text when MODEL_DIR has\n"
+    "tokenizer.bin (llama2.c) or tokenizer.model (sentencepiece).\n\n"
+    "--dump-logits FILE format (little-endian): char[4] \"SRLG\", u32 version (1), u32 rows,\n"
+    "u32 vocab, then rows*vocab float32. rows = prompt length + max-new-tokens - 1; row i holds\n"
+    "the logits at position i (prompt positions first, then each generated token fed back).\n";
+
+std::vector<std::int32_t> parse_token_list(const std::string& text) {
+  std::vector<std::int32_t> ids;
+  std::stringstream in(text);
+  for (std::string item; std::getline(in, item, ',');) {
+    std::size_t used = 0;
+    long long v = 0;
+    try {
+      v = std::stoll(item, &used);
+    } catch (const std::exception&) {
+      used = 0;
+    }
+    SPEC_INPUT_CHECK(used == item.size() && !item.empty() && v >= 0 && v <= INT32_MAX,
+                     "--tokens: '" << item
+                                   << "' is not a token id (expected comma-separated "
+                                      "non-negative integers, e.g. 1,403,407)");
+    ids.push_back(static_cast<std::int32_t>(v));
+  }
+  SPEC_INPUT_CHECK(!ids.empty(), "--tokens needs at least one token id (e.g. --tokens 1)");
+  return ids;
+}
+
+void write_u32(std::ofstream& out, std::uint32_t v) {
+  const unsigned char b[4] = {static_cast<unsigned char>(v), static_cast<unsigned char>(v >> 8),
+                              static_cast<unsigned char>(v >> 16),
+                              static_cast<unsigned char>(v >> 24)};
+  out.write(reinterpret_cast<const char*>(b), 4);
+}
+
+}  // namespace
+
 int cmd_generate(CommandContext& ctx, const std::vector<std::string>& args) {
-  SPEC_FAIL("this command is not implemented yet");
+  po::options_description options("specrun generate MODEL_DIR --tokens IDS [options]");
+  options.add_options()("help,h", "show this help")(
+      "tokens", po::value<std::string>(), "prompt token ids, comma-separated (e.g. 1,403,407)")(
+      "max-new-tokens", po::value<int>()->default_value(32), "tokens to generate")(
+      "threads", po::value<int>()->default_value(0),
+      "OpenMP threads per rank (0: the node's cores divided among its ranks)")(
+      "dump-logits", po::value<std::string>(), "write float32 logits to FILE (format below)");
+  po::options_description hidden;
+  hidden.add_options()("model-dir", po::value<std::string>());
+  po::options_description all;
+  all.add(options).add(hidden);
+  po::positional_options_description positional;
+  positional.add("model-dir", 1);
+  po::variables_map vm;
+  po::store(po::command_line_parser(args).options(all).positional(positional).run(), vm);
+  po::notify(vm);
+
+  const bool root = ctx.mpi.rank() == 0;
+  if (vm.count("help")) {
+    if (root) std::cout << options << kHelpTail;
+    return 0;
+  }
+  SPEC_INPUT_CHECK(vm.count("model-dir"), "specrun generate needs MODEL_DIR (see --help)");
+  SPEC_INPUT_CHECK(vm.count("tokens"), "specrun generate needs --tokens (see --help)");
+  const std::string model_dir = vm["model-dir"].as<std::string>();
+  const std::vector<std::int32_t> prompt = parse_token_list(vm["tokens"].as<std::string>());
+  const int max_new = vm["max-new-tokens"].as<int>();
+  SPEC_INPUT_CHECK(max_new >= 1, "--max-new-tokens must be at least 1, got " << max_new);
+  int threads = vm["threads"].as<int>();
+  SPEC_INPUT_CHECK(threads >= 0, "--threads must be >= 0, got " << threads);
+  if (threads == 0)
+    threads = std::max(1, static_cast<int>(std::thread::hardware_concurrency()) /
+                              std::max(1, ctx.mpi.local_size()));
+
+  const int tp = ctx.mpi.size();
+  World world = ctx.mpi.world(tp);
+  MpiComm tp_comm = MpiComm::tp_group(world);
+  Checkpoint checkpoint(model_dir);
+  Transformer model(checkpoint, tp_comm, world.tp_rank, tp, threads);
+  const ModelConfig& config = model.config();
+  const int prompt_len = static_cast<int>(prompt.size());
+  SPEC_INPUT_CHECK(prompt_len + max_new <= config.max_position_embeddings,
+                   "--tokens has " << prompt_len << " ids and --max-new-tokens is " << max_new
+                                   << ", but " << model_dir << " has a context of "
+                                   << config.max_position_embeddings
+                                   << " positions (max_position_embeddings): generate fewer "
+                                      "tokens or shorten the prompt");
+
+  const int V = model.vocab_size();
+  const bool dump = vm.count("dump-logits") != 0;
+  std::vector<float> dumped;  // rank 0 only
+  auto cache = model.new_cache(prompt_len + max_new);
+  cache->set_sequence_id(0);
+  std::vector<float> logits;
+  SeqChunk chunk{cache.get(), prompt.data(), prompt_len};
+  model.forward({&chunk, 1}, dump, logits);
+  if (dump && root) dumped = logits;
+  const float* last = logits.data() + logits.size() - V;
+
+  std::vector<std::int32_t> generated;
+  for (int i = 0; i < max_new; ++i) {
+    generated.push_back(cpu::argmax(last, V));
+    if (i + 1 == max_new) break;
+    SeqChunk step{cache.get(), &generated.back(), 1};
+    model.forward({&step, 1}, false, logits);
+    if (dump && root) dumped.insert(dumped.end(), logits.begin(), logits.end());
+    last = logits.data();
+  }
+  if (!root) return 0;
+
+  if (dump) {
+    const std::string path = vm["dump-logits"].as<std::string>();
+    std::ofstream out(path, std::ios::binary);
+    SPEC_INPUT_CHECK(out.good(), "cannot open --dump-logits file " << path << " for writing");
+    out.write("SRLG", 4);
+    write_u32(out, 1);
+    write_u32(out, static_cast<std::uint32_t>(dumped.size() / V));
+    write_u32(out, static_cast<std::uint32_t>(V));
+    static_assert(std::endian::native == std::endian::little, "dump format is little-endian");
+    out.write(reinterpret_cast<const char*>(dumped.data()),
+              static_cast<std::streamsize>(dumped.size() * sizeof(float)));
+    out.close();
+    SPEC_CHECK(out.good(), "writing --dump-logits file " << path << " failed (disk full?)");
+  }
+
+  for (std::size_t i = 0; i < generated.size(); ++i) std::cout << (i ? " " : "") << generated[i];
+  std::cout << std::endl;
+  if (auto tokenizer = load_tokenizer_for(model_dir)) {
+    const std::vector<int> ids(generated.begin(), generated.end());
+    std::cout << tokenizer->decode_after(ids, prompt.back()) << std::endl;
+  }
+  return 0;
 }
 
 }  // namespace specrun
