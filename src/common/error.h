@@ -38,11 +38,12 @@ std::string process_label();
 
 }  // namespace specrun
 
-#define SPEC_STRINGIFY_MSG_(msg) (static_cast<std::ostringstream&&>(std::ostringstream() << msg).str())
+#define SPEC_STRINGIFY_MSG_(msg) \
+  (static_cast<std::ostringstream&&>(std::ostringstream() << msg).str())
 
 // The generic check: `ok` is evaluated once; on failure throws specrun::Error naming `call`.
-#define SPEC_CHECK_GEN_(ok, call, msg, code)                                          \
-  do {                                                                                \
+#define SPEC_CHECK_GEN_(ok, call, msg, code)                                                     \
+  do {                                                                                           \
     if (!(ok)) ::specrun::throw_error(__FILE__, __LINE__, call, SPEC_STRINGIFY_MSG_(msg), code); \
   } while (0)
 
@@ -51,23 +52,25 @@ std::string process_label();
 // SPEC_INPUT_CHECK: the user's input (config, files, command line) is wrong (exit code 2).
 #define SPEC_INPUT_CHECK(cond, msg) SPEC_CHECK_GEN_((cond), #cond, msg, ::specrun::kExitUsage)
 // SPEC_FAIL / SPEC_INPUT_FAIL: unconditional.
-#define SPEC_FAIL(msg) ::specrun::throw_error(__FILE__, __LINE__, "", SPEC_STRINGIFY_MSG_(msg), ::specrun::kExitFailure)
-#define SPEC_INPUT_FAIL(msg) ::specrun::throw_error(__FILE__, __LINE__, "", SPEC_STRINGIFY_MSG_(msg), ::specrun::kExitUsage)
+#define SPEC_FAIL(msg) \
+  ::specrun::throw_error(__FILE__, __LINE__, "", SPEC_STRINGIFY_MSG_(msg), ::specrun::kExitFailure)
+#define SPEC_INPUT_FAIL(msg) \
+  ::specrun::throw_error(__FILE__, __LINE__, "", SPEC_STRINGIFY_MSG_(msg), ::specrun::kExitUsage)
 
 // MPI_CHECK(MPI_Allreduce(...)): message from MPI_Error_string.
-#define MPI_CHECK(call)                                                                   \
-  do {                                                                                    \
-    int spec_mpi_rc_ = (call);                                                            \
+#define MPI_CHECK(call)                                                                            \
+  do {                                                                                             \
+    int spec_mpi_rc_ = (call);                                                                     \
     SPEC_CHECK_GEN_(spec_mpi_rc_ == MPI_SUCCESS, #call, ::specrun::mpi_error_string(spec_mpi_rc_), \
-                    ::specrun::kExitFailure);                                             \
+                    ::specrun::kExitFailure);                                                      \
   } while (0)
 
 // H5_CHECK(H5Dwrite(...)): negative return values are failures (herr_t and hid_t alike).
-#define H5_CHECK(call, msg)                                                        \
-  ([&]() {                                                                         \
-    auto spec_h5_rc_ = (call);                                                     \
-    SPEC_CHECK_GEN_(spec_h5_rc_ >= 0, #call, msg, ::specrun::kExitFailure);        \
-    return spec_h5_rc_;                                                            \
+#define H5_CHECK(call, msg)                                                 \
+  ([&]() {                                                                  \
+    auto spec_h5_rc_ = (call);                                              \
+    SPEC_CHECK_GEN_(spec_h5_rc_ >= 0, #call, msg, ::specrun::kExitFailure); \
+    return spec_h5_rc_;                                                     \
   }())
 
 namespace specrun {

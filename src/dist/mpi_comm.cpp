@@ -21,7 +21,8 @@ class ScopedTimer {
 };
 
 int checked_count(std::size_t n) {
-  SPEC_CHECK(n <= static_cast<std::size_t>(INT_MAX), "message of " << n << " elements is too large for MPI");
+  SPEC_CHECK(n <= static_cast<std::size_t>(INT_MAX),
+             "message of " << n << " elements is too large for MPI");
   return static_cast<int>(n);
 }
 

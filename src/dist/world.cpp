@@ -10,10 +10,10 @@ World World::make(int rank, int size, int local_rank, int local_size, int tp) {
   SPEC_CHECK(local_rank >= 0 && local_rank < local_size,
              "invalid local rank " << local_rank << " of " << local_size);
   SPEC_INPUT_CHECK(tp >= 1, "parallel.tp must be at least 1 (got " << tp << ")");
-  SPEC_INPUT_CHECK(size % tp == 0, "the world size " << size << " is not divisible by parallel.tp = "
-                                                     << tp << ": start a multiple of " << tp
-                                                     << " ranks, or set parallel.tp to a divisor of "
-                                                     << size);
+  SPEC_INPUT_CHECK(size % tp == 0, "the world size "
+                                       << size << " is not divisible by parallel.tp = " << tp
+                                       << ": start a multiple of " << tp
+                                       << " ranks, or set parallel.tp to a divisor of " << size);
   World w;
   w.rank = rank;
   w.size = size;
