@@ -1,10 +1,77 @@
+// `specrun make-model OUTDIR [options]`: a synthetic Llama target (OUTDIR/target) and draft
+// (OUTDIR/draft) in Hugging Face layout; see src/model/synthetic.h for the construction. Runs on
+// rank 0 only when started under mpirun.
+#include <boost/program_options.hpp>
+#include <sstream>
+
 #include "app/commands.h"
 #include "common/error.h"
+#include "common/log.h"
+#include "dist/mpi_comm.h"
+#include "model/synthetic.h"
+
+namespace po = boost::program_options;
 
 namespace specrun {
 
 int cmd_make_model(CommandContext& ctx, const std::vector<std::string>& args) {
-  SPEC_FAIL("this command is not implemented yet");
+  SyntheticSpec s;
+  std::string outdir, dtype;
+  po::options_description options("specrun make-model OUTDIR [options]");
+  options.add_options()("help,h", "show this help")(
+      "hidden", po::value(&s.hidden)->default_value(s.hidden), "hidden size")(
+      "layers", po::value(&s.layers)->default_value(s.layers), "target decoder layers")(
+      "heads", po::value(&s.heads)->default_value(s.heads), "attention heads")(
+      "kv-heads", po::value(&s.kv_heads)->default_value(s.kv_heads), "key/value heads (GQA)")(
+      "intermediate", po::value(&s.intermediate)->default_value(s.intermediate),
+      "MLP intermediate size")("vocab", po::value(&s.vocab)->default_value(s.vocab),
+                               "vocabulary size (shared by target and draft)")(
+      "max-pos", po::value(&s.max_pos)->default_value(s.max_pos), "max_position_embeddings")(
+      "draft-layers", po::value(&s.draft_layers)->default_value(s.draft_layers),
+      "draft layers: the draft is the target truncated to its first N layers")(
+      "seed", po::value(&s.seed)->default_value(s.seed), "weight seed")(
+      "dtype", po::value(&dtype)->default_value("bf16"), "weight dtype: bf16 or f32")(
+      "deep-scale", po::value(&s.deep_scale)->default_value(s.deep_scale),
+      "scale of o_proj/down_proj in target layers the draft lacks (smaller: more agreement)")(
+      "rope-theta", po::value(&s.rope_theta)->default_value(s.rope_theta), "RoPE base")(
+      "weight-std", po::value(&s.weight_std)->default_value(s.weight_std),
+      "std of the linear weights")("embed-std", po::value(&s.embed_std)->default_value(s.embed_std),
+                                   "std of the token embeddings")(
+      "lm-head-std", po::value(&s.lm_head_std)->default_value(s.lm_head_std),
+      "std of lm_head (larger: peakier next-token distributions)");
+  po::options_description hidden;
+  hidden.add_options()("outdir", po::value(&outdir));
+  po::options_description all;
+  all.add(options).add(hidden);
+  po::positional_options_description positional;
+  positional.add("outdir", 1);
+  po::variables_map vm;
+  po::store(po::command_line_parser(args).options(all).positional(positional).run(), vm);
+  po::notify(vm);
+
+  Logger log(ctx.mpi.rank(), ctx.mpi.size());
+  if (vm.count("help")) {
+    std::ostringstream help;
+    help << options
+         << "\nWrites OUTDIR/target and OUTDIR/draft (config.json, generation_config.json,\n"
+            "model.safetensors). Weights are seeded and identical on every machine.";
+    log.info(help.str());
+    return 0;
+  }
+  SPEC_INPUT_CHECK(!outdir.empty(), "usage: specrun make-model OUTDIR [options] (see --help)");
+  SPEC_INPUT_CHECK(dtype == "bf16" || dtype == "f32",
+                   "--dtype " << dtype << " is not supported: use bf16 or f32");
+  s.dtype = dtype == "f32" ? DType::kF32 : DType::kBF16;
+  validate(s);
+  if (!log.is_root()) return 0;
+  make_model_pair(s, outdir);
+  std::ostringstream msg;
+  msg << "wrote " << outdir << "/target (" << s.layers << " layers) and " << outdir << "/draft ("
+      << s.draft_layers << " layer" << (s.draft_layers == 1 ? "" : "s") << "): hidden " << s.hidden
+      << ", heads " << s.heads << "/" << s.kv_heads << ", vocab " << s.vocab << ", " << dtype
+      << ", seed " << s.seed;
+  log.info(msg.str());
+  return 0;
 }
 
 }  // namespace specrun

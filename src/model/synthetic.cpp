@@ -1,0 +1,178 @@
+// Synthetic target/draft pairs: see synthetic.h for the construction.
+#include "model/synthetic.h"
+
+#include <cmath>
+#include <cstring>
+#include <filesystem>
+#include <fstream>
+#include <vector>
+
+#include "common/error.h"
+#include "model/safetensors.h"
+
+namespace specrun {
+
+std::uint64_t SplitMix64::next() {
+  std::uint64_t z = (state_ += 0x9E3779B97F4A7C15ull);
+  z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ull;
+  z = (z ^ (z >> 27)) * 0x94D049BB133111EBull;
+  return z ^ (z >> 31);
+}
+
+double SplitMix64::uniform() {
+  // 53 random bits -> (0, 1]
+  return (static_cast<double>(next() >> 11) + 1.0) * (1.0 / 9007199254740992.0);
+}
+
+double SplitMix64::normal() {
+  if (has_spare_) {
+    has_spare_ = false;
+    return spare_;
+  }
+  const double kTwoPi = 6.283185307179586476925;
+  double r = std::sqrt(-2.0 * std::log(uniform()));
+  double theta = kTwoPi * uniform();
+  spare_ = r * std::sin(theta);
+  has_spare_ = true;
+  return r * std::cos(theta);
+}
+
+namespace {
+
+std::uint64_t fnv1a(const std::string& s) {
+  std::uint64_t h = 0xcbf29ce484222325ull;
+  for (unsigned char c : s) {
+    h ^= c;
+    h *= 0x100000001b3ull;
+  }
+  return h;
+}
+
+// N(0, std) values of tensor `name`, from its own stream.
+TensorToWrite random_tensor(const SyntheticSpec& spec, const std::string& name,
+                            std::vector<std::int64_t> shape, double std_dev) {
+  std::int64_t n = 1;
+  for (auto d : shape) n *= d;
+  SplitMix64 mixer(spec.seed ^ fnv1a(name));
+  SplitMix64 rng(mixer.next());
+  TensorToWrite t{name, spec.dtype, std::move(shape), {}};
+  t.bytes.resize(static_cast<std::size_t>(n) * dtype_size(spec.dtype));
+  for (std::int64_t i = 0; i < n; ++i) {
+    const float v = static_cast<float>(rng.normal() * std_dev);
+    if (spec.dtype == DType::kF32) {
+      std::memcpy(t.bytes.data() + 4 * i, &v, 4);
+    } else {
+      const std::uint16_t b = f32_to_bf16(v);
+      std::memcpy(t.bytes.data() + 2 * i, &b, 2);
+    }
+  }
+  return t;
+}
+
+TensorToWrite ones(const SyntheticSpec& spec, const std::string& name, std::int64_t n) {
+  TensorToWrite t{name, spec.dtype, {n}, {}};
+  t.bytes.resize(static_cast<std::size_t>(n) * dtype_size(spec.dtype));
+  for (std::int64_t i = 0; i < n; ++i) {
+    if (spec.dtype == DType::kF32) {
+      const float one = 1.0f;
+      std::memcpy(t.bytes.data() + 4 * i, &one, 4);
+    } else {
+      const std::uint16_t b = f32_to_bf16(1.0f);
+      std::memcpy(t.bytes.data() + 2 * i, &b, 2);
+    }
+  }
+  return t;
+}
+
+void write_model(const SyntheticSpec& spec, bool draft, const std::string& dir) {
+  const ModelConfig c = synthetic_config(spec, draft);
+  const std::int64_t H = c.hidden_size, I = c.intermediate_size, V = c.vocab_size;
+  const std::int64_t q = static_cast<std::int64_t>(c.num_heads) * c.head_dim;
+  const std::int64_t kv = static_cast<std::int64_t>(c.num_kv_heads) * c.head_dim;
+  std::vector<TensorToWrite> t;
+  t.push_back(random_tensor(spec, "model.embed_tokens.weight", {V, H}, spec.embed_std));
+  for (int l = 0; l < c.num_layers; ++l) {
+    const std::string p = "model.layers." + std::to_string(l) + ".";
+    // Layers the draft lacks write only a little into the residual stream.
+    const double out_std = spec.weight_std * (l >= spec.draft_layers ? spec.deep_scale : 1.0);
+    t.push_back(random_tensor(spec, p + "self_attn.q_proj.weight", {q, H}, spec.weight_std));
+    t.push_back(random_tensor(spec, p + "self_attn.k_proj.weight", {kv, H}, spec.weight_std));
+    t.push_back(random_tensor(spec, p + "self_attn.v_proj.weight", {kv, H}, spec.weight_std));
+    t.push_back(random_tensor(spec, p + "self_attn.o_proj.weight", {H, q}, out_std));
+    t.push_back(random_tensor(spec, p + "mlp.gate_proj.weight", {I, H}, spec.weight_std));
+    t.push_back(random_tensor(spec, p + "mlp.up_proj.weight", {I, H}, spec.weight_std));
+    t.push_back(random_tensor(spec, p + "mlp.down_proj.weight", {H, I}, out_std));
+    t.push_back(ones(spec, p + "input_layernorm.weight", H));
+    t.push_back(ones(spec, p + "post_attention_layernorm.weight", H));
+  }
+  t.push_back(ones(spec, "model.norm.weight", H));
+  t.push_back(random_tensor(spec, "lm_head.weight", {V, H}, spec.lm_head_std));
+
+  std::error_code ec;
+  std::filesystem::create_directories(dir, ec);
+  SPEC_INPUT_CHECK(!ec, "cannot create " << dir << ": " << ec.message());
+  write_safetensors(dir + "/model.safetensors", t);
+  std::ofstream cfg(dir + "/config.json");
+  cfg << c.to_json_text();
+  std::ofstream gen(dir + "/generation_config.json");
+  gen << "{\n  \"bos_token_id\": 1,\n  \"eos_token_id\": 2,\n  \"do_sample\": false\n}\n";
+  SPEC_INPUT_CHECK(cfg.good() && gen.good(), "cannot write the config files in " << dir);
+}
+
+}  // namespace
+
+void validate(const SyntheticSpec& s) {
+  SPEC_INPUT_CHECK(s.hidden > 0 && s.layers > 0 && s.heads > 0 && s.kv_heads > 0 &&
+                       s.intermediate > 0 && s.vocab > 0 && s.max_pos > 0,
+                   "make-model: --hidden, --layers, --heads, --kv-heads, --intermediate, --vocab "
+                   "and --max-pos must be positive");
+  SPEC_INPUT_CHECK(s.vocab >= 3, "make-model: --vocab " << s.vocab
+                                                        << " must be at least 3 (ids 1 and 2 are "
+                                                           "BOS and EOS)");
+  SPEC_INPUT_CHECK(s.hidden % s.heads == 0, "make-model: --hidden "
+                                                << s.hidden << " is not divisible by --heads "
+                                                << s.heads);
+  SPEC_INPUT_CHECK((s.hidden / s.heads) % 2 == 0,
+                   "make-model: head dim --hidden/--heads = " << s.hidden / s.heads
+                                                              << " must be even (rotary pairs)");
+  SPEC_INPUT_CHECK(s.heads % s.kv_heads == 0, "make-model: --heads " << s.heads
+                                                                     << " is not a multiple of "
+                                                                        "--kv-heads "
+                                                                     << s.kv_heads);
+  SPEC_INPUT_CHECK(s.draft_layers >= 1 && s.draft_layers <= s.layers,
+                   "make-model: --draft-layers " << s.draft_layers << " must be in 1..--layers ("
+                                                 << s.layers << ")");
+  SPEC_INPUT_CHECK(s.dtype == DType::kBF16 || s.dtype == DType::kF32,
+                   "make-model: --dtype must be bf16 or f32");
+  SPEC_INPUT_CHECK(s.weight_std > 0 && s.embed_std > 0 && s.lm_head_std > 0 && s.deep_scale >= 0,
+                   "make-model: standard deviations must be positive and --deep-scale >= 0");
+}
+
+ModelConfig synthetic_config(const SyntheticSpec& spec, bool draft) {
+  validate(spec);
+  ModelConfig c;
+  c.architecture = "LlamaForCausalLM";
+  c.model_type = "llama";
+  c.hidden_size = spec.hidden;
+  c.intermediate_size = spec.intermediate;
+  c.num_layers = draft ? spec.draft_layers : spec.layers;
+  c.num_heads = spec.heads;
+  c.num_kv_heads = spec.kv_heads;
+  c.head_dim = spec.hidden / spec.heads;
+  c.vocab_size = spec.vocab;
+  c.max_position_embeddings = spec.max_pos;
+  c.rms_norm_eps = spec.rms_norm_eps;
+  c.rope_theta = spec.rope_theta;
+  c.tie_word_embeddings = false;
+  c.bos_token_id = 1;
+  c.eos_token_ids = {2};
+  return c;
+}
+
+void make_model_pair(const SyntheticSpec& spec, const std::string& outdir) {
+  validate(spec);
+  write_model(spec, false, outdir + "/target");
+  write_model(spec, true, outdir + "/draft");
+}
+
+}  // namespace specrun
