@@ -2,3 +2,4 @@
 specrun_mpi_test(test_comm NP 2 8)
 specrun_mpi_test(test_provenance_mpi NP 2 8)
 specrun_mpi_test(test_config_bcast NP 2 8)
+specrun_mpi_test(test_tp NP 2 4 8)
