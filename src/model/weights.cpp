@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <cstring>
+#include <filesystem>
 #include <string>
 
 #include "common/error.h"
@@ -12,11 +13,11 @@ namespace specrun {
 
 namespace {
 
-void check_divides(int value, int tp, const char* field) {
-  SPEC_INPUT_CHECK(value % tp == 0, "config.json: " << field << " = " << value
-                                                    << " is not divisible by tp = " << tp
-                                                    << ": choose a tensor-parallel size that "
-                                                       "divides it");
+void check_divides(int value, int tp, const char* field, const std::string& source) {
+  SPEC_INPUT_CHECK(value % tp == 0, source << ": " << field << " = " << value
+                                           << " is not divisible by tp = " << tp
+                                           << ": choose a tensor-parallel size that "
+                                              "divides it");
 }
 
 // Rows [row_begin, row_begin + n_rows) of a [rows, cols] tensor: a view, no copy.
@@ -69,21 +70,21 @@ std::vector<float> widen_slice(const TensorView& t, std::int64_t begin, int n) {
 
 }  // namespace
 
-ShardPlan ShardPlan::make(const ModelConfig& c, int tp, int tp_rank) {
+ShardPlan ShardPlan::make(const ModelConfig& c, int tp, int tp_rank, const std::string& source) {
   SPEC_INPUT_CHECK(tp >= 1, "tensor-parallel size must be at least 1, got " << tp);
   SPEC_CHECK(tp_rank >= 0 && tp_rank < tp, "tp rank " << tp_rank << " outside 0.." << tp - 1);
-  check_divides(c.num_heads, tp, "num_attention_heads");
+  check_divides(c.num_heads, tp, "num_attention_heads", source);
   if (tp <= c.num_kv_heads) {
-    check_divides(c.num_kv_heads, tp, "num_key_value_heads");
+    check_divides(c.num_kv_heads, tp, "num_key_value_heads", source);
   } else {
     SPEC_INPUT_CHECK(tp % c.num_kv_heads == 0,
-                     "config.json: num_key_value_heads = "
-                         << c.num_kv_heads << " is smaller than tp = " << tp
-                         << " and does not divide it, so kv heads cannot be replicated evenly: "
-                            "choose a tp that divides or is a multiple of num_key_value_heads");
+                     source << ": num_key_value_heads = " << c.num_kv_heads
+                            << " is smaller than tp = " << tp
+                            << " and does not divide it, so kv heads cannot be replicated evenly: "
+                               "choose a tp that divides or is a multiple of num_key_value_heads");
   }
-  check_divides(c.intermediate_size, tp, "intermediate_size");
-  check_divides(c.vocab_size, tp, "vocab_size");
+  check_divides(c.intermediate_size, tp, "intermediate_size", source);
+  check_divides(c.vocab_size, tp, "vocab_size", source);
 
   ShardPlan p;
   p.tp = tp;
@@ -108,7 +109,8 @@ ModelWeights ModelWeights::load(const Checkpoint& ckpt, int tp, int tp_rank) {
                                                             "num_key_value_heads = "
                                                          << c.num_kv_heads);
   ModelWeights w;
-  w.plan = ShardPlan::make(c, tp, tp_rank);
+  w.plan =
+      ShardPlan::make(c, tp, tp_rank, (std::filesystem::path(ckpt.dir()) / "config.json").string());
   const ShardPlan& p = w.plan;
   const std::int64_t H = c.hidden_size, hd = c.head_dim, I = c.intermediate_size;
   const std::int64_t q_out = static_cast<std::int64_t>(c.num_heads) * hd;

@@ -15,6 +15,7 @@
 
 #include <cstddef>
 #include <cstdint>
+#include <string>
 #include <vector>
 
 #include "kernels/cpu/dtype.h"
@@ -34,8 +35,9 @@ struct ShardPlan {
 
   // Throws (exit code 2) naming the config.json field when tp does not divide
   // num_attention_heads, num_key_value_heads (tp <= kv heads) or is not a multiple of it
-  // (tp > kv heads), intermediate_size or vocab_size.
-  static ShardPlan make(const ModelConfig& config, int tp, int tp_rank);
+  // (tp > kv heads), intermediate_size or vocab_size. `source` names the config file.
+  static ShardPlan make(const ModelConfig& config, int tp, int tp_rank,
+                        const std::string& source = "config.json");
 };
 
 // A row-major [rows, cols] matrix in `dtype`, either viewing mapped memory or owning a copy.

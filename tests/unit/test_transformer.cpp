@@ -4,6 +4,7 @@
 // equals one-shot, truncate-and-redo equals no rollback, batching does not change results.
 #include <gtest/gtest.h>
 
+#include <unistd.h>
 #include <cmath>
 #include <cstdlib>
 #include <filesystem>
@@ -16,6 +17,7 @@
 #include "dist/communicator.h"
 #include "kernels/cpu/ops.h"
 #include "model/checkpoint.h"
+#include "model/llama2c.h"
 #include "model/safetensors.h"
 #include "model/transformer.h"
 #include "model/weights.h"
@@ -165,6 +167,28 @@ TEST(TransformerReference, GreedyContinuationsMatch) {
           << c.dir << " prompt " << k;
     }
   }
+}
+
+TEST(TransformerReference, Stories260KGreedyFromBosMatchesLlama2c) {
+  const fs::path stories = shared_dir() / "models" / "stories260K";
+  if (!fs::exists(stories / "stories260K.bin"))
+    GTEST_SKIP() << "stories260K not found at " << stories << " (set SPECRUN_SHARED_DIR)";
+  // Greedy ids from BOS that llama2.c's run.c produces (model-formats.md section 5.4).
+  const std::vector<std::int32_t> want = {
+      403, 407, 261, 378, 432, 383, 286, 261, 376, 298, 315, 421, 395, 317, 426,
+      338, 401, 396, 267, 337, 410, 408, 419, 292, 411, 322, 265, 282, 295, 433,
+      426, 385, 328, 432, 358, 394, 261, 370, 432, 352, 266, 268, 388, 426, 338,
+      391, 266, 267, 337, 335, 312, 432, 398, 312, 286, 267, 414, 270, 333, 415};
+  const fs::path out =
+      fs::temp_directory_path() / ("specrun_test_stories260K_" + std::to_string(::getpid()));
+  import_llama2c((stories / "stories260K.bin").string(), out.string());
+  {
+    SingleRankComm comm;
+    Checkpoint checkpoint(out.string());
+    Transformer model(checkpoint, comm, 0, 1, 2);
+    EXPECT_EQ(greedy(model, {1}, static_cast<int>(want.size())), want);
+  }
+  fs::remove_all(out);
 }
 
 TEST(TransformerCache, IncrementalDecodeEqualsOneShot) {
