@@ -1,0 +1,629 @@
+#include "io/h5.h"
+
+#include <sys/stat.h>
+
+#include <algorithm>
+#include <cstring>
+#include <ctime>
+
+#include "common/error.h"
+
+namespace specrun::h5 {
+
+namespace {
+
+// Appended to every failed call's message: what HDF5 itself said, plus advice for the one
+// failure users hit on cluster file systems.
+std::string detail() {
+  std::string text = error_stack_text();
+  if (text.empty()) return "";
+  std::string out = "\n  HDF5 says: " + text;
+  if (text.find("unable to lock file") != std::string::npos)
+    out +=
+        "\n  advice: this file system may not support file locks (some NFS, Lustre, GPFS "
+        "mounts), or another process has the file open; set HDF5_USE_FILE_LOCKING=FALSE in the "
+        "job's environment if no other process writes the file";
+  return out;
+}
+
+#define H5C(call, msg) H5_CHECK(call, msg << detail())
+
+herr_t collect_error(unsigned /*n*/, const H5E_error2_t* err, void* data) {
+  auto* lines = static_cast<std::vector<std::string>*>(data);
+  std::string line;
+  if (err->desc != nullptr && err->desc[0] != '\0') line = err->desc;
+  if (err->func_name != nullptr) line = std::string(err->func_name) + "(): " + line;
+  lines->push_back(line);
+  return 0;
+}
+
+bool file_exists(const std::string& path) {
+  struct stat st;
+  return ::stat(path.c_str(), &st) == 0;
+}
+
+std::string class_text(hid_t type) {
+  switch (H5Tget_class(type)) {
+    case H5T_INTEGER: {
+      bool is_signed = H5Tget_sign(type) == H5T_SGN_2;
+      return std::string(is_signed ? "int" : "uint") + std::to_string(H5Tget_size(type) * 8);
+    }
+    case H5T_FLOAT:
+      return "float" + std::to_string(H5Tget_size(type) * 8);
+    case H5T_STRING:
+      return "string";
+    case H5T_ENUM:
+      return "enum";
+    case H5T_COMPOUND:
+      return "compound";
+    case H5T_ARRAY:
+      return "array";
+    case H5T_VLEN:
+      return "vlen";
+    default:
+      return "other";
+  }
+}
+
+// Reads n strings from `obj` (a dataset or an attribute, chosen by is_attr) with the given file
+// type, in either variable-length or fixed-length form.
+std::vector<std::string> read_string_values(hid_t obj, bool is_attr, hid_t file_type,
+                                            hid_t mem_space, hid_t file_space, size_t n,
+                                            const std::string& where) {
+  std::vector<std::string> out(n);
+  if (n == 0) return out;
+  if (H5Tis_variable_str(file_type) > 0) {
+    Id mem_type = string_type();
+    std::vector<char*> ptrs(n, nullptr);
+    if (is_attr)
+      H5C(H5Aread(obj, mem_type.get(), ptrs.data()), "cannot read string attribute " << where);
+    else
+      H5C(H5Dread(obj, mem_type.get(), mem_space, file_space, H5P_DEFAULT, ptrs.data()),
+          "cannot read strings from " << where);
+    for (size_t i = 0; i < n; ++i)
+      if (ptrs[i] != nullptr) out[i] = ptrs[i];
+    Id space(H5Screate_simple(1, std::vector<hsize_t>{n}.data(), nullptr));
+    H5Dvlen_reclaim(mem_type.get(), space.get(), H5P_DEFAULT, ptrs.data());
+    return out;
+  }
+  size_t size = H5Tget_size(file_type);
+  Id mem_type(H5C(H5Tcopy(H5T_C_S1), "H5Tcopy"));
+  H5C(H5Tset_size(mem_type.get(), size), "H5Tset_size");
+  H5C(H5Tset_strpad(mem_type.get(), H5T_STR_NULLPAD), "H5Tset_strpad");
+  std::vector<char> buf(n * size, '\0');
+  if (is_attr)
+    H5C(H5Aread(obj, mem_type.get(), buf.data()), "cannot read string attribute " << where);
+  else
+    H5C(H5Dread(obj, mem_type.get(), mem_space, file_space, H5P_DEFAULT, buf.data()),
+        "cannot read strings from " << where);
+  for (size_t i = 0; i < n; ++i) {
+    const char* s = buf.data() + i * size;
+    out[i].assign(s, strnlen(s, size));
+  }
+  return out;
+}
+
+}  // namespace
+
+std::string utc_timestamp() {
+  std::time_t now = std::time(nullptr);
+  std::tm tm{};
+  gmtime_r(&now, &tm);
+  char buf[32];
+  std::strftime(buf, sizeof(buf), "%Y-%m-%dT%H:%M:%SZ", &tm);
+  return buf;
+}
+
+void silence_error_printing() {
+  H5Eset_auto2(H5E_DEFAULT, nullptr, nullptr);
+}
+
+std::string error_stack_text() {
+  std::vector<std::string> lines;
+  if (H5Ewalk2(H5E_DEFAULT, H5E_WALK_UPWARD, collect_error, &lines) < 0) return "";
+  std::string text;
+  // The innermost entries say what went wrong; the outer ones repeat "unable to ...".
+  for (size_t i = 0; i < lines.size() && i < 3; ++i) {
+    if (!text.empty()) text += "; ";
+    text += lines[i];
+  }
+  return text;
+}
+
+// Id ---------------------------------------------------------------------------------------------
+
+Id& Id::operator=(Id&& other) noexcept {
+  if (this != &other) {
+    reset();
+    id_ = other.id_;
+    other.id_ = H5I_INVALID_HID;
+  }
+  return *this;
+}
+
+void Id::reset() {
+  if (id_ >= 0) H5Idec_ref(id_);
+  id_ = H5I_INVALID_HID;
+}
+
+hid_t Id::release() {
+  hid_t id = id_;
+  id_ = H5I_INVALID_HID;
+  return id;
+}
+
+Id string_type() {
+  Id type(H5C(H5Tcopy(H5T_C_S1), "H5Tcopy(H5T_C_S1)"));
+  H5C(H5Tset_size(type.get(), H5T_VARIABLE), "H5Tset_size(H5T_VARIABLE)");
+  H5C(H5Tset_cset(type.get(), H5T_CSET_UTF8), "H5Tset_cset(UTF8)");
+  return type;
+}
+
+Id bool_type() {
+  Id type(H5C(H5Tenum_create(H5T_NATIVE_INT8), "H5Tenum_create"));
+  int8_t v = 0;
+  H5C(H5Tenum_insert(type.get(), "FALSE", &v), "H5Tenum_insert(FALSE)");
+  v = 1;
+  H5C(H5Tenum_insert(type.get(), "TRUE", &v), "H5Tenum_insert(TRUE)");
+  return type;
+}
+
+// Object: attributes ------------------------------------------------------------------------------
+
+bool Object::has_attr(const std::string& name) const {
+  return H5C(H5Aexists(id(), name.c_str()),
+             "cannot look up attribute '" << name << "' of " << where_) > 0;
+}
+
+void Object::set_scalar_attr(const std::string& name, hid_t file_type, hid_t mem_type,
+                             const void* value, const char* kind) {
+  if (has_attr(name)) {
+    Id attr(H5C(H5Aopen(id(), name.c_str(), H5P_DEFAULT),
+                "cannot open attribute '" << name << "' of " << where_));
+    Id type(H5C(H5Aget_type(attr.get()), "H5Aget_type"));
+    Id space(H5C(H5Aget_space(attr.get()), "H5Aget_space"));
+    bool same =
+        H5Tequal(type.get(), file_type) > 0 && H5Sget_simple_extent_type(space.get()) == H5S_SCALAR;
+    if (same) {
+      H5C(H5Awrite(attr.get(), mem_type, value),
+          "cannot write " << kind << " attribute '" << name << "' of " << where_);
+      return;
+    }
+    attr.reset();
+    H5C(H5Adelete(id(), name.c_str()), "cannot replace attribute '" << name << "' of " << where_);
+  }
+  Id space(H5C(H5Screate(H5S_SCALAR), "H5Screate(H5S_SCALAR)"));
+  Id attr(H5C(H5Acreate2(id(), name.c_str(), file_type, space.get(), H5P_DEFAULT, H5P_DEFAULT),
+              "cannot create " << kind << " attribute '" << name << "' of " << where_));
+  H5C(H5Awrite(attr.get(), mem_type, value),
+      "cannot write " << kind << " attribute '" << name << "' of " << where_);
+}
+
+void Object::set_attr_string(const std::string& name, const std::string& value) {
+  Id type = string_type();
+  const char* ptr = value.c_str();
+  set_scalar_attr(name, type.get(), type.get(), &ptr, "string");
+}
+
+void Object::set_attr_int64(const std::string& name, int64_t value) {
+  set_scalar_attr(name, H5T_STD_I64LE, H5T_NATIVE_INT64, &value, "int64");
+}
+
+void Object::set_attr_int32(const std::string& name, int32_t value) {
+  set_scalar_attr(name, H5T_STD_I32LE, H5T_NATIVE_INT32, &value, "int32");
+}
+
+void Object::set_attr_double(const std::string& name, double value) {
+  set_scalar_attr(name, H5T_IEEE_F64LE, H5T_NATIVE_DOUBLE, &value, "float64");
+}
+
+void Object::set_attr_bool(const std::string& name, bool value) {
+  Id type = bool_type();
+  int8_t v = value ? 1 : 0;
+  set_scalar_attr(name, type.get(), type.get(), &v, "bool");
+}
+
+void Object::set_attr_strings(const std::string& name, const std::vector<std::string>& values) {
+  if (has_attr(name))
+    H5C(H5Adelete(id(), name.c_str()), "cannot replace attribute '" << name << "' of " << where_);
+  Id type = string_type();
+  hsize_t n = values.size();
+  Id space(H5C(H5Screate_simple(1, &n, nullptr), "H5Screate_simple"));
+  Id attr(H5C(H5Acreate2(id(), name.c_str(), type.get(), space.get(), H5P_DEFAULT, H5P_DEFAULT),
+              "cannot create string list attribute '" << name << "' of " << where_));
+  std::vector<const char*> ptrs;
+  for (const std::string& v : values) ptrs.push_back(v.c_str());
+  if (n > 0)
+    H5C(H5Awrite(attr.get(), type.get(), ptrs.data()),
+        "cannot write attribute '" << name << "' of " << where_);
+}
+
+namespace {
+
+struct OpenAttr {
+  Id attr, type, space;
+  hssize_t points = 0;
+};
+
+OpenAttr open_attr(hid_t obj, const std::string& name, const std::string& where) {
+  htri_t exists =
+      H5C(H5Aexists(obj, name.c_str()), "cannot look up attribute '" << name << "' of " << where);
+  SPEC_INPUT_CHECK(
+      exists > 0, where << " has no attribute '" << name << "'; was this file written by specrun?");
+  OpenAttr a;
+  a.attr = Id(H5C(H5Aopen(obj, name.c_str(), H5P_DEFAULT),
+                  "cannot open attribute '" << name << "' of " << where));
+  a.type = Id(H5C(H5Aget_type(a.attr.get()), "H5Aget_type"));
+  a.space = Id(H5C(H5Aget_space(a.attr.get()), "H5Aget_space"));
+  a.points = H5Sget_simple_extent_npoints(a.space.get());
+  return a;
+}
+
+}  // namespace
+
+std::string Object::attr_string(const std::string& name) const {
+  OpenAttr a = open_attr(id(), name, where_);
+  SPEC_INPUT_CHECK(H5Tget_class(a.type.get()) == H5T_STRING && a.points == 1,
+                   "attribute '" << name << "' of " << where_ << " is a "
+                                 << class_text(a.type.get()) << " with " << a.points
+                                 << " values, expected one string");
+  return read_string_values(a.attr.get(), true, a.type.get(), H5S_ALL, H5S_ALL, 1, where_)[0];
+}
+
+std::vector<std::string> Object::attr_strings(const std::string& name) const {
+  OpenAttr a = open_attr(id(), name, where_);
+  SPEC_INPUT_CHECK(H5Tget_class(a.type.get()) == H5T_STRING,
+                   "attribute '" << name << "' of " << where_ << " is a "
+                                 << class_text(a.type.get()) << ", expected strings");
+  return read_string_values(a.attr.get(), true, a.type.get(), H5S_ALL, H5S_ALL,
+                            static_cast<size_t>(a.points), where_);
+}
+
+int64_t Object::attr_int(const std::string& name) const {
+  OpenAttr a = open_attr(id(), name, where_);
+  H5T_class_t cls = H5Tget_class(a.type.get());
+  SPEC_INPUT_CHECK((cls == H5T_INTEGER || cls == H5T_ENUM) && a.points == 1,
+                   "attribute '" << name << "' of " << where_ << " is a "
+                                 << class_text(a.type.get()) << " with " << a.points
+                                 << " values, expected one integer");
+  if (cls == H5T_ENUM) {
+    // Enums do not convert to integers; read the raw native value (booleans: 1 byte).
+    Id native(H5C(H5Tget_native_type(a.type.get(), H5T_DIR_ASCEND), "H5Tget_native_type"));
+    size_t size = H5Tget_size(native.get());
+    SPEC_INPUT_CHECK(size <= 8, "enum attribute '" << name << "' of " << where_ << " too wide");
+    unsigned char raw[8] = {0};
+    H5C(H5Aread(a.attr.get(), native.get(), raw), "cannot read attribute '" << name << "'");
+    if (size == 1) return static_cast<int8_t>(raw[0]);
+    int64_t v = 0;
+    std::memcpy(&v, raw, size);
+    return v;
+  }
+  int64_t v = 0;
+  H5C(H5Aread(a.attr.get(), H5T_NATIVE_INT64, &v),
+      "cannot read attribute '" << name << "' of " << where_);
+  return v;
+}
+
+double Object::attr_double(const std::string& name) const {
+  OpenAttr a = open_attr(id(), name, where_);
+  H5T_class_t cls = H5Tget_class(a.type.get());
+  SPEC_INPUT_CHECK((cls == H5T_INTEGER || cls == H5T_FLOAT) && a.points == 1,
+                   "attribute '" << name << "' of " << where_ << " is a "
+                                 << class_text(a.type.get()) << ", expected one number");
+  double v = 0;
+  H5C(H5Aread(a.attr.get(), H5T_NATIVE_DOUBLE, &v),
+      "cannot read attribute '" << name << "' of " << where_);
+  return v;
+}
+
+bool Object::attr_bool(const std::string& name) const {
+  return attr_int(name) != 0;
+}
+
+// Dataset ----------------------------------------------------------------------------------------
+
+int Dataset::rank() const {
+  Id space(H5C(H5Dget_space(id()), "cannot get the dataspace of " << where_));
+  return H5C(H5Sget_simple_extent_ndims(space.get()), "cannot get the rank of " << where_);
+}
+
+std::vector<hsize_t> Dataset::dims() const {
+  Id space(H5C(H5Dget_space(id()), "cannot get the dataspace of " << where_));
+  int rank = H5C(H5Sget_simple_extent_ndims(space.get()), "cannot get the rank of " << where_);
+  std::vector<hsize_t> dims(static_cast<size_t>(rank));
+  if (rank > 0)
+    H5C(H5Sget_simple_extent_dims(space.get(), dims.data(), nullptr),
+        "cannot get the shape of " << where_);
+  return dims;
+}
+
+int64_t Dataset::rows() const {
+  std::vector<hsize_t> d = dims();
+  return d.empty() ? 1 : static_cast<int64_t>(d[0]);
+}
+
+int64_t Dataset::row_size() const {
+  std::vector<hsize_t> d = dims();
+  int64_t n = 1;
+  for (size_t i = 1; i < d.size(); ++i) n *= static_cast<int64_t>(d[i]);
+  return n;
+}
+
+H5T_class_t Dataset::type_class() const {
+  Id type(H5C(H5Dget_type(id()), "cannot get the type of " << where_));
+  return H5Tget_class(type.get());
+}
+
+size_t Dataset::type_size() const {
+  Id type(H5C(H5Dget_type(id()), "cannot get the type of " << where_));
+  return H5Tget_size(type.get());
+}
+
+std::string Dataset::type_text() const {
+  Id type(H5C(H5Dget_type(id()), "cannot get the type of " << where_));
+  return class_text(type.get());
+}
+
+std::pair<Id, Id> Dataset::select_rows(int64_t first, int64_t n_rows) const {
+  Id file_space(H5C(H5Dget_space(id()), "cannot get the dataspace of " << where_));
+  int rank = H5C(H5Sget_simple_extent_ndims(file_space.get()), "H5Sget_simple_extent_ndims");
+  SPEC_CHECK(rank >= 1, where_ << " is a scalar; expected rows");
+  std::vector<hsize_t> dims(static_cast<size_t>(rank));
+  H5C(H5Sget_simple_extent_dims(file_space.get(), dims.data(), nullptr),
+      "H5Sget_simple_extent_dims");
+  SPEC_INPUT_CHECK(first >= 0 && n_rows >= 0 && first + n_rows <= static_cast<int64_t>(dims[0]),
+                   "rows [" << first << ", " << first + n_rows << ") are outside " << where_
+                            << ", which has " << dims[0] << " rows");
+  std::vector<hsize_t> start(dims.size(), 0), count = dims;
+  start[0] = static_cast<hsize_t>(first);
+  count[0] = static_cast<hsize_t>(n_rows);
+  H5C(H5Sselect_hyperslab(file_space.get(), H5S_SELECT_SET, start.data(), nullptr, count.data(),
+                          nullptr),
+      "cannot select rows [" << first << ", " << first + n_rows << ") of " << where_);
+  Id mem_space(H5C(H5Screate_simple(rank, count.data(), nullptr), "H5Screate_simple"));
+  return {std::move(file_space), std::move(mem_space)};
+}
+
+void Dataset::append_raw(hid_t mem_type, const void* data, int64_t n_rows) {
+  if (n_rows == 0) return;
+  std::vector<hsize_t> d = dims();
+  SPEC_CHECK(!d.empty(), where_ << " is a scalar; cannot append rows");
+  int64_t first = static_cast<int64_t>(d[0]);
+  d[0] += static_cast<hsize_t>(n_rows);
+  H5C(H5Dset_extent(id(), d.data()),
+      "cannot extend " << where_ << " to " << d[0] << " rows (is it a row table?)");
+  for (size_t i = 1; i < d.size(); ++i)
+    if (d[i] == 0) return;  // zero-width rows hold no values
+  write_raw(mem_type, first, n_rows, data);
+}
+
+void Dataset::write_raw(hid_t mem_type, int64_t first, int64_t n_rows, const void* data) {
+  if (n_rows == 0) return;
+  auto [file_space, mem_space] = select_rows(first, n_rows);
+  H5C(H5Dwrite(id(), mem_type, mem_space.get(), file_space.get(), H5P_DEFAULT, data),
+      "cannot write rows [" << first << ", " << first + n_rows << ") of " << where_);
+}
+
+void Dataset::read_raw(hid_t mem_type, int64_t first, int64_t n_rows, void* out) const {
+  if (n_rows == 0) {
+    select_rows(first, 0);  // still validates the range
+    return;
+  }
+  auto [file_space, mem_space] = select_rows(first, n_rows);
+  H5C(H5Dread(id(), mem_type, mem_space.get(), file_space.get(), H5P_DEFAULT, out),
+      "cannot read rows [" << first << ", " << first + n_rows << ") of " << where_);
+}
+
+void Dataset::append_strings(const std::vector<std::string>& values) {
+  std::vector<const char*> ptrs;
+  ptrs.reserve(values.size());
+  for (const std::string& v : values) ptrs.push_back(v.c_str());
+  Id type = string_type();
+  append_raw(type.get(), ptrs.data(), static_cast<int64_t>(values.size()));
+}
+
+std::vector<std::string> Dataset::read_strings(int64_t first, int64_t n_rows) const {
+  Id type(H5C(H5Dget_type(id()), "cannot get the type of " << where_));
+  SPEC_INPUT_CHECK(H5Tget_class(type.get()) == H5T_STRING,
+                   where_ << " holds " << class_text(type.get()) << " values, expected strings");
+  if (n_rows == 0) {
+    select_rows(first, 0);
+    return {};
+  }
+  auto [file_space, mem_space] = select_rows(first, n_rows);
+  return read_string_values(id(), false, type.get(), mem_space.get(), file_space.get(),
+                            static_cast<size_t>(n_rows), where_);
+}
+
+std::string Dataset::read_scalar_string() const {
+  Id type(H5C(H5Dget_type(id()), "cannot get the type of " << where_));
+  SPEC_INPUT_CHECK(H5Tget_class(type.get()) == H5T_STRING && rank() == 0,
+                   where_ << " is not a scalar string");
+  return read_string_values(id(), false, type.get(), H5S_ALL, H5S_ALL, 1, where_)[0];
+}
+
+void Dataset::resize_rows(int64_t n_rows) {
+  std::vector<hsize_t> d = dims();
+  SPEC_CHECK(!d.empty() && n_rows >= 0, "cannot resize " << where_ << " to " << n_rows);
+  d[0] = static_cast<hsize_t>(n_rows);
+  H5C(H5Dset_extent(id(), d.data()), "cannot resize " << where_ << " to " << n_rows << " rows");
+}
+
+// Group ------------------------------------------------------------------------------------------
+
+std::string Group::child_path(const std::string& name) const {
+  std::string inner = name_ == "/" ? "/" + name : name_ + "/" + name;
+  return inner;
+}
+
+bool Group::has(const std::string& name) const {
+  // H5Lexists fails on a missing intermediate group; check each component.
+  std::string prefix;
+  size_t pos = 0;
+  while (pos <= name.size()) {
+    size_t next = name.find('/', pos);
+    if (next == std::string::npos) next = name.size();
+    prefix += (prefix.empty() ? "" : "/") + name.substr(pos, next - pos);
+    if (H5C(H5Lexists(id(), prefix.c_str(), H5P_DEFAULT),
+            "cannot look up '" << prefix << "' in " << where_) <= 0)
+      return false;
+    pos = next + 1;
+  }
+  return true;
+}
+
+Group Group::group(const std::string& name) const {
+  std::string path = child_path(name);
+  SPEC_INPUT_CHECK(has(name), file_path_ << ": group " << path << " is missing");
+  Id g(H5C(H5Gopen2(id(), name.c_str(), H5P_DEFAULT),
+           "cannot open group " << path << " in " << file_path_));
+  return Group(std::move(g), file_path_ + ":" + path, file_path_, path);
+}
+
+Group Group::create_group(const std::string& name) {
+  std::string path = child_path(name);
+  Id g(H5C(H5Gcreate2(id(), name.c_str(), H5P_DEFAULT, H5P_DEFAULT, H5P_DEFAULT),
+           "cannot create group " << path << " in " << file_path_));
+  return Group(std::move(g), file_path_ + ":" + path, file_path_, path);
+}
+
+Group Group::require_group(const std::string& name) {
+  return has(name) ? group(name) : create_group(name);
+}
+
+Dataset Group::dataset(const std::string& name) const {
+  std::string path = child_path(name);
+  SPEC_INPUT_CHECK(has(name), file_path_ << ": dataset " << path << " is missing");
+  Id d(H5C(H5Dopen2(id(), name.c_str(), H5P_DEFAULT),
+           "cannot open dataset " << path << " in " << file_path_ << " (is it a dataset?)"));
+  return Dataset(std::move(d), file_path_ + ":" + path, file_path_);
+}
+
+// Creation ---------------------------------------------------------------------------------------
+
+Dataset create_rows(Group& parent, const std::string& name, hid_t file_type,
+                    const RowsOptions& options) {
+  std::string where =
+      parent.file_path() + ":" + (parent.name() == "/" ? "/" + name : parent.name() + "/" + name);
+  int rank = 1 + static_cast<int>(options.row_shape.size());
+  std::vector<hsize_t> dims(static_cast<size_t>(rank), 0), max_dims(dims.size()),
+      chunk(dims.size());
+  max_dims[0] = H5S_UNLIMITED;
+  size_t row_elems = 1;
+  for (size_t i = 0; i < options.row_shape.size(); ++i) {
+    dims[i + 1] = options.row_shape[i];
+    // A zero-width fixed dimension cannot hold a chunk of width 1; leave it unlimited.
+    max_dims[i + 1] = options.row_shape[i] == 0 ? H5S_UNLIMITED : options.row_shape[i];
+    chunk[i + 1] = std::max<hsize_t>(options.row_shape[i], 1);
+    row_elems *= std::max<hsize_t>(options.row_shape[i], 1);
+  }
+  size_t row_bytes = std::max<size_t>(1, H5Tget_size(file_type) * row_elems);
+  chunk[0] = options.chunk_rows > 0 ? options.chunk_rows
+                                    : std::max<hsize_t>(1, options.chunk_bytes / row_bytes);
+  Id space(H5C(H5Screate_simple(rank, dims.data(), max_dims.data()),
+               "cannot make the dataspace of " << where));
+  Id dcpl(H5C(H5Pcreate(H5P_DATASET_CREATE), "H5Pcreate(H5P_DATASET_CREATE)"));
+  H5C(H5Pset_chunk(dcpl.get(), rank, chunk.data()), "cannot set the chunk shape of " << where);
+  if (options.compress) {
+    // Filters run in the order added: shuffle first so deflate sees grouped bytes.
+    H5C(H5Pset_shuffle(dcpl.get()), "cannot add the shuffle filter to " << where);
+    H5C(H5Pset_deflate(dcpl.get(), 4), "cannot add the deflate filter to " << where);
+  }
+  Id d(H5C(H5Dcreate2(parent.id(), name.c_str(), file_type, space.get(), H5P_DEFAULT, dcpl.get(),
+                      H5P_DEFAULT),
+           "cannot create dataset " << where));
+  return Dataset(std::move(d), where, parent.file_path());
+}
+
+Dataset create_string_rows(Group& parent, const std::string& name, const RowsOptions& options) {
+  Id type = string_type();
+  RowsOptions o = options;
+  if (o.chunk_rows == 0) o.chunk_rows = 1024;  // heap references, 16 bytes each in the file
+  return create_rows(parent, name, type.get(), o);
+}
+
+template <typename T>
+Dataset create_fixed(Group& parent, const std::string& name, const std::vector<hsize_t>& dims,
+                     const T* data) {
+  std::string where =
+      parent.file_path() + ":" + (parent.name() == "/" ? "/" + name : parent.name() + "/" + name);
+  Id space(dims.empty() ? H5C(H5Screate(H5S_SCALAR), "H5Screate")
+                        : H5C(H5Screate_simple(static_cast<int>(dims.size()), dims.data(), nullptr),
+                              "cannot make the dataspace of " << where));
+  Id d(H5C(H5Dcreate2(parent.id(), name.c_str(), TypeOf<T>::file(), space.get(), H5P_DEFAULT,
+                      H5P_DEFAULT, H5P_DEFAULT),
+           "cannot create dataset " << where));
+  hsize_t n = 1;
+  for (hsize_t v : dims) n *= v;
+  if (n > 0)
+    H5C(H5Dwrite(d.get(), TypeOf<T>::mem(), H5S_ALL, H5S_ALL, H5P_DEFAULT, data),
+        "cannot write " << where);
+  return Dataset(std::move(d), where, parent.file_path());
+}
+
+template Dataset create_fixed<int32_t>(Group&, const std::string&, const std::vector<hsize_t>&,
+                                       const int32_t*);
+template Dataset create_fixed<int64_t>(Group&, const std::string&, const std::vector<hsize_t>&,
+                                       const int64_t*);
+template Dataset create_fixed<float>(Group&, const std::string&, const std::vector<hsize_t>&,
+                                     const float*);
+template Dataset create_fixed<double>(Group&, const std::string&, const std::vector<hsize_t>&,
+                                      const double*);
+
+Dataset create_string_scalar(Group& parent, const std::string& name, const std::string& value) {
+  std::string where =
+      parent.file_path() + ":" + (parent.name() == "/" ? "/" + name : parent.name() + "/" + name);
+  Id type = string_type();
+  Id space(H5C(H5Screate(H5S_SCALAR), "H5Screate"));
+  Id d(H5C(H5Dcreate2(parent.id(), name.c_str(), type.get(), space.get(), H5P_DEFAULT, H5P_DEFAULT,
+                      H5P_DEFAULT),
+           "cannot create dataset " << where));
+  const char* ptr = value.c_str();
+  H5C(H5Dwrite(d.get(), type.get(), H5S_ALL, H5S_ALL, H5P_DEFAULT, &ptr), "cannot write " << where);
+  return Dataset(std::move(d), where, parent.file_path());
+}
+
+// File -------------------------------------------------------------------------------------------
+
+File::File(Id id, const std::string& path) : Group(std::move(id), path + ":/", path, "/") {}
+
+File File::create(const std::string& path, bool truncate) {
+  silence_error_printing();
+  SPEC_INPUT_CHECK(truncate || !file_exists(path),
+                   path << " already exists; refusing to overwrite it");
+  Id fapl(H5C(H5Pcreate(H5P_FILE_ACCESS), "H5Pcreate(H5P_FILE_ACCESS)"));
+  H5C(H5Pset_libver_bounds(fapl.get(), H5F_LIBVER_V18, H5F_LIBVER_V18),
+      "H5Pset_libver_bounds(V18, V18)");
+  Id f(
+      H5C(H5Fcreate(path.c_str(), truncate ? H5F_ACC_TRUNC : H5F_ACC_EXCL, H5P_DEFAULT, fapl.get()),
+          "cannot create HDF5 file " << path << " (does the directory exist and is it writable?)"));
+  return File(std::move(f), path);
+}
+
+File File::open(const std::string& path, Access access) {
+  silence_error_printing();
+  SPEC_INPUT_CHECK(file_exists(path), path << ": no such file");
+  htri_t is_hdf5 = H5Fis_hdf5(path.c_str());
+  SPEC_INPUT_CHECK(is_hdf5 > 0, path << " is not an HDF5 file (or cannot be read)" << detail());
+  Id fapl(H5C(H5Pcreate(H5P_FILE_ACCESS), "H5Pcreate(H5P_FILE_ACCESS)"));
+  if (access == Access::kReadWrite)
+    H5C(H5Pset_libver_bounds(fapl.get(), H5F_LIBVER_V18, H5F_LIBVER_V18),
+        "H5Pset_libver_bounds(V18, V18)");
+  Id f(H5C(H5Fopen(path.c_str(), access == Access::kReadOnly ? H5F_ACC_RDONLY : H5F_ACC_RDWR,
+                   fapl.get()),
+           "cannot open HDF5 file "
+               << path << (access == Access::kReadOnly ? " for reading" : " for writing")));
+  return File(std::move(f), path);
+}
+
+void File::flush() {
+  H5C(H5Fflush(id(), H5F_SCOPE_GLOBAL), "cannot flush " << file_path_ << " (disk full?)");
+}
+
+void File::close() {
+  if (!id_.valid()) return;
+  hid_t f = id_.release();
+  H5C(H5Fclose(f), "cannot close " << file_path_ << " (disk full?)");
+}
+
+}  // namespace specrun::h5

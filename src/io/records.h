@@ -1,0 +1,76 @@
+// The records a run produces, as plain structs (no HDF5 here): the engine fills them at batch
+// boundaries, rank 0 hands them to ResultWriter::append_batch, and ResultReader gives them back
+// to report/compare/--resume. docs/file-formats.md documents how each field is stored.
+#pragma once
+
+#include <array>
+#include <cstdint>
+#include <string>
+#include <vector>
+
+namespace specrun {
+
+// Decoding modes, which are also the result file's top-level group names.
+inline constexpr const char* kModeBaseline = "baseline";
+inline constexpr const char* kModeSpeculative = "speculative";
+
+// True for "baseline" and "speculative".
+inline bool is_known_mode(const std::string& mode) {
+  return mode == kModeBaseline || mode == kModeSpeculative;
+}
+
+// Phases of a decoding step, in the order of the timings array's last axis.
+//   draft:  the draft model proposing tokens (0 in baseline mode)
+//   verify: the target model's forward pass (in baseline mode: its one-token forward)
+//   comm:   communicator calls (all-reduce, all-gather, broadcast, barrier)
+//   sample: sampling and acceptance/rejection
+//   other:  everything else inside the step (bookkeeping, KV rollback)
+//   total:  wall time of the whole step (>= the sum of the others when timed without overlap)
+inline constexpr std::array<const char*, 6> kPhaseNames = {"draft",  "verify", "comm",
+                                                           "sample", "other",  "total"};
+inline constexpr int kNumPhases = static_cast<int>(kPhaseNames.size());
+enum Phase : int { kPhaseDraft, kPhaseVerify, kPhaseComm, kPhaseSample, kPhaseOther, kPhaseTotal };
+
+// Why a sequence stopped.
+enum FinishReason : int8_t { kFinishLength = 0, kFinishEos = 1 };
+
+// One prompt's outcome in one mode.
+struct SequenceRecord {
+  int64_t prompt_index = 0;  // row of the prompt in the prompt file
+  std::string prompt_id;     // the prompt file's id (or the index as text when it has none)
+  std::string category;      // "" when the prompt file has none
+  int32_t prompt_len = 0;    // prompt tokens
+  int32_t generated = 0;     // tokens emitted after the prompt (== output_tokens.size())
+  int32_t verify_steps = 0;  // target forward passes that emitted tokens (baseline: generated)
+  int64_t drafted = 0;       // draft tokens proposed, summed over steps (baseline: 0)
+  int64_t accepted = 0;      // draft tokens accepted, summed over steps (baseline: 0)
+  int8_t finish_reason = kFinishLength;
+  double wall_s = 0;                   // seconds from the sequence's first step to its last
+  std::vector<int32_t> output_tokens;  // generated token ids, prompt excluded
+};
+
+// One sequence in one decoding step of a batch.
+struct StepRecord {
+  int64_t batch = 0;         // batch number (BatchResult::batch)
+  int32_t step = 0;          // step within the batch, from 0
+  int64_t prompt_index = 0;  // which sequence
+  int32_t active = 0;        // sequences still decoding in this step (batch occupancy)
+  int32_t drafted = 0;       // draft tokens proposed to this sequence in this step (k)
+  int32_t accepted = 0;      // of those, accepted (0..drafted); emitted = accepted + 1
+};
+
+// Everything one batch produced in one mode, gathered to rank 0.
+struct BatchResult {
+  int64_t batch = 0;  // global batch number (prompts [batch*B, batch*B + B) of the shard rule)
+  std::vector<SequenceRecord> sequences;
+  std::vector<StepRecord> steps;
+  int32_t n_steps = 0;  // decoding steps of this batch (rows of timings)
+  int32_t n_ranks = 0;  // world size
+  // [n_steps x n_ranks x kNumPhases] milliseconds, row-major: timings_ms[(s*n_ranks + r)*6 + p].
+  std::vector<float> timings_ms;
+  // Length draft_len (empty in baseline mode): element i-1 counts the verify steps of this
+  // batch (over all sequences) in which at least i draft tokens were accepted, i = 1..draft_len.
+  std::vector<int64_t> accepted_per_position;
+};
+
+}  // namespace specrun

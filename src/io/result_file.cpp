@@ -1,0 +1,443 @@
+#include "io/result_file.h"
+
+#include <sys/stat.h>
+
+#include <algorithm>
+#include <map>
+#include <optional>
+#include <set>
+
+#include "common/error.h"
+#include "io/h5.h"
+#include "io/result_layout.h"
+
+namespace specrun {
+
+using result_layout::Committed;
+using result_layout::ModeTables;
+
+namespace {
+
+bool path_exists(const std::string& path) {
+  struct stat st;
+  return ::stat(path.c_str(), &st) == 0;
+}
+
+void check_mode(const std::string& mode) {
+  SPEC_CHECK(is_known_mode(mode),
+             "unknown decoding mode '" << mode << "'; expected 'baseline' or 'speculative'");
+}
+
+// Checks the whole batch before anything is written, so a bad batch leaves the file untouched.
+void validate_batch(const std::string& where, const BatchResult& b, int32_t world_size,
+                    std::optional<int32_t> draft_len, const std::set<int64_t>& committed) {
+  SPEC_CHECK(b.batch >= 0, where << ": batch number " << b.batch << " is negative");
+  SPEC_CHECK(!committed.count(b.batch),
+             where << ": batch " << b.batch
+                   << " is already committed; a resumed job must skip finished batches");
+  SPEC_CHECK(b.n_ranks == world_size, where << ": batch " << b.batch << " has timings of "
+                                            << b.n_ranks << " ranks, the file's world size is "
+                                            << world_size);
+  SPEC_CHECK(b.n_steps >= 0 && b.timings_ms.size() == static_cast<size_t>(b.n_steps) *
+                                                          static_cast<size_t>(b.n_ranks) *
+                                                          kNumPhases,
+             where << ": batch " << b.batch << " has " << b.timings_ms.size()
+                   << " timing values, expected n_steps x n_ranks x phases = " << b.n_steps << " x "
+                   << b.n_ranks << " x " << kNumPhases);
+  if (draft_len)
+    SPEC_CHECK(static_cast<int32_t>(b.accepted_per_position.size()) == *draft_len,
+               where << ": batch " << b.batch << " has " << b.accepted_per_position.size()
+                     << " accepted_per_position counts, the mode's draft_len is " << *draft_len);
+  for (const SequenceRecord& s : b.sequences) {
+    SPEC_CHECK(static_cast<size_t>(s.generated) == s.output_tokens.size(),
+               where << ": prompt " << s.prompt_index << " has generated = " << s.generated
+                     << " but " << s.output_tokens.size() << " output tokens");
+    SPEC_CHECK(s.finish_reason == kFinishLength || s.finish_reason == kFinishEos,
+               where << ": prompt " << s.prompt_index << " has finish_reason "
+                     << int{s.finish_reason} << " (0 = length, 1 = eos)");
+  }
+  for (const StepRecord& s : b.steps)
+    SPEC_CHECK(s.batch == b.batch,
+               where << ": a step record of batch " << b.batch << " names batch " << s.batch);
+}
+
+template <typename T, typename Row, typename Member>
+std::vector<T> column(const std::vector<Row>& rows, Member Row::*member) {
+  std::vector<T> out;
+  out.reserve(rows.size());
+  for (const Row& r : rows) out.push_back(static_cast<T>(r.*member));
+  return out;
+}
+
+std::set<int64_t> committed_batch_set(const ModeTables& t, const Committed& c) {
+  std::vector<int64_t> ids = t.batches.at("batch").read<int64_t>(0, c.batches);
+  return std::set<int64_t>(ids.begin(), ids.end());
+}
+
+}  // namespace
+
+// Writer -----------------------------------------------------------------------------------------
+
+struct ResultWriter::Impl {
+  h5::File file;  // declared first: destroyed last
+  std::string path;
+  int32_t world_size = 1;
+  std::map<std::string, ModeTables> modes;
+  std::map<std::string, Committed> committed;
+  std::map<std::string, std::set<int64_t>> batch_ids;
+  std::map<std::string, std::vector<int64_t>> apos_totals;
+  bool broken = false;
+
+  void append(const std::string& mode, const BatchResult& b);
+};
+
+ResultWriter::ResultWriter(std::unique_ptr<Impl> impl) : impl_(std::move(impl)) {}
+ResultWriter::ResultWriter(ResultWriter&&) noexcept = default;
+ResultWriter& ResultWriter::operator=(ResultWriter&&) noexcept = default;
+ResultWriter::~ResultWriter() = default;
+
+ResultWriter ResultWriter::create(const std::string& path, const ResultHeader& h, bool overwrite) {
+  SPEC_INPUT_CHECK(overwrite || !path_exists(path),
+                   "result file " << path
+                                  << " already exists; set job.overwrite = true (or --set "
+                                     "job.overwrite=true) to replace it, run with --resume to "
+                                     "continue it, or choose another job.output");
+  SPEC_CHECK(h.world_size >= 1 && h.tp >= 1 && h.dp >= 1 && h.tp * h.dp == h.world_size,
+             "result header: world_size " << h.world_size << " != tp " << h.tp << " x dp " << h.dp);
+  SPEC_CHECK(h.provenance.empty() || h.provenance.size() == static_cast<size_t>(h.world_size),
+             "result header: " << h.provenance.size() << " provenance records for " << h.world_size
+                               << " ranks");
+  auto impl = std::make_unique<Impl>();
+  impl->path = path;
+  impl->world_size = h.world_size;
+  impl->file = h5::File::create(path, overwrite);
+  h5::File& f = impl->file;
+  f.set_attr_string("schema", kResultSchema);
+  f.set_attr_int32("schema_version", kResultSchemaVersion);
+  f.set_attr_string("specrun_version", h.specrun_version);
+  f.set_attr_string("git_commit", h.git_commit);
+  f.set_attr_bool("git_dirty", h.git_dirty);
+  f.set_attr_string("started", h5::utc_timestamp());
+  f.set_attr_string("finished", "");
+  f.set_attr_int32("world_size", h.world_size);
+  f.set_attr_int32("tp", h.tp);
+  f.set_attr_int32("dp", h.dp);
+  f.set_attr_int32("resumes", 0);
+  h5::Group job = f.create_group("job");
+  job.set_attr_string("toml", h.job_toml);
+  job.set_attr_string("resolved", h.resolved_json);
+  job.set_attr_string("config_hash", h.config_hash);
+  job.set_attr_string("prompts_path", h.prompts_path);
+  job.set_attr_string("prompts_hash", h.prompts_hash);
+  h5::Group prov = f.create_group("provenance");
+  h5::Dataset ranks = h5::create_string_rows(prov, "ranks", h5::chunk_rows(64));
+  ranks.append_strings(h.provenance);
+  h5::create_string_scalar(prov, "mismatches", h.provenance_mismatches);
+  f.flush();
+  return ResultWriter(std::move(impl));
+}
+
+ResultWriter ResultWriter::reopen(const std::string& path) {
+  auto impl = std::make_unique<Impl>();
+  impl->path = path;
+  impl->file = h5::File::open(path, h5::File::Access::kReadWrite);
+  h5::File& f = impl->file;
+  result_layout::check_schema(f);
+  impl->world_size = static_cast<int32_t>(f.attr_int("world_size"));
+  for (const char* mode : {kModeBaseline, kModeSpeculative}) {
+    if (!f.has(mode)) continue;
+    ModeTables t = result_layout::open_mode(f, mode);
+    Committed c = result_layout::find_committed(t);
+    result_layout::truncate_to(t, c);
+    std::vector<int64_t> totals = result_layout::apos_totals(t, c);
+    t.apos.write(0, t.draft_len, totals.data());
+    impl->batch_ids[mode] = committed_batch_set(t, c);
+    impl->apos_totals[mode] = std::move(totals);
+    impl->committed[mode] = c;
+    impl->modes.emplace(mode, std::move(t));
+  }
+  f.set_attr_string("finished", "");
+  f.set_attr_int32("resumes", static_cast<int32_t>(f.attr_int("resumes") + 1));
+  f.flush();
+  return ResultWriter(std::move(impl));
+}
+
+void ResultWriter::append_batch(const std::string& mode, const BatchResult& b) {
+  Impl& m = *impl_;
+  SPEC_CHECK(m.file.valid(), m.path << ": append_batch after finish()");
+  SPEC_CHECK(!m.broken, m.path << ": an earlier write failed; reopen the file (--resume) to "
+                                  "continue from its last committed batch");
+  check_mode(mode);
+  auto it = m.modes.find(mode);
+  std::optional<int32_t> draft_len;
+  if (it != m.modes.end()) draft_len = it->second.draft_len;
+  validate_batch(m.path + ":/" + mode, b, m.world_size, draft_len, m.batch_ids[mode]);
+  m.broken = true;  // until the commit below succeeds
+  m.append(mode, b);
+  m.broken = false;
+}
+
+void ResultWriter::Impl::append(const std::string& mode, const BatchResult& b) {
+  if (!modes.count(mode)) {
+    int32_t draft_len = static_cast<int32_t>(b.accepted_per_position.size());
+    modes.emplace(mode, result_layout::create_mode(file, mode, draft_len, world_size));
+    committed[mode] = Committed{};
+    apos_totals[mode].assign(static_cast<size_t>(draft_len), 0);
+  }
+  ModeTables& t = modes.at(mode);
+  Committed& c = committed.at(mode);
+  const auto& seqs = b.sequences;
+
+  // 1. Rows: sequences (output_offsets last), steps, timings.
+  auto& s = t.seq;
+  s.at("batch").append(std::vector<int64_t>(seqs.size(), b.batch));
+  s.at("prompt_index").append(column<int64_t>(seqs, &SequenceRecord::prompt_index));
+  s.at("prompt_id").append_strings(column<std::string>(seqs, &SequenceRecord::prompt_id));
+  s.at("category").append_strings(column<std::string>(seqs, &SequenceRecord::category));
+  s.at("prompt_len").append(column<int32_t>(seqs, &SequenceRecord::prompt_len));
+  s.at("generated").append(column<int32_t>(seqs, &SequenceRecord::generated));
+  s.at("verify_steps").append(column<int32_t>(seqs, &SequenceRecord::verify_steps));
+  s.at("drafted").append(column<int64_t>(seqs, &SequenceRecord::drafted));
+  s.at("accepted").append(column<int64_t>(seqs, &SequenceRecord::accepted));
+  s.at("finish_reason").append(column<int8_t>(seqs, &SequenceRecord::finish_reason));
+  s.at("wall_s").append(column<double>(seqs, &SequenceRecord::wall_s));
+  std::vector<int32_t> tokens;
+  std::vector<int64_t> offsets;
+  int64_t end = c.tokens;
+  for (const SequenceRecord& r : seqs) {
+    tokens.insert(tokens.end(), r.output_tokens.begin(), r.output_tokens.end());
+    end += static_cast<int64_t>(r.output_tokens.size());
+    offsets.push_back(end);
+  }
+  s.at("output_tokens").append(tokens);
+
+  auto& st = t.steps;
+  st.at("batch").append(column<int64_t>(b.steps, &StepRecord::batch));
+  st.at("step").append(column<int32_t>(b.steps, &StepRecord::step));
+  st.at("prompt_index").append(column<int64_t>(b.steps, &StepRecord::prompt_index));
+  st.at("active").append(column<int32_t>(b.steps, &StepRecord::active));
+  st.at("drafted").append(column<int32_t>(b.steps, &StepRecord::drafted));
+  st.at("accepted").append(column<int32_t>(b.steps, &StepRecord::accepted));
+
+  t.timings.append(b.timings_ms.data(), b.n_steps);
+  t.timings_batch.append(std::vector<int64_t>(static_cast<size_t>(b.n_steps), b.batch));
+  s.at("output_offsets").append(offsets);
+
+  // 2. Running totals (rewritten in place; readers recompute them from /<mode>/batches).
+  std::vector<int64_t>& totals = apos_totals.at(mode);
+  for (size_t i = 0; i < totals.size(); ++i) totals[i] += b.accepted_per_position[i];
+  t.apos.write(0, t.draft_len, totals.data());
+
+  // 3. The commit record, then the committed counts, then flush.
+  Committed next;
+  next.batches = c.batches + 1;
+  next.sequences = c.sequences + static_cast<int64_t>(seqs.size());
+  next.steps = c.steps + static_cast<int64_t>(b.steps.size());
+  next.timing_rows = c.timing_rows + b.n_steps;
+  next.tokens = end;
+  auto& bt = t.batches;
+  bt.at("batch").append(&b.batch, 1);
+  bt.at("sequences_end").append(&next.sequences, 1);
+  bt.at("steps_end").append(&next.steps, 1);
+  bt.at("timing_rows_end").append(&next.timing_rows, 1);
+  bt.at("output_tokens_end").append(&next.tokens, 1);
+  bt.at("accepted_per_position").append(b.accepted_per_position.data(), 1);
+  t.group.set_attr_int64("batches_committed", next.batches);
+  t.group.set_attr_int64("sequences_committed", next.sequences);
+  file.flush();
+  c = next;
+  batch_ids[mode].insert(b.batch);
+}
+
+int64_t ResultWriter::batches_committed(const std::string& mode) const {
+  auto it = impl_->committed.find(mode);
+  return it == impl_->committed.end() ? 0 : it->second.batches;
+}
+
+int64_t ResultWriter::sequences_committed(const std::string& mode) const {
+  auto it = impl_->committed.find(mode);
+  return it == impl_->committed.end() ? 0 : it->second.sequences;
+}
+
+void ResultWriter::finish() {
+  Impl& m = *impl_;
+  SPEC_CHECK(m.file.valid(), m.path << ": finish() called twice");
+  m.file.set_attr_string("finished", h5::utc_timestamp());
+  m.file.flush();
+  m.modes.clear();
+  m.file.close();
+}
+
+const std::string& ResultWriter::path() const {
+  return impl_->path;
+}
+
+// Reader -----------------------------------------------------------------------------------------
+
+struct ResultReader::Impl {
+  h5::File file;
+  std::string path;
+  ResultInfo info;
+  std::map<std::string, ModeTables> modes;
+  std::map<std::string, Committed> committed;
+
+  const ModeTables* mode(const std::string& name) const {
+    check_mode(name);
+    auto it = modes.find(name);
+    return it == modes.end() ? nullptr : &it->second;
+  }
+};
+
+ResultReader::ResultReader(const std::string& path) : impl_(std::make_unique<Impl>()) {
+  Impl& m = *impl_;
+  m.path = path;
+  m.file = h5::File::open(path, h5::File::Access::kReadOnly);
+  const h5::File& f = m.file;
+  ResultInfo& info = m.info;
+  info.schema_version = result_layout::check_schema(f);
+  info.schema = f.attr_string("schema");
+  ResultHeader& h = info.header;
+  h.specrun_version = f.attr_string("specrun_version");
+  h.git_commit = f.attr_string("git_commit");
+  h.git_dirty = f.attr_bool("git_dirty");
+  info.started = f.attr_string("started");
+  info.finished = f.attr_string("finished");
+  h.world_size = static_cast<int32_t>(f.attr_int("world_size"));
+  h.tp = static_cast<int32_t>(f.attr_int("tp"));
+  h.dp = static_cast<int32_t>(f.attr_int("dp"));
+  info.resumes = static_cast<int32_t>(f.attr_int("resumes"));
+  h5::Group job = f.group("job");
+  h.job_toml = job.attr_string("toml");
+  h.resolved_json = job.attr_string("resolved");
+  h.config_hash = job.attr_string("config_hash");
+  h.prompts_path = job.attr_string("prompts_path");
+  h.prompts_hash = job.attr_string("prompts_hash");
+  h5::Group prov = f.group("provenance");
+  h5::Dataset ranks = prov.dataset("ranks");
+  h.provenance = ranks.read_strings(0, ranks.rows());
+  h.provenance_mismatches = prov.dataset("mismatches").read_scalar_string();
+  for (const char* mode : {kModeBaseline, kModeSpeculative}) {
+    if (!f.has(mode)) continue;
+    ModeTables t = result_layout::open_mode(f, mode);
+    m.committed[mode] = result_layout::find_committed(t);
+    m.modes.emplace(mode, std::move(t));
+  }
+}
+
+ResultReader::~ResultReader() = default;
+ResultReader::ResultReader(ResultReader&&) noexcept = default;
+ResultReader& ResultReader::operator=(ResultReader&&) noexcept = default;
+
+const std::string& ResultReader::path() const {
+  return impl_->path;
+}
+const ResultInfo& ResultReader::info() const {
+  return impl_->info;
+}
+
+std::vector<std::string> ResultReader::modes() const {
+  std::vector<std::string> out;
+  for (const char* mode : {kModeBaseline, kModeSpeculative})
+    if (impl_->modes.count(mode)) out.push_back(mode);
+  return out;
+}
+
+bool ResultReader::has_mode(const std::string& mode) const {
+  return impl_->mode(mode) != nullptr;
+}
+
+int32_t ResultReader::draft_len(const std::string& mode) const {
+  const ModeTables* t = impl_->mode(mode);
+  return t ? t->draft_len : 0;
+}
+
+int64_t ResultReader::batches_committed(const std::string& mode) const {
+  return impl_->mode(mode) ? impl_->committed.at(mode).batches : 0;
+}
+
+std::vector<int64_t> ResultReader::committed_batches(const std::string& mode) const {
+  const ModeTables* t = impl_->mode(mode);
+  if (!t) return {};
+  return t->batches.at("batch").read<int64_t>(0, impl_->committed.at(mode).batches);
+}
+
+std::vector<int64_t> ResultReader::committed_prompt_indices(const std::string& mode) const {
+  const ModeTables* t = impl_->mode(mode);
+  if (!t) return {};
+  return t->seq.at("prompt_index").read<int64_t>(0, impl_->committed.at(mode).sequences);
+}
+
+std::vector<SequenceRecord> ResultReader::sequences(const std::string& mode) const {
+  const ModeTables* t = impl_->mode(mode);
+  if (!t) return {};
+  const Committed& c = impl_->committed.at(mode);
+  const int64_t n = c.sequences;
+  const auto& s = t->seq;
+  auto prompt_index = s.at("prompt_index").read<int64_t>(0, n);
+  auto prompt_id = s.at("prompt_id").read_strings(0, n);
+  auto category = s.at("category").read_strings(0, n);
+  auto prompt_len = s.at("prompt_len").read<int32_t>(0, n);
+  auto generated = s.at("generated").read<int32_t>(0, n);
+  auto verify_steps = s.at("verify_steps").read<int32_t>(0, n);
+  auto drafted = s.at("drafted").read<int64_t>(0, n);
+  auto accepted = s.at("accepted").read<int64_t>(0, n);
+  auto finish_reason = s.at("finish_reason").read<int8_t>(0, n);
+  auto wall_s = s.at("wall_s").read<double>(0, n);
+  auto offsets = s.at("output_offsets").read<int64_t>(0, n + 1);
+  auto tokens = s.at("output_tokens").read<int32_t>(0, c.tokens);
+  std::vector<SequenceRecord> out(static_cast<size_t>(n));
+  for (size_t i = 0; i < out.size(); ++i) {
+    SequenceRecord& r = out[i];
+    r.prompt_index = prompt_index[i];
+    r.prompt_id = prompt_id[i];
+    r.category = category[i];
+    r.prompt_len = prompt_len[i];
+    r.generated = generated[i];
+    r.verify_steps = verify_steps[i];
+    r.drafted = drafted[i];
+    r.accepted = accepted[i];
+    r.finish_reason = finish_reason[i];
+    r.wall_s = wall_s[i];
+    SPEC_INPUT_CHECK(offsets[i] <= offsets[i + 1] && offsets[i + 1] <= c.tokens,
+                     t->seq.at("output_offsets").where() << " is not monotone at row " << i);
+    r.output_tokens.assign(tokens.begin() + offsets[i], tokens.begin() + offsets[i + 1]);
+  }
+  return out;
+}
+
+std::vector<StepRecord> ResultReader::steps(const std::string& mode) const {
+  const ModeTables* t = impl_->mode(mode);
+  if (!t) return {};
+  const int64_t n = impl_->committed.at(mode).steps;
+  const auto& st = t->steps;
+  auto batch = st.at("batch").read<int64_t>(0, n);
+  auto step = st.at("step").read<int32_t>(0, n);
+  auto prompt_index = st.at("prompt_index").read<int64_t>(0, n);
+  auto active = st.at("active").read<int32_t>(0, n);
+  auto drafted = st.at("drafted").read<int32_t>(0, n);
+  auto accepted = st.at("accepted").read<int32_t>(0, n);
+  std::vector<StepRecord> out(static_cast<size_t>(n));
+  for (size_t i = 0; i < out.size(); ++i)
+    out[i] = StepRecord{batch[i], step[i], prompt_index[i], active[i], drafted[i], accepted[i]};
+  return out;
+}
+
+TimingTable ResultReader::timings(const std::string& mode) const {
+  TimingTable out;
+  const ModeTables* t = impl_->mode(mode);
+  if (!t) return out;
+  out.rows = impl_->committed.at(mode).timing_rows;
+  out.ranks = t->n_ranks;
+  out.phases = t->timings.attr_strings("phases");
+  out.ms = t->timings.read<float>(0, out.rows);
+  out.batch = t->timings_batch.read<int64_t>(0, out.rows);
+  return out;
+}
+
+std::vector<int64_t> ResultReader::accepted_per_position(const std::string& mode) const {
+  const ModeTables* t = impl_->mode(mode);
+  if (!t) return {};
+  return result_layout::apos_totals(*t, impl_->committed.at(mode));
+}
+
+}  // namespace specrun

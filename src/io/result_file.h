@@ -1,0 +1,137 @@
+// Result files (HDF5, schema "specrun.result" version 1; every dataset and attribute is described
+// in docs/file-formats.md).
+//
+// ResultWriter: rank 0 only. Creates the file with the job's header, then appends one batch at a
+// time (append_batch) and flushes after each. The batch's rows are written first and its commit
+// record last (/<mode>/batches row, then the mode's batches_committed attribute, then
+// H5Fflush), so a job killed at any moment leaves a file that opens in h5py and holds every
+// committed batch; rows past the commit record are ignored by ResultReader and removed by
+// ResultWriter::reopen (--resume).
+//
+// ResultReader: for report, compare and --resume; returns committed rows only.
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "io/records.h"
+
+namespace specrun {
+
+inline constexpr const char* kResultSchema = "specrun.result";
+inline constexpr int kResultSchemaVersion = 1;
+
+// What the caller knows when the job starts.
+struct ResultHeader {
+  std::string specrun_version;  // build_info().version
+  std::string git_commit;       // build_info().git_commit
+  bool git_dirty = false;
+  int32_t world_size = 1;
+  int32_t tp = 1;
+  int32_t dp = 1;
+  std::string job_toml;       // the job file's text as read
+  std::string resolved_json;  // the merged configuration (defaults < file < --set) as JSON
+  std::string config_hash;    // hash of the resolved configuration (the config layer's)
+  std::string prompts_path;   // the prompt file as given
+  std::string prompts_hash;   // PromptReader::content_hash()
+  std::vector<std::string> provenance;       // one JSON object per rank, index = world rank
+  std::string provenance_mismatches = "[]";  // JSON list of mismatches between ranks
+};
+
+// The header plus what the writer adds.
+struct ResultInfo {
+  ResultHeader header;
+  std::string schema;
+  int64_t schema_version = 0;
+  std::string started;   // ISO-8601 UTC, when the file was created
+  std::string finished;  // ISO-8601 UTC set by finish(); "" while running or if the job died
+  int32_t resumes = 0;   // how many times ResultWriter::reopen continued the file
+};
+
+class ResultWriter {
+ public:
+  // Creates `path` and writes the header (root attributes, /job, /provenance). An existing file
+  // is an error (exit code 2, advice: job.overwrite or --resume) unless `overwrite`.
+  static ResultWriter create(const std::string& path, const ResultHeader& header, bool overwrite);
+  // Opens an existing result file to append more batches (--resume): removes rows past each
+  // mode's last commit record, recomputes the running totals from committed batches, clears
+  // `finished` and counts the resume. The caller checks the configuration first (ResultReader).
+  static ResultWriter reopen(const std::string& path);
+
+  ResultWriter(ResultWriter&&) noexcept;
+  ResultWriter& operator=(ResultWriter&&) noexcept;
+  ~ResultWriter();  // closes without setting `finished`
+
+  // Appends one batch's records to /<mode> ("baseline" or "speculative"), then commits and
+  // flushes. The mode's groups are created on its first batch, which also fixes draft_len
+  // (= accepted_per_position.size(), 0 in baseline). Validates the batch before writing
+  // anything: n_ranks == world_size, timings size, draft_len, generated == output length,
+  // finish_reason, step rows' batch number, and that the batch is not already committed. After
+  // a failed write the writer refuses further appends (reopen the file to continue).
+  void append_batch(const std::string& mode, const BatchResult& batch);
+
+  // Committed counts of a mode (0 for a mode without batches).
+  int64_t batches_committed(const std::string& mode) const;
+  int64_t sequences_committed(const std::string& mode) const;
+
+  // Sets the root attribute `finished`, flushes and closes. The writer is unusable afterwards.
+  void finish();
+
+  const std::string& path() const;
+
+ private:
+  struct Impl;
+  explicit ResultWriter(std::unique_ptr<Impl> impl);
+  std::unique_ptr<Impl> impl_;
+};
+
+// Timings of a mode: rows = decoding steps of all committed batches, in commit order.
+struct TimingTable {
+  int64_t rows = 0;
+  int32_t ranks = 0;
+  std::vector<std::string> phases;  // the dataset's phase names (kPhaseNames in version 1)
+  std::vector<float> ms;            // [rows x ranks x phases], milliseconds
+  std::vector<int64_t> batch;       // [rows]: the batch each row belongs to
+  float at(int64_t row, int32_t rank, int phase) const {
+    return ms[static_cast<size_t>((row * ranks + rank) * static_cast<int64_t>(phases.size()) +
+                                  phase)];
+  }
+};
+
+class ResultReader {
+ public:
+  // Opens read-only and reads the header. Throws (exit code 2) for a file that is not a
+  // specrun result file or has a newer schema version.
+  explicit ResultReader(const std::string& path);
+  ~ResultReader();
+  ResultReader(ResultReader&&) noexcept;
+  ResultReader& operator=(ResultReader&&) noexcept;
+
+  const std::string& path() const;
+  const ResultInfo& info() const;
+
+  // Modes with a group in the file, baseline first.
+  std::vector<std::string> modes() const;
+  bool has_mode(const std::string& mode) const;
+  int32_t draft_len(const std::string& mode) const;
+
+  // Everything below covers committed batches only; a missing mode reads as empty.
+  int64_t batches_committed(const std::string& mode) const;
+  // Batch numbers in commit order.
+  std::vector<int64_t> committed_batches(const std::string& mode) const;
+  // Prompt indices of committed sequences, in row order (for --resume).
+  std::vector<int64_t> committed_prompt_indices(const std::string& mode) const;
+  std::vector<SequenceRecord> sequences(const std::string& mode) const;
+  std::vector<StepRecord> steps(const std::string& mode) const;
+  TimingTable timings(const std::string& mode) const;
+  // Totals over committed batches, length draft_len (recomputed from /<mode>/batches).
+  std::vector<int64_t> accepted_per_position(const std::string& mode) const;
+
+ private:
+  struct Impl;
+  std::unique_ptr<Impl> impl_;
+};
+
+}  // namespace specrun

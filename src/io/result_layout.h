@@ -1,0 +1,55 @@
+// Internal to src/io: the result file's per-mode tables, shared by ResultWriter and ResultReader
+// (io/result_file.h). docs/file-formats.md is the public description of the same layout.
+#pragma once
+
+#include <cstdint>
+#include <map>
+#include <string>
+#include <vector>
+
+#include "io/h5.h"
+
+namespace specrun::result_layout {
+
+// The open datasets of one /<mode> group.
+struct ModeTables {
+  h5::Group group;                             // /<mode>
+  std::map<std::string, h5::Dataset> seq;      // /<mode>/sequences/<column>
+  std::map<std::string, h5::Dataset> steps;    // /<mode>/steps/<column>
+  std::map<std::string, h5::Dataset> batches;  // /<mode>/batches/<column> (commit records)
+  h5::Dataset timings;                         // [rows x ranks x phases] float32 ms
+  h5::Dataset timings_batch;                   // [rows] int64
+  h5::Dataset apos;                            // accepted_per_position totals [draft_len] int64
+  int32_t draft_len = 0;
+  int32_t n_ranks = 0;
+};
+
+// Committed row counts of a mode: what the last valid commit record (/<mode>/batches row) says.
+struct Committed {
+  int64_t batches = 0;
+  int64_t sequences = 0;
+  int64_t steps = 0;
+  int64_t timing_rows = 0;
+  int64_t tokens = 0;  // output tokens
+};
+
+// Checks the root attributes schema == "specrun.result" and 1 <= schema_version <= supported;
+// returns the version. Throws (exit code 2) with advice otherwise.
+int64_t check_schema(const h5::Group& root);
+
+// Creates /<mode> with empty tables (output_offsets holds its leading 0).
+ModeTables create_mode(h5::Group& root, const std::string& mode, int32_t draft_len,
+                       int32_t n_ranks);
+// Opens /<mode>; throws naming the dataset when one is missing or has the wrong shape.
+ModeTables open_mode(const h5::Group& root, const std::string& mode);
+
+// The committed counts: the mode's batches_committed attribute, capped by the rows of the
+// commit table, then stepped back while the last commit record points past rows that are not
+// in the file (a kill during a flush). Never throws for short tables.
+Committed find_committed(const ModeTables& t);
+// Shrinks every table to the committed rows and resets the committed-count attributes.
+void truncate_to(ModeTables& t, const Committed& c);
+// Sum of /<mode>/batches/accepted_per_position over the committed batches.
+std::vector<int64_t> apos_totals(const ModeTables& t, const Committed& c);
+
+}  // namespace specrun::result_layout

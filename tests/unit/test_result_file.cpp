@@ -1,0 +1,486 @@
+// Result files: writer -> reader round trip, the same file checked with h5py as a researcher
+// would (tests/e2e/check_result_file.py), overwrite refusal, batch validation, resume
+// (reopen + truncate of uncommitted rows) and survival of SIGKILL at random moments.
+//
+// Batches come from make_batch(b), a formula that check_result_file.py reimplements, so the
+// Python check compares the file against independently computed values.
+#include <gtest/gtest.h>
+#include <hdf5.h>
+#include <signal.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <chrono>
+#include <cstdio>
+#include <cstdlib>
+#include <filesystem>
+#include <fstream>
+#include <functional>
+#include <random>
+#include <regex>
+#include <thread>
+
+#include "common/error.h"
+#include "io/h5.h"
+#include "io/result_file.h"
+
+using namespace specrun;
+namespace fs = std::filesystem;
+
+namespace {
+
+constexpr int32_t kRanks = 2;
+constexpr int32_t kDraftLen = 4;
+constexpr int kSeqsPerBatch = 3;
+
+class TempDir {
+ public:
+  TempDir() {
+    std::string tmpl = (fs::temp_directory_path() / "specrun_result_XXXXXX").string();
+    path_ = mkdtemp(tmpl.data());
+  }
+  ~TempDir() { fs::remove_all(path_); }
+  std::string file(const std::string& name) const { return (fs::path(path_) / name).string(); }
+
+ private:
+  std::string path_;
+};
+
+// Keep in sync with make_batch in tests/e2e/check_result_file.py.
+BatchResult make_batch(int64_t b, int32_t draft_len) {
+  BatchResult r;
+  r.batch = b;
+  r.n_ranks = kRanks;
+  r.n_steps = static_cast<int32_t>(2 + b % 3);
+  for (int j = 0; j < kSeqsPerBatch; ++j) {
+    int64_t idx = b * kSeqsPerBatch + j;
+    SequenceRecord s;
+    s.prompt_index = idx;
+    s.prompt_id = "p" + std::to_string(idx);
+    s.category = j % 2 == 0 ? "code" : "chat";
+    s.prompt_len = 5 + j;
+    int32_t gen = static_cast<int32_t>(1 + idx % 5);
+    for (int32_t t = 0; t < gen; ++t)
+      s.output_tokens.push_back(static_cast<int32_t>((idx * 7 + t) % 1000));
+    s.generated = gen;
+    s.verify_steps = gen;
+    s.drafted = int64_t{draft_len} * gen;
+    s.accepted = draft_len > 0 ? idx % 3 : 0;
+    s.finish_reason = static_cast<int8_t>(idx % 2);
+    s.wall_s = 0.5 + static_cast<double>(idx);
+    r.sequences.push_back(s);
+  }
+  for (int32_t s = 0; s < r.n_steps; ++s)
+    for (int j = 0; j < kSeqsPerBatch; ++j)
+      r.steps.push_back(StepRecord{b, s, b * kSeqsPerBatch + j, kSeqsPerBatch, draft_len,
+                                   (s + j) % (draft_len + 1)});
+  for (int32_t s = 0; s < r.n_steps; ++s)
+    for (int32_t rank = 0; rank < kRanks; ++rank)
+      for (int p = 0; p < kNumPhases; ++p)
+        r.timings_ms.push_back(static_cast<float>(b * 1000 + s * 100 + rank * 10 + p));
+  for (int32_t i = 0; i < draft_len; ++i) r.accepted_per_position.push_back(b + i);
+  return r;
+}
+
+// Keep in sync with HEADER in tests/e2e/check_result_file.py.
+ResultHeader make_header() {
+  ResultHeader h;
+  h.specrun_version = "0.1.0-test";
+  h.git_commit = "0123456789abcdef";
+  h.git_dirty = true;
+  h.world_size = kRanks;
+  h.tp = 2;
+  h.dp = 1;
+  h.job_toml = "[job]\nname = \"unit\"\n";
+  h.resolved_json = "{\"job\": {\"name\": \"unit\"}}";
+  h.config_hash = "cfg-hash-1";
+  h.prompts_path = "prompts.h5";
+  h.prompts_hash = "fnv1a64:0000000000000001";
+  h.provenance = {"{\"rank\": 0}", "{\"rank\": 1}"};
+  h.provenance_mismatches = "[{\"name\": \"NCCL_PROTO\"}]";
+  return h;
+}
+
+std::string mode_draft_len_arg() {
+  return "baseline:0,speculative:" + std::to_string(kDraftLen);
+}
+
+// Runs the h5py checker; returns its exit status (0 = the file matches).
+int run_h5py_check(const std::string& path, const std::string& extra) {
+  std::string cmd = "/usr/bin/python3 " SPECRUN_SOURCE_DIR "/tests/e2e/check_result_file.py '" +
+                    path + "' --modes " + mode_draft_len_arg() + " --ranks " +
+                    std::to_string(kRanks) + " " + extra;
+  int status = std::system(cmd.c_str());
+  return WIFEXITED(status) ? WEXITSTATUS(status) : -1;
+}
+
+void expect_batches_match(const ResultReader& r, const std::string& mode, int32_t draft_len,
+                          const std::vector<int64_t>& batch_ids) {
+  ASSERT_EQ(r.committed_batches(mode), batch_ids);
+  std::vector<SequenceRecord> seqs = r.sequences(mode);
+  std::vector<StepRecord> steps = r.steps(mode);
+  TimingTable timings = r.timings(mode);
+  size_t si = 0, ti = 0;
+  int64_t row = 0;
+  std::vector<int64_t> apos(static_cast<size_t>(draft_len), 0);
+  for (int64_t b : batch_ids) {
+    BatchResult want = make_batch(b, draft_len);
+    for (const SequenceRecord& w : want.sequences) {
+      ASSERT_LT(si, seqs.size());
+      const SequenceRecord& g = seqs[si++];
+      EXPECT_EQ(g.prompt_index, w.prompt_index);
+      EXPECT_EQ(g.prompt_id, w.prompt_id);
+      EXPECT_EQ(g.category, w.category);
+      EXPECT_EQ(g.prompt_len, w.prompt_len);
+      EXPECT_EQ(g.generated, w.generated);
+      EXPECT_EQ(g.verify_steps, w.verify_steps);
+      EXPECT_EQ(g.drafted, w.drafted);
+      EXPECT_EQ(g.accepted, w.accepted);
+      EXPECT_EQ(g.finish_reason, w.finish_reason);
+      EXPECT_EQ(g.wall_s, w.wall_s);
+      EXPECT_EQ(g.output_tokens, w.output_tokens) << "prompt " << w.prompt_index;
+    }
+    for (const StepRecord& w : want.steps) {
+      ASSERT_LT(ti, steps.size());
+      const StepRecord& g = steps[ti++];
+      EXPECT_EQ(g.batch, w.batch);
+      EXPECT_EQ(g.step, w.step);
+      EXPECT_EQ(g.prompt_index, w.prompt_index);
+      EXPECT_EQ(g.active, w.active);
+      EXPECT_EQ(g.drafted, w.drafted);
+      EXPECT_EQ(g.accepted, w.accepted);
+    }
+    for (int32_t s = 0; s < want.n_steps; ++s, ++row) {
+      ASSERT_LT(row, timings.rows);
+      EXPECT_EQ(timings.batch[static_cast<size_t>(row)], b);
+      for (int32_t rank = 0; rank < kRanks; ++rank)
+        for (int p = 0; p < kNumPhases; ++p)
+          EXPECT_EQ(timings.at(row, rank, p),
+                    static_cast<float>(b * 1000 + s * 100 + rank * 10 + p));
+    }
+    for (int32_t i = 0; i < draft_len; ++i) apos[static_cast<size_t>(i)] += b + i;
+  }
+  EXPECT_EQ(si, seqs.size());
+  EXPECT_EQ(ti, steps.size());
+  EXPECT_EQ(row, timings.rows);
+  EXPECT_EQ(timings.ranks, kRanks);
+  EXPECT_EQ(timings.phases, std::vector<std::string>(kPhaseNames.begin(), kPhaseNames.end()));
+  EXPECT_EQ(r.accepted_per_position(mode), apos);
+  std::vector<int64_t> prompts;
+  for (const SequenceRecord& s : seqs) prompts.push_back(s.prompt_index);
+  EXPECT_EQ(r.committed_prompt_indices(mode), prompts);
+}
+
+std::string error_of(const std::function<void()>& fn) {
+  try {
+    fn();
+  } catch (const Error& e) {
+    return e.what();
+  }
+  ADD_FAILURE() << "no error was thrown";
+  return "";
+}
+
+}  // namespace
+
+TEST(ResultFile, RoundTripThroughReaderAndH5py) {
+  TempDir dir;
+  std::string path = dir.file("r.h5");
+  ResultHeader header = make_header();
+  {
+    ResultWriter w = ResultWriter::create(path, header, false);
+    // Batches interleaved between modes, and not contiguous (a dp group's share).
+    for (int64_t b : {0, 2, 5}) {
+      w.append_batch(kModeBaseline, make_batch(b, 0));
+      w.append_batch(kModeSpeculative, make_batch(b, kDraftLen));
+    }
+    w.append_batch(kModeSpeculative, make_batch(7, kDraftLen));
+    EXPECT_EQ(w.batches_committed(kModeBaseline), 3);
+    EXPECT_EQ(w.batches_committed(kModeSpeculative), 4);
+    EXPECT_EQ(w.sequences_committed(kModeSpeculative), 4 * kSeqsPerBatch);
+    w.finish();
+  }
+  ResultReader r(path);
+  const ResultInfo& info = r.info();
+  EXPECT_EQ(info.schema, kResultSchema);
+  EXPECT_EQ(info.schema_version, kResultSchemaVersion);
+  EXPECT_EQ(info.header.git_commit, header.git_commit);
+  EXPECT_TRUE(info.header.git_dirty);
+  EXPECT_EQ(info.header.world_size, kRanks);
+  EXPECT_EQ(info.header.tp, 2);
+  EXPECT_EQ(info.header.dp, 1);
+  EXPECT_EQ(info.header.job_toml, header.job_toml);
+  EXPECT_EQ(info.header.resolved_json, header.resolved_json);
+  EXPECT_EQ(info.header.config_hash, header.config_hash);
+  EXPECT_EQ(info.header.prompts_hash, header.prompts_hash);
+  EXPECT_EQ(info.header.provenance, header.provenance);
+  EXPECT_EQ(info.header.provenance_mismatches, header.provenance_mismatches);
+  std::regex iso(R"(\d{4}-\d\d-\d\dT\d\d:\d\d:\d\dZ)");
+  EXPECT_TRUE(std::regex_match(info.started, iso)) << info.started;
+  EXPECT_TRUE(std::regex_match(info.finished, iso)) << info.finished;
+  EXPECT_LE(info.started, info.finished);
+  EXPECT_EQ(info.resumes, 0);
+  EXPECT_EQ(r.modes(), (std::vector<std::string>{"baseline", "speculative"}));
+  EXPECT_EQ(r.draft_len(kModeSpeculative), kDraftLen);
+  EXPECT_EQ(r.draft_len(kModeBaseline), 0);
+  expect_batches_match(r, kModeBaseline, 0, {0, 2, 5});
+  expect_batches_match(r, kModeSpeculative, kDraftLen, {0, 2, 5, 7});
+
+  EXPECT_EQ(run_h5py_check(path, "--exact --finished"), 0);
+}
+
+TEST(ResultFile, ModeWithoutBatchesReadsEmpty) {
+  TempDir dir;
+  std::string path = dir.file("r.h5");
+  ResultWriter::create(path, make_header(), false).finish();
+  ResultReader r(path);
+  EXPECT_TRUE(r.modes().empty());
+  EXPECT_FALSE(r.has_mode(kModeSpeculative));
+  EXPECT_EQ(r.batches_committed(kModeSpeculative), 0);
+  EXPECT_TRUE(r.sequences(kModeBaseline).empty());
+  EXPECT_THROW(r.sequences("turbo"), Error);
+}
+
+TEST(ResultFile, LargeJobTextFitsInAttributes) {
+  // Compact attribute storage is limited to 64 KiB; the 1.8 format's dense storage is not.
+  TempDir dir;
+  std::string path = dir.file("r.h5");
+  ResultHeader h = make_header();
+  h.job_toml = "# " + std::string(200 * 1024, 'x') + "\n";
+  h.resolved_json = "\"" + std::string(100 * 1024, 'y') + "\"";
+  ResultWriter::create(path, h, false).finish();
+  ResultReader r(path);
+  EXPECT_EQ(r.info().header.job_toml, h.job_toml);
+  EXPECT_EQ(r.info().header.resolved_json, h.resolved_json);
+}
+
+TEST(ResultFile, RefusesToOverwriteUnlessAsked) {
+  TempDir dir;
+  std::string path = dir.file("r.h5");
+  {
+    ResultWriter w = ResultWriter::create(path, make_header(), false);
+    w.append_batch(kModeBaseline, make_batch(0, 0));
+    w.finish();
+  }
+  std::string msg = error_of([&] { ResultWriter::create(path, make_header(), false); });
+  EXPECT_NE(msg.find("already exists"), std::string::npos) << msg;
+  EXPECT_NE(msg.find("job.overwrite"), std::string::npos) << msg;
+  EXPECT_NE(msg.find("--resume"), std::string::npos) << msg;
+  EXPECT_EQ(ResultReader(path).batches_committed(kModeBaseline), 1);  // untouched
+  ResultWriter::create(path, make_header(), true).finish();
+  EXPECT_EQ(ResultReader(path).batches_committed(kModeBaseline), 0);  // replaced
+}
+
+TEST(ResultFile, InvalidBatchIsRejectedBeforeAnythingIsWritten) {
+  TempDir dir;
+  std::string path = dir.file("r.h5");
+  ResultWriter w = ResultWriter::create(path, make_header(), false);
+  w.append_batch(kModeSpeculative, make_batch(0, kDraftLen));
+
+  BatchResult bad = make_batch(1, kDraftLen);
+  bad.timings_ms.pop_back();
+  EXPECT_NE(error_of([&] { w.append_batch(kModeSpeculative, bad); }).find("timing values"),
+            std::string::npos);
+  bad = make_batch(1, kDraftLen - 1);
+  EXPECT_NE(error_of([&] { w.append_batch(kModeSpeculative, bad); }).find("draft_len is 4"),
+            std::string::npos);
+  bad = make_batch(1, kDraftLen);
+  bad.sequences[1].generated += 1;
+  EXPECT_NE(error_of([&] { w.append_batch(kModeSpeculative, bad); }).find("output tokens"),
+            std::string::npos);
+  bad = make_batch(1, kDraftLen);
+  bad.n_ranks = 3;
+  EXPECT_NE(error_of([&] { w.append_batch(kModeSpeculative, bad); }).find("world size is 2"),
+            std::string::npos);
+  bad = make_batch(1, kDraftLen);
+  bad.steps[0].batch = 9;
+  EXPECT_NE(error_of([&] { w.append_batch(kModeSpeculative, bad); }).find("names batch 9"),
+            std::string::npos);
+  EXPECT_NE(error_of([&] {
+              w.append_batch(kModeSpeculative, make_batch(0, kDraftLen));
+            }).find("already committed"),
+            std::string::npos);
+  EXPECT_THROW(w.append_batch("turbo", make_batch(1, kDraftLen)), Error);
+  // The writer is still usable, and the file holds exactly the good batches.
+  w.append_batch(kModeSpeculative, make_batch(1, kDraftLen));
+  w.finish();
+  ResultReader r(path);
+  expect_batches_match(r, kModeSpeculative, kDraftLen, {0, 1});
+}
+
+TEST(ResultFile, ReopenContinuesAnUnfinishedFile) {
+  TempDir dir;
+  std::string path = dir.file("r.h5");
+  {
+    ResultWriter w = ResultWriter::create(path, make_header(), false);
+    for (int64_t b = 0; b < 3; ++b) w.append_batch(kModeSpeculative, make_batch(b, kDraftLen));
+    w.append_batch(kModeBaseline, make_batch(0, 0));
+    // No finish(): the job "died".
+  }
+  {
+    ResultReader r(path);
+    EXPECT_EQ(r.info().finished, "");
+    EXPECT_EQ(r.committed_prompt_indices(kModeBaseline), (std::vector<int64_t>{0, 1, 2}));
+  }
+  {
+    ResultWriter w = ResultWriter::reopen(path);
+    EXPECT_EQ(w.batches_committed(kModeSpeculative), 3);
+    EXPECT_THROW(w.append_batch(kModeSpeculative, make_batch(2, kDraftLen)), Error);
+    for (int64_t b = 3; b < 5; ++b) w.append_batch(kModeSpeculative, make_batch(b, kDraftLen));
+    w.append_batch(kModeBaseline, make_batch(1, 0));
+    w.finish();
+  }
+  ResultReader r(path);
+  EXPECT_EQ(r.info().resumes, 1);
+  EXPECT_NE(r.info().finished, "");
+  expect_batches_match(r, kModeSpeculative, kDraftLen, {0, 1, 2, 3, 4});
+  expect_batches_match(r, kModeBaseline, 0, {0, 1});
+  EXPECT_EQ(run_h5py_check(path, "--exact --finished"), 0);
+}
+
+TEST(ResultFile, UncommittedRowsAreIgnoredAndTruncatedOnReopen) {
+  TempDir dir;
+  std::string path = dir.file("r.h5");
+  {
+    ResultWriter w = ResultWriter::create(path, make_header(), false);
+    for (int64_t b = 0; b < 2; ++b) w.append_batch(kModeSpeculative, make_batch(b, kDraftLen));
+  }
+  // Simulate a kill in the middle of batch 2: some rows appended, no commit record; then a
+  // stale commit record whose rows never made it, and a count attribute ahead of the table.
+  {
+    h5::File f = h5::File::open(path, h5::File::Access::kReadWrite);
+    h5::Group seq = f.group("speculative/sequences");
+    seq.dataset("prompt_index").append(std::vector<int64_t>{100, 101});
+    seq.dataset("output_tokens").append(std::vector<int32_t>{9, 9, 9});
+    f.group("speculative/steps").dataset("step").append(std::vector<int32_t>{0});
+    f.dataset("speculative/timings").append(std::vector<float>(kRanks * kNumPhases, 1.f));
+    h5::Group batches = f.group("speculative/batches");
+    batches.dataset("batch").append(std::vector<int64_t>{2});
+    batches.dataset("sequences_end").append(std::vector<int64_t>{1000});
+    f.group("speculative").set_attr_int64("batches_committed", 7);
+    f.close();
+  }
+  {
+    ResultReader r(path);
+    EXPECT_EQ(r.batches_committed(kModeSpeculative), 2);
+    expect_batches_match(r, kModeSpeculative, kDraftLen, {0, 1});
+  }
+  EXPECT_EQ(run_h5py_check(path, "--at-least 2"), 0);
+  {
+    ResultWriter w = ResultWriter::reopen(path);
+    EXPECT_EQ(w.batches_committed(kModeSpeculative), 2);
+    w.append_batch(kModeSpeculative, make_batch(2, kDraftLen));
+    w.finish();
+  }
+  ResultReader r(path);
+  expect_batches_match(r, kModeSpeculative, kDraftLen, {0, 1, 2});
+  EXPECT_EQ(run_h5py_check(path, "--exact --finished"), 0);
+}
+
+TEST(ResultFile, RejectsFilesThatAreNotResults) {
+  TempDir dir;
+  std::string path = dir.file("x.h5");
+  {
+    h5::File f = h5::File::create(path, false);
+    f.set_attr_string("schema", "specrun.prompts");
+    f.set_attr_int32("schema_version", 1);
+  }
+  std::string msg = error_of([&] { ResultReader r(path); });
+  EXPECT_NE(msg.find("not a specrun result file"), std::string::npos) << msg;
+  EXPECT_THROW(ResultWriter::reopen(path), Error);
+  {
+    h5::File f = h5::File::open(path, h5::File::Access::kReadWrite);
+    f.set_attr_string("schema", kResultSchema);
+    f.set_attr_int32("schema_version", 9);
+  }
+  msg = error_of([&] { ResultReader r(path); });
+  EXPECT_NE(msg.find("version 9"), std::string::npos) << msg;
+}
+
+// A child process appends batches as fast as it can and reports each commit through a pipe; the
+// parent kills it with SIGKILL after a random delay. The file must open (here and in h5py), hold
+// at least every batch reported committed, with exactly the expected contents, and accept more
+// batches after reopen.
+TEST(ResultFile, SurvivesSigkillAtRandomMoments) {
+  TempDir dir;
+  std::mt19937 rng(20240601);
+  std::uniform_int_distribution<int64_t> wait_batches(0, 40);
+  std::uniform_int_distribution<int> delay_us(0, 30000);
+  // SPECRUN_KILL_TRIALS raises the number of kills for a stress run (default 8).
+  const char* trials_env = std::getenv("SPECRUN_KILL_TRIALS");
+  const int trials = trials_env ? std::atoi(trials_env) : 8;
+  for (int trial = 0; trial < trials; ++trial) {
+    std::string path = dir.file("kill" + std::to_string(trial) + ".h5");
+    int fds[2];
+    ASSERT_EQ(pipe(fds), 0);
+    pid_t pid = fork();
+    ASSERT_GE(pid, 0);
+    if (pid == 0) {
+      close(fds[0]);
+      try {
+        ResultWriter w = ResultWriter::create(path, make_header(), false);
+        for (int64_t b = 0;; ++b) {
+          w.append_batch(kModeSpeculative, make_batch(b, kDraftLen));
+          if (b % 2 == 0) w.append_batch(kModeBaseline, make_batch(b, 0));
+          int64_t done = b + 1;
+          if (write(fds[1], &done, sizeof(done)) != sizeof(done)) _exit(3);
+        }
+      } catch (...) {
+        _exit(2);
+      }
+    }
+    close(fds[1]);
+    // Wait until the child has committed a random number of batches, then kill it at a random
+    // moment in the batches that follow.
+    const int64_t target = wait_batches(rng);
+    int64_t reported = 0, value = 0;
+    auto started = std::chrono::steady_clock::now();
+    while (reported < target && read(fds[0], &value, sizeof(value)) == sizeof(value))
+      reported = value;
+    double ms_per_batch =
+        std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - started)
+            .count() /
+        std::max<int64_t>(1, reported);
+    int delay = delay_us(rng);
+    std::this_thread::sleep_for(std::chrono::microseconds(delay));
+    kill(pid, SIGKILL);
+    int status = 0;
+    waitpid(pid, &status, 0);
+    ASSERT_TRUE(WIFSIGNALED(status)) << "the writer exited by itself, status " << status;
+    while (read(fds[0], &value, sizeof(value)) == sizeof(value)) reported = value;
+    close(fds[0]);
+    SCOPED_TRACE("trial " + std::to_string(trial) + ", " + std::to_string(reported) +
+                 " batches reported committed");
+    if (!fs::exists(path)) {
+      EXPECT_EQ(reported, 0);
+      continue;
+    }
+    int64_t committed = 0;
+    try {
+      ResultReader r(path);
+      committed = r.batches_committed(kModeSpeculative);
+      EXPECT_GE(committed, reported);
+      EXPECT_LE(committed, reported + 1);  // at most the batch in flight
+      std::vector<int64_t> ids;
+      for (int64_t b = 0; b < committed; ++b) ids.push_back(b);
+      if (r.has_mode(kModeSpeculative)) expect_batches_match(r, kModeSpeculative, kDraftLen, ids);
+      EXPECT_EQ(r.info().finished, "");
+    } catch (const Error& e) {
+      // Killed before the header was flushed: acceptable only if nothing was committed.
+      EXPECT_EQ(reported, 0) << e.what();
+      continue;
+    }
+    std::printf(
+        "trial %d: killed %d us after batch %lld (%.1f ms per batch); %lld reported, "
+        "%lld committed in the file\n",
+        trial, delay, static_cast<long long>(target), ms_per_batch,
+        static_cast<long long>(reported), static_cast<long long>(committed));
+    EXPECT_EQ(run_h5py_check(path, "--at-least " + std::to_string(reported)), 0);
+    ResultWriter w = ResultWriter::reopen(path);
+    w.append_batch(kModeSpeculative, make_batch(committed, kDraftLen));
+    w.finish();
+    ResultReader r(path);
+    EXPECT_EQ(r.batches_committed(kModeSpeculative), committed + 1);
+    EXPECT_EQ(run_h5py_check(path, "--exact --finished"), 0);
+  }
+}
