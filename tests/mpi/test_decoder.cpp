@@ -1,0 +1,259 @@
+// Speculative decoding against baseline decoding on real (synthetic) checkpoints, on every rank
+// count the test is launched with: greedy speculative output must equal greedy baseline output
+// token for token for any draft, and sampled output must not depend on tp or batch size.
+#include <gtest/gtest.h>
+#include <mpi.h>
+#include <unistd.h>
+
+#include <filesystem>
+#include <memory>
+#include <random>
+
+#include "common/error.h"
+#include "dist/mpi_comm.h"
+#include "engine/decoder.h"
+#include "model/checkpoint.h"
+#include "model/synthetic.h"
+#include "model/transformer.h"
+
+using namespace specrun;
+namespace fs = std::filesystem;
+
+namespace {
+
+int world_rank() {
+  int r = 0;
+  MPI_Comm_rank(MPI_COMM_WORLD, &r);
+  return r;
+}
+
+// Rank 0 writes the models; every rank learns the directory.
+std::string shared_dir(const std::string& tag) {
+  std::string dir;
+  if (world_rank() == 0) {
+    char tmpl[] = "/tmp/specrun-decoder-XXXXXX";
+    dir = mkdtemp(tmpl);
+    dir += "/" + tag;
+  }
+  int n = static_cast<int>(dir.size());
+  MPI_Bcast(&n, 1, MPI_INT, 0, MPI_COMM_WORLD);
+  dir.resize(n);
+  MPI_Bcast(dir.data(), n, MPI_CHAR, 0, MPI_COMM_WORLD);
+  return dir;
+}
+
+SyntheticSpec small_spec(std::uint64_t seed) {
+  SyntheticSpec s;
+  s.hidden = 128;
+  s.layers = 3;
+  s.heads = 8;
+  s.kv_heads = 4;
+  s.intermediate = 256;
+  s.vocab = 256;
+  s.max_pos = 512;
+  s.draft_layers = 1;
+  s.seed = seed;
+  s.dtype = DType::kBF16;
+  return s;
+}
+
+class Models : public ::testing::Environment {
+ public:
+  void SetUp() override {
+    dir = shared_dir("models");
+    if (world_rank() == 0) {
+      make_model_pair(small_spec(11), dir + "/pair");
+      // An unrelated model of the same shape: a deliberately bad draft.
+      make_model_pair(small_spec(99), dir + "/other");
+      SyntheticSpec wide = small_spec(5);
+      wide.vocab = 320;
+      make_model_pair(wide, dir + "/wide");
+    }
+    MPI_Barrier(MPI_COMM_WORLD);
+  }
+  void TearDown() override {
+    MPI_Barrier(MPI_COMM_WORLD);
+    if (world_rank() == 0) fs::remove_all(fs::path(dir).parent_path());
+  }
+  std::string dir;
+};
+Models* g_models = nullptr;
+
+std::vector<Prompt> make_prompts(int n, int vocab, std::uint64_t seed) {
+  std::mt19937_64 rng(seed);
+  std::vector<Prompt> out;
+  for (int i = 0; i < n; ++i) {
+    Prompt p;
+    p.index = 100 + i;
+    p.id = "p" + std::to_string(i);
+    int len = 3 + static_cast<int>(rng() % 20);
+    p.tokens.push_back(1);
+    for (int j = 1; j < len; ++j) p.tokens.push_back(3 + static_cast<int>(rng() % (vocab - 3)));
+    out.push_back(p);
+  }
+  return out;
+}
+
+// Decodes all prompts in batches of batch_size; returns outputs by prompt order.
+std::vector<SequenceRecord> decode_all(BatchDecoder& decoder, const std::string& mode,
+                                       const std::vector<Prompt>& prompts, int batch_size) {
+  std::vector<SequenceRecord> out;
+  for (std::size_t first = 0; first < prompts.size(); first += batch_size) {
+    std::vector<Prompt> batch(prompts.begin() + first,
+                              prompts.begin() + std::min(prompts.size(), first + batch_size));
+    BatchResult r = decoder.run(mode, static_cast<std::int64_t>(first / batch_size), batch);
+    for (auto& s : r.sequences) out.push_back(std::move(s));
+  }
+  return out;
+}
+
+struct Rig {
+  std::unique_ptr<MpiComm> comm;
+  std::unique_ptr<Checkpoint> target_ckpt, draft_ckpt;
+  std::unique_ptr<Transformer> target, draft;
+};
+
+// tp = the whole world (sharded target; draft sharded or replicated), or tp = 1 on this rank.
+Rig make_setup(const std::string& target_dir, const std::string& draft_dir, bool tp_world,
+               bool draft_sharded) {
+  Rig s;
+  s.comm = std::make_unique<MpiComm>(tp_world ? MPI_COMM_WORLD : MPI_COMM_SELF);
+  static MpiComm self(MPI_COMM_SELF);
+  s.target_ckpt = std::make_unique<Checkpoint>(target_dir);
+  s.draft_ckpt = std::make_unique<Checkpoint>(draft_dir);
+  s.target =
+      std::make_unique<Transformer>(*s.target_ckpt, *s.comm, s.comm->rank(), s.comm->size(), 1);
+  if (draft_sharded)
+    s.draft =
+        std::make_unique<Transformer>(*s.draft_ckpt, *s.comm, s.comm->rank(), s.comm->size(), 1);
+  else
+    s.draft = std::make_unique<Transformer>(*s.draft_ckpt, self, 0, 1, 1);
+  return s;
+}
+
+void expect_same_outputs(const std::vector<SequenceRecord>& a, const std::vector<SequenceRecord>& b,
+                         const std::string& what) {
+  ASSERT_EQ(a.size(), b.size()) << what;
+  for (std::size_t i = 0; i < a.size(); ++i) {
+    EXPECT_EQ(a[i].prompt_index, b[i].prompt_index) << what;
+    EXPECT_EQ(a[i].output_tokens, b[i].output_tokens)
+        << what << ": prompt " << a[i].prompt_index << " differs";
+  }
+}
+
+}  // namespace
+
+TEST(Decoder, GreedySpeculativeEqualsBaselineForAnyDraft) {
+  const std::string pair = g_models->dir + "/pair";
+  const std::string other = g_models->dir + "/other";
+  auto prompts = make_prompts(5, 256, 7);
+  struct Case {
+    std::string name, draft;
+    bool tp_world, sharded;
+  };
+  std::vector<Case> cases = {
+      {"good draft, tp=world, replicated", pair + "/draft", true, false},
+      {"good draft, tp=world, sharded", pair + "/draft", true, true},
+      {"random draft, tp=world", other + "/target", true, false},
+      {"good draft, tp=1", pair + "/draft", false, false},
+      {"target as its own draft, tp=world", pair + "/target", true, true},
+  };
+  for (const Case& c : cases) {
+    Rig s = make_setup(pair + "/target", c.draft, c.tp_world, c.sharded);
+    DecodeOptions opt;
+    opt.max_new_tokens = 20;
+    opt.sampling.temperature = 0;
+    opt.stop_at_eos = false;
+    opt.draft_sharded = c.sharded;
+    for (int k : {1, 2, 3, 5, 8}) {
+      opt.draft_len = k;
+      BatchDecoder decoder(*s.target, s.draft.get(), *s.comm, opt);
+      for (int batch : {1, 3}) {
+        auto base = decode_all(decoder, kModeBaseline, prompts, batch);
+        auto spec = decode_all(decoder, kModeSpeculative, prompts, batch);
+        std::string what = c.name + ", k=" + std::to_string(k) + ", batch=" + std::to_string(batch);
+        expect_same_outputs(base, spec, what);
+        std::int64_t drafted = 0, accepted = 0;
+        for (const auto& r : spec) {
+          EXPECT_EQ(r.generated, 20) << what;
+          drafted += r.drafted;
+          accepted += r.accepted;
+          EXPECT_EQ(r.generated - 1, r.accepted + r.verify_steps) << what;
+        }
+        if (c.draft == pair + "/target")
+          EXPECT_EQ(accepted, drafted) << what;
+        else
+          EXPECT_LT(accepted, drafted) << what;
+      }
+    }
+  }
+}
+
+TEST(Decoder, SampledTokensDoNotDependOnTpOrBatchSize) {
+  const std::string pair = g_models->dir + "/pair";
+  auto prompts = make_prompts(4, 256, 3);
+  DecodeOptions opt;
+  opt.max_new_tokens = 16;
+  opt.draft_len = 3;
+  opt.sampling.temperature = 0.9f;
+  opt.sampling.top_k = 40;
+  opt.sampling.top_p = 0.95f;
+  opt.seed = 42;
+  Rig one = make_setup(pair + "/target", pair + "/draft", false, false);
+  BatchDecoder d1(*one.target, one.draft.get(), *one.comm, opt);
+  auto spec1 = decode_all(d1, kModeSpeculative, prompts, 1);
+  auto base1 = decode_all(d1, kModeBaseline, prompts, 1);
+  Rig all = make_setup(pair + "/target", pair + "/draft", true, false);
+  BatchDecoder dw(*all.target, all.draft.get(), *all.comm, opt);
+  auto spec_w = decode_all(dw, kModeSpeculative, prompts, 4);
+  auto base_w = decode_all(dw, kModeBaseline, prompts, 3);
+  expect_same_outputs(spec1, spec_w, "speculative, tp=1 batch 1 vs tp=world batch 4");
+  expect_same_outputs(base1, base_w, "baseline, tp=1 batch 1 vs tp=world batch 3");
+  // Sampling really happened: the outputs are not the greedy ones.
+  opt.sampling.temperature = 0;
+  BatchDecoder dg(*one.target, one.draft.get(), *one.comm, opt);
+  auto greedy = decode_all(dg, kModeBaseline, prompts, 4);
+  int differ = 0;
+  for (std::size_t i = 0; i < greedy.size(); ++i)
+    differ += greedy[i].output_tokens != base1[i].output_tokens;
+  EXPECT_GT(differ, 0);
+}
+
+TEST(Decoder, DraftWithAnotherVocabularyIsRejected) {
+  Rig s = make_setup(g_models->dir + "/pair/target", g_models->dir + "/wide/draft", false, false);
+  DecodeOptions opt;
+  try {
+    BatchDecoder decoder(*s.target, s.draft.get(), *s.comm, opt);
+    FAIL() << "expected an error";
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find(
+                  "draft's vocabulary (320 tokens) differs from the target's (256)"),
+              std::string::npos)
+        << e.what();
+    EXPECT_EQ(e.exit_code(), kExitUsage);
+  }
+}
+
+TEST(Decoder, PromptLongerThanContextIsAClearError) {
+  Rig s = make_setup(g_models->dir + "/pair/target", g_models->dir + "/pair/draft", false, false);
+  DecodeOptions opt;
+  opt.max_new_tokens = 100;
+  BatchDecoder decoder(*s.target, s.draft.get(), *s.comm, opt);
+  Prompt p;
+  p.index = 7;
+  p.id = "long";
+  p.tokens.assign(450, 5);
+  try {
+    decoder.run(kModeBaseline, 0, {p});
+    FAIL() << "expected an error";
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find("prompt 7 (id 'long') has 450 tokens"), std::string::npos)
+        << e.what();
+  }
+}
+
+int register_models = [] {
+  g_models = new Models;
+  ::testing::AddGlobalTestEnvironment(g_models);
+  return 0;
+}();
