@@ -26,7 +26,17 @@ std::string detail() {
   return out;
 }
 
-#define H5C(call, msg) H5_CHECK(call, msg << detail())
+// H5_CHECK plus HDF5's own words. Written out (not as a wrapper of H5_CHECK) so that the call
+// is quoted as written, before its macros (H5P_DEFAULT, H5F_ACC_TRUNC) expand.
+#define H5C_GEN(call, call_text, msg, code)                              \
+  ([&]() {                                                               \
+    auto spec_h5_rc_ = (call);                                           \
+    SPEC_CHECK_GEN_(spec_h5_rc_ >= 0, call_text, msg << detail(), code); \
+    return spec_h5_rc_;                                                  \
+  }())
+#define H5C(call, msg) H5C_GEN(call, #call, msg, ::specrun::kExitFailure)
+// Opening or creating a file the user named: a bad path is the user's input (exit code 2).
+#define H5C_INPUT(call, msg) H5C_GEN(call, #call, msg, ::specrun::kExitUsage)
 
 herr_t collect_error(unsigned /*n*/, const H5E_error2_t* err, void* data) {
   auto* lines = static_cast<std::vector<std::string>*>(data);
@@ -73,7 +83,9 @@ std::vector<std::string> read_string_values(hid_t obj, bool is_attr, hid_t file_
   std::vector<std::string> out(n);
   if (n == 0) return out;
   if (H5Tis_variable_str(file_type) > 0) {
+    // HDF5 does not convert between ASCII and UTF-8 strings: read with the stored cset.
     Id mem_type = string_type();
+    H5C(H5Tset_cset(mem_type.get(), H5Tget_cset(file_type)), "H5Tset_cset");
     std::vector<char*> ptrs(n, nullptr);
     if (is_attr)
       H5C(H5Aread(obj, mem_type.get(), ptrs.data()), "cannot read string attribute " << where);
@@ -123,10 +135,11 @@ std::string error_stack_text() {
   if (H5Ewalk2(H5E_DEFAULT, H5E_WALK_UPWARD, collect_error, &lines) < 0) return "";
   std::string text;
   // The innermost entries say what went wrong; the outer ones repeat "unable to ...".
-  for (size_t i = 0; i < lines.size() && i < 3; ++i) {
+  for (size_t i = 0; i < lines.size() && i < 2; ++i) {
     if (!text.empty()) text += "; ";
     text += lines[i];
   }
+  std::replace(text.begin(), text.end(), '\n', ' ');
   return text;
 }
 
@@ -594,9 +607,10 @@ File File::create(const std::string& path, bool truncate) {
   Id fapl(H5C(H5Pcreate(H5P_FILE_ACCESS), "H5Pcreate(H5P_FILE_ACCESS)"));
   H5C(H5Pset_libver_bounds(fapl.get(), H5F_LIBVER_V18, H5F_LIBVER_V18),
       "H5Pset_libver_bounds(V18, V18)");
-  Id f(
-      H5C(H5Fcreate(path.c_str(), truncate ? H5F_ACC_TRUNC : H5F_ACC_EXCL, H5P_DEFAULT, fapl.get()),
-          "cannot create HDF5 file " << path << " (does the directory exist and is it writable?)"));
+  const unsigned flags = truncate ? H5F_ACC_TRUNC : H5F_ACC_EXCL;
+  Id f(H5C_INPUT(
+      H5Fcreate(path.c_str(), flags, H5P_DEFAULT, fapl.get()),
+      "cannot create HDF5 file " << path << " (does the directory exist and is it writable?)"));
   return File(std::move(f), path);
 }
 
@@ -609,10 +623,10 @@ File File::open(const std::string& path, Access access) {
   if (access == Access::kReadWrite)
     H5C(H5Pset_libver_bounds(fapl.get(), H5F_LIBVER_V18, H5F_LIBVER_V18),
         "H5Pset_libver_bounds(V18, V18)");
-  Id f(H5C(H5Fopen(path.c_str(), access == Access::kReadOnly ? H5F_ACC_RDONLY : H5F_ACC_RDWR,
-                   fapl.get()),
-           "cannot open HDF5 file "
-               << path << (access == Access::kReadOnly ? " for reading" : " for writing")));
+  const unsigned flags = access == Access::kReadOnly ? H5F_ACC_RDONLY : H5F_ACC_RDWR;
+  Id f(H5C_INPUT(H5Fopen(path.c_str(), flags, fapl.get()),
+                 "cannot open HDF5 file "
+                     << path << (access == Access::kReadOnly ? " for reading" : " for writing")));
   return File(std::move(f), path);
 }
 

@@ -140,8 +140,10 @@ def check_mode(f, mode, draft_len, ranks, args):
     ids = g["batches/batch"][:n_b].tolist()
     ends = commit_ends(g, n_b)
     n_seq = ends["sequences_end"]
-    check(int(g.attrs["sequences_committed"]) == n_seq,
-          f"{mode}: sequences_committed {g.attrs['sequences_committed']} != {n_seq}")
+    # A kill during the flush may leave the attributes one batch ahead of the rows on disk.
+    seq_attr = int(g.attrs["sequences_committed"])
+    check(seq_attr == n_seq if args.exact else seq_attr >= n_seq,
+          f"{mode}: sequences_committed {seq_attr}, committed rows {n_seq}")
 
     seqs, steps, timings, apos_rows = [], [], [], []
     for b in ids:

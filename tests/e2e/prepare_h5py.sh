@@ -7,6 +7,8 @@ set -euo pipefail
 : "${SPECRUN_BIN:?}"
 PY=/usr/bin/python3
 CHECK="$(dirname "$0")/check_prompt_file.py"
+# The working directory persists between runs: start from a clean slate.
+rm -f in.jsonl out.h5 out.h5.tmp code.h5 bad.jsonl bad.h5 bad.h5.tmp ./*.err ./*.log
 
 echo "== generated JSONL with every optional field"
 "$PY" - <<'EOF'

@@ -484,3 +484,29 @@ TEST(ResultFile, SurvivesSigkillAtRandomMoments) {
     EXPECT_EQ(run_h5py_check(path, "--exact --finished"), 0);
   }
 }
+
+TEST(H5Errors, NameTheFileQuoteHdf5AndKeepStderrQuiet) {
+  TempDir dir;
+  std::string path = dir.file("no/such/dir/r.h5");
+  testing::internal::CaptureStderr();
+  std::string msg = error_of([&] { ResultWriter::create(path, make_header(), false); });
+  std::string printed = testing::internal::GetCapturedStderr();
+  EXPECT_NE(msg.find("cannot create HDF5 file " + path), std::string::npos) << msg;
+  EXPECT_NE(msg.find("HDF5 says: "), std::string::npos) << msg;
+  EXPECT_NE(msg.find("No such file or directory"), std::string::npos) << msg;
+  EXPECT_EQ(printed, "") << "HDF5 printed its own error stack";
+
+  // A failing read names the dataset and the rows.
+  std::string ok = dir.file("r.h5");
+  {
+    ResultWriter w = ResultWriter::create(ok, make_header(), false);
+    w.append_batch(kModeBaseline, make_batch(0, 0));
+  }
+  h5::File f = h5::File::open(ok, h5::File::Access::kReadOnly);
+  h5::Dataset d = f.dataset("baseline/sequences/prompt_index");
+  msg = error_of([&] { d.read<int64_t>(2, 5); });
+  EXPECT_NE(msg.find("rows [2, 7) are outside " + ok + ":/baseline/sequences/prompt_index"),
+            std::string::npos)
+      << msg;
+  EXPECT_EQ(d.read<int64_t>(0, 3), (std::vector<int64_t>{0, 1, 2}));
+}
