@@ -74,7 +74,7 @@ struct BatchDecoder::Sequence {
   }
 };
 
-BatchDecoder::BatchDecoder(Transformer& target, Transformer* draft, Communicator& tp_comm,
+BatchDecoder::BatchDecoder(LanguageModel& target, LanguageModel* draft, Communicator& tp_comm,
                            const DecodeOptions& options)
     : target_(target),
       draft_(draft),
@@ -115,7 +115,7 @@ int BatchDecoder::choose(const float* logits, const Sequence& seq, std::int64_t 
   return sample_from(probs_.data(), vocab_, u);
 }
 
-void BatchDecoder::prefill(Transformer& model, std::vector<Sequence>& seqs, bool draft,
+void BatchDecoder::prefill(LanguageModel& model, std::vector<Sequence>& seqs, bool draft,
                            bool want_logits) {
   std::vector<SeqChunk> chunks;
   chunks.reserve(seqs.size());

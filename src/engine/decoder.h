@@ -12,7 +12,7 @@
 #include "dist/communicator.h"
 #include "io/prompt_file.h"
 #include "io/records.h"
-#include "model/transformer.h"
+#include "model/language_model.h"
 #include "spec/sampling.h"
 
 namespace specrun {
@@ -34,7 +34,7 @@ class BatchDecoder {
  public:
   // target: sharded over `tp_comm`. draft: nullptr for baseline-only jobs; sharded over
   // `tp_comm` or replicated (then it runs on its own and needs no communication).
-  BatchDecoder(Transformer& target, Transformer* draft, Communicator& tp_comm,
+  BatchDecoder(LanguageModel& target, LanguageModel* draft, Communicator& tp_comm,
                const DecodeOptions& options);
 
   // Decodes `prompts` in `mode` (kModeBaseline or kModeSpeculative). Returns this rank's records;
@@ -47,7 +47,7 @@ class BatchDecoder {
   BatchResult run_speculative(std::int64_t batch, const std::vector<Prompt>& prompts);
 
   // Prefill of the prompts in `model`; returns last-position logits [n, vocab] when wanted.
-  void prefill(Transformer& model, std::vector<Sequence>& seqs, bool draft, bool want_logits);
+  void prefill(LanguageModel& model, std::vector<Sequence>& seqs, bool draft, bool want_logits);
   // Picks the token for one position from full logits (greedy argmax or sampling with purpose).
   int choose(const float* logits, const Sequence& seq, std::int64_t position, int purpose);
   // Broadcasts `values` from tp rank 0 so every rank holds the same decisions.
@@ -55,8 +55,8 @@ class BatchDecoder {
   void inject(const char* phase);
   double comm_seconds() const;
 
-  Transformer& target_;
-  Transformer* draft_;
+  LanguageModel& target_;
+  LanguageModel* draft_;
   Communicator& tp_comm_;
   DecodeOptions options_;
   int vocab_;

@@ -9,6 +9,7 @@
 #include <vector>
 
 #include "model/kv_cache.h"
+#include "model/language_model.h"
 #include "model/model_config.h"
 #include "model/weights.h"
 
@@ -17,15 +18,7 @@ namespace specrun {
 class Checkpoint;
 class Communicator;
 
-// New tokens of one sequence for one forward call. They occupy positions
-// cache->length() .. cache->length() + n_tokens - 1.
-struct SeqChunk {
-  KvCache* cache;
-  const std::int32_t* tokens;
-  int n_tokens;  // >= 1
-};
-
-class Transformer {
+class Transformer final : public LanguageModel {
  public:
   // Loads this rank's shard of `checkpoint` (which must outlive the Transformer: weights view
   // its mapped files). tp_comm is the tensor-parallel group (size tp, this rank = tp_rank); it
@@ -34,12 +27,12 @@ class Transformer {
   Transformer(const Checkpoint& checkpoint, Communicator& tp_comm, int tp_rank, int tp,
               int threads);
 
-  const ModelConfig& config() const { return config_; }
+  const ModelConfig& config() const override { return config_; }
   const ShardPlan& plan() const { return weights_.plan; }
   int vocab_size() const { return config_.vocab_size; }
 
   // A cache for one sequence of at most `capacity` tokens (this rank's kv heads).
-  std::unique_ptr<KvCache> new_cache(int capacity) const;
+  std::unique_ptr<KvCache> new_cache(int capacity) const override;
 
   // Prefill, decode and verify in one call: runs every sequence's new tokens at its positions,
   // appends their keys and values to its cache and advances it. Returns float32 logits over the
@@ -48,7 +41,8 @@ class Transformer {
   // All ranks of the tp group must call it with the same inputs. Throws before touching any
   // cache when a token id is outside the vocabulary or a sequence would exceed its cache or
   // the model's context.
-  void forward(std::span<const SeqChunk> batch, bool all_logits, std::vector<float>& logits);
+  void forward(std::span<const SeqChunk> batch, bool all_logits,
+               std::vector<float>& logits) override;
 
  private:
   void attention_block(int layer, std::span<const SeqChunk> batch, int n);
