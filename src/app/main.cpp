@@ -86,8 +86,8 @@ int main(int argc, char** argv) {
                 << command->name << " --help`)" << std::endl;
       fail(kExitUsage);
     }
-    if (code != 0) fail(code);
-    return 0;
+    // A returned code was reached by every rank alike (e.g. a collective stop): exit normally.
+    return code;
   } catch (const Error& e) {
     std::cerr << "error: " << e.what() << std::endl;
     fail(e.exit_code());

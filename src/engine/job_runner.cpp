@@ -18,6 +18,7 @@
 #include "dist/mpi_comm.h"
 #include "engine/batch_codec.h"
 #include "engine/decoder.h"
+#include "engine/stop_request.h"
 #include "engine/summary.h"
 #include "io/prompt_file.h"
 #include "io/provenance.h"
@@ -213,6 +214,15 @@ int run_job(const JobConfig& config, MpiSession& mpi, const RunOptions& options)
   decode.inject_phase = config.debug.inject_phase;
   BatchDecoder decoder(target, draft.get(), tp_comm, decode);
 
+  install_stop_handlers();
+  // Collective: every rank learns whether any rank got a stop signal.
+  auto stop_everywhere = [&]() {
+    float flag = stop_requested() ? 1.0f : 0.0f;
+    world_comm.all_reduce_max(&flag, 1);
+    return flag > 0;
+  };
+  bool stopped = false;
+
   std::map<std::string, ModeProgress> progress;
   const std::int64_t rounds = (n_batches + world.dp - 1) / world.dp;
   auto t_start = Clock::now();
@@ -220,7 +230,7 @@ int run_job(const JobConfig& config, MpiSession& mpi, const RunOptions& options)
                batches_total = n_batches * static_cast<std::int64_t>(config.decode.modes.size());
   for (auto& [mode, set] : done) batches_total -= static_cast<std::int64_t>(set.size());
 
-  for (std::int64_t round = 0; round < rounds; ++round) {
+  for (std::int64_t round = 0; round < rounds && !stopped; ++round) {
     const std::int64_t my_batch = round * world.dp + world.dp_index;
     std::vector<Prompt> batch_prompts;
     if (my_batch < n_batches) {
@@ -228,6 +238,10 @@ int run_job(const JobConfig& config, MpiSession& mpi, const RunOptions& options)
       batch_prompts = prompts.read(range.first, range.count);
     }
     for (const std::string& mode : config.decode.modes) {
+      if (stop_everywhere()) {
+        stopped = true;
+        break;
+      }
       const bool mine = my_batch < n_batches && !done[mode].count(my_batch);
       std::string payload;
       if (mine) {
@@ -280,6 +294,18 @@ int run_job(const JobConfig& config, MpiSession& mpi, const RunOptions& options)
     }
   }
 
+  if (stopped) {
+    int sig = 0;
+    stop_requested(&sig);
+    if (world.is_root()) {
+      writer.reset();  // closed and flushed; `finished` stays unset
+      log.info("stopped by a signal after " + std::to_string(batches_done) + " of " +
+               std::to_string(batches_total) + " batches; every finished batch is in " +
+               config.job.output.resolved + "; continue with `specrun run ... --resume`");
+    }
+    world_comm.barrier();
+    return kExitStopped;
+  }
   if (world.is_root()) {
     writer->finish();
     writer.reset();
