@@ -1,9 +1,11 @@
 #include "engine/summary.h"
 
 #include <algorithm>
+#include <array>
 #include <cmath>
 #include <iomanip>
 #include <map>
+#include <nlohmann/json.hpp>
 #include <random>
 #include <sstream>
 
@@ -12,134 +14,123 @@
 namespace specrun {
 namespace {
 
+// Linear interpolation between order statistics (numpy's default "linear" method).
+double percentile_sorted(const std::vector<double>& v, double f) {
+  if (v.empty()) return 0;
+  double pos = f * static_cast<double>(v.size() - 1);
+  std::size_t i = static_cast<std::size_t>(pos);
+  double frac = pos - static_cast<double>(i);
+  return i + 1 < v.size() ? v[i] * (1 - frac) + v[i + 1] * frac : v[i];
+}
+
 Quantiles quantiles(std::vector<double> v) {
   Quantiles q;
   if (v.empty()) return q;
   double sum = 0;
   for (double x : v) sum += x;
-  q.mean = sum / v.size();
+  q.mean = sum / static_cast<double>(v.size());
   std::sort(v.begin(), v.end());
-  auto at = [&](double f) {
-    double pos = f * (v.size() - 1);
-    std::size_t i = static_cast<std::size_t>(pos);
-    double frac = pos - i;
-    return i + 1 < v.size() ? v[i] * (1 - frac) + v[i + 1] * frac : v[i];
-  };
-  q.p50 = at(0.5);
-  q.p90 = at(0.9);
+  q.p50 = percentile_sorted(v, 0.5);
+  q.p90 = percentile_sorted(v, 0.9);
   return q;
 }
 
-double percentile(std::vector<double> v, double f) {
-  if (v.empty()) return 0;
-  std::sort(v.begin(), v.end());
-  double pos = f * (v.size() - 1);
-  std::size_t i = static_cast<std::size_t>(pos);
-  double frac = pos - i;
-  return i + 1 < v.size() ? v[i] * (1 - frac) + v[i + 1] * frac : v[i];
+Interval interval_from(double value, std::vector<double> samples) {
+  std::sort(samples.begin(), samples.end());
+  return Interval{value, percentile_sorted(samples, 0.025), percentile_sorted(samples, 0.975)};
 }
 
-// Batch wall time = the latest finishing sequence of the batch.
-double mode_seconds(const ModeData& data, const std::map<std::int64_t, std::int64_t>& batch_of) {
-  std::map<std::int64_t, double> batch_wall;
-  for (const SequenceRecord& s : data.sequences) {
-    auto it = batch_of.find(s.prompt_index);
-    std::int64_t b = it == batch_of.end() ? s.prompt_index : it->second;
-    batch_wall[b] = std::max(batch_wall[b], s.wall_s);
+double ratio_of_sums(const std::vector<double>& num, const std::vector<double>& den,
+                     const std::vector<std::size_t>& idx) {
+  double n = 0, d = 0;
+  for (std::size_t i : idx) {
+    n += num[i];
+    d += den[i];
   }
-  double total = 0;
-  for (auto& [b, w] : batch_wall) total += w;
-  return total;
+  return d != 0 ? n / d : 0.0;
+}
+
+std::vector<std::size_t> identity(std::size_t n) {
+  std::vector<std::size_t> idx(n);
+  for (std::size_t i = 0; i < n; ++i) idx[i] = i;
+  return idx;
+}
+
+void resample(std::mt19937_64& rng, std::size_t n, std::vector<std::size_t>& idx) {
+  std::uniform_int_distribution<std::size_t> pick(0, n - 1);
+  idx.resize(n);
+  for (std::size_t i = 0; i < n; ++i) idx[i] = pick(rng);
+}
+
+// prompt index -> batch number, from the step records, else from the batch size.
+std::map<std::int64_t, std::int64_t> batch_of_sequences(const ModeData& data) {
+  std::map<std::int64_t, std::int64_t> batch_of;
+  for (const StepRecord& st : data.steps) batch_of[st.prompt_index] = st.batch;
+  for (const SequenceRecord& s : data.sequences) {
+    if (batch_of.count(s.prompt_index)) continue;
+    // No step: the sequence finished at the prefill. Without a batch size it counts as a batch
+    // of its own (a distinct negative key).
+    batch_of[s.prompt_index] =
+        data.batch_size > 0 ? s.prompt_index / data.batch_size : -1 - s.prompt_index;
+  }
+  return batch_of;
+}
+
+// batch -> (wall seconds = slowest sequence, sequences)
+std::map<std::int64_t, std::pair<double, std::int64_t>> batch_walls(
+    const ModeData& data, const std::map<std::int64_t, std::int64_t>& batch_of) {
+  std::map<std::int64_t, std::pair<double, std::int64_t>> walls;
+  for (const SequenceRecord& s : data.sequences) {
+    auto& w = walls[batch_of.at(s.prompt_index)];
+    w.first = std::max(w.first, s.wall_s);
+    w.second += 1;
+  }
+  return walls;
+}
+
+std::string category_name(const std::string& c) {
+  return c.empty() ? "(none)" : c;
 }
 
 }  // namespace
 
-ModeSummary summarize_mode(const ModeData& data) {
-  ModeSummary m;
-  m.mode = data.mode;
-  std::map<std::int64_t, std::int64_t> batch_of;
-  for (const StepRecord& st : data.steps) batch_of[st.prompt_index] = st.batch;
-  std::int64_t drafted = 0, accepted = 0;
-  std::map<std::string, std::array<std::int64_t, 3>> cat;  // steps, emitted, drafted/accepted
-  std::map<std::string, std::array<std::int64_t, 2>> cat_da;
-  for (const SequenceRecord& s : data.sequences) {
-    ++m.prompts;
-    m.generated += s.generated;
-    m.verify_steps += s.verify_steps;
-    drafted += s.drafted;
-    accepted += s.accepted;
-    auto& c = cat[s.category];
-    c[0] += s.verify_steps;
-    c[1] += s.generated - 1;
-    c[2] += 1;
-    cat_da[s.category][0] += s.drafted;
-    cat_da[s.category][1] += s.accepted;
+Interval bootstrap_ratio(const std::vector<double>& num, const std::vector<double>& den,
+                         int resamples, std::uint64_t seed) {
+  const std::size_t n = num.size();
+  if (n == 0 || den.size() != n) return Interval{};
+  double value = ratio_of_sums(num, den, identity(n));
+  std::mt19937_64 rng(seed);
+  std::vector<std::size_t> idx;
+  std::vector<double> samples;
+  samples.reserve(static_cast<std::size_t>(std::max(0, resamples)));
+  for (int r = 0; r < resamples; ++r) {
+    resample(rng, n, idx);
+    samples.push_back(ratio_of_sums(num, den, idx));
   }
-  m.seconds = mode_seconds(data, batch_of);
-  m.tokens_per_s = m.seconds > 0 ? m.generated / m.seconds : 0;
-  // The first token of every sequence comes from the prefill, not from a verify step.
-  std::int64_t from_steps = m.generated - m.prompts;
-  m.tau = m.verify_steps > 0 ? static_cast<double>(from_steps) / m.verify_steps : 0;
-  m.alpha = drafted > 0 ? static_cast<double>(accepted) / drafted : 0;
-  for (auto& [name, c] : cat) {
-    ModeSummary::Category out;
-    out.prompts = c[2];
-    out.tau = c[0] > 0 ? static_cast<double>(c[1]) / c[0] : 0;
-    out.alpha = cat_da[name][0] > 0 ? static_cast<double>(cat_da[name][1]) / cat_da[name][0] : 0;
-    m.categories[name.empty() ? "(none)" : name] = out;
-  }
+  return interval_from(value, std::move(samples));
+}
 
-  // Per-position acceptance over steps that drafted at least i tokens.
-  int k_max = 0;
-  for (const StepRecord& st : data.steps) k_max = std::max(k_max, st.drafted);
-  std::vector<std::int64_t> reached(k_max + 1, 0), offered(k_max + 1, 0);
-  for (const StepRecord& st : data.steps) {
-    for (int i = 1; i <= st.drafted; ++i) {
-      ++offered[i];
-      if (st.accepted >= i) ++reached[i];
-    }
+Interval bootstrap_relative_change(const std::vector<double>& base_num,
+                                   const std::vector<double>& base_den,
+                                   const std::vector<double>& new_num,
+                                   const std::vector<double>& new_den, int resamples,
+                                   std::uint64_t seed) {
+  const std::size_t nb = base_num.size(), nn = new_num.size();
+  if (nb == 0 || nn == 0 || base_den.size() != nb || new_den.size() != nn) return Interval{};
+  auto change = [](double base, double next) { return base != 0 ? next / base - 1.0 : 0.0; };
+  double value = change(ratio_of_sums(base_num, base_den, identity(nb)),
+                        ratio_of_sums(new_num, new_den, identity(nn)));
+  std::mt19937_64 rng(seed);
+  std::vector<std::size_t> ib, in;
+  std::vector<double> samples;
+  samples.reserve(static_cast<std::size_t>(std::max(0, resamples)));
+  for (int r = 0; r < resamples; ++r) {
+    resample(rng, nb, ib);
+    resample(rng, nn, in);
+    samples.push_back(
+        change(ratio_of_sums(base_num, base_den, ib), ratio_of_sums(new_num, new_den, in)));
   }
-  for (int i = 1; i <= k_max; ++i) {
-    double uncond = offered[i] > 0 ? static_cast<double>(reached[i]) / offered[i] : 0;
-    m.acceptance_unconditional.push_back(uncond);
-    // Conditional: among steps that offered position i and accepted the i-1 before it.
-    std::int64_t prior = 0, now = 0;
-    for (const StepRecord& st : data.steps) {
-      if (st.drafted < i || st.accepted < i - 1) continue;
-      ++prior;
-      if (st.accepted >= i) ++now;
-    }
-    m.acceptance_conditional.push_back(prior > 0 ? static_cast<double>(now) / prior : 0);
-  }
-
-  // Phases: per step, mean over ranks; per rank, mean over steps.
-  const int ranks = std::max(1, data.n_ranks);
-  const std::size_t rows = data.timings_ms.size() / (static_cast<std::size_t>(ranks) * kNumPhases);
-  // Ranks outside the tp group that ran a batch hold NaN for its rows (dp > 1): skipped.
-  for (int p = 0; p < kNumPhases; ++p) {
-    std::vector<double> per_step;
-    per_step.reserve(rows);
-    std::vector<double> per_rank(ranks, 0.0);
-    std::vector<std::int64_t> per_rank_n(ranks, 0);
-    for (std::size_t r = 0; r < rows; ++r) {
-      double sum = 0;
-      int n = 0;
-      for (int k = 0; k < ranks; ++k) {
-        double v = data.timings_ms[(r * ranks + k) * kNumPhases + p];
-        if (std::isnan(v)) continue;
-        sum += v;
-        ++n;
-        per_rank[k] += v;
-        ++per_rank_n[k];
-      }
-      if (n > 0) per_step.push_back(sum / n);
-    }
-    for (int k = 0; k < ranks; ++k)
-      per_rank[k] = per_rank_n[k] > 0 ? per_rank[k] / per_rank_n[k] : 0;
-    m.phases[kPhaseNames[p]] = quantiles(per_step);
-    m.phases_per_rank[kPhaseNames[p]] = per_rank;
-  }
-  return m;
+  return interval_from(value, std::move(samples));
 }
 
 Interval paired_speedup(const std::vector<double>& b_seconds, const std::vector<double>& b_tokens,
@@ -157,22 +148,130 @@ Interval paired_speedup(const std::vector<double>& b_seconds, const std::vector<
     if (bt <= 0 || st <= 0 || ss <= 0) return 0.0;
     return (bs / bt) / (ss / st);
   };
-  Interval out;
-  if (n == 0) return out;
-  std::vector<std::size_t> idx(n);
-  for (std::size_t i = 0; i < n; ++i) idx[i] = i;
-  out.value = stat(idx);
+  if (n == 0) return Interval{};
+  double value = stat(identity(n));
   std::mt19937_64 rng(seed);
-  std::uniform_int_distribution<std::size_t> pick(0, n - 1);
+  std::vector<std::size_t> idx;
   std::vector<double> samples;
-  samples.reserve(resamples);
+  samples.reserve(static_cast<std::size_t>(std::max(0, resamples)));
   for (int r = 0; r < resamples; ++r) {
-    for (std::size_t i = 0; i < n; ++i) idx[i] = pick(rng);
+    resample(rng, n, idx);
     samples.push_back(stat(idx));
   }
-  out.low = percentile(samples, 0.025);
-  out.high = percentile(samples, 0.975);
+  return interval_from(value, std::move(samples));
+}
+
+void throughput_samples(const ModeData& data, std::vector<double>& tokens,
+                        std::vector<double>& seconds) {
+  tokens.clear();
+  seconds.clear();
+  auto batch_of = batch_of_sequences(data);
+  auto walls = batch_walls(data, batch_of);
+  for (const SequenceRecord& s : data.sequences) {
+    const auto& w = walls.at(batch_of.at(s.prompt_index));
+    tokens.push_back(s.generated);
+    seconds.push_back(w.first / static_cast<double>(w.second));
+  }
+}
+
+std::vector<double> phase_per_step(const ModeData& data, int phase) {
+  const int ranks = std::max(1, data.n_ranks);
+  const std::size_t rows = data.timings_ms.size() / (static_cast<std::size_t>(ranks) * kNumPhases);
+  std::vector<double> out;
+  out.reserve(rows);
+  for (std::size_t r = 0; r < rows; ++r) {
+    double sum = 0;
+    int n = 0;
+    for (int k = 0; k < ranks; ++k) {
+      double v = data.timings_ms[(r * ranks + k) * kNumPhases + phase];
+      if (std::isnan(v)) continue;
+      sum += v;
+      ++n;
+    }
+    if (n > 0) out.push_back(sum / n);
+  }
   return out;
+}
+
+ModeSummary summarize_mode(const ModeData& data) {
+  ModeSummary m;
+  m.mode = data.mode;
+  for (const SequenceRecord& s : data.sequences) {
+    ++m.prompts;
+    m.generated += s.generated;
+    m.verify_steps += s.verify_steps;
+    m.drafted += s.drafted;
+    m.accepted += s.accepted;
+  }
+  auto batch_of = batch_of_sequences(data);
+  auto walls = batch_walls(data, batch_of);
+  m.batches = static_cast<std::int64_t>(walls.size());
+  for (const auto& [b, w] : walls) m.seconds += w.first;
+  m.tokens_per_s = m.seconds > 0 ? static_cast<double>(m.generated) / m.seconds : 0;
+  // The first token of every sequence comes from the prefill, not from a verify step.
+  const std::int64_t from_steps = m.generated - m.prompts;
+  m.tau = m.verify_steps > 0 ? static_cast<double>(from_steps) / m.verify_steps : 0;
+  m.alpha = m.drafted > 0 ? static_cast<double>(m.accepted) / m.drafted : 0;
+
+  // Per category: tau and alpha from the same sums, restricted to the category.
+  struct Sums {
+    std::int64_t prompts = 0, generated = 0, steps = 0, drafted = 0, accepted = 0;
+  };
+  std::map<std::string, Sums> cat;
+  for (const SequenceRecord& s : data.sequences) {
+    Sums& c = cat[category_name(s.category)];
+    c.prompts += 1;
+    c.generated += s.generated;
+    c.steps += s.verify_steps;
+    c.drafted += s.drafted;
+    c.accepted += s.accepted;
+  }
+  for (const auto& [name, c] : cat) {
+    ModeSummary::Category out;
+    out.prompts = c.prompts;
+    out.generated = c.generated;
+    out.tau = c.steps > 0 ? static_cast<double>(c.generated - c.prompts) / c.steps : 0;
+    out.alpha = c.drafted > 0 ? static_cast<double>(c.accepted) / c.drafted : 0;
+    m.categories[name] = out;
+  }
+
+  // Per-position acceptance. offered[i]: steps that drafted >= i tokens; reached[i]: of those,
+  // steps that accepted >= i; prior[i]: of those, steps that accepted >= i-1.
+  int k_max = 0;
+  for (const StepRecord& st : data.steps) k_max = std::max(k_max, st.drafted);
+  std::vector<std::int64_t> offered(k_max + 1, 0), reached(k_max + 1, 0), prior(k_max + 1, 0);
+  for (const StepRecord& st : data.steps) {
+    for (int i = 1; i <= st.drafted; ++i) {
+      ++offered[i];
+      if (st.accepted >= i - 1) ++prior[i];
+      if (st.accepted >= i) ++reached[i];
+    }
+  }
+  for (int i = 1; i <= k_max; ++i) {
+    m.acceptance_unconditional.push_back(
+        offered[i] > 0 ? static_cast<double>(reached[i]) / offered[i] : 0);
+    m.acceptance_conditional.push_back(prior[i] > 0 ? static_cast<double>(reached[i]) / prior[i]
+                                                    : 0);
+  }
+
+  // Phases: per step (mean over the ranks that ran it) and per rank (over that rank's steps).
+  const int ranks = std::max(1, data.n_ranks);
+  const std::size_t rows = data.timings_ms.size() / (static_cast<std::size_t>(ranks) * kNumPhases);
+  m.step_rows = static_cast<std::int64_t>(rows);
+  for (int p = 0; p < kNumPhases; ++p) {
+    m.phases[kPhaseNames[p]] = quantiles(phase_per_step(data, p));
+    std::vector<Quantiles> per_rank;
+    for (int k = 0; k < ranks; ++k) {
+      std::vector<double> v;
+      for (std::size_t r = 0; r < rows; ++r) {
+        double x = data.timings_ms[(r * ranks + k) * kNumPhases + p];
+        if (!std::isnan(x)) v.push_back(x);
+      }
+      per_rank.push_back(quantiles(std::move(v)));
+    }
+    m.phases_per_rank[kPhaseNames[p]] = std::move(per_rank);
+  }
+  return m;
 }
 
 RunSummary summarize_run(const std::vector<ModeData>& modes, bool greedy, std::uint64_t seed) {
@@ -200,7 +299,7 @@ RunSummary summarize_run(const std::vector<ModeData>& modes, bool greedy, std::u
     bt.push_back(b.generated);
     ss.push_back(s.wall_s);
     st.push_back(s.generated);
-    auto& c = cats[s.category.empty() ? "(none)" : s.category];
+    auto& c = cats[category_name(s.category)];
     c[0].push_back(b.wall_s);
     c[1].push_back(b.generated);
     c[2].push_back(s.wall_s);
@@ -214,7 +313,21 @@ RunSummary summarize_run(const std::vector<ModeData>& modes, bool greedy, std::u
   return run;
 }
 
+bool resolved_is_greedy(const std::string& resolved_json) {
+  nlohmann::json j = nlohmann::json::parse(resolved_json, nullptr, false);
+  if (j.is_discarded() || !j.contains("decode") || !j["decode"].contains("temperature"))
+    return false;
+  const nlohmann::json& t = j["decode"]["temperature"];
+  return t.is_number() && t.get<double>() <= 0;
+}
+
 std::vector<ModeData> load_mode_data(const ResultReader& reader) {
+  std::int64_t batch_size = 0;
+  nlohmann::json resolved =
+      nlohmann::json::parse(reader.info().header.resolved_json, nullptr, false);
+  if (!resolved.is_discarded() && resolved.contains("data") &&
+      resolved["data"].contains("batch_size") && resolved["data"]["batch_size"].is_number())
+    batch_size = resolved["data"]["batch_size"].get<std::int64_t>();
   std::vector<ModeData> out;
   for (const std::string& mode : reader.modes()) {
     ModeData d;
@@ -224,60 +337,172 @@ std::vector<ModeData> load_mode_data(const ResultReader& reader) {
     TimingTable t = reader.timings(mode);
     d.timings_ms = std::move(t.ms);
     d.n_ranks = std::max(1, t.ranks);
+    d.batch_size = batch_size;
     out.push_back(std::move(d));
   }
   return out;
 }
 
+namespace {
+
+// True when the per-rank means of a phase differ by more than 10% of their mean (and 0.01 ms).
+bool ranks_differ(const std::vector<Quantiles>& per_rank) {
+  double lo = 0, hi = 0, sum = 0;
+  int n = 0;
+  for (const Quantiles& q : per_rank) {
+    if (q.mean == 0 && q.p90 == 0) continue;  // a rank without rows
+    lo = n == 0 ? q.mean : std::min(lo, q.mean);
+    hi = n == 0 ? q.mean : std::max(hi, q.mean);
+    sum += q.mean;
+    ++n;
+  }
+  if (n < 2) return false;
+  return hi - lo > 0.01 && hi - lo > 0.1 * (sum / n);
+}
+
+}  // namespace
+
 std::string format_summary(const RunSummary& run) {
   std::ostringstream out;
   out << std::fixed;
+  out << "mode          prompts  batches    tokens   tokens/s      tau    alpha\n";
   for (const ModeSummary& m : run.modes) {
-    out << "mode " << m.mode << ": " << m.prompts << " prompts, " << m.generated << " tokens, "
-        << std::setprecision(1) << m.tokens_per_s << " tokens/s";
-    if (m.mode == kModeSpeculative) {
-      out << std::setprecision(3) << ", tau " << m.tau << ", alpha " << m.alpha;
-    }
+    out << std::left << std::setw(12) << m.mode << std::right << std::setw(9) << m.prompts
+        << std::setw(9) << m.batches << std::setw(10) << m.generated << std::setw(11)
+        << std::setprecision(1) << m.tokens_per_s << std::setprecision(3) << std::setw(9) << m.tau;
+    if (m.drafted > 0)
+      out << std::setw(9) << m.alpha;
+    else
+      out << std::setw(9) << "-";
     out << "\n";
-    if (!m.acceptance_unconditional.empty()) {
-      out << "  acceptance by position (P(n>=i) | P(n>=i | n>=i-1)):";
-      for (std::size_t i = 0; i < m.acceptance_unconditional.size(); ++i)
-        out << std::setprecision(3) << " " << (i + 1) << ":" << m.acceptance_unconditional[i] << "|"
-            << m.acceptance_conditional[i];
-      out << "\n";
-    }
-    out << "  phases, ms per step (mean / p50 / p90):";
-    for (const char* name : kPhaseNames) {
-      const Quantiles& q = m.phases.at(name);
-      out << std::setprecision(3) << "  " << name << " " << q.mean << "/" << q.p50 << "/" << q.p90;
-    }
+  }
+  for (const ModeSummary& m : run.modes) {
+    if (m.acceptance_unconditional.empty()) continue;
+    out << "\nacceptance by draft position (" << m.mode << "):\n  position        ";
+    for (std::size_t i = 0; i < m.acceptance_unconditional.size(); ++i)
+      out << std::setw(7) << (i + 1);
+    out << "\n  P(n>=i)         ";
+    for (double a : m.acceptance_unconditional) out << std::setprecision(3) << std::setw(7) << a;
+    out << "\n  P(n>=i|n>=i-1)  ";
+    for (double a : m.acceptance_conditional) out << std::setprecision(3) << std::setw(7) << a;
     out << "\n";
-    const auto& total_by_rank = m.phases_per_rank.at("total");
-    if (total_by_rank.size() > 1) {
-      out << "  total ms per step by rank:";
-      for (std::size_t r = 0; r < total_by_rank.size(); ++r)
-        out << std::setprecision(3) << " " << r << ":" << total_by_rank[r];
-      out << "\n";
-    }
-    if (m.categories.size() > 1 && m.mode == kModeSpeculative) {
-      out << "  by category:";
-      for (auto& [name, c] : m.categories)
-        out << std::setprecision(3) << "  " << name << " (" << c.prompts << ") tau " << c.tau
-            << " alpha " << c.alpha;
-      out << "\n";
-    }
   }
   if (run.paired) {
-    out << std::setprecision(3) << "speedup (speculative vs baseline, " << run.paired_prompts
-        << " paired prompts): " << run.speedup.value << "x  [95% CI " << run.speedup.low << ", "
-        << run.speedup.high << "]\n";
-    for (auto& [name, iv] : run.speedup_by_category)
-      out << "  " << name << ": " << iv.value << "x [" << iv.low << ", " << iv.high << "]\n";
+    out << "\n"
+        << std::setprecision(3) << "speedup (speculative vs baseline): " << run.speedup.value
+        << "x  [95% CI " << run.speedup.low << ", " << run.speedup.high << "] over "
+        << run.paired_prompts << " paired prompts\n";
     if (run.greedy)
       out << "greedy outputs identical: " << run.greedy_identical << " / " << run.paired_prompts
-          << " prompts\n";
+          << " prompts" << (run.greedy_identical == run.paired_prompts ? "" : "  <-- MISMATCH")
+          << "\n";
+  }
+
+  out << "\nphases, ms per step        mean      p50      p90\n";
+  for (const ModeSummary& m : run.modes) {
+    for (const char* name : kPhaseNames) {
+      const Quantiles& q = m.phases.at(name);
+      if (m.drafted == 0 && std::string(name) == "draft") continue;
+      out << "  " << std::left << std::setw(12) << m.mode << std::setw(8) << name << std::right
+          << std::setprecision(3) << std::setw(9) << q.mean << std::setw(9) << q.p50 << std::setw(9)
+          << q.p90 << "\n";
+    }
+  }
+  bool header = false;
+  for (const ModeSummary& m : run.modes) {
+    for (const char* name : kPhaseNames) {
+      const auto& per_rank = m.phases_per_rank.at(name);
+      if (!ranks_differ(per_rank)) continue;
+      if (!header) {
+        out << "phases whose ranks differ by > 10%, mean ms per step by rank:\n";
+        header = true;
+      }
+      out << "  " << std::left << std::setw(12) << m.mode << std::setw(8) << name << std::right;
+      for (std::size_t r = 0; r < per_rank.size(); ++r)
+        out << " " << r << ":" << std::setprecision(3) << per_rank[r].mean;
+      out << "\n";
+    }
+  }
+  if (!header && !run.modes.empty() && run.modes.front().phases_per_rank.at("total").size() > 1)
+    out << "per-rank means agree within 10% in every phase\n";
+
+  // Per category, when there is more than one.
+  std::map<std::string, std::map<std::string, ModeSummary::Category>> cats;  // name -> mode -> c
+  for (const ModeSummary& m : run.modes)
+    for (const auto& [name, c] : m.categories) cats[name][m.mode] = c;
+  if (cats.size() > 1) {
+    out << "\nby category      prompts      tau    alpha   speedup [95% CI]\n";
+    for (const auto& [name, by_mode] : cats) {
+      auto it = by_mode.find(kModeSpeculative);
+      const ModeSummary::Category& c = it != by_mode.end() ? it->second : by_mode.begin()->second;
+      out << "  " << std::left << std::setw(14) << name << std::right << std::setw(9) << c.prompts
+          << std::setprecision(3) << std::setw(9) << c.tau << std::setw(9) << c.alpha;
+      auto sp = run.speedup_by_category.find(name);
+      if (sp != run.speedup_by_category.end())
+        out << "   " << sp->second.value << "x [" << sp->second.low << ", " << sp->second.high
+            << "]";
+      out << "\n";
+    }
   }
   return out.str();
+}
+
+namespace {
+
+nlohmann::json to_json(const Interval& iv) {
+  return nlohmann::json{{"value", iv.value}, {"low", iv.low}, {"high", iv.high}};
+}
+
+nlohmann::json to_json(const Quantiles& q) {
+  return nlohmann::json{{"mean", q.mean}, {"p50", q.p50}, {"p90", q.p90}};
+}
+
+}  // namespace
+
+nlohmann::json summary_to_json(const RunSummary& run) {
+  nlohmann::json modes = nlohmann::json::object();
+  for (const ModeSummary& m : run.modes) {
+    nlohmann::json phases = nlohmann::json::object(), per_rank = nlohmann::json::object();
+    for (const char* name : kPhaseNames) {
+      phases[name] = to_json(m.phases.at(name));
+      nlohmann::json ranks = nlohmann::json::array();
+      for (const Quantiles& q : m.phases_per_rank.at(name)) ranks.push_back(to_json(q));
+      per_rank[name] = nlohmann::json{{"ranks", ranks},
+                                      {"ranks_differ", ranks_differ(m.phases_per_rank.at(name))}};
+    }
+    nlohmann::json cats = nlohmann::json::object();
+    for (const auto& [name, c] : m.categories)
+      cats[name] = nlohmann::json{
+          {"prompts", c.prompts}, {"generated", c.generated}, {"tau", c.tau}, {"alpha", c.alpha}};
+    modes[m.mode] = nlohmann::json{
+        {"prompts", m.prompts},
+        {"batches", m.batches},
+        {"generated", m.generated},
+        {"verify_steps", m.verify_steps},
+        {"drafted", m.drafted},
+        {"accepted", m.accepted},
+        {"step_rows", m.step_rows},
+        {"seconds", m.seconds},
+        {"tokens_per_s", m.tokens_per_s},
+        {"tau", m.tau},
+        {"alpha", m.alpha},
+        {"acceptance_unconditional", m.acceptance_unconditional},
+        {"acceptance_conditional", m.acceptance_conditional},
+        {"phases_ms", phases},
+        {"phases_ms_per_rank", per_rank},
+        {"categories", cats},
+    };
+  }
+  nlohmann::json j{{"modes", modes}, {"paired", run.paired}, {"greedy", run.greedy}};
+  if (run.paired) {
+    j["paired_prompts"] = run.paired_prompts;
+    j["speedup"] = to_json(run.speedup);
+    j["greedy_identical"] = run.greedy_identical;
+    nlohmann::json by_cat = nlohmann::json::object();
+    for (const auto& [name, iv] : run.speedup_by_category) by_cat[name] = to_json(iv);
+    j["speedup_by_category"] = by_cat;
+  }
+  return j;
 }
 
 }  // namespace specrun

@@ -1,17 +1,22 @@
 // Derived statistics of a run, computed from the raw records (io/records.h) only: the end-of-run
-// summary of `specrun run` and `specrun report` share this code. Definitions per DESIGN.md
-// "Metrics":
+// summary of `specrun run`, `specrun report` and `specrun compare` share this code. Definitions
+// per DESIGN.md "Metrics" (docs/analysis.md states them with formulas):
 //   tau   = tokens emitted by verify steps / verify steps (bonus included; 1.0 = no gain); the
 //           first token of a sequence comes from the prefill and counts in neither
 //   alpha = accepted draft tokens / drafted tokens
 //   acceptance at position i: P(n >= i) over verify steps that drafted >= i tokens
-//   (unconditional) and P(n >= i | n >= i-1) (conditional)
-//   speedup = baseline seconds per token / speculative seconds per token, per prompt and overall,
-//   with a bootstrap 95% interval over prompts.
+//           (unconditional) and P(n >= i | n >= i-1) over those that also accepted i-1
+//           (conditional)
+//   tokens/s = generated tokens / batch seconds, where a batch's seconds are its slowest
+//           sequence's wall time (the throughput of one tensor-parallel group)
+//   speedup = baseline seconds per token / speculative seconds per token over paired prompts
+//           (each prompt's own wall time), with a bootstrap 95% interval over prompts.
+// Intervals are percentile bootstraps with a fixed seed, so the same file gives the same numbers.
 #pragma once
 
 #include <cstdint>
 #include <map>
+#include <nlohmann/json_fwd.hpp>
 #include <string>
 #include <vector>
 
@@ -24,9 +29,13 @@ struct ModeData {
   std::string mode;
   std::vector<SequenceRecord> sequences;
   std::vector<StepRecord> steps;
-  // [rows x ranks x kNumPhases] ms, one row per batch step.
+  // [rows x n_ranks x kNumPhases] ms, one row per batch step; NaN for ranks that did not take
+  // part in that row's batch (other data-parallel groups).
   std::vector<float> timings_ms;
   int n_ranks = 1;
+  // Prompts per batch (data.batch_size) when known, else 0. Places sequences without any step
+  // record (finished at the prefill) in their batch: batch = prompt_index / batch_size.
+  std::int64_t batch_size = 0;
 };
 
 struct Quantiles {
@@ -40,24 +49,30 @@ struct Interval {
 struct ModeSummary {
   std::string mode;
   std::int64_t prompts = 0;
+  std::int64_t batches = 0;
   std::int64_t generated = 0;
   std::int64_t verify_steps = 0;
+  std::int64_t drafted = 0;
+  std::int64_t accepted = 0;
+  std::int64_t step_rows = 0;                    // rows of the timings table
   double seconds = 0;                            // sum over batches of the batch's wall time
   double tokens_per_s = 0;                       // generated / seconds (one tp group)
   double tau = 0;                                // emitted per verify step
   double alpha = 0;                              // accepted / drafted
   std::vector<double> acceptance_unconditional;  // index i-1: P(n >= i)
   std::vector<double> acceptance_conditional;    // index i-1: P(n >= i | n >= i-1)
-  // phase name -> per-step ms quantiles (over steps, averaged over ranks)
+  // phase name -> per-step ms quantiles (over steps; a step's value is the mean over the ranks
+  // that ran it)
   std::map<std::string, Quantiles> phases;
-  // phase name -> per-rank mean ms per step
-  std::map<std::string, std::vector<double>> phases_per_rank;
-  // category -> (tau, alpha, tokens/s) for the categories present
+  // phase name -> per-rank quantiles of ms per step (index = world rank; zeros for a rank
+  // without rows)
+  std::map<std::string, std::vector<Quantiles>> phases_per_rank;
   struct Category {
     std::int64_t prompts = 0;
+    std::int64_t generated = 0;
     double tau = 0, alpha = 0;
   };
-  std::map<std::string, Category> categories;
+  std::map<std::string, Category> categories;  // "(none)" for prompts without a category
 };
 
 struct RunSummary {
@@ -66,13 +81,27 @@ struct RunSummary {
   Interval speedup;     // overall
   std::int64_t paired_prompts = 0;
   std::int64_t greedy_identical = 0;  // prompts whose two outputs are token-identical
-  bool greedy = false;
-  std::map<std::string, Interval> speedup_by_category;
+  bool greedy = false;                // temperature 0: the outputs must be identical
+  std::map<std::string, Interval> speedup_by_category;  // only with more than one category
 };
 
 ModeSummary summarize_mode(const ModeData& data);
-// `seed` drives the bootstrap resampling (deterministic).
+// `greedy`: the job decoded at temperature 0. `seed` drives the bootstrap (deterministic).
 RunSummary summarize_run(const std::vector<ModeData>& modes, bool greedy, std::uint64_t seed = 1);
+
+// Percentile bootstrap over items: value = sum(num) / sum(den); each resample draws n items
+// with replacement. Empty input or a zero denominator gives 0.
+Interval bootstrap_ratio(const std::vector<double>& num, const std::vector<double>& den,
+                         int resamples, std::uint64_t seed);
+
+// Relative change between two independent samples of ratio statistics:
+// value = (sum new_num / sum new_den) / (sum base_num / sum base_den) - 1 (0.2 = +20%), each
+// sample resampled on its own. Empty input or zero denominators give 0.
+Interval bootstrap_relative_change(const std::vector<double>& base_num,
+                                   const std::vector<double>& base_den,
+                                   const std::vector<double>& new_num,
+                                   const std::vector<double>& new_den, int resamples,
+                                   std::uint64_t seed);
 
 // Speedup of paired prompts: (sum b_seconds / sum b_tokens) / (sum s_seconds / sum s_tokens),
 // with a percentile bootstrap 95% interval over prompts (resampled with replacement).
@@ -80,11 +109,25 @@ Interval paired_speedup(const std::vector<double>& b_seconds, const std::vector<
                         const std::vector<double>& s_seconds, const std::vector<double>& s_tokens,
                         int resamples, std::uint64_t seed);
 
+// Per-sequence throughput samples of a mode: tokens[i] = generated, seconds[i] = the sequence's
+// share of its batch's wall time (batch seconds / sequences in the batch), so that
+// sum(tokens) / sum(seconds) == summarize_mode(data).tokens_per_s.
+void throughput_samples(const ModeData& data, std::vector<double>& tokens,
+                        std::vector<double>& seconds);
+
+// Per-step values of one phase (ms, the mean over the ranks that ran the step), in row order.
+std::vector<double> phase_per_step(const ModeData& data, int phase);
+
 class ResultReader;
 // Every mode's committed data from a result file, baseline first.
 std::vector<ModeData> load_mode_data(const ResultReader& reader);
+// Whether the file's resolved configuration (/job resolved) decoded greedily (temperature 0).
+bool resolved_is_greedy(const std::string& resolved_json);
 
 // Human-readable text of the summary (what `run` prints at the end and `report` prints).
 std::string format_summary(const RunSummary& summary);
+// The same numbers as one JSON object (`report --json`); keys are documented in
+// docs/analysis.md.
+nlohmann::json summary_to_json(const RunSummary& summary);
 
 }  // namespace specrun

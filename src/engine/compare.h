@@ -1,0 +1,104 @@
+// Comparison of two runs (`specrun compare BASE.h5 NEW.h5`): which phase got slower, by how much,
+// with what confidence, and what changed in between (code, libraries, environment per rank,
+// configuration). Pure functions on ModeData and ResultInfo, so tests build the inputs by hand.
+//
+// Timing changes are relative changes of a ratio statistic, NEW / BASE - 1, with a percentile
+// bootstrap 95% interval (each run resampled on its own):
+//   phase (mean ms per step): per-step values (the mean over the ranks that ran the step);
+//   tokens/s per mode: prompts, each with its generated tokens and its share of its batch's wall
+//   time (so the point value is exactly report's tokens/s).
+// A change is a regression when it is worse than the threshold with confidence: the whole
+// interval lies beyond +threshold for a time (beyond -threshold for tokens/s), and, for phases,
+// the mean moved by more than `min_abs_ms` (sub-0.05 ms phases jitter by large fractions).
+#pragma once
+
+#include <cstdint>
+#include <nlohmann/json_fwd.hpp>
+#include <string>
+#include <vector>
+
+#include "engine/summary.h"
+#include "io/result_file.h"
+
+namespace specrun {
+
+struct CompareOptions {
+  double threshold_pct = 5.0;  // a change must exceed this many percent, with confidence
+  double min_abs_ms = 0.05;    // phases: and move the mean by more than this many ms per step
+  int resamples = 2000;        // bootstrap resamples per interval
+  std::uint64_t seed = 1;      // bootstrap seed (deterministic output)
+};
+
+// One timing quantity compared between the two runs.
+struct TimingChange {
+  std::string mode;  // "baseline" or "speculative"
+  std::string name;  // phase name ("verify", ...) or "tokens/s"
+  std::string unit;  // "ms/step" or "tokens/s"
+  bool higher_is_worse = true;
+  double base = 0, next = 0;            // point values in `unit`
+  std::int64_t base_n = 0, next_n = 0;  // samples (steps or prompts)
+  Interval relative;                    // next / base - 1, with its bootstrap 95% interval
+  bool regression = false;              // worse than the threshold with confidence
+  bool improvement = false;             // better than the threshold with confidence
+};
+
+struct AcceptanceChange {
+  std::string mode;
+  double base_tau = 0, next_tau = 0;
+  double base_alpha = 0, next_alpha = 0;
+  std::vector<double> base_acceptance, next_acceptance;  // unconditional, per position
+};
+
+// One difference of a provenance field, environment variable or configuration key.
+struct ProvenanceChange {
+  enum class Kind { kChanged, kAdded, kRemoved };
+  std::string name;  // "git_commit", "hdf5_version", "NCCL_PROTO", "decode.draft_len"
+  Kind kind = Kind::kChanged;
+  std::string base, next;  // values ("" for the absent side)
+  std::vector<int> ranks;  // world ranks it applies to; empty for file-level fields
+};
+
+struct ProvenanceDiff {
+  std::vector<ProvenanceChange> run;          // root attributes: commit, dirty, version, world
+  std::vector<ProvenanceChange> libraries;    // record fields (build, libraries, host, CPU)
+  std::vector<ProvenanceChange> environment;  // recorded variables, grouped by equal change
+  std::vector<ProvenanceChange> config;       // resolved configuration keys, "section.key"
+  bool empty() const {
+    return run.empty() && libraries.empty() && environment.empty() && config.empty();
+  }
+};
+
+struct Comparison {
+  std::vector<TimingChange> timings;
+  std::vector<AcceptanceChange> acceptance;
+  ProvenanceDiff provenance;
+  std::vector<std::string> notes;  // modes present in one file only, unfinished jobs, ...
+  bool regression = false;         // some timing change is a regression
+  CompareOptions options;
+};
+
+// Timing and acceptance changes for the modes present in both runs (others produce a note).
+Comparison compare_modes(const std::vector<ModeData>& base, const std::vector<ModeData>& next,
+                         const CompareOptions& options);
+
+// Launcher variables that change on every launch (job ids, URIs, session directories, random
+// transport keys) and therefore say nothing about a regression; diff_provenance skips them,
+// as it skips the per-process ones (io/provenance.h).
+bool is_per_launch_variable(const std::string& name);
+
+// Differences between the two files' provenance: root attributes, every rank's record fields
+// and environment (rank r of BASE against rank r of NEW; ranks present in one file only count as
+// all added/removed), and the resolved configuration's keys. Malformed JSON in a file is an
+// input error naming the file.
+ProvenanceDiff diff_provenance(const ResultInfo& base, const ResultInfo& next,
+                               const std::string& base_path, const std::string& next_path);
+
+// Both files: modes, provenance, notes about unfinished jobs.
+Comparison compare_results(const ResultReader& base, const ResultReader& next,
+                           const CompareOptions& options);
+
+std::string format_comparison(const Comparison& comparison, const std::string& base_path,
+                              const std::string& next_path);
+nlohmann::json comparison_to_json(const Comparison& comparison);
+
+}  // namespace specrun

@@ -1,0 +1,255 @@
+// `specrun compare` logic (engine/compare.h) on synthetic runs: a 20% slowdown of the verify
+// phase is flagged and named, an unchanged run (fresh noise, same distribution) is not, a
+// throughput drop is flagged, small absolute jitter is not; and the provenance diff names the
+// commit, the environment variable with its ranks, and the configuration key that changed, while
+// ignoring variables that change on every launch.
+#include <gtest/gtest.h>
+
+#include <nlohmann/json.hpp>
+#include <random>
+
+#include "common/error.h"
+#include "engine/compare.h"
+
+using namespace specrun;
+
+namespace {
+
+struct Synthetic {
+  double verify_ms = 10.0;  // mean verify time per step
+  double draft_ms = 4.0;
+  double seq_wall_s = 1.0;  // wall time of every sequence
+  double noise = 0.1;       // relative standard deviation of every timing
+};
+
+// 40 batches x 4 sequences, 10 steps per batch, 2 ranks; timings ~ N(mean, (noise*mean)^2).
+ModeData make_mode(const std::string& mode, const Synthetic& s, std::uint64_t seed) {
+  std::mt19937_64 rng(seed);
+  std::normal_distribution<double> unit(0.0, 1.0);
+  auto draw = [&](double mean) {
+    return static_cast<float>(std::max(0.0, mean * (1.0 + s.noise * unit(rng))));
+  };
+  ModeData d;
+  d.mode = mode;
+  d.n_ranks = 2;
+  d.batch_size = 4;
+  const bool spec = mode == kModeSpeculative;
+  for (int b = 0; b < 40; ++b) {
+    for (int j = 0; j < 4; ++j) {
+      SequenceRecord r;
+      r.prompt_index = b * 4 + j;
+      r.generated = 31;
+      r.verify_steps = 10;
+      r.drafted = spec ? 40 : 0;
+      r.accepted = spec ? 20 : 0;
+      r.wall_s = s.seq_wall_s * (1.0 + s.noise * unit(rng));
+      d.sequences.push_back(r);
+      for (int st = 0; st < 10; ++st)
+        d.steps.push_back(StepRecord{b, st, r.prompt_index, 4, spec ? 4 : 0, spec ? 2 : 0});
+    }
+    for (int st = 0; st < 10; ++st) {
+      for (int k = 0; k < 2; ++k) {
+        float draft = spec ? draw(s.draft_ms) : 0.0f;
+        float verify = draw(s.verify_ms);
+        float comm = draw(1.0), sample = draw(0.2), other = draw(0.1);
+        for (float v : {draft, verify, comm, sample, other, draft + verify + comm + sample + other})
+          d.timings_ms.push_back(v);
+      }
+    }
+  }
+  return d;
+}
+
+const TimingChange* find(const Comparison& c, const std::string& mode, const std::string& name) {
+  for (const TimingChange& t : c.timings)
+    if (t.mode == mode && t.name == name) return &t;
+  return nullptr;
+}
+
+TEST(Compare, TwentyPercentSlowerVerifyIsFlaggedAndNamed) {
+  Synthetic base_params, slow_params;
+  slow_params.verify_ms = base_params.verify_ms * 1.2;
+  std::vector<ModeData> base = {make_mode(kModeBaseline, base_params, 1),
+                                make_mode(kModeSpeculative, base_params, 2)};
+  std::vector<ModeData> slow = {make_mode(kModeBaseline, base_params, 3),
+                                make_mode(kModeSpeculative, slow_params, 4)};
+  Comparison c = compare_modes(base, slow, CompareOptions{});
+  EXPECT_TRUE(c.regression);
+  const TimingChange* verify = find(c, kModeSpeculative, "verify");
+  ASSERT_NE(verify, nullptr);
+  EXPECT_TRUE(verify->regression);
+  EXPECT_NEAR(verify->relative.value, 0.2, 0.03);
+  EXPECT_GT(verify->relative.low, 0.05);
+  EXPECT_LT(verify->relative.low, 0.2);
+  EXPECT_GT(verify->relative.high, 0.2);
+  EXPECT_EQ(verify->base_n, 400);
+  // The total grows by 2 ms of ~15.3 (~13%): also flagged. Nothing else is.
+  EXPECT_TRUE(find(c, kModeSpeculative, "total")->regression);
+  for (const TimingChange& t : c.timings) {
+    if (t.mode == kModeSpeculative && (t.name == "verify" || t.name == "total")) continue;
+    EXPECT_FALSE(t.regression) << t.mode << " " << t.name << " " << t.relative.value;
+  }
+  // Baseline has no draft phase: zero in both runs, not listed.
+  EXPECT_EQ(find(c, kModeBaseline, "draft"), nullptr);
+
+  std::string text = format_comparison(c, "a.h5", "b.h5");
+  EXPECT_NE(text.find("REGRESSION: speculative verify +"), std::string::npos) << text;
+  nlohmann::json j = comparison_to_json(c);
+  EXPECT_TRUE(j["regression"].get<bool>());
+}
+
+TEST(Compare, UnchangedRunIsNotFlagged) {
+  Synthetic p;
+  std::vector<ModeData> a = {make_mode(kModeBaseline, p, 11), make_mode(kModeSpeculative, p, 12)};
+  std::vector<ModeData> b = {make_mode(kModeBaseline, p, 13), make_mode(kModeSpeculative, p, 14)};
+  Comparison c = compare_modes(a, b, CompareOptions{});
+  EXPECT_FALSE(c.regression);
+  int contain_zero = 0;
+  for (const TimingChange& t : c.timings) {
+    EXPECT_FALSE(t.regression) << t.mode << " " << t.name;
+    EXPECT_LT(std::abs(t.relative.value), 0.05) << t.mode << " " << t.name;
+    contain_zero += t.relative.low <= 0.0 && 0.0 <= t.relative.high;
+  }
+  // The true change is 0: 95% intervals contain it, all but an occasional one of the 13.
+  EXPECT_EQ(c.timings.size(), 13u);  // 5 + 6 phases, tokens/s of each mode
+  EXPECT_GE(contain_zero, 11);
+  EXPECT_NE(format_comparison(c, "a", "b").find("no regression beyond 5%"), std::string::npos);
+  ASSERT_EQ(c.acceptance.size(), 1u);
+  EXPECT_DOUBLE_EQ(c.acceptance[0].base_tau, 3.0);  // (31 - 1) / 10
+  EXPECT_DOUBLE_EQ(c.acceptance[0].next_alpha, 0.5);
+}
+
+TEST(Compare, ThroughputDropIsFlaggedAndThresholdMatters) {
+  Synthetic p, slow;
+  slow.seq_wall_s = p.seq_wall_s * 1.3;  // tokens/s falls to 1/1.3: -23%
+  std::vector<ModeData> a = {make_mode(kModeBaseline, p, 21)};
+  std::vector<ModeData> b = {make_mode(kModeBaseline, slow, 22)};
+  Comparison c = compare_modes(a, b, CompareOptions{});
+  const TimingChange* tps = find(c, kModeBaseline, "tokens/s");
+  ASSERT_NE(tps, nullptr);
+  EXPECT_FALSE(tps->higher_is_worse);
+  EXPECT_NEAR(tps->relative.value, 1 / 1.3 - 1, 0.03);
+  EXPECT_TRUE(tps->regression);
+  EXPECT_TRUE(c.regression);
+  // With a 40% threshold the same drop is not a regression.
+  CompareOptions loose;
+  loose.threshold_pct = 40;
+  EXPECT_FALSE(compare_modes(a, b, loose).regression);
+  // The reverse direction is an improvement, not a regression.
+  Comparison rev = compare_modes(b, a, CompareOptions{});
+  EXPECT_FALSE(rev.regression);
+  EXPECT_TRUE(find(rev, kModeBaseline, "tokens/s")->improvement);
+}
+
+TEST(Compare, TinyPhasesNeedAnAbsoluteChange) {
+  // `other` is 0.1 ms: doubling it is +100% but only 0.1 ms; with min_abs_ms = 0.5 it is not
+  // flagged, with the default 0.05 ms it is.
+  Synthetic p;
+  std::vector<ModeData> a = {make_mode(kModeBaseline, p, 31)};
+  std::vector<ModeData> b = {make_mode(kModeBaseline, p, 32)};
+  for (std::size_t i = 4; i < b[0].timings_ms.size(); i += kNumPhases) b[0].timings_ms[i] *= 2;
+  EXPECT_TRUE(find(compare_modes(a, b, CompareOptions{}), kModeBaseline, "other")->regression);
+  CompareOptions strict;
+  strict.min_abs_ms = 0.5;
+  EXPECT_FALSE(find(compare_modes(a, b, strict), kModeBaseline, "other")->regression);
+}
+
+TEST(Compare, ModeInOneRunOnlyIsANote) {
+  Synthetic p;
+  Comparison c = compare_modes({make_mode(kModeBaseline, p, 1)},
+                               {make_mode(kModeBaseline, p, 2), make_mode(kModeSpeculative, p, 3)},
+                               CompareOptions{});
+  ASSERT_EQ(c.notes.size(), 1u);
+  EXPECT_NE(c.notes[0].find("speculative is only in NEW"), std::string::npos);
+}
+
+std::string record(int rank, const std::string& hdf5,
+                   const std::map<std::string, std::string>& env) {
+  nlohmann::json j{{"specrun_version", "0.1.0"}, {"git_commit", "aaa"},
+                   {"hdf5_version", hdf5},       {"hostname", "node" + std::to_string(rank / 2)},
+                   {"pid", 1000 + rank},         {"world_rank", rank},
+                   {"environment", env}};
+  return j.dump();
+}
+
+ResultInfo make_info(const std::string& commit, bool nccl_on_low_ranks, bool dirty,
+                     const std::string& draft_len, const std::string& hdf5_rank3) {
+  ResultInfo info;
+  info.header.git_commit = commit;
+  info.header.git_dirty = dirty;
+  info.header.world_size = 4;
+  info.header.tp = 2;
+  info.header.dp = 2;
+  info.header.resolved_json =
+      R"({"decode": {"draft_len": )" + draft_len + R"(, "temperature": 0.0}, "job": {"seed": 1}})";
+  for (int r = 0; r < 4; ++r) {
+    std::map<std::string, std::string> env{
+        {"OMPI_COMM_WORLD_RANK", std::to_string(r)},                   // per process
+        {"OMPI_MCA_ess_base_jobid", commit == "aaa" ? "111" : "222"},  // per launch
+        {"OMP_NUM_THREADS", "1"}};
+    if (nccl_on_low_ranks && r < 2) env["NCCL_PROTO"] = "LL";
+    info.header.provenance.push_back(record(r, r == 3 ? hdf5_rank3 : "1.10.8", env));
+  }
+  return info;
+}
+
+TEST(Compare, ProvenanceDiffNamesCommitEnvironmentRanksAndConfig) {
+  ResultInfo base = make_info("aaa", false, false, "4", "1.10.8");
+  ResultInfo next = make_info("bbb", true, true, "8", "1.14.0");
+  ProvenanceDiff d = diff_provenance(base, next, "base.h5", "new.h5");
+
+  auto has = [](const std::vector<ProvenanceChange>& list, const std::string& name) {
+    for (const ProvenanceChange& c : list)
+      if (c.name == name) return &c;
+    return static_cast<const ProvenanceChange*>(nullptr);
+  };
+  ASSERT_NE(has(d.run, "git_commit"), nullptr);
+  EXPECT_EQ(has(d.run, "git_commit")->base, "aaa");
+  EXPECT_EQ(has(d.run, "git_commit")->next, "bbb");
+  ASSERT_NE(has(d.run, "git_dirty"), nullptr);
+  EXPECT_EQ(has(d.run, "git_dirty")->next, "true");
+  EXPECT_EQ(has(d.run, "world_size"), nullptr);
+
+  // The environment: NCCL_PROTO added on ranks 0 and 1, nothing else (the per-process rank and
+  // the per-launch job id differ but are not reported).
+  ASSERT_EQ(d.environment.size(), 1u);
+  EXPECT_EQ(d.environment[0].name, "NCCL_PROTO");
+  EXPECT_EQ(d.environment[0].kind, ProvenanceChange::Kind::kAdded);
+  EXPECT_EQ(d.environment[0].next, "LL");
+  EXPECT_EQ(d.environment[0].ranks, (std::vector<int>{0, 1}));
+
+  // Library versions per rank: only rank 3's HDF5 changed.
+  ASSERT_EQ(d.libraries.size(), 1u);
+  EXPECT_EQ(d.libraries[0].name, "hdf5_version");
+  EXPECT_EQ(d.libraries[0].ranks, (std::vector<int>{3}));
+
+  ASSERT_EQ(d.config.size(), 1u);
+  EXPECT_EQ(d.config[0].name, "decode.draft_len");
+  EXPECT_EQ(d.config[0].base, "4");
+  EXPECT_EQ(d.config[0].next, "8");
+
+  Comparison c;
+  c.provenance = d;
+  std::string text = format_comparison(c, "base.h5", "new.h5");
+  EXPECT_NE(text.find("NCCL_PROTO: added \"LL\" on ranks 0-1"), std::string::npos) << text;
+  EXPECT_NE(text.find("decode.draft_len: \"4\" -> \"8\""), std::string::npos) << text;
+
+  // Identical provenance: nothing to report.
+  EXPECT_TRUE(diff_provenance(base, base, "a", "a").empty());
+}
+
+TEST(Compare, MalformedProvenanceIsAnInputError) {
+  ResultInfo base = make_info("aaa", false, false, "4", "1.10.8");
+  ResultInfo bad = base;
+  bad.header.provenance[1] = "{not json";
+  try {
+    diff_provenance(base, bad, "base.h5", "bad.h5");
+    FAIL() << "expected an error";
+  } catch (const Error& e) {
+    EXPECT_EQ(e.exit_code(), kExitUsage);
+    EXPECT_NE(std::string(e.what()).find("bad.h5"), std::string::npos) << e.what();
+    EXPECT_NE(std::string(e.what()).find("rank 1"), std::string::npos) << e.what();
+  }
+}
+
+}  // namespace

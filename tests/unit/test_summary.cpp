@@ -1,0 +1,220 @@
+// Derived statistics (engine/summary.h) on hand-made records whose tau, alpha, per-position
+// acceptance, throughput and phase quantiles are worked out by hand in the comments below, and
+// properties of the bootstrap intervals (coverage of the true value, width shrinking with n).
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <limits>
+#include <nlohmann/json.hpp>
+#include <random>
+
+#include "engine/summary.h"
+
+using namespace specrun;
+
+namespace {
+
+SequenceRecord seq(int64_t index, const std::string& category, int generated, int verify_steps,
+                   int64_t drafted, int64_t accepted, double wall_s) {
+  SequenceRecord s;
+  s.prompt_index = index;
+  s.prompt_id = "p" + std::to_string(index);
+  s.category = category;
+  s.prompt_len = 5;
+  s.generated = generated;
+  s.verify_steps = verify_steps;
+  s.drafted = drafted;
+  s.accepted = accepted;
+  s.wall_s = wall_s;
+  for (int i = 0; i < generated; ++i) s.output_tokens.push_back(static_cast<int32_t>(index + i));
+  return s;
+}
+
+StepRecord step(int64_t batch, int32_t step, int64_t index, int32_t drafted, int32_t accepted) {
+  return StepRecord{batch, step, index, 2, drafted, accepted};
+}
+
+// Batch 0 (batch_size 2): prompt 0 ("A", code) with steps (k, n) = (4,4) (4,2) (4,0): emitted
+// 5+3+1 = 9 plus the prefill token = 10 generated, drafted 12, accepted 6, wall 0.5 s; prompt 1
+// ("C", chat) finished at the prefill: 1 token, no step, wall 2.0 s.
+// Batch 1: prompt 2 ("B", code) with steps (4,1) (4,4) (2,2): emitted 2+5+3 = 10, generated 11,
+// drafted 10, accepted 7, wall 1.0 s.
+ModeData hand_made() {
+  ModeData d;
+  d.mode = kModeSpeculative;
+  d.batch_size = 2;
+  d.sequences = {seq(0, "code", 10, 3, 12, 6, 0.5), seq(1, "chat", 1, 0, 0, 0, 2.0),
+                 seq(2, "code", 11, 3, 10, 7, 1.0)};
+  d.steps = {step(0, 0, 0, 4, 4), step(0, 1, 0, 4, 2), step(0, 2, 0, 4, 0),
+             step(1, 0, 2, 4, 1), step(1, 1, 2, 4, 4), step(1, 2, 2, 2, 2)};
+  // 6 timing rows x 2 ranks: phase p of row r on rank k = 10*r + k + p/10; rank 1 did not run
+  // row 5 (NaN, as for another data-parallel group's batch).
+  d.n_ranks = 2;
+  for (int r = 0; r < 6; ++r)
+    for (int k = 0; k < 2; ++k)
+      for (int p = 0; p < kNumPhases; ++p)
+        d.timings_ms.push_back(r == 5 && k == 1 ? std::numeric_limits<float>::quiet_NaN()
+                                                : static_cast<float>(10 * r + k + p / 10.0));
+  return d;
+}
+
+TEST(Summary, HandMadeTauAlphaAcceptance) {
+  ModeSummary m = summarize_mode(hand_made());
+  EXPECT_EQ(m.prompts, 3);
+  EXPECT_EQ(m.generated, 22);
+  EXPECT_EQ(m.verify_steps, 6);
+  // tau = tokens from verify steps / verify steps = (22 - 3 prefill tokens) / 6.
+  EXPECT_DOUBLE_EQ(m.tau, 19.0 / 6.0);
+  // alpha = 13 accepted / 22 drafted.
+  EXPECT_DOUBLE_EQ(m.alpha, 13.0 / 22.0);
+  // Accepted n per step: 4 2 0 1 4 2 (the last with k = 2).
+  // P(n>=1) = 5/6, P(n>=2) = 4/6; positions 3 and 4 were offered by 5 steps, n>=3 in 2 of them.
+  ASSERT_EQ(m.acceptance_unconditional.size(), 4u);
+  EXPECT_DOUBLE_EQ(m.acceptance_unconditional[0], 5.0 / 6.0);
+  EXPECT_DOUBLE_EQ(m.acceptance_unconditional[1], 4.0 / 6.0);
+  EXPECT_DOUBLE_EQ(m.acceptance_unconditional[2], 2.0 / 5.0);
+  EXPECT_DOUBLE_EQ(m.acceptance_unconditional[3], 2.0 / 5.0);
+  // Conditional: position 1: 5/6; position 2: of the 5 steps with n>=1, 4 reached 2; position 3:
+  // steps with k>=3 and n>=2 are n = 4, 2, 4 -> 2/3; position 4: both with n>=3 reached 4 -> 1.
+  ASSERT_EQ(m.acceptance_conditional.size(), 4u);
+  EXPECT_DOUBLE_EQ(m.acceptance_conditional[0], 5.0 / 6.0);
+  EXPECT_DOUBLE_EQ(m.acceptance_conditional[1], 4.0 / 5.0);
+  EXPECT_DOUBLE_EQ(m.acceptance_conditional[2], 2.0 / 3.0);
+  EXPECT_DOUBLE_EQ(m.acceptance_conditional[3], 1.0);
+  // Categories: code = prompts 0 and 2: (9 + 10) / 6 steps, alpha 13/22; chat has no steps.
+  ASSERT_EQ(m.categories.size(), 2u);
+  EXPECT_EQ(m.categories.at("code").prompts, 2);
+  EXPECT_DOUBLE_EQ(m.categories.at("code").tau, 19.0 / 6.0);
+  EXPECT_DOUBLE_EQ(m.categories.at("chat").tau, 0.0);
+}
+
+TEST(Summary, ThroughputUsesBatchWallTime) {
+  ModeData d = hand_made();
+  ModeSummary m = summarize_mode(d);
+  // Batch 0's wall = max(0.5, 2.0) = 2.0 (prompt 1 belongs to it through batch_size 2);
+  // batch 1's = 1.0. 22 tokens / 3 s.
+  EXPECT_EQ(m.batches, 2);
+  EXPECT_DOUBLE_EQ(m.seconds, 3.0);
+  EXPECT_DOUBLE_EQ(m.tokens_per_s, 22.0 / 3.0);
+  std::vector<double> tokens, seconds;
+  throughput_samples(d, tokens, seconds);
+  ASSERT_EQ(tokens.size(), 3u);
+  // Shares: batch 0's 2.0 s over its two sequences, batch 1's 1.0 s to prompt 2.
+  EXPECT_DOUBLE_EQ(seconds[0], 1.0);
+  EXPECT_DOUBLE_EQ(seconds[1], 1.0);
+  EXPECT_DOUBLE_EQ(seconds[2], 1.0);
+  EXPECT_DOUBLE_EQ(tokens[0] + tokens[1] + tokens[2], 22.0);
+  // Without the batch size, the step-less sequence is a batch of its own: 0.5 + 2.0 + 1.0.
+  d.batch_size = 0;
+  m = summarize_mode(d);
+  EXPECT_EQ(m.batches, 3);
+  EXPECT_DOUBLE_EQ(m.seconds, 3.5);
+}
+
+TEST(Summary, PhasesPerStepAndPerRank) {
+  ModeSummary m = summarize_mode(hand_made());
+  EXPECT_EQ(m.step_rows, 6);
+  // verify (p = 1): rows 0-4 average ranks 0 and 1: 10r + 0.5 + 0.1; row 5 only rank 0: 50.1.
+  // Per-step values 0.6, 10.6, 20.6, 30.6, 40.6, 50.1.
+  const Quantiles& q = m.phases.at("verify");
+  EXPECT_NEAR(q.mean, (0.6 + 10.6 + 20.6 + 30.6 + 40.6 + 50.1) / 6, 1e-5);
+  EXPECT_NEAR(q.p50, (20.6 + 30.6) / 2, 1e-5);
+  // p90 at position 0.9 * 5 = 4.5: halfway between 40.6 and 50.1.
+  EXPECT_NEAR(q.p90, (40.6 + 50.1) / 2, 1e-5);
+  const auto& per_rank = m.phases_per_rank.at("verify");
+  ASSERT_EQ(per_rank.size(), 2u);
+  EXPECT_NEAR(per_rank[0].mean, 25.1, 1e-5);        // rows 0..5 of rank 0: 10r + 0.1
+  EXPECT_NEAR(per_rank[1].mean, 20.0 + 1.1, 1e-5);  // rows 0..4 of rank 1: 10r + 1.1
+  EXPECT_NEAR(per_rank[1].p50, 21.1, 1e-5);
+}
+
+TEST(Summary, RunPairsPromptsAndCountsGreedyEquality) {
+  ModeData spec = hand_made();
+  ModeData base = hand_made();
+  base.mode = kModeBaseline;
+  // Baseline takes twice as long per prompt: speedup exactly 2, and the same for every
+  // resample, so the interval is [2, 2].
+  for (SequenceRecord& s : base.sequences) s.wall_s *= 2;
+  base.sequences[2].output_tokens[3] += 1;  // one prompt differs
+  RunSummary run = summarize_run({base, spec}, true, 7);
+  EXPECT_TRUE(run.paired);
+  EXPECT_EQ(run.paired_prompts, 3);
+  EXPECT_EQ(run.greedy_identical, 2);
+  EXPECT_NEAR(run.speedup.value, 2.0, 1e-12);
+  EXPECT_NEAR(run.speedup.low, 2.0, 1e-12);
+  EXPECT_NEAR(run.speedup.high, 2.0, 1e-12);
+  EXPECT_EQ(run.speedup_by_category.size(), 2u);
+
+  nlohmann::json j = summary_to_json(run);
+  EXPECT_EQ(j["greedy_identical"], 2);
+  EXPECT_DOUBLE_EQ(j["modes"]["speculative"]["tau"].get<double>(), 19.0 / 6.0);
+  EXPECT_EQ(j["modes"]["speculative"]["acceptance_conditional"].size(), 4u);
+  EXPECT_EQ(j["modes"]["baseline"]["phases_ms_per_rank"]["verify"]["ranks"].size(), 2u);
+  std::string text = format_summary(run);
+  EXPECT_NE(text.find("greedy outputs identical: 2 / 3 prompts  <-- MISMATCH"), std::string::npos)
+      << text;
+}
+
+TEST(Summary, ResolvedGreedy) {
+  EXPECT_TRUE(resolved_is_greedy(R"({"decode": {"temperature": 0.0}})"));
+  EXPECT_FALSE(resolved_is_greedy(R"({"decode": {"temperature": 0.7}})"));
+  EXPECT_FALSE(resolved_is_greedy("not json"));
+}
+
+// Width of the interval of the mean of n draws from N(10, 2^2).
+double interval_width(int n, std::uint64_t seed, bool* covers) {
+  std::mt19937_64 rng(seed);
+  std::normal_distribution<double> dist(10.0, 2.0);
+  std::vector<double> x(n), ones(n, 1.0);
+  for (double& v : x) v = dist(rng);
+  Interval iv = bootstrap_ratio(x, ones, 1000, seed + 1);
+  EXPECT_LE(iv.low, iv.value);
+  EXPECT_GE(iv.high, iv.value);
+  *covers = iv.low <= 10.0 && 10.0 <= iv.high;
+  return iv.high - iv.low;
+}
+
+TEST(Bootstrap, IntervalCoversTrueMeanAbout95Percent) {
+  int covered = 0;
+  const int trials = 200;
+  for (int t = 0; t < trials; ++t) {
+    bool covers = false;
+    interval_width(60, 1000 + t, &covers);
+    covered += covers;
+  }
+  // Nominal 95%; the percentile bootstrap runs a little narrow at n = 60. Binomial sd of the
+  // count over 200 trials is ~3, so [170, 198] is a wide but failable band.
+  EXPECT_GE(covered, 170);
+  EXPECT_LE(covered, 198);
+}
+
+TEST(Bootstrap, IntervalShrinksWithN) {
+  bool covers = false;
+  double w50 = interval_width(50, 3, &covers);
+  double w5000 = interval_width(5000, 3, &covers);
+  EXPECT_TRUE(covers);
+  // Width ~ 1/sqrt(n): 100x the data, about a tenth of the width.
+  EXPECT_LT(w5000, w50 / 5);
+  EXPECT_GT(w5000, w50 / 20);
+}
+
+TEST(Bootstrap, RelativeChangeOfKnownRatio) {
+  // new = 1.2 x base, item by item: the change is +20% and every resample of each sample keeps
+  // its own mean, so the interval straddles 0.2 within the samples' spread.
+  std::vector<double> base{8, 9, 10, 11, 12}, next, ones(5, 1.0);
+  for (double b : base) next.push_back(1.2 * b);
+  Interval iv = bootstrap_relative_change(base, ones, next, ones, 2000, 5);
+  EXPECT_NEAR(iv.value, 0.2, 1e-12);
+  EXPECT_LT(iv.low, 0.2);
+  EXPECT_GT(iv.high, 0.2);
+  // Constant samples: no spread, the interval collapses on the value.
+  std::vector<double> c1(10, 4.0), c2(10, 5.0), ones10(10, 1.0);
+  Interval exact = bootstrap_relative_change(c1, ones10, c2, ones10, 500, 1);
+  EXPECT_NEAR(exact.low, 0.25, 1e-12);
+  EXPECT_NEAR(exact.high, 0.25, 1e-12);
+  // Empty input gives zeros rather than dividing by zero.
+  Interval none = bootstrap_relative_change({}, {}, c2, ones10, 100, 1);
+  EXPECT_EQ(none.value, 0.0);
+}
+
+}  // namespace
