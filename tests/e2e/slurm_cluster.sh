@@ -1,0 +1,191 @@
+# shellcheck shell=bash
+# Helpers for the Slurm end-to-end tests (sourced, not run): a private one-node Slurm cluster
+# on this machine, with every state, spool, pid, log and socket path under one directory.
+#
+#   source "$SPECRUN_SOURCE_DIR/tests/e2e/slurm_cluster.sh"
+#   slurm_require_packages            # installs Debian's Slurm + MUNGE, or prints SKIPPED, exit 0
+#   slurm_cluster_start DIR PORT      # munged, slurmctld (PORT), slurmd (PORT+1); node idle
+#   trap slurm_cluster_stop EXIT      # stops the three daemons (by the pids in their pid files)
+#   slurm_wait_job_gone ID SECONDS    # polls squeue until job ID left the queue
+#   slurm_job_field ID Restarts       # one field of `scontrol show job -o ID`
+#
+# The cluster has its own munged on its own socket (AuthInfo=socket=...), so two tests running
+# at the same time, each with its own DIR and PORT, do not share anything. The node declares
+# 8 CPUs (SlurmdParameters=config_overrides, real cores may be fewer) and 8 fake GPUs (character
+# devices made with mknod, enough for --gpus-per-node=8 and CUDA_VISIBLE_DEVICES). Facts behind
+# the configuration: ../shared/reference/ci-slurm.md. After start, SLURM_CONF points every
+# client command (sbatch, squeue, scontrol, scancel, srun) at this cluster.
+
+SLURM_CLUSTER_DIR=""
+
+slurm_log() { echo "[slurm-test $(date +%T)] $*"; }
+
+# Installs slurmctld, slurmd, slurm-client and munge when missing. Where that is impossible
+# (no apt-get, not root, the install fails) prints "SKIPPED: <why>" and exits the test with 0.
+slurm_require_packages() {
+  local missing=()
+  local tool
+  for tool in slurmctld slurmd sbatch munged; do
+    command -v "$tool" >/dev/null 2>&1 || [[ -x /usr/sbin/$tool ]] || missing+=("$tool")
+  done
+  [[ ${#missing[@]} -eq 0 ]] && return 0
+  if [[ $(id -u) -ne 0 ]]; then
+    echo "SKIPPED: Slurm is not installed (${missing[*]} missing) and this is not root"
+    exit 0
+  fi
+  if ! command -v apt-get >/dev/null 2>&1; then
+    echo "SKIPPED: Slurm is not installed (${missing[*]} missing) and there is no apt-get"
+    exit 0
+  fi
+  slurm_log "installing slurmctld slurmd slurm-client munge (missing: ${missing[*]})"
+  if ! DEBIAN_FRONTEND=noninteractive apt-get -o DPkg::Lock::Timeout=600 install -y \
+    --no-install-recommends slurmctld slurmd slurm-client munge >apt-slurm.log 2>&1; then
+    tail -n 20 apt-slurm.log
+    echo "SKIPPED: apt-get install of slurmctld slurmd slurm-client munge failed (log above)"
+    exit 0
+  fi
+}
+
+# Kills the daemon whose pid is in FILE (if it runs) and waits up to 10 s for it to go.
+slurm_stop_pidfile() {
+  local file=$1 pid i
+  [[ -f $file ]] || return 0
+  pid=$(cat "$file" 2>/dev/null || true)
+  if [[ -n $pid ]] && kill -0 "$pid" 2>/dev/null; then
+    kill "$pid" 2>/dev/null || true
+    for ((i = 0; i < 100; ++i)); do
+      kill -0 "$pid" 2>/dev/null || break
+      sleep 0.1
+    done
+    kill -0 "$pid" 2>/dev/null && kill -9 "$pid" 2>/dev/null
+  fi
+  rm -f "$file"
+}
+
+# Stops slurmd, slurmctld and munged of the cluster started by slurm_cluster_start. Safe to call
+# more than once and from an EXIT trap.
+slurm_cluster_stop() {
+  [[ -n $SLURM_CLUSTER_DIR ]] || return 0
+  local d=$SLURM_CLUSTER_DIR
+  slurm_stop_pidfile "$d/run/slurmd.pid"
+  slurm_stop_pidfile "$d/run/slurmctld.pid"
+  slurm_stop_pidfile "$d/munge/munged.pid"
+  slurm_log "cluster in $d stopped"
+}
+
+# Prints the last lines of the daemons' logs (for a failing test).
+slurm_cluster_logs() {
+  local f
+  for f in "$SLURM_CLUSTER_DIR"/log/slurmctld.log "$SLURM_CLUSTER_DIR"/log/slurmd.log; do
+    echo "---- tail of $f"
+    tail -n 30 "$f" 2>/dev/null || true
+  done
+}
+
+# slurm_cluster_start DIR PORT: a fresh cluster in DIR (removed first), slurmctld on PORT and
+# slurmd on PORT+1. Returns once the node is idle; fails (exit 1) after 30 s otherwise.
+slurm_cluster_start() {
+  local d port host i
+  d=$(realpath -m "$1")
+  port=$2
+  host=$(hostname -s)
+  SLURM_CLUSTER_DIR=$d
+  # Daemons left by an earlier run of this test that was killed before its EXIT trap.
+  slurm_cluster_stop
+  rm -rf "$d"
+  mkdir -p "$d"/{state,spool,run,log,dev,munge}
+  # munged checks ownership and permissions of its directories.
+  chown munge:munge "$d/munge"
+  chmod 0755 "$d/munge"
+  runuser -u munge -- /usr/sbin/munged --socket="$d/munge/sock" --pid-file="$d/munge/munged.pid" \
+    --log-file="$d/munge/munged.log" --seed-file="$d/munge/seed" ||
+    {
+      cat "$d/munge/munged.log"
+      echo "FAIL: munged did not start" >&2
+      exit 1
+    }
+  munge -n -S "$d/munge/sock" | unmunge -S "$d/munge/sock" >/dev/null ||
+    {
+      echo "FAIL: munged does not answer on $d/munge/sock" >&2
+      exit 1
+    }
+
+  for i in 0 1 2 3 4 5 6 7; do mknod "$d/dev/nvidia$i" c 1 3; done
+  cat >"$d/gres.conf" <<EOF
+Name=gpu File=$d/dev/nvidia[0-7]
+EOF
+  cat >"$d/slurm.conf" <<EOF
+ClusterName=specrun-test-$port
+SlurmctldHost=$host
+SlurmctldPort=$port
+SlurmdPort=$((port + 1))
+SlurmUser=root
+SlurmdUser=root
+AuthType=auth/munge
+CredType=cred/munge
+# socket: this test's own munged; cred_expire=10: a requeued job restarts after ~12 s, not 2.5 min
+AuthInfo=socket=$d/munge/sock,cred_expire=10
+MpiDefault=none
+ProctrackType=proctrack/linuxproc
+TaskPlugin=task/none
+SelectType=select/cons_tres
+SelectTypeParameters=CR_CPU
+SchedulerType=sched/backfill
+SchedulerParameters=bf_interval=1,sched_interval=2
+ReturnToService=2
+AccountingStorageType=accounting_storage/none
+JobAcctGatherType=jobacct_gather/none
+JobCompType=jobcomp/filetxt
+JobCompLoc=$d/log/jobcomp.txt
+MailProg=/bin/true
+StateSaveLocation=$d/state
+SlurmdSpoolDir=$d/spool
+SlurmctldPidFile=$d/run/slurmctld.pid
+SlurmdPidFile=$d/run/slurmd.pid
+SlurmctldLogFile=$d/log/slurmctld.log
+SlurmdLogFile=$d/log/slurmd.log
+SlurmdParameters=config_overrides
+GresTypes=gpu
+NodeName=$host NodeAddr=127.0.0.1 CPUs=8 RealMemory=20000 Gres=gpu:8 State=UNKNOWN
+PartitionName=debug Nodes=$host Default=YES MaxTime=INFINITE State=UP
+EOF
+  export SLURM_CONF=$d/slurm.conf
+  # -i: ignore state of an earlier controller; both daemonise and write their pid files.
+  slurmctld -i -f "$SLURM_CONF" || {
+    slurm_cluster_logs
+    echo "FAIL: slurmctld did not start" >&2
+    exit 1
+  }
+  slurmd -f "$SLURM_CONF" || {
+    slurm_cluster_logs
+    echo "FAIL: slurmd did not start" >&2
+    exit 1
+  }
+  for ((i = 0; i < 300; ++i)); do
+    if sinfo -h -N -o '%t' 2>/dev/null | grep -qx idle; then
+      slurm_log "cluster up in $d (node $host idle, controller port $port)"
+      return 0
+    fi
+    sleep 0.1
+  done
+  sinfo -N 2>&1 || true
+  slurm_cluster_logs
+  echo "FAIL: the node did not become idle within 30 s" >&2
+  exit 1
+}
+
+# slurm_job_field ID NAME: the value of NAME=... in `scontrol show job -o ID` ("" if absent).
+slurm_job_field() {
+  scontrol show job -o "$1" 2>/dev/null | tr ' ' '\n' | sed -n "s/^$2=//p" | head -n 1
+}
+
+# slurm_wait_job_gone ID SECONDS: polls squeue every 0.25 s until job ID has left the queue
+# (completed, failed or cancelled; requeued jobs stay in it). Returns 1 on timeout.
+slurm_wait_job_gone() {
+  local id=$1 limit=$2 start=$SECONDS
+  while ((SECONDS - start < limit)); do
+    if [[ -z $(squeue -h -j "$id" -o %i 2>/dev/null) ]]; then return 0; fi
+    sleep 0.25
+  done
+  return 1
+}
