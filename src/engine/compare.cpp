@@ -32,7 +32,8 @@ void classify(TimingChange& c, const CompareOptions& options) {
     c.regression = iv.low > t && big_enough;
     c.improvement = iv.high < -t && big_enough;
   } else {
-    c.regression = iv.high < -t;
+    // Time per token grew by more than t <=> tokens/s fell below 1 / (1 + t) of the base.
+    c.regression = iv.high < 1.0 / (1.0 + t) - 1.0;
     c.improvement = iv.low > t;
   }
 }

@@ -5,11 +5,14 @@
 // Timing changes are relative changes of a ratio statistic, NEW / BASE - 1, with a percentile
 // bootstrap 95% interval (each run resampled on its own):
 //   phase (mean ms per step): per-step values (the mean over the ranks that ran the step);
-//   tokens/s per mode: prompts, each with its generated tokens and its share of its batch's wall
-//   time (so the point value is exactly report's tokens/s).
-// A change is a regression when it is worse than the threshold with confidence: the whole
-// interval lies beyond +threshold for a time (beyond -threshold for tokens/s), and, for phases,
-// the mean moved by more than `min_abs_ms` (sub-0.05 ms phases jitter by large fractions).
+//   tokens/s per mode: batches, each with its generated tokens and its wall time (the point
+//   value is report's tokens/s; the sequences of a batch share its wall time, so batches, not
+//   prompts, are the independent unit).
+// A change is a regression when it is worse than the threshold with confidence: for a phase,
+// the whole interval lies above +threshold and the mean moved by more than `min_abs_ms`
+// (sub-0.05 ms phases jitter by large fractions); for tokens/s, the whole interval lies below
+// 1 / (1 + threshold) - 1, i.e. the time per token grew by more than the threshold (-4.8% of
+// tokens/s for 5%), so one threshold means "slower by more than PCT%" everywhere.
 #pragma once
 
 #include <cstdint>

@@ -167,10 +167,12 @@ void throughput_samples(const ModeData& data, std::vector<double>& tokens,
   seconds.clear();
   auto batch_of = batch_of_sequences(data);
   auto walls = batch_walls(data, batch_of);
-  for (const SequenceRecord& s : data.sequences) {
-    const auto& w = walls.at(batch_of.at(s.prompt_index));
-    tokens.push_back(s.generated);
-    seconds.push_back(w.first / static_cast<double>(w.second));
+  std::map<std::int64_t, double> batch_tokens;
+  for (const SequenceRecord& s : data.sequences)
+    batch_tokens[batch_of.at(s.prompt_index)] += s.generated;
+  for (const auto& [b, w] : walls) {
+    tokens.push_back(batch_tokens[b]);
+    seconds.push_back(w.first);
   }
 }
 

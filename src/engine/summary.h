@@ -109,9 +109,10 @@ Interval paired_speedup(const std::vector<double>& b_seconds, const std::vector<
                         const std::vector<double>& s_seconds, const std::vector<double>& s_tokens,
                         int resamples, std::uint64_t seed);
 
-// Per-sequence throughput samples of a mode: tokens[i] = generated, seconds[i] = the sequence's
-// share of its batch's wall time (batch seconds / sequences in the batch), so that
-// sum(tokens) / sum(seconds) == summarize_mode(data).tokens_per_s.
+// Per-batch throughput samples of a mode, in batch order: tokens[b] = tokens the batch generated,
+// seconds[b] = its wall time (its slowest sequence), so that
+// sum(tokens) / sum(seconds) == summarize_mode(data).tokens_per_s. Batches, not prompts, are the
+// unit to resample: the sequences of one batch share its wall time.
 void throughput_samples(const ModeData& data, std::vector<double>& tokens,
                         std::vector<double>& seconds);
 

@@ -98,12 +98,9 @@ TEST(Summary, ThroughputUsesBatchWallTime) {
   EXPECT_DOUBLE_EQ(m.tokens_per_s, 22.0 / 3.0);
   std::vector<double> tokens, seconds;
   throughput_samples(d, tokens, seconds);
-  ASSERT_EQ(tokens.size(), 3u);
-  // Shares: batch 0's 2.0 s over its two sequences, batch 1's 1.0 s to prompt 2.
-  EXPECT_DOUBLE_EQ(seconds[0], 1.0);
-  EXPECT_DOUBLE_EQ(seconds[1], 1.0);
-  EXPECT_DOUBLE_EQ(seconds[2], 1.0);
-  EXPECT_DOUBLE_EQ(tokens[0] + tokens[1] + tokens[2], 22.0);
+  // One sample per batch: batch 0 = prompts 0 and 1 (10 + 1 tokens, 2.0 s), batch 1 = prompt 2.
+  EXPECT_EQ(tokens, (std::vector<double>{11, 11}));
+  EXPECT_EQ(seconds, (std::vector<double>{2.0, 1.0}));
   // Without the batch size, the step-less sequence is a batch of its own: 0.5 + 2.0 + 1.0.
   d.batch_size = 0;
   m = summarize_mode(d);
