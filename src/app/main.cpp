@@ -4,6 +4,7 @@
 
 #include <boost/program_options.hpp>
 #include <iostream>
+#include <optional>
 
 #include "app/commands.h"
 #include "common/build_info.h"
@@ -75,9 +76,12 @@ int main(int argc, char** argv) {
   }
   std::vector<std::string> args(words.begin() + 1, words.end());
 
+  // Outside the try: an error must reach fail() (MPI_Abort) before ~MpiSession runs
+  // MPI_Finalize, which would wait forever for ranks that did not fail.
+  std::optional<MpiSession> mpi;
   try {
-    MpiSession mpi(&argc, &argv);
-    CommandContext ctx{mpi, argv[0]};
+    mpi.emplace(&argc, &argv);
+    CommandContext ctx{*mpi, argv[0]};
     int code = 0;
     try {
       code = command->fn(ctx, args);
