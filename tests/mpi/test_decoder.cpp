@@ -165,7 +165,10 @@ TEST(Decoder, GreedySpeculativeEqualsBaselineForAnyDraft) {
     opt.sampling.temperature = 0;
     opt.stop_at_eos = false;
     opt.draft_sharded = c.sharded;
-    for (int k : {1, 2, 3, 5, 8}) {
+    // Every draft_len 1..8 for the main case, a spread for the others.
+    std::vector<int> ks = {1, 3, 8};
+    if (&c == &cases[0]) ks = {1, 2, 3, 4, 5, 6, 7, 8};
+    for (int k : ks) {
       opt.draft_len = k;
       BatchDecoder decoder(*s.target, s.draft.get(), *s.comm, opt);
       for (int batch : {1, 3}) {

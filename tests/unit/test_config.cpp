@@ -360,22 +360,31 @@ TEST(JobConfig, HelpListsEveryKeyWithTypeDefaultAndHelp) {
   EXPECT_CONTAINS(help, "TEST ONLY");
 }
 
-TEST(JobConfig, DemoJobParses) {
-  const std::string path = std::string(SPECRUN_SOURCE_DIR) + "/jobs/demo.toml";
+// Both example jobs parse and document every option.
+void check_example_job(const std::string& file, const std::string& name,
+                       const std::string& target_text) {
+  const std::string path = std::string(SPECRUN_SOURCE_DIR) + "/jobs/" + file;
   JobConfig c = load_job_config(path, {"decode.draft_len=6"});
   const std::filesystem::path jobs = std::filesystem::path(SPECRUN_SOURCE_DIR) / "jobs";
-  EXPECT_EQ(c.job.name, "demo");
+  EXPECT_EQ(c.job.name, name);
   EXPECT_EQ(c.decode.draft_len, 6);
   EXPECT_EQ(c.decode.modes, (std::vector<std::string>{"baseline", "speculative"}));
-  EXPECT_EQ(c.target.path.text, "../../shared/models/code-target");
-  EXPECT_EQ(c.target.path.resolved,
-            (jobs / "../../shared/models/code-target").lexically_normal().string());
+  EXPECT_EQ(c.target.path.text, target_text);
+  EXPECT_EQ(c.target.path.resolved, (jobs / target_text).lexically_normal().string());
   EXPECT_FALSE(c.job_text.empty());
   // Every option appears in the demo file, so that it documents all of them.
   toml::table doc = toml::parse_file(path);
   for_each_option(c, [&](const OptionSpec& spec, const auto&) {
-    EXPECT_TRUE(doc[spec.section][spec.key]) << spec.name() << " missing from jobs/demo.toml";
+    EXPECT_TRUE(doc[spec.section][spec.key]) << spec.name() << " missing from jobs/" << file;
   });
+}
+
+TEST(JobConfig, DemoJobParses) {
+  check_example_job("demo.toml", "demo", "../demo-out/models/target");
+}
+
+TEST(JobConfig, CodePairJobParses) {
+  check_example_job("code-pair.toml", "code-pair", "../../shared/models/code-target");
 }
 
 }  // namespace
