@@ -21,8 +21,25 @@ namespace specrun::cpu {
 //   y:    [n_tokens, out] float32; must not alias x.
 // Each weight row is read from memory once for all n_tokens (rows outer, tokens inner), so
 // scoring k+1 tokens costs about as much memory traffic as one. Threads split the output rows.
+// Bitwise batch-shape independence: y[t, :] does not depend on n_tokens, on the other tokens or
+// on the thread count (each dot product is accumulated in one fixed order).
 void matmul(const float* x, int n_tokens, int in, const void* w, DType w_dtype, int out,
             const float* bias, float* y);
+
+// One product of matmul_multi: y[t, o] = sum_i x[t, i] * w[o, i] (+ bias[o]) with w [out, in]
+// in `dtype`, bias [out] or nullptr, y [n_tokens, out] (must not alias x).
+struct MatmulOutput {
+  const void* w;
+  DType dtype;
+  int out;
+  const float* bias;
+  float* y;
+};
+
+// Several linear layers over the same input (q/k/v, gate/up) in one parallel region, each
+// output exactly (bitwise) what matmul computes for it alone. Threads split the rows of all
+// outputs together, so one fork/join serves them all.
+void matmul_multi(const float* x, int n_tokens, int in, const MatmulOutput* outputs, int n_outputs);
 
 // Row gather (embedding lookup): out[t, :] = widen(table[ids[t] - row_begin, :]) when
 // row_begin <= ids[t] < row_begin + n_rows, else zeros (so that shards of a table split by rows
@@ -45,6 +62,15 @@ void rmsnorm(const float* x, int n_tokens, int dim, const void* w, DType w_dtype
 void rope(float* x, int n_tokens, int n_heads, int head_dim, std::int64_t row_stride,
           const float* inv_freq, const std::int32_t* positions);
 
+// rope in two steps, for reuse of the table across layers and across q and k:
+//   rope_table: cos_sin[t * head_dim + j] = cos(a), cos_sin[t * head_dim + head_dim/2 + j] = sin(a)
+//               with a = positions[t] * inv_freq[j] (float32), j < head_dim/2;
+//   rope_apply: rotates x (layout as rope's) with that table. rope = rope_table + rope_apply.
+void rope_table(const float* inv_freq, int head_dim, const std::int32_t* positions, int n_tokens,
+                float* cos_sin);
+void rope_apply(float* x, int n_tokens, int n_heads, int head_dim, std::int64_t row_stride,
+                const float* cos_sin);
+
 // Causal grouped-query attention of a window of new tokens over a KV cache.
 //   q:   [n_tokens, n_heads * head_dim] float32; query i sits at position start + i.
 //   k, v: [>= start + n_tokens, n_kv_heads, head_dim] float32 caches, positions 0..start+n-1
@@ -65,6 +91,11 @@ void add_inplace(float* y, const float* x, std::size_t n);
 // Index of the largest element of x[0..n); the lowest index wins ties. n >= 1; NaNs are never
 // chosen unless every element is NaN (then 0).
 int argmax(const float* x, int n);
+
+// The sum of data[0..n), computed only to read the buffer once as fast as the threads can
+// (a STREAM-like read kernel: the benchmark's memory-bandwidth reference). The summation order
+// depends on the thread count.
+float stream_read(const float* data, std::size_t n);
 
 // Numerically stable softmax in place over x[0..n): x[i] = exp(x[i] - max) / sum.
 void softmax(float* x, int n);

@@ -1,6 +1,8 @@
 // rope: rotary position embedding, Hugging Face rotate_half (half-split) convention, in place.
 // Layout: token t, head h at x + t * row_stride + h * head_dim; dimension j pairs with
 // j + head_dim/2. Angles are positions[t] * inv_freq[j] in float32, as transformers computes them.
+// The cos/sin table depends only on the positions, so a forward pass computes it once
+// (rope_table) and applies it to q and k of every layer (rope_apply).
 #include <cmath>
 #include <cstdint>
 #include <vector>
@@ -9,20 +11,27 @@
 
 namespace specrun::cpu {
 
-void rope(float* x, int n_tokens, int n_heads, int head_dim, std::int64_t row_stride,
-          const float* inv_freq, const std::int32_t* positions) {
+void rope_table(const float* inv_freq, int head_dim, const std::int32_t* positions, int n_tokens,
+                float* cos_sin) {
   const int half = head_dim / 2;
-  static thread_local std::vector<float> cos_sin;
-  if (cos_sin.size() < static_cast<std::size_t>(2 * half)) cos_sin.resize(2 * half);
-  float* c = cos_sin.data();
-  float* s = c + half;
   for (int t = 0; t < n_tokens; ++t) {
     const float pos = static_cast<float>(positions[t]);
+    float* c = cos_sin + static_cast<std::size_t>(t) * head_dim;
+    float* s = c + half;
     for (int j = 0; j < half; ++j) {
       const float angle = pos * inv_freq[j];
       c[j] = static_cast<float>(std::cos(static_cast<double>(angle)));
       s[j] = static_cast<float>(std::sin(static_cast<double>(angle)));
     }
+  }
+}
+
+void rope_apply(float* x, int n_tokens, int n_heads, int head_dim, std::int64_t row_stride,
+                const float* cos_sin) {
+  const int half = head_dim / 2;
+  for (int t = 0; t < n_tokens; ++t) {
+    const float* c = cos_sin + static_cast<std::size_t>(t) * head_dim;
+    const float* s = c + half;
     float* row = x + t * row_stride;
     for (int h = 0; h < n_heads; ++h) {
       float* v = row + static_cast<std::int64_t>(h) * head_dim;
@@ -34,6 +43,15 @@ void rope(float* x, int n_tokens, int n_heads, int head_dim, std::int64_t row_st
       }
     }
   }
+}
+
+void rope(float* x, int n_tokens, int n_heads, int head_dim, std::int64_t row_stride,
+          const float* inv_freq, const std::int32_t* positions) {
+  static thread_local std::vector<float> cos_sin;
+  const std::size_t need = static_cast<std::size_t>(n_tokens) * head_dim;
+  if (cos_sin.size() < need) cos_sin.resize(need);
+  rope_table(inv_freq, head_dim, positions, n_tokens, cos_sin.data());
+  rope_apply(x, n_tokens, n_heads, head_dim, row_stride, cos_sin.data());
 }
 
 }  // namespace specrun::cpu

@@ -121,118 +121,50 @@ inline void widen_row(const void* w, DType t, int n, float* out) {
 #endif
 }
 
-// Four dot products sharing the loads of x: out[r] = sum_i x[i] * w[r * w_stride + i].
-inline void dot4_f32(const float* x, const float* w, std::int64_t w_stride, int n, float* out) {
-  const float* w0 = w;
-  const float* w1 = w + w_stride;
-  const float* w2 = w + 2 * w_stride;
-  const float* w3 = w + 3 * w_stride;
+// A tile of R weight rows x NT tokens, weights of type KT widened on the fly:
+//   y[t * y_stride + r] = sum_i x[t * x_stride + i] * widen(w[r * w_stride + i]),  r < R, t < NT.
+// Each weight vector is loaded and widened once for NT tokens and each token vector serves R
+// rows, so neither loads nor conversions dominate the FMAs (R * NT + R + 1 <= 32 registers).
+// Order contract (bitwise batch-shape independence): every (r, t) sum is accumulated alone, in
+// one 16-lane accumulator, over i in ascending 16-element steps (the last one masked), then
+// reduced with reduce16; R and NT change only which sums run side by side.
+template <DType KT, int R, int NT>
+inline void tile_rows(const float* x, std::int64_t x_stride, const void* w, std::int64_t w_stride,
+                      int n, float* y, std::int64_t y_stride) {
 #ifdef SPECRUN_CPU_AVX512
-  __m512 a0 = _mm512_setzero_ps(), a1 = _mm512_setzero_ps();
-  __m512 a2 = _mm512_setzero_ps(), a3 = _mm512_setzero_ps();
-  for (int i = 0; i < n; i += 16) {
-    __mmask16 m = tail_mask(n - i);
-    __m512 xv = _mm512_maskz_loadu_ps(m, x + i);
-    a0 = _mm512_fmadd_ps(xv, _mm512_maskz_loadu_ps(m, w0 + i), a0);
-    a1 = _mm512_fmadd_ps(xv, _mm512_maskz_loadu_ps(m, w1 + i), a1);
-    a2 = _mm512_fmadd_ps(xv, _mm512_maskz_loadu_ps(m, w2 + i), a2);
-    a3 = _mm512_fmadd_ps(xv, _mm512_maskz_loadu_ps(m, w3 + i), a3);
-  }
-  out[0] = reduce16(a0);
-  out[1] = reduce16(a1);
-  out[2] = reduce16(a2);
-  out[3] = reduce16(a3);
-#else
-  float s0 = 0.f, s1 = 0.f, s2 = 0.f, s3 = 0.f;
-#pragma omp simd reduction(+ : s0, s1, s2, s3)
-  for (int i = 0; i < n; ++i) {
-    s0 += x[i] * w0[i];
-    s1 += x[i] * w1[i];
-    s2 += x[i] * w2[i];
-    s3 += x[i] * w3[i];
-  }
-  out[0] = s0;
-  out[1] = s1;
-  out[2] = s2;
-  out[3] = s3;
-#endif
-}
-
-// A tile of 4 weight rows x NT tokens (NT <= 4), weights of type KT widened on the fly:
-//   y[t * y_stride + r] = sum_i x[t * x_stride + i] * widen(w[r * w_stride + i]),  r < 4, t < NT.
-// Each weight vector is loaded and widened once for NT tokens and each token vector serves four
-// rows, so neither loads nor conversions dominate the FMAs.
-template <int NT, DType KT>
-inline void tile_rows4(const float* x, std::int64_t x_stride, const void* w, std::int64_t w_stride,
-                       int n, float* y, std::int64_t y_stride) {
-#ifdef SPECRUN_CPU_AVX512
-  // Named accumulators: GCC 12 spills an accumulator array to the stack every iteration.
-  __m512 a00 = _mm512_setzero_ps(), a01 = a00, a02 = a00, a03 = a00;
-  __m512 a10 = a00, a11 = a00, a12 = a00, a13 = a00;
-  __m512 a20 = a00, a21 = a00, a22 = a00, a23 = a00;
-  __m512 a30 = a00, a31 = a00, a32 = a00, a33 = a00;
-  const float* x0 = x;
-  const float* x1 = x + x_stride;
-  const float* x2 = x + 2 * x_stride;
-  const float* x3 = x + 3 * x_stride;
+  static_assert(R * NT + R + 1 <= 32, "tile does not fit the 32 vector registers");
+  // Fully unrolled constant-index loops: GCC keeps acc in registers.
+  __m512 acc[R][NT];
+#pragma GCC unroll 8
+  for (int r = 0; r < R; ++r)
+#pragma GCC unroll 8
+    for (int t = 0; t < NT; ++t) acc[r][t] = _mm512_setzero_ps();
   for (int i = 0; i < n; i += 16) {
     const __mmask16 m = tail_mask(n - i);
-    __m512 w0, w1, w2, w3;
-    if constexpr (KT == DType::kF32) {
-      const auto* wf = static_cast<const float*>(w);
-      w0 = load16(wf, i, m);
-      w1 = load16(wf + w_stride, i, m);
-      w2 = load16(wf + 2 * w_stride, i, m);
-      w3 = load16(wf + 3 * w_stride, i, m);
-    } else {
-      const auto* wh = static_cast<const std::uint16_t*>(w);
-      w0 = load16(wh, i, m, KT);
-      w1 = load16(wh + w_stride, i, m, KT);
-      w2 = load16(wh + 2 * w_stride, i, m, KT);
-      w3 = load16(wh + 3 * w_stride, i, m, KT);
+    __m512 wv[R];
+#pragma GCC unroll 8
+    for (int r = 0; r < R; ++r) {
+      if constexpr (KT == DType::kF32)
+        wv[r] = load16(static_cast<const float*>(w) + r * w_stride, i, m);
+      else
+        wv[r] = load16(static_cast<const std::uint16_t*>(w) + r * w_stride, i, m, KT);
     }
-    __m512 xv = _mm512_maskz_loadu_ps(m, x0 + i);
-    a00 = _mm512_fmadd_ps(xv, w0, a00);
-    a01 = _mm512_fmadd_ps(xv, w1, a01);
-    a02 = _mm512_fmadd_ps(xv, w2, a02);
-    a03 = _mm512_fmadd_ps(xv, w3, a03);
-    if constexpr (NT > 1) {
-      xv = _mm512_maskz_loadu_ps(m, x1 + i);
-      a10 = _mm512_fmadd_ps(xv, w0, a10);
-      a11 = _mm512_fmadd_ps(xv, w1, a11);
-      a12 = _mm512_fmadd_ps(xv, w2, a12);
-      a13 = _mm512_fmadd_ps(xv, w3, a13);
-    }
-    if constexpr (NT > 2) {
-      xv = _mm512_maskz_loadu_ps(m, x2 + i);
-      a20 = _mm512_fmadd_ps(xv, w0, a20);
-      a21 = _mm512_fmadd_ps(xv, w1, a21);
-      a22 = _mm512_fmadd_ps(xv, w2, a22);
-      a23 = _mm512_fmadd_ps(xv, w3, a23);
-    }
-    if constexpr (NT > 3) {
-      xv = _mm512_maskz_loadu_ps(m, x3 + i);
-      a30 = _mm512_fmadd_ps(xv, w0, a30);
-      a31 = _mm512_fmadd_ps(xv, w1, a31);
-      a32 = _mm512_fmadd_ps(xv, w2, a32);
-      a33 = _mm512_fmadd_ps(xv, w3, a33);
+#pragma GCC unroll 8
+    for (int t = 0; t < NT; ++t) {
+      const __m512 xv = _mm512_maskz_loadu_ps(m, x + t * x_stride + i);
+#pragma GCC unroll 8
+      for (int r = 0; r < R; ++r) acc[r][t] = _mm512_fmadd_ps(xv, wv[r], acc[r][t]);
     }
   }
-  auto store = [&](int t, __m512 c0, __m512 c1, __m512 c2, __m512 c3) {
-    float* yt = y + t * y_stride;
-    yt[0] = reduce16(c0);
-    yt[1] = reduce16(c1);
-    yt[2] = reduce16(c2);
-    yt[3] = reduce16(c3);
-  };
-  store(0, a00, a01, a02, a03);
-  if constexpr (NT > 1) store(1, a10, a11, a12, a13);
-  if constexpr (NT > 2) store(2, a20, a21, a22, a23);
-  if constexpr (NT > 3) store(3, a30, a31, a32, a33);
+#pragma GCC unroll 8
+  for (int t = 0; t < NT; ++t)
+#pragma GCC unroll 8
+    for (int r = 0; r < R; ++r) y[t * y_stride + r] = reduce16(acc[r][t]);
 #else
+  // One sum per (r, t) in the order dot_weight_row uses for every batch shape.
   const std::size_t row_bytes = dtype_size(KT) * static_cast<std::size_t>(w_stride);
   for (int t = 0; t < NT; ++t)
-    for (int r = 0; r < 4; ++r)
+    for (int r = 0; r < R; ++r)
       y[t * y_stride + r] = dot_weight_row(
           x + t * x_stride, static_cast<const std::uint8_t*>(w) + row_bytes * r, KT, n);
 #endif

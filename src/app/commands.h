@@ -34,5 +34,6 @@ int cmd_make_model(CommandContext& ctx, const std::vector<std::string>& args);
 int cmd_prepare(CommandContext& ctx, const std::vector<std::string>& args);
 int cmd_report(CommandContext& ctx, const std::vector<std::string>& args);
 int cmd_compare(CommandContext& ctx, const std::vector<std::string>& args);
+int cmd_bench(CommandContext& ctx, const std::vector<std::string>& args);
 
 }  // namespace specrun

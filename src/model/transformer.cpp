@@ -25,6 +25,10 @@ void linear(const float* x, int n, const WeightMatrix& w, const std::vector<floa
   cpu::matmul(x, n, w.cols, w.data, w.dtype, w.rows, bias.empty() ? nullptr : bias.data(), y);
 }
 
+cpu::MatmulOutput output(const WeightMatrix& w, const std::vector<float>& bias, float* y) {
+  return {w.data, w.dtype, w.rows, bias.empty() ? nullptr : bias.data(), y};
+}
+
 }  // namespace
 
 Transformer::Transformer(const Checkpoint& checkpoint, Communicator& tp_comm, int tp_rank, int tp,
@@ -39,6 +43,8 @@ Transformer::Transformer(const Checkpoint& checkpoint, Communicator& tp_comm, in
              "tensor-parallel communicator has rank "
                  << tp_comm.rank() << " of " << tp_comm.size() << " but the model was "
                  << "asked for rank " << tp_rank << " of " << tp);
+  // Decode streams every weight per token: keep them in anonymous huge-page memory.
+  weights_.make_resident();
   SPEC_CHECK(
       static_cast<int>(inv_freq_.size()) == config_.head_dim / 2,
       "rope_inv_freq returned " << inv_freq_.size() << " values for head_dim " << config_.head_dim);
@@ -86,6 +92,10 @@ void Transformer::forward(std::span<const SeqChunk> batch, bool all_logits,
     for (int i = 0; i < s.n_tokens; ++i) positions[off + i] = s.cache->length() + i;
     off += s.n_tokens;
   }
+
+  // One cos/sin table per forward: every layer rotates q and k at the same positions.
+  cpu::rope_table(inv_freq_.data(), config_.head_dim, positions, n,
+                  sized(rope_, static_cast<std::size_t>(n) * config_.head_dim));
 
   float* x = sized(x_, static_cast<std::size_t>(n) * H);
   cpu::gather_rows(weights_.embed.data, weights_.embed.dtype, plan.vocab_begin, plan.vocab, H,
@@ -146,13 +156,12 @@ void Transformer::attention_block(int layer, std::span<const SeqChunk> batch, in
   float* proj = sized(proj_, static_cast<std::size_t>(n) * H);
 
   cpu::rmsnorm(x, n, H, L.input_norm.data, L.input_norm.dtype, config_.rms_norm_eps, xn);
-  linear(xn, n, L.q, L.q_bias, q);
-  linear(xn, n, L.k, L.k_bias, k);
-  linear(xn, n, L.v, L.v_bias, v);
-  cpu::rope(q, n, plan.q_heads, hd, static_cast<std::int64_t>(q_width), inv_freq_.data(),
-            positions_.data());
-  cpu::rope(k, n, plan.kv_heads, hd, static_cast<std::int64_t>(kv_width), inv_freq_.data(),
-            positions_.data());
+  // q, k and v in one pass over the three weight matrices (one parallel region).
+  const cpu::MatmulOutput qkv[3] = {output(L.q, L.q_bias, q), output(L.k, L.k_bias, k),
+                                    output(L.v, L.v_bias, v)};
+  cpu::matmul_multi(xn, n, H, qkv, 3);
+  cpu::rope_apply(q, n, plan.q_heads, hd, static_cast<std::int64_t>(q_width), rope_.data());
+  cpu::rope_apply(k, n, plan.kv_heads, hd, static_cast<std::int64_t>(kv_width), rope_.data());
 
   for (int off = 0; const SeqChunk& s : batch) {
     KvCache& cache = *s.cache;
@@ -187,8 +196,8 @@ void Transformer::mlp_block(int layer, int n) {
 
   cpu::rmsnorm(x, n, H, L.post_attention_norm.data, L.post_attention_norm.dtype,
                config_.rms_norm_eps, xn);
-  linear(xn, n, L.gate, {}, gate);
-  linear(xn, n, L.up, {}, up);
+  const cpu::MatmulOutput gate_up[2] = {output(L.gate, {}, gate), output(L.up, {}, up)};
+  cpu::matmul_multi(xn, n, H, gate_up, 2);
   cpu::silu_mul(gate, up, gate, static_cast<std::size_t>(n) * I);
   linear(gate, n, L.down, {}, proj);
   if (tp_ > 1) comm_.all_reduce_sum(proj, static_cast<std::size_t>(n) * H);

@@ -1,8 +1,11 @@
 #include "model/weights.h"
 
+#include <sys/mman.h>
+
 #include <algorithm>
 #include <cstring>
 #include <filesystem>
+#include <map>
 #include <string>
 
 #include "common/error.h"
@@ -152,6 +155,46 @@ ModelWeights ModelWeights::load(const Checkpoint& ckpt, int tp, int tp_rank) {
     L.down = col_slice(t("mlp.down_proj.weight", {H, I}), p.intermediate_begin, p.intermediate);
   }
   return w;
+}
+
+void ModelWeights::make_resident() {
+  if (arena) return;
+  std::vector<WeightMatrix*> mats = {&embed, &lm_head};
+  for (LayerWeights& L : layers)
+    for (WeightMatrix* m : {&L.q, &L.k, &L.v, &L.o, &L.gate, &L.up, &L.down}) mats.push_back(m);
+  constexpr std::size_t kAlign = 64;
+  auto bytes_of = [](const WeightMatrix& m) {
+    return static_cast<std::size_t>(m.rows) * static_cast<std::size_t>(m.cols) *
+           dtype_size(m.dtype);
+  };
+  // Matrices that view the same memory (a tied lm_head) share one copy.
+  std::map<const std::byte*, std::size_t> offset_of;
+  std::size_t total = 0;
+  for (const WeightMatrix* m : mats) {
+    if (m->data == nullptr || offset_of.count(m->data)) continue;
+    offset_of[m->data] = total;
+    total += (bytes_of(*m) + kAlign - 1) / kAlign * kAlign;
+  }
+  if (total == 0) return;
+  void* p = ::mmap(nullptr, total, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+  SPEC_CHECK(p != MAP_FAILED, "cannot allocate "
+                                  << total / (1 << 20) << " MiB for the model weights: "
+                                  << std::strerror(errno) << " (free memory or use more tp ranks)");
+#ifdef MADV_HUGEPAGE
+  ::madvise(p, total, MADV_HUGEPAGE);  // a hint: without huge pages it still works
+#endif
+  arena = std::shared_ptr<std::byte>(static_cast<std::byte*>(p),
+                                     [total](std::byte* q) { ::munmap(q, total); });
+  for (const auto& [src, offset] : offset_of) {
+    const WeightMatrix* m = *std::find_if(
+        mats.begin(), mats.end(), [src = src](const WeightMatrix* w) { return w->data == src; });
+    std::memcpy(arena.get() + offset, src, bytes_of(*m));
+  }
+  for (WeightMatrix* m : mats) {
+    if (m->data == nullptr) continue;
+    m->data = arena.get() + offset_of.at(m->data);
+    std::vector<std::byte>().swap(m->owned);
+  }
 }
 
 }  // namespace specrun

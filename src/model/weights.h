@@ -15,6 +15,7 @@
 
 #include <cstddef>
 #include <cstdint>
+#include <memory>
 #include <string>
 #include <vector>
 
@@ -80,6 +81,17 @@ struct ModelWeights {
 
   // Loads this rank's shard; every tensor is checked against config.json's shapes.
   static ModelWeights load(const Checkpoint& checkpoint, int tp, int tp_rank);
+
+  // Copies every matrix (embed, lm_head, the layers' projections) into one anonymous,
+  // 64-byte-aligned arena backed by transparent huge pages where the kernel allows them (the
+  // CPU backend calls this; the CUDA backend uploads the views instead). Why: pages of a
+  // mapped file can be evicted while a decoder waits (the kernel's reclaim sees them as page
+  // cache), and a 4 KiB-page mapping costs TLB misses on every pass; decode streams all weights
+  // per token, so both show up directly as lost bandwidth. Afterwards the matrices no longer
+  // view the checkpoint (norm weights still do). Throws when the memory cannot be allocated.
+  void make_resident();
+  // The arena of make_resident (null before); shared so that moved-from copies stay valid.
+  std::shared_ptr<std::byte> arena;
 };
 
 }  // namespace specrun

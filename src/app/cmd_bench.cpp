@@ -1,0 +1,106 @@
+// `specrun bench [options]`: decode, verify, prefill and batched-decode speed of the CPU backend
+// on a synthetic model, next to the machine's measured read bandwidth (src/engine/bench.h).
+// Under `mpirun -np N` the N ranks run one tensor-parallel group (tp = N). Rank 0 prints the
+// table and writes --json.
+#include <boost/program_options.hpp>
+#include <fstream>
+#include <iostream>
+#include <sstream>
+
+#include "app/commands.h"
+#include "common/error.h"
+#include "dist/mpi_comm.h"
+#include "engine/bench.h"
+
+namespace po = boost::program_options;
+
+namespace specrun {
+
+int cmd_bench(CommandContext& ctx, const std::vector<std::string>& args) {
+  BenchOptions o;
+  SyntheticSpec& s = o.spec;
+  // The issue's ~100M-parameter model by default.
+  s.hidden = 768;
+  s.layers = 12;
+  s.heads = 12;
+  s.kv_heads = 12;
+  s.intermediate = 2048;
+  s.vocab = 32000;
+  s.max_pos = 2048;
+  std::string dtype = "bf16", json_path, cases;
+  int tp = 0;
+  po::options_description options("specrun bench [options]");
+  options.add_options()("help,h", "show this help")(
+      "hidden", po::value(&s.hidden)->default_value(s.hidden), "hidden size")(
+      "layers", po::value(&s.layers)->default_value(s.layers), "decoder layers")(
+      "heads", po::value(&s.heads)->default_value(s.heads), "attention heads")(
+      "kv-heads", po::value(&s.kv_heads)->default_value(s.kv_heads), "key/value heads")(
+      "intermediate", po::value(&s.intermediate)->default_value(s.intermediate),
+      "MLP intermediate size")("vocab", po::value(&s.vocab)->default_value(s.vocab),
+                               "vocabulary size")("dtype", po::value(&dtype)->default_value(dtype),
+                                                  "weight dtype: bf16 or f32")(
+      "model-dir", po::value(&o.model_dir),
+      "benchmark this make-model target directory instead of making one")(
+      "tp", po::value(&tp)->default_value(0),
+      "tensor-parallel size (0: world size; must equal it)")(
+      "threads", po::value(&o.threads)->default_value(o.threads), "OpenMP threads per rank")(
+      "repeats", po::value(&o.repeats)->default_value(o.repeats),
+      "recorded rounds (medians, min and max over them)")(
+      "warmup", po::value(&o.warmup)->default_value(o.warmup), "rounds run first, not recorded")(
+      "steps", po::value(&o.steps)->default_value(o.steps),
+      "forward calls per round for decode, verify and batch")(
+      "context", po::value(&o.context)->default_value(o.context),
+      "cached tokens each decode/verify/batch step starts from")(
+      "verify-k", po::value(&o.verify_k)->default_value(o.verify_k),
+      "draft length k: verify scores k+1 tokens")(
+      "prefill", po::value(&o.prefill)->default_value(o.prefill), "prefill prompt length")(
+      "batch", po::value(&o.batch)->default_value(o.batch), "sequences in batched decode")(
+      "cases", po::value(&cases), "comma-separated subset of decode,verify,prefill,batch")(
+      "json", po::value(&json_path), "also write the figures as JSON to FILE (rank 0)");
+  po::variables_map vm;
+  po::store(po::command_line_parser(args).options(options).run(), vm);
+  po::notify(vm);
+
+  const bool root = ctx.mpi.rank() == 0;
+  if (vm.count("help")) {
+    if (root)
+      std::cout << options
+                << "\nBuilds the synthetic model (make-model into a temporary directory unless\n"
+                   "--model-dir), then measures, round after round: a STREAM-like read of a\n"
+                   "buffer as large as the weights, decode (batch 1), verify (k+1 tokens),\n"
+                   "prefill and batched decode. Prints ms/step (median and min - max over the\n"
+                   "rounds), tokens/s, weight GB/s and % of the measured bandwidth.\n"
+                   "Under mpirun all ranks form one tp group and must share /tmp (one node).\n";
+    return 0;
+  }
+  SPEC_INPUT_CHECK(dtype == "bf16" || dtype == "f32",
+                   "--dtype " << dtype << " is not supported: use bf16 or f32");
+  s.dtype = dtype == "f32" ? DType::kF32 : DType::kBF16;
+  if (tp == 0) tp = ctx.mpi.size();
+  SPEC_INPUT_CHECK(tp == ctx.mpi.size(), "--tp " << tp << " must equal the number of ranks ("
+                                                 << ctx.mpi.size() << "): run `mpirun -np " << tp
+                                                 << " specrun bench --tp " << tp << "`");
+  if (vm.count("cases")) {
+    o.cases.clear();
+    std::stringstream in(cases);
+    for (std::string item; std::getline(in, item, ',');) o.cases.push_back(item);
+  }
+
+  World world = ctx.mpi.world(tp);
+  MpiComm tp_comm = MpiComm::tp_group(world);
+  const BenchReport report = run_bench(o, tp_comm);
+  if (!root) return 0;
+  std::cout << format_table(report) << std::flush;
+  if (!json_path.empty()) {
+    std::string command = ctx.program + " bench";
+    for (const std::string& a : args) command += " " + a;
+    std::ofstream out(json_path);
+    SPEC_INPUT_CHECK(out.good(), "cannot open --json file " << json_path << " for writing");
+    out << to_json(report, command) << "\n";
+    out.close();
+    SPEC_CHECK(out.good(), "writing --json file " << json_path << " failed (disk full?)");
+  }
+  return 0;
+}
+
+}  // namespace specrun

@@ -1,0 +1,360 @@
+#include "engine/bench.h"
+
+#include <omp.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <chrono>
+#include <cmath>
+#include <cstdint>
+#include <cstring>
+#include <ctime>
+#include <filesystem>
+#include <fstream>
+#include <iomanip>
+#include <iostream>
+#include <memory>
+#include <nlohmann/json.hpp>
+#include <sstream>
+
+#include "common/error.h"
+#include "dist/communicator.h"
+#include "kernels/cpu/ops.h"
+#include "model/checkpoint.h"
+#include "model/transformer.h"
+
+namespace specrun {
+
+namespace {
+
+using Clock = std::chrono::steady_clock;
+
+double seconds_since(Clock::time_point t0) {
+  return std::chrono::duration<double>(Clock::now() - t0).count();
+}
+
+std::string cpu_model_name() {
+  std::ifstream in("/proc/cpuinfo");
+  for (std::string line; std::getline(in, line);) {
+    if (line.rfind("model name", 0) == 0) {
+      const auto colon = line.find(':');
+      if (colon != std::string::npos) return line.substr(line.find_first_not_of(" \t", colon + 1));
+    }
+  }
+  return "unknown";
+}
+
+std::string utc_now() {
+  const std::time_t now = std::time(nullptr);
+  std::tm tm{};
+  gmtime_r(&now, &tm);
+  char buf[32];
+  std::strftime(buf, sizeof buf, "%Y-%m-%dT%H:%M:%SZ", &tm);
+  return buf;
+}
+
+// A make-model directory that exists while this object lives (rank 0 writes and removes it).
+class ModelDir {
+ public:
+  ModelDir(const BenchOptions& o, Communicator& comm) {
+    char path[4096] = {};
+    if (!o.model_dir.empty()) {
+      path_ = o.model_dir;
+      return;
+    }
+    if (comm.rank() == 0) {
+      root_ =
+          (std::filesystem::temp_directory_path() / ("specrun-bench-" + std::to_string(::getpid())))
+              .string();
+      SyntheticSpec spec = o.spec;
+      spec.draft_layers = 1;
+      std::cerr << "bench: writing the synthetic model to " << root_ << std::endl;
+      make_model_pair(spec, root_);
+      std::strncpy(path, root_.c_str(), sizeof path - 1);
+    }
+    comm.broadcast(path, sizeof path, 0);
+    path_ = std::string(path) + "/target";
+  }
+  ~ModelDir() {
+    std::error_code ignored;
+    if (!root_.empty()) std::filesystem::remove_all(root_, ignored);
+  }
+  ModelDir(const ModelDir&) = delete;
+  ModelDir& operator=(const ModelDir&) = delete;
+  const std::string& path() const { return path_; }
+
+ private:
+  std::string root_;  // non-empty on the rank that owns (and removes) the directory
+  std::string path_;
+};
+
+// Bytes one decode step reads: every tensor but the embedding table, of which it reads one row
+// (a tied lm_head reads the whole table as the classifier).
+double decode_weight_bytes(const Checkpoint& ckpt) {
+  double bytes = 0;
+  const ModelConfig& c = ckpt.config();
+  for (const std::string& name : ckpt.names()) {
+    const TensorView& t = ckpt.tensor(name);
+    const double b = static_cast<double>(t.numel()) * static_cast<double>(dtype_size(t.dtype));
+    if (name == "model.embed_tokens.weight") {
+      bytes += static_cast<double>(c.hidden_size) * static_cast<double>(dtype_size(t.dtype));
+      if (c.tie_word_embeddings) bytes += b;
+    } else {
+      bytes += b;
+    }
+  }
+  return bytes;
+}
+
+double parameter_count(const Checkpoint& ckpt) {
+  double n = 0;
+  for (const std::string& name : ckpt.names()) n += static_cast<double>(ckpt.tensor(name).numel());
+  return n;
+}
+
+struct Samples {
+  std::vector<double> step_seconds;  // one entry per recorded round: mean step time
+};
+
+BenchCase summarize(const std::string& name, int tokens_per_step, double bytes_per_step,
+                    std::vector<double> s) {
+  BenchCase c;
+  c.name = name;
+  c.tokens_per_step = tokens_per_step;
+  std::sort(s.begin(), s.end());
+  const std::size_t n = s.size();
+  const double median = n % 2 ? s[n / 2] : 0.5 * (s[n / 2 - 1] + s[n / 2]);
+  c.ms_median = median * 1e3;
+  c.ms_min = s.front() * 1e3;
+  c.ms_max = s.back() * 1e3;
+  c.tokens_per_s = tokens_per_step > 0 ? tokens_per_step / median : 0;
+  c.gb_per_s = bytes_per_step / median / 1e9;
+  return c;
+}
+
+// Deterministic token ids in [3, vocab) for the benchmark's inputs.
+std::vector<std::int32_t> bench_tokens(int n, int vocab, std::uint32_t seed) {
+  std::vector<std::int32_t> ids(n);
+  std::uint32_t x = seed * 2654435761u + 12345u;
+  for (int& id : ids) {
+    x = x * 1664525u + 1013904223u;
+    id = 3 + static_cast<std::int32_t>((x >> 8) % static_cast<std::uint32_t>(vocab - 3));
+  }
+  return ids;
+}
+
+void check_options(const BenchOptions& o) {
+  SPEC_INPUT_CHECK(o.threads >= 1, "--threads must be at least 1, got " << o.threads);
+  SPEC_INPUT_CHECK(o.repeats >= 1, "--repeats must be at least 1, got " << o.repeats);
+  SPEC_INPUT_CHECK(o.warmup >= 0, "--warmup must be >= 0, got " << o.warmup);
+  SPEC_INPUT_CHECK(o.steps >= 1, "--steps must be at least 1, got " << o.steps);
+  SPEC_INPUT_CHECK(o.context >= 1, "--context must be at least 1, got " << o.context);
+  SPEC_INPUT_CHECK(o.verify_k >= 1, "--verify-k must be at least 1, got " << o.verify_k);
+  SPEC_INPUT_CHECK(o.prefill >= 1, "--prefill must be at least 1, got " << o.prefill);
+  SPEC_INPUT_CHECK(o.batch >= 1, "--batch must be at least 1, got " << o.batch);
+  for (const std::string& c : o.cases)
+    SPEC_INPUT_CHECK(
+        c == "decode" || c == "verify" || c == "prefill" || c == "batch",
+        "--cases: unknown case '" << c << "' (choose from decode, verify, prefill, batch)");
+}
+
+bool wants(const BenchOptions& o, const char* name) {
+  return std::find(o.cases.begin(), o.cases.end(), name) != o.cases.end();
+}
+
+}  // namespace
+
+BenchReport run_bench(const BenchOptions& o, Communicator& comm) {
+  check_options(o);
+  if (o.model_dir.empty()) validate(o.spec);
+  const bool root = comm.rank() == 0;
+  const int tp = comm.size();
+
+  ModelDir dir(o, comm);
+  Checkpoint ckpt(dir.path());
+  Transformer model(ckpt, comm, comm.rank(), tp, o.threads);
+  const ModelConfig& cfg = model.config();
+  const int need = std::max(o.context + std::max(o.steps, o.verify_k + 1), o.prefill);
+  SPEC_INPUT_CHECK(need <= cfg.max_position_embeddings,
+                   "the benchmark needs " << need << " positions but the model's context is "
+                                          << cfg.max_position_embeddings
+                                          << ": lower --context, --steps or --prefill");
+
+  BenchReport rep;
+  rep.cpu_model = cpu_model_name();
+  rep.date = utc_now();
+  rep.dtype = dtype_name(ckpt.tensor("model.layers.0.mlp.up_proj.weight").dtype);
+  rep.weight_bytes = decode_weight_bytes(ckpt);
+  rep.parameters = parameter_count(ckpt);
+  rep.tp = tp;
+  rep.threads = o.threads;
+  rep.repeats = o.repeats;
+
+  // The bandwidth buffer: as large as this rank's share of the weights, touched once so that
+  // its pages exist before the first timed read.
+  const std::size_t bw_floats = static_cast<std::size_t>(rep.weight_bytes / tp / sizeof(float));
+  std::vector<float> bw_buffer(bw_floats, 1.0f);
+
+  const int V = cfg.vocab_size;
+  const std::vector<std::int32_t> prompt = bench_tokens(std::max(o.context, o.prefill), V, 1);
+  const std::vector<std::int32_t> steps_ids = bench_tokens(o.steps * o.batch, V, 2);
+  const std::vector<std::int32_t> verify_ids = bench_tokens(o.verify_k + 1, V, 3);
+  std::vector<float> logits;
+
+  auto fill = [&](KvCache& cache) {
+    cache.truncate(0);
+    SeqChunk c{&cache, prompt.data(), o.context};
+    model.forward({&c, 1}, false, logits);
+  };
+  auto single = model.new_cache(need + 1);
+  fill(*single);
+  std::vector<std::unique_ptr<KvCache>> caches;
+  if (wants(o, "batch"))
+    for (int b = 0; b < o.batch; ++b) {
+      caches.push_back(model.new_cache(o.context + o.steps + 1));
+      fill(*caches.back());
+    }
+
+  std::vector<double> t_bw, t_decode, t_verify, t_prefill, t_batch;
+  std::vector<SeqChunk> chunks(o.batch);
+  for (int round = 0; round < o.warmup + o.repeats; ++round) {
+    const bool record = round >= o.warmup;
+    if (root)
+      std::cerr << "bench: round " << round + 1 << "/" << o.warmup + o.repeats
+                << (record ? "" : " (warm-up)") << std::endl;
+    {
+      comm.barrier();
+      omp_set_num_threads(o.threads);
+      const auto t0 = Clock::now();
+      volatile float sink = cpu::stream_read(bw_buffer.data(), bw_buffer.size());
+      (void)sink;
+      comm.barrier();
+      if (record) t_bw.push_back(seconds_since(t0));
+    }
+    if (wants(o, "decode")) {
+      single->truncate(o.context);
+      comm.barrier();
+      const auto t0 = Clock::now();
+      for (int s = 0; s < o.steps; ++s) {
+        SeqChunk c{single.get(), &steps_ids[s], 1};
+        model.forward({&c, 1}, false, logits);
+      }
+      if (record) t_decode.push_back(seconds_since(t0) / o.steps);
+    }
+    if (wants(o, "verify")) {
+      comm.barrier();
+      const auto t0 = Clock::now();
+      for (int s = 0; s < o.steps; ++s) {
+        single->truncate(o.context);
+        SeqChunk c{single.get(), verify_ids.data(), o.verify_k + 1};
+        model.forward({&c, 1}, true, logits);
+      }
+      if (record) t_verify.push_back(seconds_since(t0) / o.steps);
+    }
+    if (wants(o, "prefill")) {
+      single->truncate(0);
+      comm.barrier();
+      const auto t0 = Clock::now();
+      SeqChunk c{single.get(), prompt.data(), o.prefill};
+      model.forward({&c, 1}, false, logits);
+      if (record) t_prefill.push_back(seconds_since(t0));
+    }
+    if (wants(o, "batch")) {
+      for (auto& c : caches) c->truncate(o.context);
+      comm.barrier();
+      const auto t0 = Clock::now();
+      for (int s = 0; s < o.steps; ++s) {
+        for (int b = 0; b < o.batch; ++b)
+          chunks[b] = SeqChunk{caches[b].get(), &steps_ids[s * o.batch + b], 1};
+        model.forward(chunks, false, logits);
+      }
+      if (record) t_batch.push_back(seconds_since(t0) / o.steps);
+    }
+  }
+
+  const double bw_bytes = static_cast<double>(bw_floats) * sizeof(float) * tp;
+  rep.cases.push_back(summarize("bandwidth", 0, bw_bytes, t_bw));
+  if (wants(o, "decode")) rep.cases.push_back(summarize("decode", 1, rep.weight_bytes, t_decode));
+  if (wants(o, "verify"))
+    rep.cases.push_back(summarize("verify", o.verify_k + 1, rep.weight_bytes, t_verify));
+  if (wants(o, "prefill"))
+    rep.cases.push_back(summarize("prefill", o.prefill, rep.weight_bytes, t_prefill));
+  if (wants(o, "batch"))
+    rep.cases.push_back(summarize("batch", o.batch, rep.weight_bytes, t_batch));
+  const double bw = rep.cases.front().gb_per_s;
+  for (BenchCase& c : rep.cases) c.pct_bandwidth = 100.0 * c.gb_per_s / bw;
+
+  auto find = [&](const char* name) -> const BenchCase* {
+    for (const BenchCase& c : rep.cases)
+      if (c.name == name) return &c;
+    return nullptr;
+  };
+  if (const BenchCase* d = find("decode")) {
+    if (const BenchCase* v = find("verify")) rep.verify_over_decode = v->ms_median / d->ms_median;
+    if (const BenchCase* p = find("prefill"))
+      rep.prefill_over_decode = p->tokens_per_s / d->tokens_per_s;
+    if (const BenchCase* b = find("batch"))
+      rep.batch_over_decode = b->tokens_per_s / d->tokens_per_s;
+  }
+  return rep;
+}
+
+std::string format_table(const BenchReport& r) {
+  std::ostringstream out;
+  out << std::fixed;
+  out << "model: " << std::setprecision(1) << r.parameters / 1e6 << "M parameters, " << r.dtype
+      << ", decode reads " << std::setprecision(1) << r.weight_bytes / 1e6 << " MB/token; tp "
+      << r.tp << ", threads " << r.threads << ", " << r.repeats << " repeats\n";
+  out << "cpu: " << r.cpu_model << "\n";
+  out << std::left << std::setw(10) << "case" << std::right << std::setw(7) << "tokens"
+      << std::setw(11) << "ms/step" << std::setw(20) << "(min - max)" << std::setw(11) << "tokens/s"
+      << std::setw(9) << "GB/s" << std::setw(9) << "% bw"
+      << "\n";
+  for (const BenchCase& c : r.cases) {
+    std::ostringstream spread;
+    spread << std::fixed << std::setprecision(3) << "(" << c.ms_min << " - " << c.ms_max << ")";
+    out << std::left << std::setw(10) << c.name << std::right << std::setw(7) << c.tokens_per_step
+        << std::setw(11) << std::setprecision(3) << c.ms_median << std::setw(20) << spread.str()
+        << std::setw(11) << std::setprecision(1) << c.tokens_per_s << std::setw(9)
+        << std::setprecision(2) << c.gb_per_s << std::setw(9) << std::setprecision(1)
+        << c.pct_bandwidth << "\n";
+  }
+  out << std::setprecision(2);
+  if (r.verify_over_decode > 0)
+    out << "verify / decode time: " << r.verify_over_decode << " (target <= 1.3)\n";
+  if (r.prefill_over_decode > 0)
+    out << "prefill / decode tokens/s: " << r.prefill_over_decode << " (target >= 8)\n";
+  if (r.batch_over_decode > 0)
+    out << "batch / decode tokens/s: " << r.batch_over_decode << " (target >= 4)\n";
+  return out.str();
+}
+
+std::string to_json(const BenchReport& r, const std::string& command_line) {
+  nlohmann::json j;
+  j["command"] = command_line;
+  j["cpu_model"] = r.cpu_model;
+  j["date"] = r.date;
+  j["dtype"] = r.dtype;
+  j["parameters"] = r.parameters;
+  j["decode_weight_bytes"] = r.weight_bytes;
+  j["tp"] = r.tp;
+  j["threads"] = r.threads;
+  j["repeats"] = r.repeats;
+  nlohmann::json cases = nlohmann::json::array();
+  for (const BenchCase& c : r.cases)
+    cases.push_back({{"name", c.name},
+                     {"tokens_per_step", c.tokens_per_step},
+                     {"ms_median", c.ms_median},
+                     {"ms_min", c.ms_min},
+                     {"ms_max", c.ms_max},
+                     {"tokens_per_s", c.tokens_per_s},
+                     {"gb_per_s", c.gb_per_s},
+                     {"pct_bandwidth", c.pct_bandwidth}});
+  j["cases"] = cases;
+  j["verify_over_decode"] = r.verify_over_decode;
+  j["prefill_over_decode"] = r.prefill_over_decode;
+  j["batch_over_decode"] = r.batch_over_decode;
+  return j.dump(2);
+}
+
+}  // namespace specrun

@@ -1,0 +1,74 @@
+// `specrun bench`: how close CPU decoding comes to the machine's memory bandwidth.
+//
+// One run builds a synthetic Llama model (make_model_pair into a temporary directory, or an
+// existing make-model directory), then, round after round so that a noisy machine affects every
+// case alike, measures:
+//   bandwidth  a STREAM-like read of a buffer as large as this rank's weights (cpu::stream_read);
+//   decode     batch 1, one new token per forward;
+//   verify     batch 1, k+1 new tokens scored in one forward (all logits), then rolled back;
+//   prefill    batch 1, a prompt of `prefill` tokens from an empty cache;
+//   batch      `batch` sequences, one new token each, in one forward.
+// Every case starts from a cache of `context` tokens (prefill: empty) so that attention stays
+// short and equal across rounds. Round 0 .. warmup-1 are not recorded. Figures are medians with
+// min/max over the recorded rounds of each round's mean step time.
+//
+// Under mpirun the ranks form one tensor-parallel group (tp = world size); every rank must call
+// run_bench with the same options. Timings are rank 0's; the model and bandwidth figures count
+// the bytes of all ranks together.
+#pragma once
+
+#include <string>
+#include <vector>
+
+#include "model/synthetic.h"
+
+namespace specrun {
+
+class Communicator;
+
+struct BenchOptions {
+  SyntheticSpec spec;     // the synthetic model (ignored when model_dir is set)
+  std::string model_dir;  // an existing make-model target directory; empty: make one
+  int threads = 2;        // OpenMP threads per rank
+  int repeats = 5;        // recorded rounds
+  int warmup = 1;         // rounds run first and discarded
+  int steps = 16;         // forward calls per round for decode, verify and batch
+  int context = 32;       // cache length every decode/verify/batch step starts from
+  int verify_k = 4;       // verify scores k+1 tokens
+  int prefill = 128;      // prompt length of the prefill case
+  int batch = 8;          // sequences of the batched-decode case
+  std::vector<std::string> cases = {"decode", "verify", "prefill", "batch"};
+};
+
+// One measured case.
+struct BenchCase {
+  std::string name;         // "bandwidth", "decode", "verify", "prefill", "batch"
+  int tokens_per_step = 0;  // new tokens per forward (0 for bandwidth)
+  double ms_median = 0, ms_min = 0, ms_max = 0;  // per step (bandwidth: per full read)
+  double tokens_per_s = 0;                       // tokens_per_step / median step time
+  double gb_per_s = 0;       // weight bytes (bandwidth: buffer bytes) / median step time
+  double pct_bandwidth = 0;  // gb_per_s / the bandwidth case's median GB/s * 100
+};
+
+struct BenchReport {
+  std::string cpu_model;    // /proc/cpuinfo "model name"
+  std::string date;         // UTC, ISO 8601
+  std::string dtype;        // weight dtype of the model
+  double weight_bytes = 0;  // bytes one decode step reads (all ranks): layers, lm_head, norms
+  double parameters = 0;    // all parameters (embedding included)
+  int tp = 1, threads = 1, repeats = 0;
+  std::vector<BenchCase> cases;  // bandwidth first
+  // The ratios (0 when a case was not run): verify ms / decode ms; prefill tokens/s /
+  // decode tokens/s; batch tokens/s / decode tokens/s.
+  double verify_over_decode = 0, prefill_over_decode = 0, batch_over_decode = 0;
+};
+
+// Runs the benchmark on every rank of `tp_comm` (size = tp). Throws (exit code 2) for bad
+// options, naming them. Progress lines go to stderr on rank 0.
+BenchReport run_bench(const BenchOptions& options, Communicator& tp_comm);
+
+// The table printed by `specrun bench`, and the same figures as JSON text.
+std::string format_table(const BenchReport& report);
+std::string to_json(const BenchReport& report, const std::string& command_line);
+
+}  // namespace specrun

@@ -1,0 +1,52 @@
+#!/usr/bin/env bash
+# `specrun bench` smoke run on a tiny synthetic model: one repeat, single rank and tp = 2 under
+# mpirun. Checks the table and the JSON (every case present, positive times, consistent derived
+# figures) and that a bad option exits 2. No assertion on speed: that is for scripts/bench.sh.
+set -euo pipefail
+: "${SPECRUN_BIN:?SPECRUN_BIN must point to the specrun executable}"
+PY=/usr/bin/python3
+fail() {
+  echo "FAIL: $*" >&2
+  exit 1
+}
+TINY=(--hidden 64 --layers 2 --heads 4 --kv-heads 2 --intermediate 128 --vocab 256
+  --repeats 1 --warmup 1 --steps 2 --context 4 --verify-k 3 --prefill 16 --batch 3)
+
+"$SPECRUN_BIN" bench "${TINY[@]}" --threads 2 --json one.json >one.txt
+cat one.txt
+grep -q "decode" one.txt || fail "no decode row in the table"
+mpirun --oversubscribe -np 2 "$SPECRUN_BIN" bench "${TINY[@]}" --tp 2 --threads 1 \
+  --cases decode,verify --json two.json >two.txt
+cat two.txt
+
+$PY - <<'PYEOF'
+import json
+def check(path, names, tp, verify_k):
+    d = json.load(open(path))
+    got = [c["name"] for c in d["cases"]]
+    assert got == names, f"{path}: cases {got}, expected {names}"
+    assert d["tp"] == tp, f"{path}: tp {d['tp']}"
+    assert d["decode_weight_bytes"] > 0 and d["parameters"] > 0
+    for c in d["cases"]:
+        assert 0 < c["ms_min"] <= c["ms_median"] <= c["ms_max"], f"{path}: {c}"
+        assert c["gb_per_s"] > 0, f"{path}: {c}"
+    bw = d["cases"][0]
+    assert abs(bw["pct_bandwidth"] - 100) < 1e-6
+    dec = next(c for c in d["cases"] if c["name"] == "decode")
+    assert dec["tokens_per_step"] == 1
+    assert abs(dec["tokens_per_s"] * dec["ms_median"] / 1000 - 1) < 1e-6
+    ver = next(c for c in d["cases"] if c["name"] == "verify")
+    assert ver["tokens_per_step"] == verify_k + 1
+    assert abs(d["verify_over_decode"] - ver["ms_median"] / dec["ms_median"]) < 1e-9
+check("one.json", ["bandwidth", "decode", "verify", "prefill", "batch"], 1, 3)
+check("two.json", ["bandwidth", "decode", "verify"], 2, 3)
+print("bench JSON ok")
+PYEOF
+
+set +e
+"$SPECRUN_BIN" bench --dtype f16 >bad.txt 2>&1
+code=$?
+set -e
+[[ $code -eq 2 ]] || fail "--dtype f16 exited $code, expected 2"
+grep -q "dtype" bad.txt || fail "the --dtype error does not name the option"
+echo "bench smoke ok"
