@@ -1,0 +1,300 @@
+#!/usr/bin/python3
+"""Checks a result file written by `specrun run`, reading it with h5py as a researcher would.
+
+usage: check_run_result.py RESULT.h5 --prompts N --world W --tp T --draft-len K
+                           [--report-json REPORT.json] [--unfinished]
+
+1. Layout: every attribute and dataset that docs/file-formats.md lists is present with the
+   documented dtype and shape (and a `description` on every row dataset).
+2. Counts: N prompts per mode, each exactly once; the steps table has `verify_steps` rows per
+   sequence; timings are [steps x world x 6] with one row per (batch, step), NaN exactly for the
+   ranks outside the batch's tensor-parallel group; output lengths equal `generated`;
+   accepted_per_position equals the count recomputed from the steps table.
+3. Greedy: both modes' outputs are identical per prompt.
+4. Provenance: one JSON record per rank, world_rank r in row r.
+5. With --report-json: the numbers of `specrun report --json` equal values recomputed here
+   from the raw datasets (tau, alpha, acceptance per position, tokens/s, phase quantiles,
+   per-rank means, speedup, greedy-equality count, categories).
+Exit status 0 when every check passes; otherwise lists what differs and exits 1.
+"""
+import argparse
+import json
+import sys
+
+import h5py
+import numpy as np
+
+PHASES = ["draft", "verify", "comm", "sample", "other", "total"]
+ROOT_ATTRS = {"schema": "str", "schema_version": "int32", "specrun_version": "str",
+              "git_commit": "str", "git_dirty": "bool", "started": "str", "finished": "str",
+              "world_size": "int32", "tp": "int32", "dp": "int32", "resumes": "int32"}
+JOB_ATTRS = ["toml", "resolved", "config_hash", "prompts_path", "prompts_hash"]
+SEQ = {"batch": "int64", "prompt_index": "int64", "prompt_id": "str", "category": "str",
+       "prompt_len": "int32", "generated": "int32", "verify_steps": "int32", "drafted": "int64",
+       "accepted": "int64", "finish_reason": "int8", "wall_s": "float64",
+       "output_tokens": "int32", "output_offsets": "int64"}
+STEP = {"batch": "int64", "step": "int32", "prompt_index": "int64", "active": "int32",
+        "drafted": "int32", "accepted": "int32"}
+BATCH = {"batch": "int64", "sequences_end": "int64", "steps_end": "int64",
+         "timing_rows_end": "int64", "output_tokens_end": "int64",
+         "accepted_per_position": "int64"}
+
+failures = []
+
+
+def check(cond, what):
+    if not cond:
+        failures.append(what)
+    return cond
+
+
+def dtype_ok(obj, want):
+    dt = obj.dtype
+    if want == "str":
+        return h5py.check_string_dtype(dt) is not None
+    if want == "bool":
+        return dt == np.bool_ or (h5py.check_enum_dtype(dt) is not None)
+    return dt == np.dtype(want)
+
+
+def attr_dtype_ok(holder, name, want):
+    value = holder.attrs[name]
+    if want == "str":
+        return isinstance(value, str)
+    if want == "bool":
+        return isinstance(value, (bool, np.bool_))
+    return np.asarray(value).dtype == np.dtype(want)
+
+
+def close(a, b, rel=1e-6, abs_=1e-9):
+    return abs(a - b) <= max(abs_, rel * max(abs(a), abs(b)))
+
+
+def check_layout(f, world, draft_len):
+    for name, want in ROOT_ATTRS.items():
+        if check(name in f.attrs, f"root attribute {name} missing"):
+            check(attr_dtype_ok(f, name, want), f"root attribute {name}: not {want}")
+    check(f.attrs.get("schema") == "specrun.result", "schema is not specrun.result")
+    check(int(f.attrs.get("schema_version", 0)) == 1, "schema_version is not 1")
+    for name in JOB_ATTRS:
+        if check(name in f["job"].attrs, f"/job attribute {name} missing"):
+            check(attr_dtype_ok(f["job"], name, "str"), f"/job attribute {name}: not a string")
+    ranks = f["provenance/ranks"]
+    check(dtype_ok(ranks, "str") and ranks.shape == (world,), f"provenance/ranks {ranks.shape}")
+    mm = f["provenance/mismatches"]
+    check(dtype_ok(mm, "str") and mm.shape == (), "provenance/mismatches: not a scalar string")
+    for r, text in enumerate(ranks.asstr()[:]):
+        rec = json.loads(text)
+        check(rec.get("world_rank") == r, f"provenance row {r} has world_rank {rec.get('world_rank')}")
+        check(isinstance(rec.get("environment"), dict), f"provenance row {r}: no environment")
+        for key in ["git_commit", "hdf5_version", "mpi_library", "hostname", "compiler"]:
+            check(key in rec, f"provenance row {r}: no {key}")
+    json.loads(mm.asstr()[()])
+
+    for mode, k in (("baseline", 0), ("speculative", draft_len)):
+        g = f[mode]
+        check(int(g.attrs["draft_len"]) == k, f"{mode} draft_len {g.attrs['draft_len']} != {k}")
+        for a, want in (("draft_len", "int32"), ("batches_committed", "int64"),
+                        ("sequences_committed", "int64")):
+            check(attr_dtype_ok(g, a, want), f"{mode} attribute {a}: not {want}")
+        for group, table in (("sequences", SEQ), ("steps", STEP), ("batches", BATCH)):
+            for name, want in table.items():
+                path = f"{mode}/{group}/{name}"
+                if not check(path in f, f"{path} missing"):
+                    continue
+                ds = f[path]
+                check(dtype_ok(ds, want), f"{path}: dtype {ds.dtype}, expected {want}")
+                check("description" in ds.attrs, f"{path}: no description attribute")
+                if name == "accepted_per_position":
+                    check(ds.ndim == 2 and ds.shape[1] == k, f"{path}: shape {ds.shape}")
+                else:
+                    check(ds.ndim == 1, f"{path}: shape {ds.shape}")
+        t = g["timings"]
+        check(t.dtype == np.float32 and t.ndim == 3 and t.shape[1:] == (world, 6),
+              f"{mode}/timings: {t.dtype} {t.shape}, expected float32 [steps, {world}, 6]")
+        check(t.attrs.get("unit") == "ms", f"{mode}/timings unit {t.attrs.get('unit')}")
+        check([str(p) for p in t.attrs.get("phases", [])] == PHASES,
+              f"{mode}/timings phases {t.attrs.get('phases')}")
+        tb = g["timings_batch"]
+        check(tb.dtype == np.int64 and tb.shape == t.shape[:1], f"{mode}/timings_batch {tb.shape}")
+        app = g["accepted_per_position"]
+        check(app.dtype == np.int64 and app.shape == (k,), f"{mode}/accepted_per_position {app.shape}")
+
+
+def committed(g):
+    """The documented recipe: rows of committed batches only."""
+    nb = min([int(g.attrs["batches_committed"])] + [len(d) for d in g["batches"].values()])
+    if nb == 0:
+        return nb, 0, 0, 0
+    return (nb, int(g["batches/sequences_end"][nb - 1]), int(g["batches/steps_end"][nb - 1]),
+            int(g["batches/timing_rows_end"][nb - 1]))
+
+
+def load_mode(g):
+    nb, n, ns, nt = committed(g)
+    d = {"batches": nb}
+    for name in SEQ:
+        if name in ("output_tokens", "output_offsets"):
+            continue
+        ds = g["sequences/" + name]
+        d[name] = ds.asstr()[:n] if h5py.check_string_dtype(ds.dtype) else ds[:n]
+    off = g["sequences/output_offsets"][: n + 1]
+    tok = g["sequences/output_tokens"][: off[-1] if n else 0]
+    d["outputs"] = [tok[off[i]:off[i + 1]] for i in range(n)]
+    d["steps"] = {name: g["steps/" + name][:ns] for name in STEP}
+    d["timings"] = g["timings"][:nt].astype(np.float64)
+    d["timings_batch"] = g["timings_batch"][:nt]
+    d["app"] = g["batches/accepted_per_position"][:nb].sum(axis=0) if nb else None
+    return d
+
+
+def check_counts(mode, d, n_prompts, world, tp, k):
+    dp = world // tp
+    idx = sorted(int(i) for i in d["prompt_index"])
+    check(idx == list(range(n_prompts)), f"{mode}: prompt indices {idx}, expected 0..{n_prompts - 1}")
+    st = d["steps"]
+    for i, p in enumerate(d["prompt_index"]):
+        rows = st["prompt_index"] == p
+        check(int(rows.sum()) == int(d["verify_steps"][i]),
+              f"{mode} prompt {p}: {rows.sum()} step rows, verify_steps {d['verify_steps'][i]}")
+        check(len(d["outputs"][i]) == int(d["generated"][i]), f"{mode} prompt {p}: output length")
+        # Tokens: the prefill's one plus accepted + 1 per step, unless max_new_tokens cut them.
+        check(int(d["generated"][i]) <= 1 + int((st["accepted"][rows] + 1).sum()),
+              f"{mode} prompt {p}: generated exceeds what the steps emitted")
+        check(int(st["drafted"][rows].sum()) == int(d["drafted"][i]), f"{mode} prompt {p}: drafted")
+        check(int(st["accepted"][rows].sum()) == int(d["accepted"][i]), f"{mode} prompt {p}: accepted")
+    # One timing row per (batch, step), in commit order.
+    pairs = sorted(set(zip(st["batch"].tolist(), st["step"].tolist())))
+    t = d["timings"]
+    check(t.shape == (len(pairs), world, 6),
+          f"{mode}: timings shape {t.shape}, expected ({len(pairs)}, {world}, 6)")
+    for row, b in enumerate(d["timings_batch"]):
+        g = int(b) % dp
+        in_group = np.zeros(world, bool)
+        in_group[g * tp:(g + 1) * tp] = True
+        nan = np.isnan(t[row]).all(axis=1)
+        check((nan == ~in_group).all(), f"{mode} timing row {row} (batch {b}): NaN ranks {nan}")
+    check(not np.isnan(t[:, :, 5]).all(axis=1).any(), f"{mode}: a timing row without any rank")
+    if k:
+        recomputed = [int((st["accepted"] >= i).sum()) for i in range(1, k + 1)]
+        check(list(map(int, d["app"])) == recomputed,
+              f"{mode}: accepted_per_position {d['app']} != recomputed {recomputed}")
+
+
+def quantiles(v):
+    v = np.asarray(v, np.float64)
+    return {"mean": float(v.mean()), "p50": float(np.percentile(v, 50)),
+            "p90": float(np.percentile(v, 90))} if len(v) else {"mean": 0, "p50": 0, "p90": 0}
+
+
+def expected_mode(d):
+    n = len(d["generated"])
+    gen = d["generated"].astype(np.int64)
+    out = {"prompts": n, "generated": int(gen.sum()), "batches": d["batches"],
+           "verify_steps": int(d["verify_steps"].sum()),
+           "drafted": int(d["drafted"].sum()), "accepted": int(d["accepted"].sum())}
+    out["tau"] = (gen.sum() - n) / d["verify_steps"].sum()
+    out["alpha"] = d["accepted"].sum() / d["drafted"].sum() if d["drafted"].sum() else 0.0
+    walls = {}
+    for b, w in zip(d["batch"], d["wall_s"]):
+        walls[int(b)] = max(walls.get(int(b), 0.0), float(w))
+    out["seconds"] = sum(walls.values())
+    out["tokens_per_s"] = gen.sum() / out["seconds"]
+    st = d["steps"]
+    kmax = int(st["drafted"].max()) if len(st["drafted"]) else 0
+    unc, cond = [], []
+    for i in range(1, kmax + 1):
+        offered = st["drafted"] >= i
+        reached = offered & (st["accepted"] >= i)
+        prior = offered & (st["accepted"] >= i - 1)
+        unc.append(reached.sum() / offered.sum())
+        cond.append(reached.sum() / prior.sum())
+    out["acceptance_unconditional"] = unc
+    out["acceptance_conditional"] = cond
+    t = d["timings"]
+    out["phases_ms"] = {p: quantiles(np.nanmean(t[:, :, i], axis=1)) for i, p in enumerate(PHASES)}
+    out["phases_rank_mean"] = {
+        p: [float(np.nanmean(t[:, r, i])) for r in range(t.shape[1])] for i, p in enumerate(PHASES)}
+    cats = {}
+    for c in sorted(set(d["category"])):
+        m = d["category"] == c
+        cats[c or "(none)"] = {"prompts": int(m.sum()),
+                               "tau": (gen[m].sum() - m.sum()) / d["verify_steps"][m].sum()}
+    out["categories"] = cats
+    return out
+
+
+def check_report(rep, data, unfinished):
+    check(rep["job_finished"] == (not unfinished), f"report job_finished {rep['job_finished']}")
+    for mode, d in data.items():
+        exp, got = expected_mode(d), rep["modes"][mode]
+        for key in ("prompts", "generated", "batches", "verify_steps", "drafted", "accepted"):
+            check(got[key] == exp[key], f"report {mode} {key}: {got[key]} != {exp[key]}")
+        for key in ("tau", "alpha", "seconds", "tokens_per_s"):
+            check(close(got[key], exp[key]), f"report {mode} {key}: {got[key]} != {exp[key]}")
+        for key in ("acceptance_unconditional", "acceptance_conditional"):
+            check(len(got[key]) == len(exp[key]) and
+                  all(close(a, b) for a, b in zip(got[key], exp[key])),
+                  f"report {mode} {key}: {got[key]} != {exp[key]}")
+        for p in PHASES:
+            for q in ("mean", "p50", "p90"):
+                a, b = got["phases_ms"][p][q], exp["phases_ms"][p][q]
+                check(close(a, b, rel=1e-5, abs_=1e-6), f"report {mode} {p} {q}: {a} != {b}")
+            ranks = [r["mean"] for r in got["phases_ms_per_rank"][p]["ranks"]]
+            check(all(close(a, b, rel=1e-5, abs_=1e-6) for a, b in zip(ranks, exp["phases_rank_mean"][p])),
+                  f"report {mode} {p} per-rank means {ranks} != {exp['phases_rank_mean'][p]}")
+        for c, v in exp["categories"].items():
+            g = got["categories"].get(c)
+            check(g is not None and g["prompts"] == v["prompts"] and close(g["tau"], v["tau"]),
+                  f"report {mode} category {c}: {g} != {v}")
+    if "baseline" in data and "speculative" in data:
+        b, s = data["baseline"], data["speculative"]
+        bi = {int(p): i for i, p in enumerate(b["prompt_index"])}
+        pairs = [(bi[int(p)], j) for j, p in enumerate(s["prompt_index"]) if int(p) in bi]
+        same = sum(np.array_equal(b["outputs"][i], s["outputs"][j]) for i, j in pairs)
+        check(rep["greedy_identical"] == same, f"report greedy_identical {rep['greedy_identical']} != {same}")
+        check(rep["paired_prompts"] == len(pairs), "report paired_prompts")
+        bt = sum(float(b["wall_s"][i]) for i, _ in pairs) / sum(int(b["generated"][i]) for i, _ in pairs)
+        stt = sum(float(s["wall_s"][j]) for _, j in pairs) / sum(int(s["generated"][j]) for _, j in pairs)
+        sp = rep["speedup"]
+        check(close(sp["value"], bt / stt), f"report speedup {sp['value']} != {bt / stt}")
+        check(sp["low"] <= sp["value"] <= sp["high"], f"speedup interval {sp} excludes its value")
+
+
+def main():
+    ap = argparse.ArgumentParser()
+    ap.add_argument("file")
+    ap.add_argument("--prompts", type=int, required=True)
+    ap.add_argument("--world", type=int, required=True)
+    ap.add_argument("--tp", type=int, required=True)
+    ap.add_argument("--draft-len", type=int, required=True)
+    ap.add_argument("--report-json")
+    ap.add_argument("--unfinished", action="store_true")
+    args = ap.parse_args()
+    with h5py.File(args.file, "r") as f:
+        check_layout(f, args.world, args.draft_len)
+        check(bool(f.attrs["finished"]) != args.unfinished, f"finished = {f.attrs['finished']!r}")
+        check(int(f.attrs["world_size"]) == args.world and int(f.attrs["tp"]) == args.tp,
+              "world_size/tp attributes")
+        data = {m: load_mode(f[m]) for m in ("baseline", "speculative")}
+    for mode, d in data.items():
+        check_counts(mode, d, args.prompts, args.world, args.tp,
+                     args.draft_len if mode == "speculative" else 0)
+    b, s = data["baseline"], data["speculative"]
+    bo = {int(p): o for p, o in zip(b["prompt_index"], b["outputs"])}
+    for p, o in zip(s["prompt_index"], s["outputs"]):
+        check(np.array_equal(bo.get(int(p)), o), f"greedy outputs differ for prompt {p}")
+    if args.report_json:
+        with open(args.report_json) as fh:
+            check_report(json.load(fh), data, args.unfinished)
+    if failures:
+        print(f"{len(failures)} check(s) failed:")
+        for what in failures[:40]:
+            print("  " + what)
+        sys.exit(1)
+    print(f"{args.file}: layout, counts, greedy equality, provenance"
+          + (" and report numbers" if args.report_json else "") + " ok")
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,71 @@
+# Shared setup of the run_* end-to-end scripts (sourced, not run): a small synthetic model pair,
+# prompt files, job files, and helpers that check exit codes and messages.
+: "${SPECRUN_BIN:?SPECRUN_BIN must point to the specrun executable}"
+E2E_DIR="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
+PY=/usr/bin/python3
+MPIRUN=(mpirun --oversubscribe)
+export OMPI_ALLOW_RUN_AS_ROOT=${OMPI_ALLOW_RUN_AS_ROOT:-1}
+export OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=${OMPI_ALLOW_RUN_AS_ROOT_CONFIRM:-1}
+export OMPI_MCA_rmaps_base_oversubscribe=${OMPI_MCA_rmaps_base_oversubscribe:-1}
+export OMPI_MCA_mpi_yield_when_idle=${OMPI_MCA_mpi_yield_when_idle:-1}
+unset NCCL_PROTO  # the outer environment must not decide any outcome
+
+fail() {
+  echo "FAIL: $*" >&2
+  exit 1
+}
+
+# make_models DIR: the small target/draft pair (vocab 256) every run_* script uses.
+make_models() {
+  [ -f "$1/target/config.json" ] && return 0
+  "$SPECRUN_BIN" make-model "$1" --hidden 64 --layers 2 --heads 4 --kv-heads 2 \
+    --intermediate 128 --vocab 256 >/dev/null
+}
+
+# make_prompt_file OUT.h5 N [make_prompts.py options...]
+make_prompt_file() {
+  local out=$1 n=$2
+  shift 2
+  "$PY" "$E2E_DIR/make_prompts.py" "${out%.h5}.jsonl" "$n" "$@"
+  "$SPECRUN_BIN" prepare "${out%.h5}.jsonl" "$out" --overwrite >/dev/null
+}
+
+# write_job FILE OUTPUT PROMPTS [extra TOML lines...]: greedy, baseline + speculative, tp 2.
+write_job() {
+  local file=$1 output=$2 prompts=$3
+  shift 3
+  cat >"$file" <<TOML
+[job]
+name = "e2e"
+output = "$output"
+[target]
+path = "models/target"
+[draft]
+kind = "model"
+path = "models/draft"
+[parallel]
+tp = ${E2E_TP:-2}
+threads = 1
+[data]
+prompts = "$prompts"
+batch_size = ${E2E_BATCH:-4}
+[decode]
+max_new_tokens = 16
+draft_len = 4
+temperature = 0.0
+TOML
+  local line
+  for line in "$@"; do echo "$line" >>"$file"; done
+}
+
+# expect_exit CODE PATTERN LOG -- command...: runs the command (stdout+stderr to LOG) under a
+# 60 s timeout (124 = a rank hung), checks the exit code and that LOG matches the regex PATTERN.
+expect_exit() {
+  local want=$1 pattern=$2 log=$3
+  shift 4
+  local rc=0
+  timeout 60 "$@" >"$log" 2>&1 || rc=$?
+  [[ $rc -ne 124 ]] || fail "timed out (a rank hangs?): $*; log: $(tail -5 "$log")"
+  [[ $rc -eq $want ]] || fail "exit $rc, expected $want: $*; log: $(tail -5 "$log")"
+  grep -qE -- "$pattern" "$log" || fail "no /$pattern/ in the output of: $*; log: $(tail -5 "$log")"
+}
