@@ -66,7 +66,18 @@ slurm_stop_pidfile() {
 # more than once and from an EXIT trap.
 slurm_cluster_stop() {
   [[ -n $SLURM_CLUSTER_DIR ]] || return 0
-  local d=$SLURM_CLUSTER_DIR
+  local d=$SLURM_CLUSTER_DIR i
+  # Jobs first, so that no rank outlives the daemons (a failed test may leave one running).
+  if [[ -f $d/run/slurmctld.pid && -n ${SLURM_CONF:-} ]] && kill -0 "$(cat "$d/run/slurmctld.pid")" 2>/dev/null; then
+    if [[ -n $(squeue -h -o %i 2>/dev/null) ]]; then
+      slurm_log "cancelling the jobs still queued or running"
+      scancel --user="$(id -un)" 2>/dev/null || true
+      for ((i = 0; i < 100; ++i)); do
+        [[ -z $(squeue -h -o %i 2>/dev/null) ]] && break
+        sleep 0.2
+      done
+    fi
+  fi
   slurm_stop_pidfile "$d/run/slurmd.pid"
   slurm_stop_pidfile "$d/run/slurmctld.pid"
   slurm_stop_pidfile "$d/munge/munged.pid"

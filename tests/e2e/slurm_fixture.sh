@@ -4,7 +4,7 @@
 #   source "$SPECRUN_SOURCE_DIR/tests/e2e/slurm_fixture.sh"
 #   make_fixture DIR PROMPTS BATCH_SIZE [INJECT_DELAY_MS]
 #
-# writes into DIR: models/{target,draft} (a tiny synthetic pair), prompts.h5 (PROMPTS seeded
+# (re)creates DIR with: models/{target,draft} (a tiny synthetic pair), prompts.h5 (PROMPTS seeded
 # random prompts of 4..12 tokens, two categories), job.toml (greedy baseline + speculative,
 # tp 1, draft_len 3, 16 new tokens, result in DIR/out/result.h5) and an empty DIR/out.
 # INJECT_DELAY_MS > 0 slows every verify step down (debug.inject_delay_ms), so that a job
@@ -21,6 +21,7 @@ fail() {
 
 make_fixture() {
   local d=$1 n=$2 bs=$3 delay=${4:-0}
+  rm -rf "$d" # a rerun starts clean (logs are appended to, results are not overwritten)
   mkdir -p "$d/out"
   "$SPECRUN_BIN" make-model "$d/models" --hidden 64 --layers 2 --heads 4 --kv-heads 2 \
     --intermediate 128 --vocab 256 >/dev/null
