@@ -3,15 +3,8 @@
 #include <cuda_runtime.h>
 #include <nccl.h>
 
-#include "common/error.h"
+#include "kernels/cuda/cuda_check.h"
 #include "kernels/cuda/device_info.h"
-
-#define CUDA_CHECK(call)                                                                    \
-  do {                                                                                      \
-    cudaError_t spec_cuda_rc_ = (call);                                                     \
-    SPEC_CHECK_GEN_(spec_cuda_rc_ == cudaSuccess, #call, cudaGetErrorString(spec_cuda_rc_), \
-                    ::specrun::kExitFailure);                                               \
-  } while (0)
 
 namespace specrun::cuda {
 namespace {

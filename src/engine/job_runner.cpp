@@ -24,7 +24,7 @@
 #include "io/provenance.h"
 #include "io/result_file.h"
 #include "model/checkpoint.h"
-#include "model/transformer.h"
+#include "model/model_factory.h"
 
 namespace specrun {
 namespace {
@@ -112,11 +112,7 @@ int run_job(const JobConfig& config, MpiSession& mpi, const RunOptions& options)
   // Everything that can be checked before loading models is checked first.
   const World world = mpi.world(config.parallel.tp);
   Logger log(world.rank, world.size);
-  SPEC_INPUT_CHECK(config.parallel.backend == "cpu",
-                   "parallel.backend = \"" << config.parallel.backend
-                                           << "\" is not available in this build"
-                                           << (build_info().cuda ? " yet" : " (built without CUDA)")
-                                           << ": use parallel.backend = \"cpu\"");
+  ModelFactory::check_backend(config.parallel.backend);
   SPEC_INPUT_CHECK(!config.data.prompts.empty(),
                    "data.prompts is not set: give an HDF5 prompt file "
                    "made by `specrun prepare`");
@@ -178,18 +174,17 @@ int run_job(const JobConfig& config, MpiSession& mpi, const RunOptions& options)
   auto t_load = Clock::now();
   Checkpoint target_ckpt(config.target.path.resolved);
   check_dtype(config, target_ckpt, "target");
-  Transformer target(target_ckpt, tp_comm, world.tp_rank, world.tp, threads);
+  ModelFactory factory(config.parallel.backend, tp_comm, self_comm, world, threads,
+                       config.parallel.comm_timeout_s);
+  std::unique_ptr<LanguageModel> target = factory.load(target_ckpt, /*sharded=*/true);
   std::unique_ptr<Checkpoint> draft_ckpt;
-  std::unique_ptr<Transformer> draft;
+  std::unique_ptr<LanguageModel> draft;
   const bool sharded = config.draft.placement == "sharded";
   if (config.draft.kind == "model") {
     SPEC_INPUT_CHECK(!config.draft.path.empty(),
                      "draft.kind = \"model\" but draft.path is not set");
     draft_ckpt = std::make_unique<Checkpoint>(config.draft.path.resolved);
-    if (sharded)
-      draft = std::make_unique<Transformer>(*draft_ckpt, tp_comm, world.tp_rank, world.tp, threads);
-    else
-      draft = std::make_unique<Transformer>(*draft_ckpt, self_comm, 0, 1, threads);
+    draft = factory.load(*draft_ckpt, sharded);
   }
   double load_s = std::chrono::duration<double>(Clock::now() - t_load).count();
   {
@@ -200,6 +195,7 @@ int run_job(const JobConfig& config, MpiSession& mpi, const RunOptions& options)
          << std::fixed << std::setprecision(2) << load_s << " s";
     log.info(line.str());
   }
+  if (config.parallel.backend != "cpu") log.info("backend: " + factory.description());
 
   DecodeOptions decode;
   decode.max_new_tokens = config.decode.max_new_tokens;
@@ -212,7 +208,7 @@ int run_job(const JobConfig& config, MpiSession& mpi, const RunOptions& options)
   decode.draft_sharded = sharded;
   decode.inject_delay_ms = config.debug.inject_delay_ms;
   decode.inject_phase = config.debug.inject_phase;
-  BatchDecoder decoder(target, draft.get(), tp_comm, decode);
+  BatchDecoder decoder(*target, draft.get(), factory.tp_comm(), decode);
 
   install_stop_handlers();
   // Collective: every rank learns whether any rank got a stop signal.
@@ -245,7 +241,7 @@ int run_job(const JobConfig& config, MpiSession& mpi, const RunOptions& options)
       const bool mine = my_batch < n_batches && !done[mode].count(my_batch);
       std::string payload;
       if (mine) {
-        tp_comm.reset_timing();
+        factory.tp_comm().reset_timing();
         BatchResult result = decoder.run(mode, my_batch, batch_prompts);
         payload = encode_batch(result, world.tp_rank == 0);
       }

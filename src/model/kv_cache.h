@@ -6,6 +6,7 @@
 #pragma once
 
 #include <cstdint>
+#include <memory>
 #include <vector>
 
 namespace specrun {
@@ -15,6 +16,11 @@ class KvCache {
   // capacity: most tokens this sequence may ever hold; max_positions: the model's context
   // (max_position_embeddings). Allocates 2 * n_layers * capacity * n_kv_heads * head_dim floats.
   KvCache(int n_layers, int capacity, int n_kv_heads, int head_dim, int max_positions);
+  // The same cache over storage the caller allocated (the CUDA backend: device memory, freed by
+  // the shared_ptr's deleter). `storage` holds storage_floats() floats in the layout above;
+  // keys() and values() then point into it and must not be dereferenced on the host.
+  KvCache(int n_layers, int capacity, int n_kv_heads, int head_dim, int max_positions,
+          std::shared_ptr<float> storage);
 
   int length() const { return length_; }
   int capacity() const { return capacity_; }
@@ -36,11 +42,15 @@ class KvCache {
   void advance(int n_new);
 
   // Layer `layer`'s K or V: [capacity, n_kv_heads, head_dim], position p at p * row_floats().
-  float* keys(int layer) { return data_.data() + layer_offset(layer, 0); }
-  float* values(int layer) { return data_.data() + layer_offset(layer, 1); }
-  const float* keys(int layer) const { return data_.data() + layer_offset(layer, 0); }
-  const float* values(int layer) const { return data_.data() + layer_offset(layer, 1); }
+  float* keys(int layer) { return base() + layer_offset(layer, 0); }
+  float* values(int layer) { return base() + layer_offset(layer, 1); }
+  const float* keys(int layer) const { return base() + layer_offset(layer, 0); }
+  const float* values(int layer) const { return base() + layer_offset(layer, 1); }
   std::int64_t row_floats() const { return static_cast<std::int64_t>(n_kv_heads_) * head_dim_; }
+  // Floats of the whole cache: 2 * n_layers * capacity * row_floats().
+  std::size_t storage_floats() const { return layer_offset(n_layers_, 0); }
+  // True when the storage was given by the caller (e.g. device memory).
+  bool external_storage() const { return external_ != nullptr; }
 
  private:
   std::size_t layer_offset(int layer, int which) const {
@@ -48,10 +58,14 @@ class KvCache {
            static_cast<std::size_t>(row_floats());
   }
 
+  float* base() { return external_ ? external_.get() : data_.data(); }
+  const float* base() const { return external_ ? external_.get() : data_.data(); }
+
   int n_layers_, capacity_, n_kv_heads_, head_dim_, max_positions_;
   int length_ = 0;
   std::int64_t sequence_id_ = -1;
   std::vector<float> data_;
+  std::shared_ptr<float> external_;  // non-null: storage owned elsewhere, data_ unused
 };
 
 }  // namespace specrun

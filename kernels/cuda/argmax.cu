@@ -1,0 +1,67 @@
+// argmax: index of the largest element of each float32 row. Layout: x [n_rows, n] row-major,
+// out [n_rows] int32. Ties go to the lowest index; NaNs are never chosen unless the whole row
+// is NaN (then 0), as in kernels/cpu argmax. One block per row: threads scan strided, then a
+// warp and block reduction with the same (value, index) ordering.
+#include "kernels/cuda/device_util.cuh"
+#include "kernels/cuda/ops.h"
+
+namespace specrun::cuda {
+namespace {
+
+constexpr int kThreads = 256;
+
+// Whether (bv, bi) should replace (av, ai): larger value, or equal value and lower index;
+// a number beats a NaN; two NaNs: lower index.
+__device__ __forceinline__ bool better(float bv, int bi, float av, int ai) {
+  const bool a_nan = isnan(av), b_nan = isnan(bv);
+  if (a_nan != b_nan) return a_nan;
+  if (a_nan) return bi < ai;
+  return bv > av || (bv == av && bi < ai);
+}
+
+__global__ void __launch_bounds__(kThreads)
+    argmax_kernel(const float* __restrict__ x, int n, std::int32_t* __restrict__ out) {
+  __shared__ float s_val[kThreads / detail::kWarp];
+  __shared__ int s_idx[kThreads / detail::kWarp];
+  const float* row = x + static_cast<std::size_t>(blockIdx.x) * n;
+  float best = NAN;
+  int best_i = 0x7fffffff;
+  for (int i = threadIdx.x; i < n; i += blockDim.x)
+    if (better(row[i], i, best, best_i)) {
+      best = row[i];
+      best_i = i;
+    }
+  for (int off = detail::kWarp / 2; off > 0; off >>= 1) {
+    const float ov = __shfl_xor_sync(0xffffffffu, best, off);
+    const int oi = __shfl_xor_sync(0xffffffffu, best_i, off);
+    if (better(ov, oi, best, best_i)) {
+      best = ov;
+      best_i = oi;
+    }
+  }
+  const int lane = threadIdx.x % detail::kWarp, warp = threadIdx.x / detail::kWarp;
+  if (lane == 0) {
+    s_val[warp] = best;
+    s_idx[warp] = best_i;
+  }
+  __syncthreads();
+  if (threadIdx.x == 0) {
+    for (int w = 1; w < kThreads / detail::kWarp; ++w)
+      if (better(s_val[w], s_idx[w], best, best_i)) {
+        best = s_val[w];
+        best_i = s_idx[w];
+      }
+    out[blockIdx.x] = best_i;
+  }
+}
+
+}  // namespace
+
+void argmax(cudaStream_t stream, const float* x, int n_rows, int n, std::int32_t* out) {
+  CUDA_OP_CHECK("argmax", x != nullptr && out != nullptr, "needs x and out");
+  CUDA_OP_CHECK("argmax", n_rows >= 1 && n >= 1, "bad sizes: rows " << n_rows << ", n " << n);
+  argmax_kernel<<<n_rows, kThreads, 0, stream>>>(x, n, out);
+  CUDA_CHECK_LAUNCH();
+}
+
+}  // namespace specrun::cuda

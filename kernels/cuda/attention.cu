@@ -1,0 +1,113 @@
+// attention: causal grouped-query attention of new tokens over their sequences' KV caches.
+// Layout: q, out [n_tokens, n_heads * head_dim] float32; slots [n_tokens] (device) give each
+// token's cache (float32 [n_layers][2][capacity][n_kv_heads][head_dim]) and position p; the
+// token attends to positions 0..p of kv head h / (n_heads / n_kv_heads).
+//
+// One block of kWarps warps per (token, head). Warp w takes keys w, w + kWarps, ...; for each
+// key the lanes split head_dim (lane d, d + 32, ...), reduce the dot product with a butterfly
+// and update the warp's online softmax (running max, sum and weighted V). The warps' states
+// are merged in warp order. The order of every operation depends only on p and head_dim, not on
+// the batch: decode and verify windows give bit-identical outputs for the same token.
+#include "kernels/cuda/device_util.cuh"
+#include "kernels/cuda/ops.h"
+
+namespace specrun::cuda {
+namespace {
+
+using detail::kWarp;
+constexpr int kWarps = 8;
+constexpr int kPerLane = kMaxHeadDim / kWarp;  // head_dim elements per lane (at most)
+
+__global__ void __launch_bounds__(kWarps* kWarp)
+    attention_kernel(const float* __restrict__ q, int n_heads, int n_kv_heads, int head_dim,
+                     const KvSlot* __restrict__ slots, int layer, float scale,
+                     float* __restrict__ out) {
+  __shared__ float warp_max[kWarps], warp_sum[kWarps];
+  __shared__ float warp_out[kWarps][kMaxHeadDim];
+  const int t = blockIdx.x / n_heads, h = blockIdx.x % n_heads;
+  const int kv = h / (n_heads / n_kv_heads);
+  const int lane = threadIdx.x % kWarp, warp = threadIdx.x / kWarp;
+  const KvSlot s = slots[t];
+  const std::size_t row = static_cast<std::size_t>(n_kv_heads) * head_dim;
+  const std::size_t plane = static_cast<std::size_t>(s.capacity) * row;
+  const float* k = s.cache + static_cast<std::size_t>(layer) * 2 * plane + kv * head_dim;
+  const float* v = k + plane;
+  const std::size_t q_stride = static_cast<std::size_t>(n_heads) * head_dim;
+  const float* qh = q + t * q_stride + static_cast<std::size_t>(h) * head_dim;
+
+  float qr[kPerLane], acc[kPerLane];
+#pragma unroll
+  for (int c = 0; c < kPerLane; ++c) {
+    const int d = lane + c * kWarp;
+    qr[c] = d < head_dim ? qh[d] : 0.0f;
+    acc[c] = 0.0f;
+  }
+  float m = -INFINITY, l = 0.0f;
+  for (int p = warp; p <= s.position; p += kWarps) {
+    const float* kp = k + static_cast<std::size_t>(p) * row;
+    float dot = 0.0f;
+#pragma unroll
+    for (int c = 0; c < kPerLane; ++c) {
+      const int d = lane + c * kWarp;
+      if (d < head_dim) dot = fmaf(qr[c], kp[d], dot);
+    }
+    const float score = detail::warp_sum(dot) * scale;
+    const float m_new = fmaxf(m, score);
+    const float correction = expf(m - m_new);
+    const float weight = expf(score - m_new);
+    l = l * correction + weight;
+    const float* vp = v + static_cast<std::size_t>(p) * row;
+#pragma unroll
+    for (int c = 0; c < kPerLane; ++c) {
+      const int d = lane + c * kWarp;
+      if (d < head_dim) acc[c] = fmaf(weight, vp[d], acc[c] * correction);
+    }
+    m = m_new;
+  }
+  if (lane == 0) {
+    warp_max[warp] = m;
+    warp_sum[warp] = l;
+  }
+#pragma unroll
+  for (int c = 0; c < kPerLane; ++c) {
+    const int d = lane + c * kWarp;
+    if (d < head_dim) warp_out[warp][d] = acc[c];
+  }
+  __syncthreads();
+  // Merge in warp order; warp 0 always saw key 0, so the global max is finite.
+  float m_all = warp_max[0];
+  for (int w = 1; w < kWarps; ++w) m_all = fmaxf(m_all, warp_max[w]);
+  float l_all = 0.0f;
+  for (int w = 0; w < kWarps; ++w) l_all += warp_sum[w] * expf(warp_max[w] - m_all);
+  const float inv = 1.0f / l_all;
+  float* oh = out + t * q_stride + static_cast<std::size_t>(h) * head_dim;
+  for (int d = threadIdx.x; d < head_dim; d += blockDim.x) {
+    float o = 0.0f;
+    for (int w = 0; w < kWarps; ++w) o += warp_out[w][d] * expf(warp_max[w] - m_all);
+    oh[d] = o * inv;
+  }
+}
+
+}  // namespace
+
+void attention(cudaStream_t stream, const float* q, int n_tokens, int n_heads, int n_kv_heads,
+               int head_dim, const KvSlot* slots, int layer, float* out) {
+  CUDA_OP_CHECK("attention", q != nullptr && slots != nullptr && out != nullptr && q != out,
+                "needs q, slots and a separate output");
+  CUDA_OP_CHECK("attention", n_tokens >= 1 && n_heads >= 1 && n_kv_heads >= 1 && layer >= 0,
+                "bad sizes: tokens " << n_tokens << ", heads " << n_heads << ", kv heads "
+                                     << n_kv_heads << ", layer " << layer);
+  CUDA_OP_CHECK("attention", n_heads % n_kv_heads == 0,
+                n_heads << " query heads are not a multiple of " << n_kv_heads << " kv heads");
+  CUDA_OP_CHECK("attention", head_dim >= 1 && head_dim <= kMaxHeadDim,
+                "head_dim " << head_dim << " is outside 1.." << kMaxHeadDim
+                            << " (raise kMaxHeadDim in kernels/cuda/ops.h)");
+  const std::size_t blocks = static_cast<std::size_t>(n_tokens) * n_heads;
+  CUDA_OP_CHECK("attention", blocks <= 2147483647u, "too many (token, head) pairs: " << blocks);
+  const float scale = 1.0f / sqrtf(static_cast<float>(head_dim));
+  attention_kernel<<<static_cast<unsigned>(blocks), kWarps * kWarp, 0, stream>>>(
+      q, n_heads, n_kv_heads, head_dim, slots, layer, scale, out);
+  CUDA_CHECK_LAUNCH();
+}
+
+}  // namespace specrun::cuda

@@ -1,0 +1,83 @@
+// Device-side helpers shared by the kernels of this directory (included by .cu files only):
+// widening of stored weights to float32, warp and block reductions in a fixed order, and the
+// argument checks the launchers share.
+#pragma once
+
+#include <cuda_bf16.h>
+#include <cuda_fp16.h>
+#include <cuda_runtime.h>
+
+#include <cstdint>
+
+#include "kernels/cpu/dtype.h"
+#include "kernels/cuda/cuda_check.h"
+
+namespace specrun::cuda::detail {
+
+inline constexpr int kWarp = 32;
+
+// Storage element -> float32. BF16 is the top half of a float32; F16 via the hardware convert.
+__device__ __forceinline__ float widen(float v) {
+  return v;
+}
+__device__ __forceinline__ float widen(__nv_bfloat16 v) {
+  return __bfloat162float(v);
+}
+__device__ __forceinline__ float widen(__half v) {
+  return __half2float(v);
+}
+
+// Element i of a weight vector stored in `dtype`.
+__device__ __forceinline__ float load_widen(const void* w, DType dtype, std::int64_t i) {
+  switch (dtype) {
+    case DType::kBF16:
+      return widen(static_cast<const __nv_bfloat16*>(w)[i]);
+    case DType::kF16:
+      return widen(static_cast<const __half*>(w)[i]);
+    default:
+      return static_cast<const float*>(w)[i];
+  }
+}
+
+// Butterfly sum over the 32 lanes: every lane ends with the same value (a + b == b + a
+// exactly), and the order depends only on the lane values.
+__device__ __forceinline__ float warp_sum(float v) {
+#pragma unroll
+  for (int off = kWarp / 2; off > 0; off >>= 1) v += __shfl_xor_sync(0xffffffffu, v, off);
+  return v;
+}
+
+__device__ __forceinline__ float warp_max(float v) {
+#pragma unroll
+  for (int off = kWarp / 2; off > 0; off >>= 1) v = fmaxf(v, __shfl_xor_sync(0xffffffffu, v, off));
+  return v;
+}
+
+// Block-wide sum or max (blockDim.x a multiple of 32, <= 1024); every thread gets the result.
+// `shared` holds 32 floats. Fixed order: warps reduce, then warp 0 reduces the warp results.
+template <bool kMax>
+__device__ __forceinline__ float block_reduce(float v, float* shared) {
+  const int lane = threadIdx.x % kWarp, warp = threadIdx.x / kWarp;
+  const int n_warps = blockDim.x / kWarp;
+  v = kMax ? warp_max(v) : warp_sum(v);
+  __syncthreads();  // `shared` may still be read from a previous call
+  if (lane == 0) shared[warp] = v;
+  __syncthreads();
+  const float neutral = kMax ? -INFINITY : 0.0f;
+  v = lane < n_warps ? shared[lane] : neutral;
+  v = kMax ? warp_max(v) : warp_sum(v);
+  return v;
+}
+
+// Blocks for n elements at `threads` per block, capped to what a grid x dimension allows
+// (kernels loop with a grid stride).
+inline unsigned grid_for(std::size_t n, int threads) {
+  std::size_t blocks = (n + threads - 1) / threads;
+  if (blocks > 65535u * 32u) blocks = 65535u * 32u;
+  return static_cast<unsigned>(blocks == 0 ? 1 : blocks);
+}
+
+}  // namespace specrun::cuda::detail
+
+// Launcher precondition: a plain SPEC_CHECK that names the op.
+#define CUDA_OP_CHECK(op, cond, msg) SPEC_CHECK(cond, "cuda::" op ": " << msg)

@@ -1,0 +1,107 @@
+// CUDA compute primitives on raw device buffers: the device mirror of kernels/cpu/ops.h.
+//
+// Same contracts as the CPU ops (row-major, activations float32, weights in their storage dtype
+// F32/BF16/F16 widened on the fly, float32 accumulation), with these differences:
+//  - every pointer is device memory unless the comment says otherwise;
+//  - every launcher checks its arguments (SPEC_CHECK), launches on the explicit `stream` and
+//    checks the launch (cudaGetLastError); none synchronises, so results are ready only after
+//    the stream has been synchronised;
+//  - attention and the KV-cache append work on a whole batch of sequences in one launch: every
+//    new token carries a KvSlot that says where its sequence's cache is.
+// One op per .cu file in this directory; each file's header states its layout.
+//
+// What stays on the host: sampling (temperature, top-k, top-p) and the speculative acceptance
+// and residual sampling run in src/spec on logits copied back to the host; softmax and argmax
+// here are the device building blocks (tested against the CPU reference), not yet used by the
+// model.
+#pragma once
+
+#include <cublas_v2.h>
+#include <cuda_runtime.h>
+
+#include <cstddef>
+#include <cstdint>
+
+#include "kernels/cpu/dtype.h"
+
+namespace specrun::cuda {
+
+// Linear layer y[t, o] = sum_i x[t, i] * W[o, i] (+ bias[o]), float32 accumulation.
+//   x [n_tokens, in] float32; w [out, in] in w_dtype; bias [out] float32 or nullptr;
+//   y [n_tokens, out] float32, must not alias x.
+// Two paths, chosen by n_tokens only:
+//  - n_tokens <= kMaxGemvTokens (decode, verify windows): a batch-invariant kernel. Every
+//    y[t, o] is reduced in one fixed order that does not depend on n_tokens or on t's place in
+//    the batch, so a token scored in a verify window gets bit-for-bit the logits it would get
+//    when decoded alone: the greedy speculative == baseline invariant holds on the GPU too.
+//    The weights are read once per 8 tokens; activations stay float32 (no rounding).
+//  - larger n_tokens (prefill): cublasGemmEx. x is first rounded to w_dtype in `scratch`
+//    (BF16 x BF16 or F16 x F16 -> F32 output, CUBLAS_COMPUTE_32F, i.e. float32 accumulation;
+//    F32 weights: F32 x F32, CUBLAS_COMPUTE_32F without TF32). scratch must hold
+//    matmul_scratch_bytes(n_tokens, in, w_dtype) bytes; the handle must be bound to `stream`.
+inline constexpr int kMaxGemvTokens = 64;
+std::size_t matmul_scratch_bytes(int n_tokens, int in, DType w_dtype);
+void matmul(cublasHandle_t cublas, cudaStream_t stream, const float* x, int n_tokens, int in,
+            const void* w, DType w_dtype, int out, const float* bias, float* y, void* scratch,
+            std::size_t scratch_bytes);
+
+// Embedding lookup of a vocab-sharded table: out[t, :] = widen(table[ids[t] - row_begin, :])
+// when row_begin <= ids[t] < row_begin + n_rows, else zeros (a sum over shards is the lookup).
+//   table [n_rows, dim] in dtype; ids [n_tokens] int32 (device); out [n_tokens, dim] float32.
+void gather_rows(cudaStream_t stream, const void* table, DType dtype, std::int64_t row_begin,
+                 std::int64_t n_rows, int dim, const std::int32_t* ids, int n_tokens, float* out);
+
+// out[r, :] = x[rows[r], :] for r < n_rows (rows: device int32). x, out [*, dim] float32.
+void select_rows(cudaStream_t stream, const float* x, int dim, const std::int32_t* rows, int n_rows,
+                 float* out);
+
+// RMSNorm (LlamaRMSNorm): y[t, i] = x[t, i] * rsqrt(mean(x[t, :]^2) + eps) * w[i].
+//   x, y [n_tokens, dim] float32 (may alias); w [dim] in w_dtype.
+void rmsnorm(cudaStream_t stream, const float* x, int n_tokens, int dim, const void* w,
+             DType w_dtype, float eps, float* y);
+
+// Rotary embedding, HF rotate_half, in place (see kernels/cpu/ops.h rope for the formula).
+//   token t, head h at x + t * row_stride + h * head_dim; inv_freq [head_dim/2] float32 and
+//   positions [n_tokens] int32, both device memory.
+void rope(cudaStream_t stream, float* x, int n_tokens, int n_heads, int head_dim,
+          std::int64_t row_stride, const float* inv_freq, const std::int32_t* positions);
+
+// Where one new token's sequence keeps its KV cache (the KvCache layout, float32):
+//   cache [n_layers][2 (K, V)][capacity][n_kv_heads][head_dim]; the token sits at `position`
+//   and attends to positions 0..position. An array of KvSlot lives in device memory.
+struct KvSlot {
+  float* cache;
+  int capacity;
+  int position;
+};
+
+// Writes the new tokens' keys and values of `layer` into their caches at their positions.
+//   k_new, v_new [n_tokens, n_kv_heads * head_dim] float32; slots [n_tokens] (device).
+void kv_append(cudaStream_t stream, const float* k_new, const float* v_new, int n_tokens,
+               int n_kv_heads, int head_dim, const KvSlot* slots, int layer);
+
+// Causal grouped-query attention of n_tokens new tokens (of any sequences) over their caches
+// (kv_append must have written them). q, out [n_tokens, n_heads * head_dim] float32; query
+// head h reads kv head h / (n_heads / n_kv_heads); scores scaled by 1/sqrt(head_dim), softmax
+// in float32 (online, one fixed order per query: batch-invariant). head_dim <= kMaxHeadDim.
+inline constexpr int kMaxHeadDim = 256;
+void attention(cudaStream_t stream, const float* q, int n_tokens, int n_heads, int n_kv_heads,
+               int head_dim, const KvSlot* slots, int layer, float* out);
+
+// SwiGLU: out[i] = silu(gate[i]) * up[i]; out may alias gate or up.
+void silu_mul(cudaStream_t stream, const float* gate, const float* up, float* out, std::size_t n);
+
+// Residual add in place: y[i] += x[i].
+void add_inplace(cudaStream_t stream, float* y, const float* x, std::size_t n);
+// Bias add in place: y[t, i] += bias[i] for t < n_rows, i < dim.
+void add_bias(cudaStream_t stream, float* y, const float* bias, int n_rows, int dim);
+
+// Row-wise argmax: out[r] = index of the largest x[r, :] (lowest index on ties, NaNs never
+// chosen unless the row is all NaN, then 0). x [n_rows, n] float32; out [n_rows] int32.
+void argmax(cudaStream_t stream, const float* x, int n_rows, int n, std::int32_t* out);
+
+// Row-wise softmax with temperature in place: x[r, i] = exp((x[r, i] - max) / T) / sum.
+// temperature > 0 (greedy decoding uses argmax). x [n_rows, n] float32.
+void softmax(cudaStream_t stream, float* x, int n_rows, int n, float temperature);
+
+}  // namespace specrun::cuda

@@ -1,0 +1,278 @@
+#include "dist/nccl_comm.h"
+
+#include <string>
+
+#include "common/error.h"
+
+namespace specrun {
+
+int choose_device(int local_rank, int local_size, int device_count, std::string* note) {
+  if (note != nullptr) note->clear();
+  SPEC_CHECK(local_rank >= 0 && local_size >= 1 && local_rank < local_size,
+             "local rank " << local_rank << " of " << local_size << " is not a valid placement");
+  SPEC_INPUT_CHECK(device_count >= 1,
+                   "parallel.backend = \"cuda\" but local rank "
+                       << local_rank
+                       << " sees no CUDA device: run on a GPU node, check CUDA_VISIBLE_DEVICES "
+                          "and the driver (nvidia-smi), or use parallel.backend = \"cpu\"");
+  if (device_count >= local_size) return local_rank;
+  if (device_count == 1) {
+    if (note != nullptr && local_size > 1)
+      *note =
+          "each rank sees exactly one GPU (per-task binding, e.g. srun --gpus-per-task=1): "
+          "using device 0; NCCL may fall back from P2P/NVLink to slower paths when ranks "
+          "cannot see each other's GPUs (srun --gpu-bind=none with all GPUs visible avoids "
+          "this)";
+    return 0;
+  }
+  SPEC_INPUT_FAIL("this node runs " << local_size << " ranks but local rank " << local_rank
+                                    << " sees only " << device_count
+                                    << " CUDA devices: start one rank per GPU (mpirun -np "
+                                       "<GPUs per node x nodes>), make every GPU visible to "
+                                       "every rank, or bind exactly one GPU per task");
+}
+
+}  // namespace specrun
+
+#ifdef SPECRUN_HAVE_CUDA
+
+#include <exception>
+#include <sstream>
+#include <thread>
+
+#include "kernels/cuda/cuda_check.h"
+
+namespace specrun {
+namespace {
+
+using Clock = std::chrono::steady_clock;
+
+double seconds_since(Clock::time_point t0) {
+  return std::chrono::duration<double>(Clock::now() - t0).count();
+}
+
+}  // namespace
+
+NcclComm::NcclComm(MpiComm& group, int device, cudaStream_t stream, double timeout_s)
+    : group_(group),
+      rank_(group.rank()),
+      size_(group.size()),
+      device_(device),
+      stream_(stream),
+      timeout_s_(timeout_s) {
+  SPEC_CHECK(stream != nullptr, "NcclComm needs the rank's compute stream");
+  SPEC_CHECK(timeout_s > 0, "parallel.comm_timeout_s must be positive, got " << timeout_s);
+  ncclUniqueId id{};
+  if (rank_ == 0) NCCL_CHECK(ncclGetUniqueId(&id), nullptr);
+  MPI_CHECK(MPI_Bcast(&id, static_cast<int>(sizeof(id)), MPI_BYTE, 0, group.handle()));
+  CUDA_CHECK(cudaSetDevice(device));
+  ncclConfig_t config = NCCL_CONFIG_INITIALIZER;
+  config.blocking = 1;
+  NCCL_CHECK(ncclCommInitRankConfig(&comm_, size_, id, rank_, &config), nullptr);
+  int nccl_rank = -1, nccl_size = -1, nccl_device = -1;
+  NCCL_CHECK(ncclCommUserRank(comm_, &nccl_rank), comm_);
+  NCCL_CHECK(ncclCommCount(comm_, &nccl_size), comm_);
+  NCCL_CHECK(ncclCommCuDevice(comm_, &nccl_device), comm_);
+  SPEC_CHECK(nccl_rank == rank_ && nccl_size == size_ && nccl_device == device,
+             "NCCL communicator reports rank " << nccl_rank << " of " << nccl_size << " on device "
+                                               << nccl_device << ", expected " << rank_ << " of "
+                                               << size_ << " on device " << device);
+}
+
+NcclComm::~NcclComm() {
+  // Destructors must not throw; errors here are ignored on purpose (the job is ending).
+  if (comm_ != nullptr) {
+    bool healthy = !aborted_ && std::uncaught_exceptions() == 0;
+    if (healthy) {
+      try {
+        synchronize();
+      } catch (...) {
+        healthy = false;  // synchronize() already aborted the communicator
+      }
+    }
+    if (comm_ != nullptr) {
+      if (healthy && ncclCommFinalize(comm_) == ncclSuccess)
+        (void)ncclCommDestroy(comm_);
+      else
+        (void)ncclCommAbort(comm_);
+    }
+    comm_ = nullptr;
+  }
+  for (auto& list : {pending_, free_events_})
+    for (auto [a, b] : list) {
+      (void)cudaEventDestroy(a);
+      (void)cudaEventDestroy(b);
+    }
+}
+
+void NcclComm::check_usable(const char* op) const {
+  SPEC_CHECK(!aborted_ && comm_ != nullptr,
+             "NcclComm::" << op << " on a communicator that was aborted after an earlier error "
+                          << "(rank " << rank_ << " of the tp group)");
+}
+
+NcclComm::Where NcclComm::where(const void* a, const void* b, const char* op) const {
+  auto on_device = [](const void* p) {
+    cudaPointerAttributes attr{};
+    if (cudaPointerGetAttributes(&attr, p) != cudaSuccess) {
+      (void)cudaGetLastError();
+      return false;
+    }
+    return attr.type == cudaMemoryTypeDevice || attr.type == cudaMemoryTypeManaged;
+  };
+  const bool da = on_device(a), db = b == nullptr ? da : on_device(b);
+  SPEC_CHECK(da == db, "NcclComm::" << op
+                                    << ": one buffer is in device memory and the other in host "
+                                       "memory; pass both on the same side");
+  return da ? Where::kDevice : Where::kHost;
+}
+
+std::pair<cudaEvent_t, cudaEvent_t> NcclComm::begin_timed() {
+  std::pair<cudaEvent_t, cudaEvent_t> events;
+  if (!free_events_.empty()) {
+    events = free_events_.back();
+    free_events_.pop_back();
+  } else {
+    CUDA_CHECK(cudaEventCreate(&events.first));
+    CUDA_CHECK(cudaEventCreate(&events.second));
+  }
+  CUDA_CHECK(cudaEventRecord(events.first, stream_));
+  return events;
+}
+
+void NcclComm::end_timed(std::pair<cudaEvent_t, cudaEvent_t> events) {
+  CUDA_CHECK(cudaEventRecord(events.second, stream_));
+  pending_.push_back(events);
+}
+
+void NcclComm::collect_timing() {
+  std::size_t done = 0;
+  for (; done < pending_.size(); ++done) {
+    auto [start, end] = pending_[done];
+    const cudaError_t rc = cudaEventQuery(end);
+    if (rc == cudaErrorNotReady) break;  // later events are later on the same stream
+    CUDA_CHECK(rc);
+    float ms = 0;
+    CUDA_CHECK(cudaEventElapsedTime(&ms, start, end));
+    add_timing(ms * 1e-3);
+    free_events_.push_back(pending_[done]);
+  }
+  pending_.erase(pending_.begin(), pending_.begin() + static_cast<std::ptrdiff_t>(done));
+}
+
+void NcclComm::all_reduce_sum(float* data, std::size_t count) {
+  if (count == 0 || size_ == 1) return;
+  if (where(data, nullptr, "all_reduce_sum") == Where::kHost) {
+    const auto t0 = Clock::now();
+    group_.all_reduce_sum(data, count);
+    add_timing(seconds_since(t0));
+    return;
+  }
+  check_usable("all_reduce_sum");
+  auto events = begin_timed();
+  NCCL_CHECK(ncclAllReduce(data, data, count, ncclFloat32, ncclSum, comm_, stream_), comm_);
+  end_timed(events);
+}
+
+void NcclComm::all_reduce_max(float* data, std::size_t count) {
+  if (count == 0 || size_ == 1) return;
+  if (where(data, nullptr, "all_reduce_max") == Where::kHost) {
+    const auto t0 = Clock::now();
+    group_.all_reduce_max(data, count);
+    add_timing(seconds_since(t0));
+    return;
+  }
+  check_usable("all_reduce_max");
+  auto events = begin_timed();
+  NCCL_CHECK(ncclAllReduce(data, data, count, ncclFloat32, ncclMax, comm_, stream_), comm_);
+  end_timed(events);
+}
+
+void NcclComm::all_gather(const void* send, void* recv, std::size_t bytes_per_rank) {
+  if (bytes_per_rank == 0) return;
+  if (where(send, recv, "all_gather") == Where::kHost) {
+    const auto t0 = Clock::now();
+    group_.all_gather(send, recv, bytes_per_rank);
+    add_timing(seconds_since(t0));
+    return;
+  }
+  check_usable("all_gather");
+  auto events = begin_timed();
+  NCCL_CHECK(ncclAllGather(send, recv, bytes_per_rank, ncclChar, comm_, stream_), comm_);
+  end_timed(events);
+}
+
+void NcclComm::broadcast(void* data, std::size_t bytes, int root) {
+  if (bytes == 0 || size_ == 1) return;
+  SPEC_CHECK(root >= 0 && root < size_, "broadcast root " << root << " outside 0.." << size_ - 1);
+  if (where(data, nullptr, "broadcast") == Where::kHost) {
+    const auto t0 = Clock::now();
+    group_.broadcast(data, bytes, root);
+    add_timing(seconds_since(t0));
+    return;
+  }
+  check_usable("broadcast");
+  auto events = begin_timed();
+  NCCL_CHECK(ncclBroadcast(data, data, bytes, ncclChar, root, comm_, stream_), comm_);
+  end_timed(events);
+}
+
+void NcclComm::barrier() {
+  synchronize();
+  const auto t0 = Clock::now();
+  group_.barrier();
+  add_timing(seconds_since(t0));
+}
+
+void NcclComm::abort_with(const std::string& why) {
+  if (comm_ != nullptr && !aborted_) (void)ncclCommAbort(comm_);
+  aborted_ = true;
+  comm_ = nullptr;
+  SPEC_FAIL(why);
+}
+
+void NcclComm::synchronize() {
+  const auto t0 = Clock::now();
+  for (;;) {
+    const cudaError_t rc = cudaStreamQuery(stream_);
+    if (rc == cudaSuccess) return;
+    if (rc != cudaErrorNotReady) {
+      std::ostringstream why;
+      why << "CUDA error on device " << device_
+          << " while waiting for the compute stream: " << cudaGetErrorName(rc) << ": "
+          << cudaGetErrorString(rc);
+      abort_with(why.str());
+    }
+    if (comm_ != nullptr) {
+      ncclResult_t async = ncclSuccess;
+      const ncclResult_t q = ncclCommGetAsyncError(comm_, &async);
+      if (q != ncclSuccess || (async != ncclSuccess && async != ncclInProgress)) {
+        std::ostringstream why;
+        why << "NCCL reported an asynchronous error on tp rank " << rank_ << " of " << size_
+            << " (device " << device_ << "): " << ncclGetErrorString(q != ncclSuccess ? q : async)
+            << " (" << ncclGetLastError(comm_) << "); the communicator was aborted. Check the "
+            << "other ranks' logs, NCCL_DEBUG=WARN, and the network/NVLink health";
+        abort_with(why.str());
+      }
+    }
+    const double waited = seconds_since(t0);
+    if (waited > timeout_s_) {
+      std::ostringstream why;
+      why << "the compute stream of tp rank " << rank_ << " of " << size_ << " (device " << device_
+          << ") did not finish within parallel.comm_timeout_s = " << timeout_s_
+          << " s: a collective is probably waiting for a rank that died or hung; the NCCL "
+          << "communicator was aborted. Look for the first failing rank in the log, or raise "
+          << "parallel.comm_timeout_s if steps are legitimately this slow";
+      abort_with(why.str());
+    }
+    // Spin briefly for low latency at step ends, then back off so a long wait costs no CPU.
+    if (waited < 0.02)
+      std::this_thread::yield();
+    else
+      std::this_thread::sleep_for(std::chrono::microseconds(200));
+  }
+}
+
+}  // namespace specrun
+
+#endif  // SPECRUN_HAVE_CUDA

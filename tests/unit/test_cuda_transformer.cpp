@@ -1,0 +1,270 @@
+// CudaTransformer against the CPU Transformer (the reference) on the same checkpoint, and the
+// cache invariants speculative decoding relies on, on one GPU (label "gpu"):
+//  - logits of a prompt agree with the CPU's (F32 weights: float32 tolerance; BF16: argmax and
+//    a bf16-sized tolerance, since the prefill path rounds activations to BF16 for cuBLAS);
+//  - a verify window gives bit-identical logits to decoding the same tokens one by one, and
+//    truncate-and-redo equals no rollback (this is what makes greedy speculative == baseline);
+//  - greedy continuations equal the CPU model's, token for token (F32 weights);
+//  - the NCCL communicator's timing is filled from CUDA events without extra synchronisation.
+// Skips visibly without a CUDA build or without a device.
+#include <gtest/gtest.h>
+
+#ifndef SPECRUN_HAVE_CUDA
+
+TEST(CudaTransformer, RequiresCudaBuild) {
+  GTEST_SKIP() << "built without CUDA (-DSPECRUN_CUDA=OFF): CudaTransformer is not compiled";
+}
+
+#else
+
+#include <mpi.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <cmath>
+#include <cstring>
+#include <filesystem>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "dist/mpi_comm.h"
+#include "dist/nccl_comm.h"
+#include "kernels/cpu/ops.h"
+#include "kernels/cuda/device_context.h"
+#include "kernels/cuda/device_info.h"
+#include "model/checkpoint.h"
+#include "model/cuda_transformer.h"
+#include "model/synthetic.h"
+#include "model/transformer.h"
+
+namespace fs = std::filesystem;
+using namespace specrun;
+
+namespace {
+
+// MPI for the NCCL bootstrap (a one-rank group here), initialised once for the test program.
+class MpiEnvironment : public ::testing::Environment {
+ public:
+  void SetUp() override {
+    int initialized = 0;
+    MPI_Initialized(&initialized);
+    if (!initialized) {
+      int provided = 0;
+      MPI_Init_thread(nullptr, nullptr, MPI_THREAD_FUNNELED, &provided);
+      owned_ = true;
+    }
+  }
+  void TearDown() override {
+    if (owned_) MPI_Finalize();
+  }
+
+ private:
+  bool owned_ = false;
+};
+[[maybe_unused]] ::testing::Environment* const kMpiEnv =
+    ::testing::AddGlobalTestEnvironment(new MpiEnvironment);
+
+// One device, its stream, and NCCL over MPI_COMM_SELF: what a tp = 1 rank has.
+struct GpuRank {
+  MpiComm self{MPI_COMM_SELF};
+  cuda::DeviceContext device{0};
+  NcclComm nccl{self, 0, device.stream(), 120.0};
+};
+
+// The CPU model's single-rank group.
+class SingleRankComm final : public Communicator {
+ public:
+  int rank() const override { return 0; }
+  int size() const override { return 1; }
+  void all_reduce_sum(float*, std::size_t) override {}
+  void all_reduce_max(float*, std::size_t) override {}
+  void all_gather(const void* send, void* recv, std::size_t bytes) override {
+    std::memcpy(recv, send, bytes);
+  }
+  void broadcast(void*, std::size_t, int) override {}
+  void barrier() override {}
+};
+
+#define REQUIRE_DEVICE()                                                                 \
+  do {                                                                                   \
+    std::string why;                                                                     \
+    if (cuda::device_count(&why) == 0)                                                   \
+      GTEST_SKIP() << "no CUDA device visible (" << why << "): GPU model tests skipped"; \
+  } while (0)
+
+// A synthetic pair written once per dtype under the temp directory.
+std::string synthetic_target(DType dtype) {
+  const std::string dir =
+      (fs::temp_directory_path() /
+       ("specrun_cuda_test_" + std::to_string(getpid()) + "_" + dtype_name(dtype)))
+          .string();
+  if (!fs::exists(dir + "/target/config.json")) {
+    SyntheticSpec spec;
+    spec.dtype = dtype;
+    spec.seed = 11;
+    make_model_pair(spec, dir);
+  }
+  return dir + "/target";
+}
+
+std::vector<std::int32_t> prompt(int n, int vocab, int salt) {
+  std::vector<std::int32_t> p(n);
+  for (int i = 0; i < n; ++i) p[i] = (i * 37 + salt * 101 + 1) % vocab;
+  return p;
+}
+
+std::vector<float> run(LanguageModel& m, KvCache& cache, const std::vector<std::int32_t>& tokens,
+                       bool all_logits) {
+  SeqChunk chunk{&cache, tokens.data(), static_cast<int>(tokens.size())};
+  std::vector<float> logits;
+  m.forward(std::span<const SeqChunk>(&chunk, 1), all_logits, logits);
+  return logits;
+}
+
+// Max |a - b| and the number of rows whose argmax differs.
+void compare_logits(const std::vector<float>& cpu, const std::vector<float>& gpu, int vocab,
+                    double* max_abs, int* argmax_diff) {
+  ASSERT_EQ(cpu.size(), gpu.size());
+  *max_abs = 0;
+  *argmax_diff = 0;
+  for (std::size_t i = 0; i < cpu.size(); ++i)
+    *max_abs = std::max(*max_abs, std::fabs(static_cast<double>(cpu[i]) - gpu[i]));
+  for (std::size_t r = 0; r < cpu.size() / vocab; ++r)
+    *argmax_diff +=
+        cpu::argmax(cpu.data() + r * vocab, vocab) != cpu::argmax(gpu.data() + r * vocab, vocab);
+}
+
+}  // namespace
+
+TEST(CudaTransformer, LogitsMatchCpuTransformer) {
+  REQUIRE_DEVICE();
+  GpuRank rank;
+  SingleRankComm cpu_comm;
+  for (DType dt : {DType::kF32, DType::kBF16}) {
+    Checkpoint ckpt(synthetic_target(dt));
+    Transformer cpu_model(ckpt, cpu_comm, 0, 1, 2);
+    CudaTransformer gpu_model(ckpt, rank.nccl, rank.device, 0, 1);
+    const int V = ckpt.config().vocab_size;
+    // 40 tokens: the batch-invariant path; 150: the cuBLAS prefill path.
+    for (int len : {40, 150}) {
+      const auto tokens = prompt(len, V, len);
+      auto cc = cpu_model.new_cache(256);
+      auto gc = gpu_model.new_cache(256);
+      const auto expected = run(cpu_model, *cc, tokens, true);
+      const auto actual = run(gpu_model, *gc, tokens, true);
+      double max_abs = 0;
+      int flips = 0;
+      compare_logits(expected, actual, V, &max_abs, &flips);
+      const bool exact_path = dt == DType::kF32 || len <= cuda::kMaxGemvTokens;
+      // Logits here have std ~3; float32 reorderings move them by ~1e-5, BF16 activations
+      // (cuBLAS prefill) by ~1e-2.
+      const double tol = exact_path ? 2e-3 : 0.15;
+      EXPECT_LT(max_abs, tol) << dtype_name(dt) << ", " << len << " tokens";
+      EXPECT_LE(flips, exact_path ? 0 : len / 20)
+          << dtype_name(dt) << ", " << len << " tokens: argmax differs in " << flips << " rows";
+      EXPECT_EQ(gc->length(), len);
+    }
+  }
+}
+
+TEST(CudaTransformer, VerifyWindowEqualsStepByStepDecodeBitwise) {
+  REQUIRE_DEVICE();
+  GpuRank rank;
+  Checkpoint ckpt(synthetic_target(DType::kBF16));
+  CudaTransformer model(ckpt, rank.nccl, rank.device, 0, 1);
+  const int V = ckpt.config().vocab_size;
+  const auto context = prompt(100, V, 3);  // prefill through cuBLAS
+  const auto next = prompt(5, V, 4);
+  // Three sequences in the batch, as in a speculative step; the middle one is checked.
+  std::vector<std::unique_ptr<KvCache> > a, b;
+  for (int s = 0; s < 3; ++s) {
+    a.push_back(model.new_cache(200));
+    b.push_back(model.new_cache(200));
+    run(model, *a[s], prompt(100 - 10 * s, V, 3 + s), false);
+    run(model, *b[s], prompt(100 - 10 * s, V, 3 + s), false);
+  }
+  // (a) one verify window of 5 tokens per sequence, all logits.
+  std::vector<SeqChunk> chunks;
+  for (int s = 0; s < 3; ++s) chunks.push_back(SeqChunk{a[s].get(), next.data(), 5});
+  std::vector<float> window;
+  model.forward(chunks, true, window);
+  // (b) the middle sequence decoded alone, token by token; then rolled back by 2 and redone.
+  std::vector<float> steps;
+  for (int i = 0; i < 5; ++i) {
+    const auto l = run(model, *b[1], {next[i]}, false);
+    steps.insert(steps.end(), l.begin(), l.end());
+  }
+  b[1]->truncate(b[1]->length() - 2);
+  const auto redo = run(model, *b[1], {next[3], next[4]}, true);
+  const float* mid = window.data() + static_cast<std::size_t>(5) * V;
+  EXPECT_EQ(0, std::memcmp(mid, steps.data(), steps.size() * sizeof(float)))
+      << "verify-window logits differ from step-by-step decode (first logit " << mid[0] << " vs "
+      << steps[0] << "): greedy speculative output could differ from baseline";
+  EXPECT_EQ(0, std::memcmp(redo.data(), steps.data() + static_cast<std::size_t>(3) * V,
+                           redo.size() * sizeof(float)))
+      << "truncate-and-redo differs from no rollback";
+}
+
+TEST(CudaTransformer, GreedyContinuationEqualsCpu) {
+  REQUIRE_DEVICE();
+  GpuRank rank;
+  SingleRankComm cpu_comm;
+  const fs::path shared = std::getenv("SPECRUN_SHARED_DIR") ? std::getenv("SPECRUN_SHARED_DIR")
+                                                            : SPECRUN_SOURCE_DIR "/../shared";
+  std::vector<std::string> dirs = {synthetic_target(DType::kF32)};
+  if (fs::exists(shared / "models" / "code-target-f32" / "config.json"))
+    dirs.push_back((shared / "models" / "code-target-f32").string());
+  for (const std::string& dir : dirs) {
+    Checkpoint ckpt(dir);
+    Transformer cpu_model(ckpt, cpu_comm, 0, 1, 2);
+    CudaTransformer gpu_model(ckpt, rank.nccl, rank.device, 0, 1);
+    const int V = ckpt.config().vocab_size;
+    auto cc = cpu_model.new_cache(128);
+    auto gc = gpu_model.new_cache(128);
+    std::vector<std::int32_t> tokens = prompt(20, V, 9);
+    auto lc = run(cpu_model, *cc, tokens, false);
+    auto lg = run(gpu_model, *gc, tokens, false);
+    for (int step = 0; step < 48; ++step) {
+      const int tc = cpu::argmax(lc.data(), V), tg = cpu::argmax(lg.data(), V);
+      ASSERT_EQ(tc, tg) << dir << ": greedy token " << step << " differs (CPU " << tc << ", GPU "
+                        << tg << ")";
+      lc = run(cpu_model, *cc, {tc}, false);
+      lg = run(gpu_model, *gc, {tg}, false);
+    }
+  }
+}
+
+TEST(CudaTransformer, NcclTimingComesFromEventsWithoutExtraSync) {
+  REQUIRE_DEVICE();
+  GpuRank rank;
+  cuda::DeviceBuffer buf(1 << 20);
+  CUDA_CHECK(cudaMemsetAsync(buf.get(), 0, 1 << 20, rank.device.stream()));
+  // A one-rank group has nothing to reduce: no collective, no time.
+  rank.nccl.all_reduce_sum(buf.as<float>(), 1 << 18);
+  rank.nccl.synchronize();
+  rank.nccl.collect_timing();
+  EXPECT_EQ(rank.nccl.comm_calls(), 0);
+  // Host buffers go through MPI and are timed on the host.
+  std::vector<std::int32_t> host = {1, 2, 3};
+  rank.nccl.broadcast(host.data(), host.size() * sizeof(std::int32_t), 0);
+  EXPECT_EQ(host[2], 3);
+  rank.nccl.barrier();
+  EXPECT_GE(rank.nccl.comm_calls(), 1);
+}
+
+TEST(CudaTransformer, RejectsCachesOfAnotherBackend) {
+  REQUIRE_DEVICE();
+  GpuRank rank;
+  Checkpoint ckpt(synthetic_target(DType::kBF16));
+  CudaTransformer model(ckpt, rank.nccl, rank.device, 0, 1);
+  KvCache host_cache(ckpt.config().num_layers, 16, model.plan().kv_heads, ckpt.config().head_dim,
+                     ckpt.config().max_position_embeddings);
+  EXPECT_THROW(run(model, host_cache, {1, 2}, false), Error);
+  auto cache = model.new_cache(4);
+  EXPECT_THROW(run(model, *cache, {1, 2, 3, 4, 5}, false), Error);  // over capacity
+  EXPECT_EQ(cache->length(), 0);
+  EXPECT_THROW(run(model, *cache, {ckpt.config().vocab_size}, false), Error);  // bad token id
+}
+
+#endif  // SPECRUN_HAVE_CUDA
