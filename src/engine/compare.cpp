@@ -248,6 +248,8 @@ ProvenanceDiff diff_provenance(const ResultInfo& base, const ResultInfo& next,
   std::set<std::string> keys;
   for (const auto& [k, v] : bc) keys.insert(k);
   for (const auto& [k, v] : nc) keys.insert(k);
+  // job.output differs between any two runs being compared and says nothing about them.
+  keys.erase("job.output");
   for (const std::string& k : keys) add_change(d.config, k, lookup(bc, k), lookup(nc, k), {});
   return d;
 }
@@ -349,12 +351,12 @@ std::string format_comparison(const Comparison& c, const std::string& base_path,
 
   out << "\n";
   if (c.regression) {
-    out << "REGRESSION:";
+    out << "REGRESSION (worse than " << std::defaultfloat << c.options.threshold_pct
+        << "% with 95% confidence):\n";
     for (const TimingChange& t : c.timings)
       if (t.regression)
-        out << " " << t.mode << " " << t.name << " " << pct(t.relative.value) << " [95% CI "
-            << pct(t.relative.low) << ", " << pct(t.relative.high) << "];";
-    out << "\n";
+        out << "  " << t.mode << " " << t.name << " " << pct(t.relative.value) << " [95% CI "
+            << pct(t.relative.low) << ", " << pct(t.relative.high) << "]\n";
   } else {
     out << std::defaultfloat << "no regression beyond " << c.options.threshold_pct << "%\n";
   }

@@ -93,7 +93,7 @@ TEST(Compare, TwentyPercentSlowerVerifyIsFlaggedAndNamed) {
   EXPECT_EQ(find(c, kModeBaseline, "draft"), nullptr);
 
   std::string text = format_comparison(c, "a.h5", "b.h5");
-  EXPECT_NE(text.find("REGRESSION: speculative verify +"), std::string::npos) << text;
+  EXPECT_NE(text.find("confidence):\n  speculative verify +"), std::string::npos) << text;
   nlohmann::json j = comparison_to_json(c);
   EXPECT_TRUE(j["regression"].get<bool>());
 }
@@ -180,8 +180,9 @@ ResultInfo make_info(const std::string& commit, bool nccl_on_low_ranks, bool dir
   info.header.world_size = 4;
   info.header.tp = 2;
   info.header.dp = 2;
-  info.header.resolved_json =
-      R"({"decode": {"draft_len": )" + draft_len + R"(, "temperature": 0.0}, "job": {"seed": 1}})";
+  info.header.resolved_json = R"({"decode": {"draft_len": )" + draft_len +
+                              R"(, "temperature": 0.0}, "job": {"seed": 1, "output": ")" + commit +
+                              R"(.h5"}})";
   for (int r = 0; r < 4; ++r) {
     std::map<std::string, std::string> env{
         {"OMPI_COMM_WORLD_RANK", std::to_string(r)},                   // per process

@@ -1,0 +1,78 @@
+#!/usr/bin/env bash
+# `specrun compare` on real runs (2 ranks, tp 2): two runs of the same job report no regression
+# (exit 0); a run that sleeps 20 ms per step in the verify phase (debug.inject_*) and was
+# launched with `mpirun -x NCCL_PROTO=LL` is a regression (exit 1) that names the verify phase,
+# and its provenance diff names NCCL_PROTO with the ranks that got it and the changed
+# configuration keys. Unreadable input exits 2 with a message naming the file.
+#
+# The identical pair is compared with --threshold 100: on a shared 2-core machine two runs of
+# the same job were measured up to ~50% apart in tokens/s (other builds running in between), so
+# the default 5% would flag the machine, not the code. The injected delay is 100x the verify
+# time of this model, far beyond any threshold. Unit tests (test_compare) cover 5%.
+set -euo pipefail
+source "$(dirname "$0")/run_common.sh"
+rm -rf w && mkdir w && cd w
+
+make_models models
+make_prompt_file prompts.h5 12
+write_job job.toml out.h5 prompts.h5
+run() {  # run NAME [mpirun options] -- [specrun options]
+  local name=$1
+  shift
+  local mpi_opts=()
+  while [[ $1 != -- ]]; do mpi_opts+=("$1"); shift; done
+  shift
+  "${MPIRUN[@]}" -np 2 "${mpi_opts[@]}" "$SPECRUN_BIN" run job.toml --set job.output=$name.h5 "$@" \
+    >$name.log 2>&1 || fail "run $name failed: $(tail -5 $name.log)"
+}
+run a --
+run a2 --
+run slow -x NCCL_PROTO=LL -- --set debug.inject_delay_ms=20 --set debug.inject_phase=verify
+
+# 1. The same job twice: no regression.
+rc=0
+"$SPECRUN_BIN" compare a.h5 a2.h5 --threshold 100 >same.txt || rc=$?
+cat same.txt
+[[ $rc -eq 0 ]] || fail "identical runs: exit $rc, expected 0"
+grep -q 'no regression beyond 100%' same.txt || fail "identical runs: no 'no regression' line"
+grep -q 'provenance: no differences' same.txt || fail "identical runs differ in provenance"
+
+# 2. Slowed verify + NCCL_PROTO on every rank of the new run.
+rc=0
+"$SPECRUN_BIN" compare a.h5 slow.h5 --threshold 100 >slow.txt || rc=$?
+cat slow.txt
+[[ $rc -eq 1 ]] || fail "slowed run: exit $rc, expected 1"
+grep -qE '^  (baseline|speculative) verify \+[0-9.]+% \[95% CI' slow.txt || fail "the verdict does not name verify"
+grep -qE '^  speculative verify ms/step .*REGRESSION$' slow.txt || fail "speculative verify not flagged"
+grep -qE '^  baseline verify ms/step .*REGRESSION$' slow.txt || fail "baseline verify not flagged"
+if grep -qE '^  [a-z]+ (draft|sample|other) ms/step .*REGRESSION$' slow.txt; then
+  fail "a phase without the delay was flagged"
+fi
+grep -qF 'NCCL_PROTO: added "LL" on ranks 0-1' slow.txt || fail "NCCL_PROTO missing from the diff"
+grep -qF 'debug.inject_delay_ms: "0.0" -> "20.0"' slow.txt || fail "config diff lacks inject_delay_ms"
+grep -qF 'debug.inject_phase: "none" -> "verify"' slow.txt || fail "config diff lacks inject_phase"
+"$SPECRUN_BIN" compare a.h5 slow.h5 --threshold 100 --json >slow.json || [[ $? -eq 1 ]]
+"$PY" - slow.json <<'PY'
+import json, sys
+c = json.load(open(sys.argv[1]))
+assert c["regression"] is True
+flagged = {(t["mode"], t["name"]) for t in c["timings"] if t["regression"]}
+assert ("speculative", "verify") in flagged and ("baseline", "verify") in flagged, flagged
+v = [t for t in c["timings"] if t["mode"] == "speculative" and t["name"] == "verify"][0]
+assert v["new"] - v["base"] > 15, v  # ~20 ms more per step
+assert v["ci_low"] > 1.0 and v["ci_low"] <= v["relative_change"] <= v["ci_high"], v
+env = {e["name"]: e for e in c["provenance"]["environment"]}
+assert list(env) == ["NCCL_PROTO"], env
+assert env["NCCL_PROTO"]["kind"] == "added" and env["NCCL_PROTO"]["ranks"] == [0, 1], env
+keys = {k["name"] for k in c["provenance"]["config"]}
+assert {"debug.inject_delay_ms", "debug.inject_phase"} == keys, keys
+print("compare --json ok")
+PY
+
+# 3. Bad input: exit 2, the file named.
+echo "not hdf5" >text.h5
+expect_exit 2 'missing.h5: no such file' bad1.log -- "$SPECRUN_BIN" compare a.h5 missing.h5
+expect_exit 2 'text.h5 is not an HDF5 file' bad2.log -- "$SPECRUN_BIN" compare text.h5 a.h5
+expect_exit 2 'prompts.h5.*not a specrun result file' bad3.log -- "$SPECRUN_BIN" compare a.h5 prompts.h5
+expect_exit 2 'usage: specrun compare BASE.h5 NEW.h5' bad4.log -- "$SPECRUN_BIN" compare a.h5
+echo "run_compare: all checks passed"
