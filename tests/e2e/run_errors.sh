@@ -1,0 +1,57 @@
+#!/usr/bin/env bash
+# Bad input through `specrun run` under mpirun: each case exits 2 with a message naming the
+# culprit, and no rank hangs (every launch runs under `timeout 60`; 124 fails the test).
+#   - a prompt token outside the target vocabulary (names the prompt index and id)
+#   - a prompt file without /prompts/offsets (names the dataset)
+#   - a world size not divisible by parallel.tp (before any model is loaded)
+#   - an unknown --set key (names it, suggests the right one)
+#   - malformed TOML (names file and line)
+# None of them may leave a result file behind.
+set -euo pipefail
+source "$(dirname "$0")/run_common.sh"
+rm -rf w && mkdir w && cd w
+
+make_models models
+make_prompt_file good.h5 6
+# Prompt 4 (id "p4") holds token 300; the vocabulary has 256.
+"$PY" - <<'PY'
+import json
+rows = [json.loads(l) for l in open("good.jsonl")]
+rows[4]["tokens"][1] = 300
+with open("badtoken.jsonl", "w") as f:
+    f.writelines(json.dumps(r) + "\n" for r in rows)
+PY
+"$SPECRUN_BIN" prepare badtoken.jsonl badtoken.h5 >/dev/null
+# A prompt file whose /prompts/offsets is missing.
+"$PY" - <<'PY'
+import h5py, numpy as np
+with h5py.File("nooffsets.h5", "w") as f:
+    f.attrs["schema"] = "specrun.prompts"
+    f.attrs["schema_version"] = np.int32(1)
+    f.create_dataset("prompts/tokens", data=np.arange(2, 20, dtype=np.int32))
+PY
+write_job job.toml out.h5 good.h5
+RUN=("${MPIRUN[@]}" -np 2 "$SPECRUN_BIN" run job.toml)
+
+expect_exit 2 "prompt 4 \(id 'p4'\).*token 300 at position 1 is outside the (target )?vocabulary" \
+  badtoken.log -- "${RUN[@]}" --set data.prompts=badtoken.h5 --set job.output=badtoken_out.h5
+expect_exit 2 'nooffsets.h5.*/prompts/offsets' nooffsets.log -- \
+  "${RUN[@]}" --set data.prompts=nooffsets.h5 --set job.output=nooffsets_out.h5
+expect_exit 2 'world size 3 is not divisible by parallel.tp = 2' tp.log -- \
+  "${MPIRUN[@]}" -np 3 "$SPECRUN_BIN" run job.toml --set job.output=tp_out.h5
+if grep -q 'models loaded' tp.log; then fail "models were loaded before the tp check"; fi
+expect_exit 2 'decode\.draft_lenn.*draft_len' setkey.log -- "${RUN[@]}" --set decode.draft_lenn=3
+printf '[job]\nname = "x"\noutput = "malformed_out.h5"\n[decode]\ndraft_len = = 4\n' >malformed.toml
+expect_exit 2 'malformed.toml:5' malformed.log -- \
+  "${MPIRUN[@]}" -np 2 "$SPECRUN_BIN" run malformed.toml
+
+# The prompt errors are found after the result file was created: it must still open in h5py
+# (nothing committed). The others fail before it is created.
+for f in tp_out.h5 out.h5 malformed_out.h5; do
+  [[ ! -e $f ]] || fail "$f was created by a job that failed before starting"
+done
+for f in badtoken_out.h5 nooffsets_out.h5; do
+  [[ -e $f ]] || continue
+  "$PY" -c 'import h5py, sys; h5py.File(sys.argv[1], "r").close()' "$f" || fail "$f is unreadable"
+done
+echo "run_errors: all checks passed"
