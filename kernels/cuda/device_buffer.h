@@ -6,11 +6,20 @@
 #include <cuda_runtime.h>
 
 #include <cstddef>
+#include <exception>
 #include <utility>
 
 #include "kernels/cuda/cuda_check.h"
 
 namespace specrun::cuda {
+
+// True while an exception unwinds the stack. Destructors then skip calls that synchronise the
+// device (cudaFree, cudaStreamSynchronize, cublasDestroy): after a hung collective they would
+// block forever, and the process is about to end with MPI_Abort anyway (the memory is left to
+// process exit).
+inline bool unwinding() {
+  return std::uncaught_exceptions() > 0;
+}
 
 template <bool kHost>
 class Buffer {
@@ -51,6 +60,11 @@ class Buffer {
  private:
   void release() {
     if (ptr_ == nullptr) return;
+    if (unwinding()) {  // see unwinding(): leak rather than risk blocking
+      ptr_ = nullptr;
+      bytes_ = 0;
+      return;
+    }
     if constexpr (kHost)
       (void)cudaFreeHost(ptr_);
     else

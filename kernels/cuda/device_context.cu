@@ -2,6 +2,7 @@
 #include <sstream>
 
 #include "kernels/cuda/cuda_check.h"
+#include "kernels/cuda/device_buffer.h"
 #include "kernels/cuda/device_context.h"
 
 namespace specrun::cuda {
@@ -65,7 +66,9 @@ DeviceContext::DeviceContext(int device) : device_(device) {
 }
 
 DeviceContext::~DeviceContext() {
-  // Best effort: errors here cannot be reported (destructors do not throw).
+  // Best effort: errors here cannot be reported (destructors do not throw). While an exception
+  // unwinds, nothing that may wait for the device (see unwinding() in device_buffer.h).
+  if (unwinding()) return;
   if (stream_ != nullptr) (void)cudaStreamSynchronize(stream_);
   if (cublas_ != nullptr) (void)cublasDestroy(cublas_);
   if (workspace_ != nullptr) (void)cudaFree(workspace_);

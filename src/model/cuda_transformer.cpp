@@ -110,7 +110,7 @@ CudaTransformer::CudaTransformer(const Checkpoint& checkpoint, NcclComm& comm,
 
 CudaTransformer::~CudaTransformer() {
   // Nothing may still read our buffers when they are freed; errors cannot be thrown here.
-  (void)cudaStreamSynchronize(stream_);
+  if (!cuda::unwinding()) (void)cudaStreamSynchronize(stream_);
 }
 
 CudaTransformer::Matrix CudaTransformer::upload(const WeightMatrix& m) {
@@ -158,7 +158,9 @@ std::unique_ptr<KvCache> CudaTransformer::new_cache(int capacity) const {
                                     << cudaGetErrorString(rc)
                                     << "; lower data.batch_size or decode.max_new_tokens, or "
                                        "raise parallel.tp");
-  std::shared_ptr<float> owner(storage, [](float* p) { (void)cudaFree(p); });
+  std::shared_ptr<float> owner(storage, [](float* p) {
+    if (!cuda::unwinding()) (void)cudaFree(p);  // see cuda::unwinding()
+  });
   return std::make_unique<KvCache>(config_.num_layers, capacity, plan_.kv_heads, config_.head_dim,
                                    config_.max_position_embeddings, std::move(owner));
 }
