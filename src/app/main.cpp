@@ -10,6 +10,7 @@
 #include "common/build_info.h"
 #include "common/error.h"
 #include "dist/mpi_comm.h"
+#include "engine/stop_request.h"
 
 namespace po = boost::program_options;
 using namespace specrun;
@@ -75,6 +76,9 @@ int main(int argc, char** argv) {
     return kExitUsage;
   }
   std::vector<std::string> args(words.begin() + 1, words.end());
+  // A batch job stops gracefully on SIGUSR1/SIGTERM; the handlers go in before MPI starts so that
+  // a signal during start-up or model loading is not lost (the job stops at its first boundary).
+  if (std::string(command->name) == "run") install_stop_handlers();
 
   // Outside the try: an error must reach fail() (MPI_Abort) before ~MpiSession runs
   // MPI_Finalize, which would wait forever for ranks that did not fail.

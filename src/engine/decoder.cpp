@@ -179,9 +179,9 @@ int append_tokens(Seq& s, const std::int32_t* emitted, int count, const ModelCon
 
 }  // namespace
 
-BatchResult BatchDecoder::run_baseline(std::int64_t batch, const std::vector<Prompt>& prompts) {
+std::vector<BatchDecoder::Sequence> BatchDecoder::start_batch(const std::vector<Prompt>& prompts,
+                                                              bool with_draft) {
   const ModelConfig& config = target_.config();
-  auto t_batch = Clock::now();
   std::vector<Sequence> seqs(prompts.size());
   for (std::size_t i = 0; i < prompts.size(); ++i) {
     check_prompt_fits(prompts[i], config, options_.max_new_tokens);
@@ -189,23 +189,50 @@ BatchResult BatchDecoder::run_baseline(std::int64_t batch, const std::vector<Pro
     s.prompt = &prompts[i];
     s.tokens = prompts[i].tokens;
     s.prompt_len = static_cast<int>(s.tokens.size());
-    s.target_cache = target_.new_cache(s.prompt_len + options_.max_new_tokens);
+    const int capacity = s.prompt_len + options_.max_new_tokens;
+    s.target_cache = target_.new_cache(capacity);
+    if (with_draft) s.draft_cache = draft_->new_cache(capacity);
   }
+  return seqs;
+}
+
+void BatchDecoder::first_tokens(std::vector<Sequence>& seqs, bool with_draft,
+                                std::chrono::steady_clock::time_point t_batch) {
+  prefill(target_, seqs, false, true);
+  if (with_draft) prefill(*draft_, seqs, true, false);
+  std::vector<std::int32_t> first(seqs.size());
+  for (std::size_t i = 0; i < seqs.size(); ++i)
+    first[i] = choose(&logits_[i * vocab_], seqs[i], seqs[i].prompt_len,
+                      static_cast<int>(RandPurpose::kTargetSample));
+  agree(first);
+  for (std::size_t i = 0; i < seqs.size(); ++i) {
+    append_tokens(seqs[i], &first[i], 1, target_.config(), options_);
+    if (seqs[i].finished) seqs[i].record.wall_s = seconds_since(t_batch);
+  }
+}
+
+void BatchDecoder::finish_batch(std::vector<Sequence>& seqs, BatchResult& result) {
+  for (Sequence& s : seqs) {
+    SequenceRecord& r = s.record;
+    r.prompt_index = s.prompt->index;
+    r.prompt_id = s.prompt->id;
+    r.category = s.prompt->category;
+    r.prompt_len = s.prompt_len;
+    r.output_tokens.assign(s.tokens.begin() + s.prompt_len, s.tokens.end());
+    r.generated = static_cast<std::int32_t>(r.output_tokens.size());
+    result.sequences.push_back(std::move(r));
+  }
+}
+
+BatchResult BatchDecoder::run_baseline(std::int64_t batch, const std::vector<Prompt>& prompts) {
+  const ModelConfig& config = target_.config();
+  auto t_batch = Clock::now();
+  std::vector<Sequence> seqs = start_batch(prompts, /*with_draft=*/false);
   BatchResult result;
   result.batch = batch;
   result.n_ranks = 1;
-
-  // Prefill: the first generated token comes from the prompt's last position.
-  prefill(target_, seqs, false, true);
-  std::vector<std::int32_t> next(seqs.size());
-  for (std::size_t i = 0; i < seqs.size(); ++i)
-    next[i] = choose(&logits_[i * vocab_], seqs[i], seqs[i].prompt_len,
-                     static_cast<int>(RandPurpose::kTargetSample));
-  agree(next);
-  for (std::size_t i = 0; i < seqs.size(); ++i) {
-    append_tokens(seqs[i], &next[i], 1, config, options_);
-    if (seqs[i].finished) seqs[i].record.wall_s = seconds_since(t_batch);
-  }
+  first_tokens(seqs, /*with_draft=*/false, t_batch);
+  std::vector<std::int32_t> next;
 
   std::vector<SeqChunk> chunks;
   std::vector<Sequence*> active;
@@ -249,16 +276,7 @@ BatchResult BatchDecoder::run_baseline(std::int64_t batch, const std::vector<Pro
     ++result.n_steps;
   }
 
-  for (Sequence& s : seqs) {
-    SequenceRecord& r = s.record;
-    r.prompt_index = s.prompt->index;
-    r.prompt_id = s.prompt->id;
-    r.category = s.prompt->category;
-    r.prompt_len = s.prompt_len;
-    r.output_tokens.assign(s.tokens.begin() + s.prompt_len, s.tokens.end());
-    r.generated = static_cast<std::int32_t>(r.output_tokens.size());
-    result.sequences.push_back(std::move(r));
-  }
+  finish_batch(seqs, result);
   return result;
 }
 
@@ -267,34 +285,13 @@ BatchResult BatchDecoder::run_speculative(std::int64_t batch, const std::vector<
   const bool greedy = options_.sampling.greedy();
   const int k_max = options_.draft_len;
   auto t_batch = Clock::now();
-  std::vector<Sequence> seqs(prompts.size());
-  for (std::size_t i = 0; i < prompts.size(); ++i) {
-    check_prompt_fits(prompts[i], config, options_.max_new_tokens);
-    Sequence& s = seqs[i];
-    s.prompt = &prompts[i];
-    s.tokens = prompts[i].tokens;
-    s.prompt_len = static_cast<int>(s.tokens.size());
-    int capacity = s.prompt_len + options_.max_new_tokens;
-    s.target_cache = target_.new_cache(capacity);
-    s.draft_cache = draft_->new_cache(capacity);
-  }
+  std::vector<Sequence> seqs = start_batch(prompts, /*with_draft=*/true);
   BatchResult result;
   result.batch = batch;
   result.n_ranks = 1;
   result.accepted_per_position.assign(k_max, 0);
-
-  // Prefill both models; the first token is the target's, exactly as in baseline mode.
-  prefill(target_, seqs, false, true);
-  prefill(*draft_, seqs, true, false);
-  std::vector<std::int32_t> decided(seqs.size());
-  for (std::size_t i = 0; i < seqs.size(); ++i)
-    decided[i] = choose(&logits_[i * vocab_], seqs[i], seqs[i].prompt_len,
-                        static_cast<int>(RandPurpose::kTargetSample));
-  agree(decided);
-  for (std::size_t i = 0; i < seqs.size(); ++i) {
-    append_tokens(seqs[i], &decided[i], 1, config, options_);
-    if (seqs[i].finished) seqs[i].record.wall_s = seconds_since(t_batch);
-  }
+  // The first token is the target's, exactly as in baseline mode.
+  first_tokens(seqs, /*with_draft=*/true, t_batch);
 
   const bool draft_shared_comm = options_.draft_sharded;
   std::vector<SeqChunk> chunks;
@@ -433,16 +430,7 @@ BatchResult BatchDecoder::run_speculative(std::int64_t batch, const std::vector<
     ++result.n_steps;
   }
 
-  for (Sequence& s : seqs) {
-    SequenceRecord& r = s.record;
-    r.prompt_index = s.prompt->index;
-    r.prompt_id = s.prompt->id;
-    r.category = s.prompt->category;
-    r.prompt_len = s.prompt_len;
-    r.output_tokens.assign(s.tokens.begin() + s.prompt_len, s.tokens.end());
-    r.generated = static_cast<std::int32_t>(r.output_tokens.size());
-    result.sequences.push_back(std::move(r));
-  }
+  finish_batch(seqs, result);
   return result;
 }
 

@@ -4,6 +4,7 @@
 // ranks never diverge even if their logits differed in the last bit.
 #pragma once
 
+#include <chrono>
 #include <cstdint>
 #include <memory>
 #include <string>
@@ -46,6 +47,13 @@ class BatchDecoder {
   BatchResult run_baseline(std::int64_t batch, const std::vector<Prompt>& prompts);
   BatchResult run_speculative(std::int64_t batch, const std::vector<Prompt>& prompts);
 
+  // Sequences for `prompts` with their caches; checks every prompt against the model first.
+  std::vector<Sequence> start_batch(const std::vector<Prompt>& prompts, bool with_draft);
+  // Prefill (target, and draft when with_draft) and the first generated token of each sequence.
+  void first_tokens(std::vector<Sequence>& seqs, bool with_draft,
+                    std::chrono::steady_clock::time_point t_batch);
+  // Moves the finished sequences' records into `result`.
+  void finish_batch(std::vector<Sequence>& seqs, BatchResult& result);
   // Prefill of the prompts in `model`; returns last-position logits [n, vocab] when wanted.
   void prefill(LanguageModel& model, std::vector<Sequence>& seqs, bool draft, bool want_logits);
   // Picks the token for one position from full logits (greedy argmax or sampling with purpose).
