@@ -18,7 +18,7 @@ int cmd_report(CommandContext& ctx, const std::vector<std::string>& args) {
   po::options_description options("specrun report RESULT.h5 [options]");
   options.add_options()("help,h", "show this help")(
       "json", "print the summary as one JSON object (keys: docs/analysis.md)")(
-      "seed", po::value<std::uint64_t>()->default_value(1), "bootstrap seed");
+      "seed", po::value<std::uint64_t>(), "bootstrap seed (default: the job's job.seed)");
   po::options_description hidden;
   hidden.add_options()("result", po::value<std::string>(), "result file");
   po::options_description all;
@@ -43,8 +43,9 @@ int cmd_report(CommandContext& ctx, const std::vector<std::string>& args) {
   ResultReader reader(path);
   const ResultInfo& info = reader.info();
   const bool greedy = resolved_is_greedy(info.header.resolved_json);
-  RunSummary summary =
-      summarize_run(load_mode_data(reader), greedy, vm["seed"].as<std::uint64_t>());
+  const std::uint64_t seed =
+      vm.count("seed") ? vm["seed"].as<std::uint64_t>() : resolved_seed(info.header.resolved_json);
+  RunSummary summary = summarize_run(load_mode_data(reader), greedy, seed);
   const bool finished = !info.finished.empty();
   std::int64_t batches = 0;
   for (const std::string& mode : reader.modes()) batches += reader.batches_committed(mode);
@@ -78,7 +79,7 @@ int cmd_report(CommandContext& ctx, const std::vector<std::string>& args) {
   if (!finished)
     std::cout << "NOTE: the job did not finish (no `finished` time): reporting the " << batches
               << " committed batches; continue it with `specrun run ... --resume`\n";
-  std::cout << "\n" << format_summary(summary);
+  std::cout << format_summary(summary);
   return 0;
 }
 

@@ -323,6 +323,14 @@ bool resolved_is_greedy(const std::string& resolved_json) {
   return t.is_number() && t.get<double>() <= 0;
 }
 
+std::uint64_t resolved_seed(const std::string& resolved_json) {
+  nlohmann::json j = nlohmann::json::parse(resolved_json, nullptr, false);
+  if (j.is_discarded() || !j.contains("job") || !j["job"].contains("seed") ||
+      !j["job"]["seed"].is_number_integer())
+    return 1;
+  return j["job"]["seed"].get<std::uint64_t>();
+}
+
 std::vector<ModeData> load_mode_data(const ResultReader& reader) {
   std::int64_t batch_size = 0;
   nlohmann::json resolved =
@@ -367,7 +375,7 @@ bool ranks_differ(const std::vector<Quantiles>& per_rank) {
 std::string format_summary(const RunSummary& run) {
   std::ostringstream out;
   out << std::fixed;
-  out << "mode          prompts  batches    tokens   tokens/s      tau    alpha\n";
+  out << "summary\nmode          prompts  batches    tokens   tokens/s      tau    alpha\n";
   for (const ModeSummary& m : run.modes) {
     out << std::left << std::setw(12) << m.mode << std::right << std::setw(9) << m.prompts
         << std::setw(9) << m.batches << std::setw(10) << m.generated << std::setw(11)

@@ -124,6 +124,9 @@ class ResultReader;
 std::vector<ModeData> load_mode_data(const ResultReader& reader);
 // Whether the file's resolved configuration (/job resolved) decoded greedily (temperature 0).
 bool resolved_is_greedy(const std::string& resolved_json);
+// job.seed of the resolved configuration (1 when absent): the bootstrap seed `run` uses for its
+// end-of-run summary, so that `report` prints the same intervals.
+std::uint64_t resolved_seed(const std::string& resolved_json);
 
 // Human-readable text of the summary (what `run` prints at the end and `report` prints).
 std::string format_summary(const RunSummary& summary);

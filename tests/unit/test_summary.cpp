@@ -156,6 +156,8 @@ TEST(Summary, ResolvedGreedy) {
   EXPECT_TRUE(resolved_is_greedy(R"({"decode": {"temperature": 0.0}})"));
   EXPECT_FALSE(resolved_is_greedy(R"({"decode": {"temperature": 0.7}})"));
   EXPECT_FALSE(resolved_is_greedy("not json"));
+  EXPECT_EQ(resolved_seed(R"({"job": {"seed": 1234}})"), 1234u);
+  EXPECT_EQ(resolved_seed("{}"), 1u);
 }
 
 // Width of the interval of the mean of n draws from N(10, 2^2).
