@@ -1,4 +1,5 @@
 // DeviceContext: device selection check, compute stream and cuBLAS handle of one rank.
+#include <iomanip>
 #include <sstream>
 
 #include "kernels/cuda/cuda_check.h"
@@ -16,6 +17,17 @@ __global__ void probe_kernel() {}
 std::string list(const std::vector<int>& archs) {
   std::ostringstream out;
   for (std::size_t i = 0; i < archs.size(); ++i) out << (i ? ", " : "") << "sm_" << archs[i];
+  return out.str();
+}
+
+// "GPU-xxxxxxxx-xxxx-xxxx-xxxx-xxxxxxxxxxxx", as nvidia-smi -L prints it.
+std::string uuid_text(const cudaDeviceProp& prop) {
+  std::ostringstream out;
+  out << "GPU-" << std::hex << std::setfill('0');
+  for (int i = 0; i < 16; ++i) {
+    if (i == 4 || i == 6 || i == 8 || i == 10) out << '-';
+    out << std::setw(2) << (static_cast<unsigned>(static_cast<unsigned char>(prop.uuid.bytes[i])));
+  }
   return out.str();
 }
 
@@ -44,7 +56,7 @@ std::string check_architecture(int device) {
                        << cudaGetErrorString(rc) << "): rebuild with -DCMAKE_CUDA_ARCHITECTURES=\""
                        << cc << "\" (or add it to the list)");
   std::ostringstream out;
-  out << prop.name << ", sm_" << cc << ", ";
+  out << prop.name << ", " << uuid_text(prop) << ", sm_" << cc << ", ";
   if (attr.binaryVersion / 10 == prop.major)
     out << "SASS sm_" << attr.binaryVersion;
   else

@@ -20,7 +20,7 @@ std::vector<int> built_architectures();
 // Reads `device`'s compute capability and checks that this build can run on it (SASS for the
 // same major version, or PTX of an older architecture that the driver compiles at start).
 // Throws naming the device, its capability and the built list, with advice, when it cannot.
-// Returns a one-line description ("NVIDIA H200, sm_90, SASS sm_90").
+// Returns a one-line description ("NVIDIA H200, GPU-<uuid>, sm_90, SASS sm_90").
 std::string check_architecture(int device);
 
 class DeviceContext {

@@ -44,8 +44,8 @@ class ModelFactory {
   // NcclComm of the models, so its comm_seconds() also holds the NCCL time of forward passes.
   Communicator& tp_comm();
 
-  // "cpu, 4 threads" or "cuda device 0 (NVIDIA H200, sm_90, SASS sm_90)", plus a note worth
-  // logging when there is one (per-task GPU binding).
+  // "cpu, 4 threads" or "cuda device 0 (NVIDIA H200, GPU-<uuid>, sm_90, SASS sm_90)", plus a
+  // note worth logging when there is one (per-task GPU binding).
   const std::string& description() const { return description_; }
 
  private:
