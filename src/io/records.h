@@ -41,7 +41,7 @@ struct SequenceRecord {
   std::string category;      // "" when the prompt file has none
   int32_t prompt_len = 0;    // prompt tokens
   int32_t generated = 0;     // tokens emitted after the prompt (== output_tokens.size())
-  int32_t verify_steps = 0;  // target forward passes that emitted tokens (baseline: generated)
+  int32_t verify_steps = 0;  // decoding steps after the prefill (baseline: generated - 1)
   int64_t drafted = 0;       // draft tokens proposed, summed over steps (baseline: 0)
   int64_t accepted = 0;      // draft tokens accepted, summed over steps (baseline: 0)
   int8_t finish_reason = kFinishLength;
