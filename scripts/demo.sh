@@ -16,4 +16,4 @@ mkdir -p demo-out
 [ -f demo-out/models/target/config.json ] || "$SPECRUN" make-model demo-out/models
 "$SPECRUN" prepare data/demo_prompts.jsonl demo-out/demo_prompts.h5 --overwrite
 mpirun -np "$NP" "$SPECRUN" run jobs/demo.toml
-"$SPECRUN" report demo-out/demo.h5
+echo "the same summary again, from the file: $SPECRUN report demo-out/demo.h5 (--json for scripts)"
