@@ -1,7 +1,11 @@
 // device_count, self_test, nccl_runtime_version: the first CUDA translation unit. It keeps the
-// CUDA build path (nvcc, cudart, NCCL) compiled and linked from day one.
+// CUDA build path (nvcc, cudart, NCCL) compiled and linked from day one. read_nvml: NVML through
+// dlopen, declared here from its documented C API (nvml.h is not part of the CUDA toolkit here).
 #include <cuda_runtime.h>
+#include <dlfcn.h>
 #include <nccl.h>
+
+#include <array>
 
 #include "kernels/cuda/cuda_check.h"
 #include "kernels/cuda/device_info.h"
@@ -15,7 +19,104 @@ __global__ void add_one(int* x, int n) {
   if (i < n) x[i] += 1;
 }
 
+// The NVML subset used by read_nvml, with nvml.h's C signatures. nvmlReturn_t is a C enum
+// (int-sized); NVML_SUCCESS is 0. nvmlDevice_t is an opaque pointer.
+using NvmlReturn = int;
+using NvmlDevice = struct NvmlDeviceOpaque*;
+constexpr NvmlReturn kNvmlSuccess = 0;
+constexpr int kNvmlClockSm = 1;                   // NVML_CLOCK_SM
+constexpr int kNvmlClockMem = 2;                  // NVML_CLOCK_MEM
+constexpr unsigned kNvmlDriverVersionBytes = 80;  // NVML_SYSTEM_DRIVER_VERSION_BUFFER_SIZE
+
+struct NvmlApi {
+  NvmlReturn (*init)() = nullptr;                                   // nvmlInit_v2
+  NvmlReturn (*shutdown)() = nullptr;                               // nvmlShutdown
+  const char* (*error_string)(NvmlReturn) = nullptr;                // nvmlErrorString
+  NvmlReturn (*driver_version)(char*, unsigned) = nullptr;          // nvmlSystemGetDriverVersion
+  NvmlReturn (*handle_by_pci)(const char*, NvmlDevice*) = nullptr;  // ..HandleByPciBusId_v2
+  NvmlReturn (*clock_info)(NvmlDevice, int, unsigned*) = nullptr;   // nvmlDeviceGetClockInfo
+};
+
+// Resolves `name` into `fn`; on failure returns the reason.
+template <typename Fn>
+std::string resolve(void* lib, const char* name, Fn& fn) {
+  fn = reinterpret_cast<Fn>(dlsym(lib, name));
+  return fn ? std::string() : std::string("unavailable: libnvidia-ml.so.1 has no ") + name;
+}
+
+std::string nvml_error(const NvmlApi& api, const char* call, NvmlReturn rc) {
+  return std::string("unavailable: ") + call + " failed: " + api.error_string(rc) + " (" +
+         std::to_string(rc) + ")";
+}
+
+// Fills `out` from an initialised NVML.
+void read_initialised(const NvmlApi& api, const std::vector<std::string>& pci_bus_ids,
+                      NvmlReadings& out) {
+  std::array<char, kNvmlDriverVersionBytes> version{};
+  NvmlReturn rc = api.driver_version(version.data(), kNvmlDriverVersionBytes);
+  out.driver_version = rc == kNvmlSuccess ? std::string(version.data())
+                                          : nvml_error(api, "nvmlSystemGetDriverVersion", rc);
+  for (std::size_t i = 0; i < pci_bus_ids.size(); ++i) {
+    DeviceClocks& c = out.clocks[i];
+    NvmlDevice device = nullptr;
+    rc = api.handle_by_pci(pci_bus_ids[i].c_str(), &device);
+    if (rc != kNvmlSuccess) {
+      c.note = nvml_error(api, "nvmlDeviceGetHandleByPciBusId_v2", rc) + " for " + pci_bus_ids[i];
+      continue;
+    }
+    unsigned mhz = 0;
+    rc = api.clock_info(device, kNvmlClockSm, &mhz);
+    if (rc == kNvmlSuccess)
+      c.sm_mhz = static_cast<int>(mhz);
+    else
+      c.note = nvml_error(api, "nvmlDeviceGetClockInfo(NVML_CLOCK_SM)", rc);
+    rc = api.clock_info(device, kNvmlClockMem, &mhz);
+    if (rc == kNvmlSuccess)
+      c.mem_mhz = static_cast<int>(mhz);
+    else
+      c.note += (c.note.empty() ? "" : "; ") +
+                nvml_error(api, "nvmlDeviceGetClockInfo(NVML_CLOCK_MEM)", rc);
+  }
+}
+
 }  // namespace
+
+NvmlReadings read_nvml(const std::vector<std::string>& pci_bus_ids) {
+  NvmlReadings out;
+  out.clocks.resize(pci_bus_ids.size());
+  auto fail_all = [&](const std::string& reason) {
+    out.driver_version = reason;
+    for (DeviceClocks& c : out.clocks) c.note = reason;
+    return out;
+  };
+  void* lib = dlopen("libnvidia-ml.so.1", RTLD_NOW | RTLD_LOCAL);
+  if (lib == nullptr) {
+    const char* why = dlerror();
+    return fail_all(std::string("unavailable: cannot load libnvidia-ml.so.1 (") +
+                    (why ? why : "unknown reason") + "): no NVIDIA driver on this machine?");
+  }
+  NvmlApi api;
+  std::string missing;
+  for (std::string reason :
+       {resolve(lib, "nvmlInit_v2", api.init), resolve(lib, "nvmlShutdown", api.shutdown),
+        resolve(lib, "nvmlErrorString", api.error_string),
+        resolve(lib, "nvmlSystemGetDriverVersion", api.driver_version),
+        resolve(lib, "nvmlDeviceGetHandleByPciBusId_v2", api.handle_by_pci),
+        resolve(lib, "nvmlDeviceGetClockInfo", api.clock_info)})
+    if (missing.empty()) missing = reason;
+  if (missing.empty()) {
+    NvmlReturn rc = api.init();
+    if (rc != kNvmlSuccess) {
+      missing = nvml_error(api, "nvmlInit_v2", rc);
+    } else {
+      read_initialised(api, pci_bus_ids, out);
+      (void)api.shutdown();
+    }
+  }
+  dlclose(lib);
+  if (!missing.empty()) return fail_all(missing);
+  return out;
+}
 
 int device_count(std::string* error) {
   int n = 0;

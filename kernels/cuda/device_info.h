@@ -1,5 +1,6 @@
-// What the CUDA runtime sees on this process: device count and names. Built only with
-// -DSPECRUN_CUDA=ON; the CPU build has no CUDA symbols at all.
+// What the CUDA runtime sees on this process: device count and names, plus the driver version
+// and current clocks read through NVML. Built only with -DSPECRUN_CUDA=ON; the CPU build has no
+// CUDA symbols at all.
 #pragma once
 
 #include <string>
@@ -16,5 +17,27 @@ void self_test(int device);
 
 // NCCL version linked at run time, encoded as NCCL_VERSION_CODE.
 int nccl_runtime_version();
+
+// Current clocks of one device, in MHz; -1 where not read, and then `note` says why
+// ("unavailable: <reason>"). Empty note: both clocks were read.
+struct DeviceClocks {
+  int sm_mhz = -1;
+  int mem_mhz = -1;
+  std::string note;
+};
+
+// What NVML reports: the kernel driver version ("550.54.15") or "unavailable: <reason>", and one
+// DeviceClocks per entry of the query, in order.
+struct NvmlReadings {
+  std::string driver_version;
+  std::vector<DeviceClocks> clocks;
+};
+
+// Reads the driver version and the current SM and memory clocks of the devices at
+// `pci_bus_ids` (as cudaDeviceGetPCIBusId writes them, "0000:19:00.0"). NVML is loaded with
+// dlopen("libnvidia-ml.so.1") at call time, never linked, so a machine without a driver still
+// runs specrun: every failure (no library, a missing symbol, a failed call) is recorded in the
+// result, never thrown. Local to the process; initialises and shuts NVML down within the call.
+NvmlReadings read_nvml(const std::vector<std::string>& pci_bus_ids);
 
 }  // namespace specrun::cuda

@@ -17,6 +17,8 @@
 #ifdef SPECRUN_HAVE_CUDA
 #include <cuda_runtime_api.h>
 #include <nccl.h>
+
+#include "kernels/cuda/device_info.h"
 #endif
 
 #include "common/build_info.h"
@@ -119,23 +121,45 @@ void collect_cuda(ProvenanceRecord& r) {
   int count = 0;
   rc = cudaGetDeviceCount(&count);
   if (rc != cudaSuccess) {
-    r.cuda_devices.push_back(cuda_error_text(rc));
+    r.cuda_device_error = cuda_error_text(rc);
     // The failed query leaves a sticky "last error"; clear it so later checks start clean.
     cudaGetLastError();
-    return;
+    count = 0;
   }
+  std::vector<std::string> bus_ids;
   for (int d = 0; d < count; ++d) {
+    GpuDevice g;
+    g.index = d;
+    g.pci_bus_id = "unknown";
     cudaDeviceProp prop{};
     rc = cudaGetDeviceProperties(&prop, d);
     if (rc != cudaSuccess) {
-      r.cuda_devices.push_back(std::to_string(d) + ": " + cuda_error_text(rc));
+      g.name = cuda_error_text(rc);
+    } else {
+      g.name = prop.name;
+      std::array<unsigned char, 16> uuid{};
+      std::memcpy(uuid.data(), prop.uuid.bytes, uuid.size());
+      g.uuid = format_gpu_uuid(uuid);
+      std::array<char, 32> pci{};
+      if (cudaDeviceGetPCIBusId(pci.data(), pci.size(), d) == cudaSuccess)
+        g.pci_bus_id = pci.data();
+    }
+    bus_ids.push_back(g.pci_bus_id);
+    r.cuda_devices.push_back(std::move(g));
+  }
+  // NVML is asked even without devices: its driver version (or why it is missing) is the record
+  // of the driver this rank had.
+  cuda::NvmlReadings nvml = cuda::read_nvml(bus_ids);
+  r.nvidia_driver_version = nvml.driver_version;
+  for (std::size_t i = 0; i < r.cuda_devices.size(); ++i) {
+    GpuDevice& g = r.cuda_devices[i];
+    if (g.pci_bus_id == "unknown") {
+      g.clock_note = "unavailable: no PCI bus id to find the device in NVML";
       continue;
     }
-    std::array<char, 32> pci{};
-    std::string bus = cudaDeviceGetPCIBusId(pci.data(), pci.size(), d) == cudaSuccess
-                          ? std::string(pci.data())
-                          : std::string("unknown");
-    r.cuda_devices.push_back(std::to_string(d) + ": " + prop.name + " (pci " + bus + ")");
+    g.sm_clock_mhz = nvml.clocks[i].sm_mhz;
+    g.mem_clock_mhz = nvml.clocks[i].mem_mhz;
+    g.clock_note = nvml.clocks[i].note;
   }
 }
 #endif
@@ -175,6 +199,7 @@ const std::vector<ComparedField>& compared_fields() {
       {"hdf5_version", [](const ProvenanceRecord& r) { return r.hdf5_version; }},
       {"cuda_runtime_version", [](const ProvenanceRecord& r) { return r.cuda_runtime_version; }},
       {"cuda_driver_version", [](const ProvenanceRecord& r) { return r.cuda_driver_version; }},
+      {"nvidia_driver_version", [](const ProvenanceRecord& r) { return r.nvidia_driver_version; }},
       {"nccl_version", [](const ProvenanceRecord& r) { return r.nccl_version; }},
       {"nccl_build_version", [](const ProvenanceRecord& r) { return r.nccl_build_version; }},
       {"cpu_model", [](const ProvenanceRecord& r) { return r.cpu_model; }},
@@ -245,6 +270,17 @@ std::string decode_cuda_version(int code) {
   return std::to_string(code / 1000) + "." + std::to_string((code % 1000) / 10);
 }
 
+std::string format_gpu_uuid(const std::array<unsigned char, 16>& bytes) {
+  static constexpr char kHex[] = "0123456789abcdef";
+  std::string out = "GPU-";
+  for (std::size_t i = 0; i < bytes.size(); ++i) {
+    if (i == 4 || i == 6 || i == 8 || i == 10) out += '-';
+    out += kHex[bytes[i] >> 4];
+    out += kHex[bytes[i] & 0xF];
+  }
+  return out;
+}
+
 std::string decode_nccl_version(int code) {
   const int major_unit = code < 10000 ? 1000 : 10000;
   return std::to_string(code / major_unit) + "." + std::to_string((code % major_unit) / 100) + "." +
@@ -299,6 +335,28 @@ std::vector<ProvenanceRecord> gather_provenance(MpiComm& world, const Provenance
   return records;
 }
 
+void to_json(nlohmann::json& j, const GpuDevice& g) {
+  j = nlohmann::json{{"index", g.index},
+                     {"name", g.name},
+                     {"uuid", g.uuid},
+                     {"pci_bus_id", g.pci_bus_id},
+                     {"sm_clock_mhz", g.sm_clock_mhz},
+                     {"mem_clock_mhz", g.mem_clock_mhz},
+                     {"clock_note", g.clock_note}};
+}
+
+void from_json(const nlohmann::json& j, GpuDevice& g) {
+  const char* what = "provenance GPU device";
+  SPEC_CHECK(j.is_object(), what << " JSON is a " << j.type_name() << ", not an object");
+  read_field(j, "index", g.index, what);
+  read_field(j, "name", g.name, what);
+  read_field(j, "uuid", g.uuid, what);
+  read_field(j, "pci_bus_id", g.pci_bus_id, what);
+  read_field(j, "sm_clock_mhz", g.sm_clock_mhz, what);
+  read_field(j, "mem_clock_mhz", g.mem_clock_mhz, what);
+  read_field(j, "clock_note", g.clock_note, what);
+}
+
 void to_json(nlohmann::json& j, const ProvenanceRecord& r) {
   j = nlohmann::json{{"specrun_version", r.specrun_version},
                      {"git_commit", r.git_commit},
@@ -311,9 +369,11 @@ void to_json(nlohmann::json& j, const ProvenanceRecord& r) {
                      {"hdf5_version", r.hdf5_version},
                      {"cuda_runtime_version", r.cuda_runtime_version},
                      {"cuda_driver_version", r.cuda_driver_version},
+                     {"nvidia_driver_version", r.nvidia_driver_version},
                      {"nccl_version", r.nccl_version},
                      {"nccl_build_version", r.nccl_build_version},
                      {"cuda_devices", r.cuda_devices},
+                     {"cuda_device_error", r.cuda_device_error},
                      {"hostname", r.hostname},
                      {"pid", r.pid},
                      {"world_rank", r.world_rank},
@@ -337,9 +397,11 @@ void from_json(const nlohmann::json& j, ProvenanceRecord& r) {
   read_field(j, "hdf5_version", r.hdf5_version, what);
   read_field(j, "cuda_runtime_version", r.cuda_runtime_version, what);
   read_field(j, "cuda_driver_version", r.cuda_driver_version, what);
+  read_field(j, "nvidia_driver_version", r.nvidia_driver_version, what);
   read_field(j, "nccl_version", r.nccl_version, what);
   read_field(j, "nccl_build_version", r.nccl_build_version, what);
   read_field(j, "cuda_devices", r.cuda_devices, what);
+  read_field(j, "cuda_device_error", r.cuda_device_error, what);
   read_field(j, "hostname", r.hostname, what);
   read_field(j, "pid", r.pid, what);
   read_field(j, "world_rank", r.world_rank, what);
@@ -440,8 +502,20 @@ std::string format_record(const ProvenanceRecord& r) {
   if (r.cuda_build) {
     s << "CUDA:        runtime " << r.cuda_runtime_version << ", driver " << r.cuda_driver_version
       << "\n";
+    s << "driver:      " << r.nvidia_driver_version << "\n";
     s << "NCCL:        " << r.nccl_version << " (built against " << r.nccl_build_version << ")\n";
-    for (const std::string& d : r.cuda_devices) s << "device:      " << d << "\n";
+    if (!r.cuda_device_error.empty()) s << "devices:     " << r.cuda_device_error << "\n";
+    if (r.cuda_devices.empty() && r.cuda_device_error.empty()) s << "devices:     none visible\n";
+    for (const GpuDevice& d : r.cuda_devices) {
+      s << "device:      " << d.index << ": " << d.name << " (" << d.uuid << ", pci "
+        << d.pci_bus_id << "), clocks ";
+      if (d.sm_clock_mhz >= 0) s << "sm " << d.sm_clock_mhz << " MHz";
+      if (d.mem_clock_mhz >= 0)
+        s << (d.sm_clock_mhz >= 0 ? ", " : "") << "mem " << d.mem_clock_mhz << " MHz";
+      if (!d.clock_note.empty())
+        s << (d.sm_clock_mhz >= 0 || d.mem_clock_mhz >= 0 ? "; " : "") << d.clock_note;
+      s << "\n";
+    }
   } else {
     s << "CUDA:        not built with CUDA (CPU backend only)\n";
   }

@@ -8,6 +8,7 @@
 // ranks, and the slowdown looked like a code regression.
 #pragma once
 
+#include <array>
 #include <map>
 #include <nlohmann/json_fwd.hpp>
 #include <string>
@@ -18,6 +19,20 @@ namespace specrun {
 class MpiSession;
 class MpiComm;
 struct World;
+
+// One visible CUDA device as this rank saw it at start.
+struct GpuDevice {
+  int index = 0;           // CUDA runtime ordinal (after CUDA_VISIBLE_DEVICES)
+  std::string name;        // "NVIDIA H200", or "error: <text>" when its properties were unreadable
+  std::string uuid;        // "GPU-xxxxxxxx-xxxx-xxxx-xxxx-xxxxxxxxxxxx" (format_gpu_uuid)
+  std::string pci_bus_id;  // "0000:19:00.0", or "unknown"
+  // Current clocks in MHz from NVML at start; -1 when unread, and clock_note then holds
+  // "unavailable: <reason>". They may differ between ranks (boost, throttling): information,
+  // not a mismatch.
+  int sm_clock_mhz = -1;
+  int mem_clock_mhz = -1;
+  std::string clock_note;  // empty when both clocks were read
+};
 
 struct ProvenanceRecord {
   // Build (src/common/build_info.h): identical on every rank of a sane launch.
@@ -33,11 +48,13 @@ struct ProvenanceRecord {
   std::string mpi_library;   // MPI_Get_library_version, first line
   std::string hdf5_version;  // H5get_libversion, "1.10.8"
   // Empty when not built with CUDA. A failed query holds "error: <text>" instead of a version.
-  std::string cuda_runtime_version;  // cudaRuntimeGetVersion, "12.4"
-  std::string cuda_driver_version;   // cudaDriverGetVersion: highest CUDA version the driver runs
-  std::string nccl_version;          // ncclGetVersion (run time), "2.21.5"
-  std::string nccl_build_version;    // NCCL_VERSION_CODE (compile time)
-  std::vector<std::string> cuda_devices;  // "0: NVIDIA H200 (pci 0000:19:00.0)"; CUDA builds only
+  std::string cuda_runtime_version;   // cudaRuntimeGetVersion, "12.4"
+  std::string cuda_driver_version;    // cudaDriverGetVersion: highest CUDA version the driver runs
+  std::string nvidia_driver_version;  // NVML kernel driver, "550.54.15", or "unavailable: <why>"
+  std::string nccl_version;           // ncclGetVersion (run time), "2.21.5"
+  std::string nccl_build_version;     // NCCL_VERSION_CODE (compile time)
+  std::vector<GpuDevice> cuda_devices;  // CUDA builds only; names and UUIDs differ by nature
+  std::string cuda_device_error;        // "error: <text>" when cudaGetDeviceCount failed
 
   // This process. Hostname, pid and ranks differ between ranks by nature.
   std::string hostname;
@@ -81,6 +98,8 @@ std::vector<ProvenanceRecord> gather_provenance(MpiComm& world, const Provenance
 
 // JSON form, one object per record; from_json throws specrun::Error naming the missing or
 // mistyped key. These are the nlohmann ADL hooks, so `nlohmann::json j = record;` works too.
+void to_json(nlohmann::json& j, const GpuDevice& device);
+void from_json(const nlohmann::json& j, GpuDevice& device);
 void to_json(nlohmann::json& j, const ProvenanceRecord& record);
 void from_json(const nlohmann::json& j, ProvenanceRecord& record);
 
@@ -118,6 +137,10 @@ std::string describe(const Mismatch& mismatch);
 // X*1000+Y*100+Z (2804 -> "2.8.4"), later ones X*10000+Y*100+Z (22803 -> "2.28.3").
 std::string decode_cuda_version(int code);
 std::string decode_nccl_version(int code);
+
+// cudaDeviceProp::uuid bytes as nvidia-smi -L prints them:
+// "GPU-xxxxxxxx-xxxx-xxxx-xxxx-xxxxxxxxxxxx", lower-case hex.
+std::string format_gpu_uuid(const std::array<unsigned char, 16>& bytes);
 
 // Human-readable multi-line description of one record (what `specrun env` prints), no trailing
 // newline.

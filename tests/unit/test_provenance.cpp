@@ -184,7 +184,16 @@ TEST(Provenance, JsonRoundTrip) {
   r.cuda_driver_version = "error: cudaErrorNoDevice: no CUDA-capable device is detected";
   r.nccl_version = "2.21.5";
   r.nccl_build_version = "2.21.5";
-  r.cuda_devices = {"0: NVIDIA H200 (pci 0000:19:00.0)"};
+  r.nvidia_driver_version = "unavailable: cannot load libnvidia-ml.so.1";
+  GpuDevice g;
+  g.index = 0;
+  g.name = "NVIDIA H200";
+  g.uuid = "GPU-0f1e2d3c-4b5a-6978-8796-a5b4c3d2e1f0";
+  g.pci_bus_id = "0000:19:00.0";
+  g.sm_clock_mhz = 1980;
+  g.mem_clock_mhz = -1;
+  g.clock_note = "unavailable: nvmlDeviceGetClockInfo(NVML_CLOCK_MEM) failed: Not Supported (3)";
+  r.cuda_devices = {g};
   r.environment["NCCL_WEIRD"] = "quote \" backslash \\ newline \n tab \t";
 
   nlohmann::json j = r;
@@ -196,7 +205,14 @@ TEST(Provenance, JsonRoundTrip) {
   EXPECT_EQ(back.environment, r.environment);
   EXPECT_EQ(back.git_dirty, true);
   EXPECT_EQ(back.pid, r.pid);
-  EXPECT_EQ(back.cuda_devices, r.cuda_devices);
+  ASSERT_EQ(back.cuda_devices.size(), 1u);
+  EXPECT_EQ(back.cuda_devices[0].uuid, g.uuid);
+  EXPECT_EQ(back.cuda_devices[0].pci_bus_id, g.pci_bus_id);
+  EXPECT_EQ(back.cuda_devices[0].sm_clock_mhz, 1980);
+  EXPECT_EQ(back.cuda_devices[0].mem_clock_mhz, -1);
+  EXPECT_EQ(back.cuda_devices[0].clock_note, g.clock_note);
+  EXPECT_EQ(back.nvidia_driver_version, r.nvidia_driver_version);
+  EXPECT_EQ(j.at("cuda_devices")[0].at("sm_clock_mhz"), 1980);
   EXPECT_EQ(back.cuda_driver_version, r.cuda_driver_version);
 
   nlohmann::json missing = j;
@@ -210,6 +226,36 @@ TEST(Provenance, JsonRoundTrip) {
   nlohmann::json wrong = j;
   wrong["world_rank"] = "five";
   EXPECT_THROW((void)wrong.get<ProvenanceRecord>(), Error);
+}
+
+TEST(Provenance, GpuUuidFormatsLikeNvidiaSmi) {
+  std::array<unsigned char, 16> bytes{};
+  for (std::size_t i = 0; i < bytes.size(); ++i) bytes[i] = static_cast<unsigned char>(i * 17);
+  EXPECT_EQ(format_gpu_uuid(bytes), "GPU-00112233-4455-6677-8899-aabbccddeeff");
+  bytes.fill(0);
+  bytes[15] = 0x0a;
+  EXPECT_EQ(format_gpu_uuid(bytes), "GPU-00000000-0000-0000-0000-00000000000a");
+}
+
+TEST(Provenance, GpuClocksAndIdentitiesAreNotMismatchesButDriverIs) {
+  auto records = make_world(4);
+  for (int r = 0; r < 4; ++r) {
+    GpuDevice g;
+    g.index = 0;
+    g.name = "NVIDIA H200";
+    g.uuid = "GPU-0000000" + std::to_string(r) + "-0000-0000-0000-000000000000";
+    g.pci_bus_id = "0000:1" + std::to_string(r) + ":00.0";
+    g.sm_clock_mhz = 1980 - 100 * r;  // boost or throttling: information, not a mismatch
+    g.mem_clock_mhz = 3201;
+    records[r].cuda_devices = {g};
+    records[r].nvidia_driver_version = "550.54.15";
+  }
+  EXPECT_TRUE(find_mismatches(records).empty());
+  records[2].nvidia_driver_version = "535.104.05";
+  auto mismatches = find_mismatches(records);
+  ASSERT_EQ(mismatches.size(), 1u);
+  EXPECT_EQ(describe(mismatches[0]),
+            R"(nvidia_driver_version differs: "550.54.15" on ranks 0-1,3; "535.104.05" on rank 2)");
 }
 
 TEST(Provenance, MismatchJsonRoundTrip) {
