@@ -4,20 +4,18 @@
 // Layout: x, y row-major float32; W row-major [out, in] in its storage dtype, never widened in
 // memory. The row blocks of all outputs (kRowBlock rows each) are split over the threads in
 // contiguous ranges, one parallel region per call: each thread streams its share of the
-// weights. A block's weight rows are read from memory once per chunk of up to kTokenChunk
-// tokens and widened in registers, each loaded vector serving up to kTokenTile tokens
-// (simd.h tile_rows). Decode (T = 1), verify (T = k+1) and batched decode therefore read the
-// weights once; long prefills read them once per chunk while the chunk's activations stay in
-// the L2 cache.
+// weights, prefetching one row block ahead. A block's weight rows are read from memory once per
+// chunk of up to kTokenChunk tokens and widened in registers, each loaded vector serving up to
+// kTokenTile tokens (simd.h tile_rows). Decode (T = 1), verify (T = k+1) and batched decode
+// therefore read the weights once; long prefills read them once per chunk (from the last-level
+// cache after the first) while the chunk's activations stay in L1/L2.
 //
 // Numerics: every (row, token) dot product is accumulated in one fixed order (tile_rows'
 // contract) whatever the tile, chunk, thread count or number of tokens, so a token's outputs are
 // bitwise the same in any batch shape.
 #include <omp.h>
 
-#include <array>
 #include <cstdint>
-#include <utility>
 
 #include "kernels/cpu/ops.h"
 #include "kernels/cpu/simd.h"
@@ -28,67 +26,86 @@ namespace {
 
 constexpr int kRowBlock = 4;
 constexpr int kTokenTile = 6;
-constexpr int kTokenChunk = 48;
+constexpr int kTokenChunk = 12;
+// Software prefetch distance: one row block ahead, at most this many bytes (an L1's worth of
+// weights in flight would evict the activations).
+constexpr std::int64_t kMaxPrefetchBytes = 16384;
 // Below this many multiply-adds a parallel region costs more than it saves.
 constexpr std::int64_t kParallelMinWork = 1 << 16;
 
-using TileFn = void (*)(const float* x, std::int64_t x_stride, const void* w, std::int64_t w_stride,
-                        int n, float* y, std::int64_t y_stride);
-
-template <DType KT, int R, int NT>
-void tile_fn(const float* x, std::int64_t x_stride, const void* w, std::int64_t w_stride, int n,
-             float* y, std::int64_t y_stride) {
-  detail::tile_rows<KT, R, NT>(x, x_stride, w, w_stride, n, y, y_stride);
+// One tile of R rows x nt tokens (nt <= kTokenTile), dispatched inline so that the compiler
+// sees the whole block loop (a call per block costs half the streaming rate: the out-of-order
+// window no longer overlaps one block's reduction with the next block's loads).
+template <DType KT, int R>
+inline void tile(int nt, const float* x, std::int64_t x_stride, const std::uint8_t* w, int in,
+                 float* y, std::int64_t y_stride, std::int64_t prefetch) {
+  switch (nt) {
+    case 6:
+      return detail::tile_rows<KT, R, 6>(x, x_stride, w, in, in, y, y_stride, prefetch);
+    case 5:
+      return detail::tile_rows<KT, R, 5>(x, x_stride, w, in, in, y, y_stride, prefetch);
+    case 4:
+      return detail::tile_rows<KT, R, 4>(x, x_stride, w, in, in, y, y_stride, prefetch);
+    case 3:
+      return detail::tile_rows<KT, R, 3>(x, x_stride, w, in, in, y, y_stride, prefetch);
+    case 2:
+      return detail::tile_rows<KT, R, 2>(x, x_stride, w, in, in, y, y_stride, prefetch);
+    default:
+      return detail::tile_rows<KT, R, 1>(x, x_stride, w, in, in, y, y_stride, prefetch);
+  }
 }
 
-template <DType KT, int R, std::size_t... I>
-constexpr std::array<TileFn, kTokenTile> tiles_for_rows(std::index_sequence<I...>) {
-  return {&tile_fn<KT, R, static_cast<int>(I) + 1>...};
-}
-
-// kTiles[dtype][rows - 1][tokens - 1]
+// Rows [row_begin, row_end) of one output for tokens [t0, t_end).
 template <DType KT>
-constexpr std::array<std::array<TileFn, kTokenTile>, kRowBlock> tiles_for_dtype() {
-  const auto seq = std::make_index_sequence<kTokenTile>{};
-  return {tiles_for_rows<KT, 1>(seq), tiles_for_rows<KT, 2>(seq), tiles_for_rows<KT, 3>(seq),
-          tiles_for_rows<KT, 4>(seq)};
+void rows_kernel(const float* x, int in, const MatmulOutput& o, int row_begin, int row_end, int t0,
+                 int t_end) {
+  const std::size_t row_bytes = dtype_size(KT) * static_cast<std::size_t>(in);
+  const auto* w = static_cast<const std::uint8_t*>(o.w);
+  const std::int64_t block_bytes = static_cast<std::int64_t>(row_bytes) * kRowBlock;
+  const std::int64_t prefetch = block_bytes < kMaxPrefetchBytes ? block_bytes : kMaxPrefetchBytes;
+  for (int r0 = row_begin; r0 < row_end; r0 += kRowBlock) {
+    const int rows = row_end - r0 < kRowBlock ? row_end - r0 : kRowBlock;
+    const std::uint8_t* wr = w + row_bytes * static_cast<std::size_t>(r0);
+    for (int t = t0; t < t_end; t += kTokenTile) {
+      const int nt = t_end - t < kTokenTile ? t_end - t : kTokenTile;
+      const float* xt = x + static_cast<std::size_t>(t) * in;
+      float* yt = o.y + static_cast<std::size_t>(t) * o.out + r0;
+      switch (rows) {
+        case 4:
+          tile<KT, 4>(nt, xt, in, wr, in, yt, o.out, prefetch);
+          break;
+        case 3:
+          tile<KT, 3>(nt, xt, in, wr, in, yt, o.out, prefetch);
+          break;
+        case 2:
+          tile<KT, 2>(nt, xt, in, wr, in, yt, o.out, prefetch);
+          break;
+        default:
+          tile<KT, 1>(nt, xt, in, wr, in, yt, o.out, prefetch);
+          break;
+      }
+    }
+    if (o.bias)
+      for (int t = t0; t < t_end; ++t)
+        for (int r = r0; r < r0 + rows; ++r)
+          o.y[static_cast<std::size_t>(t) * o.out + r] += o.bias[r];
+  }
 }
 
-const std::array<std::array<TileFn, kTokenTile>, kRowBlock>& tiles(DType t) {
-  static constexpr auto f32 = tiles_for_dtype<DType::kF32>();
-  static constexpr auto bf16 = tiles_for_dtype<DType::kBF16>();
-  static constexpr auto f16 = tiles_for_dtype<DType::kF16>();
-  return t == DType::kF32 ? f32 : t == DType::kBF16 ? bf16 : f16;
+void run_rows(const float* x, int in, const MatmulOutput& o, int row_begin, int row_end, int t0,
+              int t_end) {
+  switch (o.dtype) {
+    case DType::kF32:
+      return rows_kernel<DType::kF32>(x, in, o, row_begin, row_end, t0, t_end);
+    case DType::kBF16:
+      return rows_kernel<DType::kBF16>(x, in, o, row_begin, row_end, t0, t_end);
+    case DType::kF16:
+      return rows_kernel<DType::kF16>(x, in, o, row_begin, row_end, t0, t_end);
+  }
 }
 
 int blocks_of(const MatmulOutput& o) {
   return (o.out + kRowBlock - 1) / kRowBlock;
-}
-
-// Rows [block_begin, block_end) of the concatenated row blocks of all outputs, tokens
-// [t0, t_end): the work of one thread for one token chunk.
-void run_blocks(const float* x, int in, const MatmulOutput* outs, int n_outs, int block_begin,
-                int block_end, int t0, int t_end) {
-  int j = 0, first = 0;  // output j holds blocks [first, first + blocks_of(outs[j]))
-  while (j < n_outs && first + blocks_of(outs[j]) <= block_begin) first += blocks_of(outs[j++]);
-  for (int block = block_begin; block < block_end; ++block) {
-    while (block >= first + blocks_of(outs[j])) first += blocks_of(outs[j++]);
-    const MatmulOutput& o = outs[j];
-    const int o0 = (block - first) * kRowBlock;
-    const int rows = o.out - o0 < kRowBlock ? o.out - o0 : kRowBlock;
-    const auto& by_tokens = tiles(o.dtype)[rows - 1];
-    const auto* w = static_cast<const std::uint8_t*>(o.w) +
-                    dtype_size(o.dtype) * static_cast<std::size_t>(in) * o0;
-    for (int t = t0; t < t_end; t += kTokenTile) {
-      const int nt = t_end - t < kTokenTile ? t_end - t : kTokenTile;
-      by_tokens[nt - 1](x + static_cast<std::size_t>(t) * in, in, w, in, in,
-                        o.y + static_cast<std::size_t>(t) * o.out + o0, o.out);
-    }
-    if (o.bias)
-      for (int t = t0; t < t_end; ++t)
-        for (int r = 0; r < rows; ++r)
-          o.y[static_cast<std::size_t>(t) * o.out + o0 + r] += o.bias[o0 + r];
-  }
 }
 
 }  // namespace
@@ -111,7 +128,14 @@ void matmul_multi(const float* x, int n_tokens, int in, const MatmulOutput* outp
     const int end = static_cast<int>(static_cast<std::int64_t>(n_blocks) * (tid + 1) / nt);
     for (int t0 = 0; t0 < n_tokens; t0 += kTokenChunk) {
       const int t_end = n_tokens - t0 < kTokenChunk ? n_tokens : t0 + kTokenChunk;
-      run_blocks(x, in, outputs, n_outputs, begin, end, t0, t_end);
+      // Output j holds blocks [first, first + blocks_of(j)) of the concatenation.
+      for (int j = 0, first = 0; j < n_outputs && first < end; first += blocks_of(outputs[j++])) {
+        const int b0 = begin > first ? begin - first : 0;
+        const int b1 = end - first < blocks_of(outputs[j]) ? end - first : blocks_of(outputs[j]);
+        if (b0 >= b1) continue;
+        const int r1 = b1 * kRowBlock < outputs[j].out ? b1 * kRowBlock : outputs[j].out;
+        run_rows(x, in, outputs[j], b0 * kRowBlock, r1, t0, t_end);
+      }
     }
   }
 }

@@ -1,9 +1,11 @@
 #include "engine/bench.h"
 
 #include <omp.h>
+#include <sys/mman.h>
 #include <unistd.h>
 
 #include <algorithm>
+#include <cerrno>
 #include <chrono>
 #include <cmath>
 #include <cstdint>
@@ -112,8 +114,38 @@ double parameter_count(const Checkpoint& ckpt) {
   return n;
 }
 
-struct Samples {
-  std::vector<double> step_seconds;  // one entry per recorded round: mean step time
+// float32 buffer in anonymous memory with the huge-page hint, filled with ones.
+class HugeBuffer {
+ public:
+  explicit HugeBuffer(std::size_t n) : n_(n) {
+    void* p = ::mmap(nullptr, bytes(), PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+    SPEC_CHECK(p != MAP_FAILED, "cannot allocate the "
+                                    << bytes() / (1 << 20)
+                                    << " MiB bandwidth buffer: " << std::strerror(errno));
+#ifdef MADV_HUGEPAGE
+    ::madvise(p, bytes(), MADV_HUGEPAGE);
+#endif
+    data_ = static_cast<float*>(p);
+    std::fill(data_, data_ + n_, 1.0f);
+  }
+  ~HugeBuffer() {
+    ::munmap(data_, bytes());
+  }
+  HugeBuffer(const HugeBuffer&) = delete;
+  HugeBuffer& operator=(const HugeBuffer&) = delete;
+  const float* data() const {
+    return data_;
+  }
+  std::size_t size() const {
+    return n_;
+  }
+
+ private:
+  std::size_t bytes() const {
+    return std::max<std::size_t>(n_, 1) * sizeof(float);
+  }
+  std::size_t n_;
+  float* data_ = nullptr;
 };
 
 BenchCase summarize(const std::string& name, int tokens_per_step, double bytes_per_step,
@@ -190,10 +222,11 @@ BenchReport run_bench(const BenchOptions& o, Communicator& comm) {
   rep.threads = o.threads;
   rep.repeats = o.repeats;
 
-  // The bandwidth buffer: as large as this rank's share of the weights, touched once so that
-  // its pages exist before the first timed read.
+  // The bandwidth buffer: as large as this rank's share of the weights and in the same kind of
+  // memory (anonymous, huge pages where the kernel gives them: ModelWeights::make_resident),
+  // touched once so that its pages exist before the first timed read.
   const std::size_t bw_floats = static_cast<std::size_t>(rep.weight_bytes / tp / sizeof(float));
-  std::vector<float> bw_buffer(bw_floats, 1.0f);
+  HugeBuffer bw_buffer(bw_floats);
 
   const int V = cfg.vocab_size;
   const std::vector<std::int32_t> prompt = bench_tokens(std::max(o.context, o.prefill), V, 1);

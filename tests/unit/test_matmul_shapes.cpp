@@ -1,0 +1,176 @@
+// The performance kernels' exactness contracts (kernels/cpu/ops.h), checked bitwise:
+//  - a token's matmul outputs do not depend on how many tokens share the call (tiles of 1..6
+//    tokens, chunks of 12), nor on the thread count: greedy speculative decoding relies on it;
+//  - a row's output does not depend on where it falls in a row block (4-row blocks reduce with
+//    reduce16x4, leftover rows with reduce16: the same additions);
+//  - matmul_multi equals one matmul per output;
+//  - rope_table + rope_apply equals rope; stream_read sums its buffer.
+#include <gtest/gtest.h>
+#include <omp.h>
+
+#include <cmath>
+#include <cstdint>
+#include <cstring>
+#include <random>
+#include <string>
+#include <vector>
+
+#include "kernels/cpu/dtype.h"
+#include "kernels/cpu/ops.h"
+
+using specrun::DType;
+namespace cpu = specrun::cpu;
+
+namespace {
+
+std::vector<float> random_vector(std::size_t n, std::mt19937& rng, float scale = 1.0f) {
+  std::normal_distribution<float> dist(0.f, scale);
+  std::vector<float> v(n);
+  for (float& x : v) x = dist(rng);
+  return v;
+}
+
+std::vector<std::uint8_t> weights_in(const std::vector<float>& values, DType t) {
+  std::vector<std::uint8_t> bytes(values.size() * specrun::dtype_size(t));
+  for (std::size_t i = 0; i < values.size(); ++i) {
+    if (t == DType::kF32) {
+      std::memcpy(bytes.data() + 4 * i, &values[i], 4);
+    } else {
+      const std::uint16_t h =
+          t == DType::kBF16 ? specrun::f32_to_bf16(values[i]) : specrun::f32_to_f16(values[i]);
+      std::memcpy(bytes.data() + 2 * i, &h, 2);
+    }
+  }
+  return bytes;
+}
+
+// First index where a and b differ bitwise, or -1.
+long first_difference(const float* a, const float* b, std::size_t n) {
+  for (std::size_t i = 0; i < n; ++i)
+    if (std::memcmp(a + i, b + i, sizeof(float)) != 0) return static_cast<long>(i);
+  return -1;
+}
+
+class MatmulShapes : public ::testing::TestWithParam<DType> {};
+
+TEST_P(MatmulShapes, TokenOutputsIndependentOfBatchShapeAndThreads) {
+  const DType t = GetParam();
+  std::mt19937 rng(21);
+  const int in = 200, out = 37, n_tokens = 29;  // tails everywhere: 200 % 16, 37 % 4, 29 % 12
+  const auto x = random_vector(static_cast<std::size_t>(n_tokens) * in, rng);
+  const auto w = weights_in(random_vector(static_cast<std::size_t>(out) * in, rng, 0.1f), t);
+  const auto bias = random_vector(out, rng);
+  std::vector<float> all(static_cast<std::size_t>(n_tokens) * out);
+  omp_set_num_threads(2);
+  cpu::matmul(x.data(), n_tokens, in, w.data(), t, out, bias.data(), all.data());
+  for (int threads : {1, 2}) {
+    omp_set_num_threads(threads);
+    // Every window [start, start + len) of the tokens, as its own call.
+    for (int len : {1, 2, 5, 6, 7, 13}) {
+      for (int start = 0; start + len <= n_tokens; start += 3) {
+        std::vector<float> part(static_cast<std::size_t>(len) * out);
+        cpu::matmul(x.data() + static_cast<std::size_t>(start) * in, len, in, w.data(), t, out,
+                    bias.data(), part.data());
+        const long d = first_difference(
+            part.data(), all.data() + static_cast<std::size_t>(start) * out, part.size());
+        ASSERT_EQ(d, -1) << specrun::dtype_name(t) << " threads " << threads << " window [" << start
+                         << ", " << start + len << "): token " << start + d / out << " row "
+                         << d % out << " differs from the 29-token call";
+      }
+    }
+  }
+}
+
+TEST_P(MatmulShapes, RowOutputIndependentOfItsBlockPosition) {
+  const DType t = GetParam();
+  std::mt19937 rng(22);
+  const int in = 96, out = 23, n_tokens = 3;
+  const auto x = random_vector(static_cast<std::size_t>(n_tokens) * in, rng);
+  const auto w = weights_in(random_vector(static_cast<std::size_t>(out) * in, rng, 0.1f), t);
+  const std::size_t row_bytes = specrun::dtype_size(t) * in;
+  std::vector<float> full(static_cast<std::size_t>(n_tokens) * out);
+  cpu::matmul(x.data(), n_tokens, in, w.data(), t, out, nullptr, full.data());
+  // Dropping the first `skip` rows moves every other row to another place in its 4-row block
+  // (and the last rows in and out of the leftover block).
+  for (int skip = 1; skip <= 3; ++skip) {
+    const int rows = out - skip;
+    std::vector<float> shifted(static_cast<std::size_t>(n_tokens) * rows);
+    cpu::matmul(x.data(), n_tokens, in, w.data() + row_bytes * skip, t, rows, nullptr,
+                shifted.data());
+    for (int tk = 0; tk < n_tokens; ++tk)
+      for (int r = 0; r < rows; ++r) {
+        const float a = shifted[static_cast<std::size_t>(tk) * rows + r];
+        const float b = full[static_cast<std::size_t>(tk) * out + r + skip];
+        ASSERT_EQ(std::memcmp(&a, &b, sizeof a), 0)
+            << specrun::dtype_name(t) << " skip " << skip << " token " << tk << " row " << r + skip
+            << ": " << a << " vs " << b;
+      }
+  }
+}
+
+TEST_P(MatmulShapes, MultiEqualsOneMatmulPerOutput) {
+  const DType t = GetParam();
+  std::mt19937 rng(23);
+  const int in = 130, n_tokens = 8;
+  const int outs[3] = {64, 18, 5};  // q-, k-, v-like, the last two not multiples of 4
+  const auto x = random_vector(static_cast<std::size_t>(n_tokens) * in, rng);
+  std::vector<std::vector<std::uint8_t>> w;
+  std::vector<std::vector<float>> bias, fused, separate;
+  for (int out : outs) {
+    w.push_back(weights_in(random_vector(static_cast<std::size_t>(out) * in, rng, 0.1f), t));
+    bias.push_back(random_vector(out, rng));
+    fused.emplace_back(static_cast<std::size_t>(n_tokens) * out);
+    separate.emplace_back(static_cast<std::size_t>(n_tokens) * out);
+  }
+  for (int threads : {1, 2}) {
+    omp_set_num_threads(threads);
+    std::vector<cpu::MatmulOutput> o;
+    for (int j = 0; j < 3; ++j)
+      o.push_back({w[j].data(), t, outs[j], j == 1 ? nullptr : bias[j].data(), fused[j].data()});
+    cpu::matmul_multi(x.data(), n_tokens, in, o.data(), 3);
+    for (int j = 0; j < 3; ++j) {
+      cpu::matmul(x.data(), n_tokens, in, w[j].data(), t, outs[j],
+                  j == 1 ? nullptr : bias[j].data(), separate[j].data());
+      EXPECT_EQ(first_difference(fused[j].data(), separate[j].data(), fused[j].size()), -1)
+          << specrun::dtype_name(t) << " threads " << threads << " output " << j;
+    }
+  }
+}
+
+INSTANTIATE_TEST_SUITE_P(Dtypes, MatmulShapes,
+                         ::testing::Values(DType::kF32, DType::kBF16, DType::kF16),
+                         [](const auto& param_info) {
+                           return std::string(specrun::dtype_name(param_info.param));
+                         });
+
+TEST(RopeTable, TableThenApplyEqualsRope) {
+  std::mt19937 rng(24);
+  const int n_tokens = 5, n_heads = 3, head_dim = 16;
+  const std::int64_t stride = n_heads * head_dim + 8;
+  std::vector<float> inv_freq(head_dim / 2);
+  for (int j = 0; j < head_dim / 2; ++j) inv_freq[j] = std::pow(10000.f, -2.f * j / head_dim);
+  const std::vector<std::int32_t> positions = {0, 7, 8, 300, 4095};
+  auto a = random_vector(n_tokens * stride, rng);
+  auto b = a;
+  cpu::rope(a.data(), n_tokens, n_heads, head_dim, stride, inv_freq.data(), positions.data());
+  std::vector<float> table(n_tokens * head_dim);
+  cpu::rope_table(inv_freq.data(), head_dim, positions.data(), n_tokens, table.data());
+  cpu::rope_apply(b.data(), n_tokens, n_heads, head_dim, stride, table.data());
+  EXPECT_EQ(first_difference(a.data(), b.data(), a.size()), -1);
+  // The table holds cos then sin of position * inv_freq.
+  EXPECT_FLOAT_EQ(table[3 * head_dim + 1], std::cos(300.f * inv_freq[1]));
+  EXPECT_FLOAT_EQ(table[3 * head_dim + head_dim / 2 + 1], std::sin(300.f * inv_freq[1]));
+}
+
+TEST(StreamRead, SumsTheBuffer) {
+  // Ones and a few twos: every partial sum is an exact integer in float32.
+  std::vector<float> v(100003, 1.0f);
+  v[0] = v[50000] = v[100002] = 2.0f;
+  for (int threads : {1, 2}) {
+    omp_set_num_threads(threads);
+    EXPECT_EQ(cpu::stream_read(v.data(), v.size()), 100006.0f) << "threads " << threads;
+    EXPECT_EQ(cpu::stream_read(v.data(), 7), 8.0f) << "threads " << threads;
+  }
+}
+
+}  // namespace
