@@ -24,7 +24,8 @@ namespace specrun::cpu {
 
 namespace {
 
-constexpr int kRowBlock = 4;
+constexpr int kRowBlock = 4;      // rows per tile, and the unit the threads split
+constexpr int kWideRowBlock = 8;  // rows per tile for one or two tokens
 constexpr int kTokenTile = 6;
 constexpr int kTokenChunk = 12;
 // Software prefetch distance: one row block ahead, at most this many bytes (an L1's worth of
@@ -61,16 +62,26 @@ void rows_kernel(const float* x, int in, const MatmulOutput& o, int row_begin, i
                  int t_end) {
   const std::size_t row_bytes = dtype_size(KT) * static_cast<std::size_t>(in);
   const auto* w = static_cast<const std::uint8_t*>(o.w);
-  const std::int64_t block_bytes = static_cast<std::int64_t>(row_bytes) * kRowBlock;
+  // Up to two tokens (decode): 8-row tiles, 8 independent streams and FMA chains (~10% more
+  // bandwidth than 4); more tokens: 4 rows x up to 6 tokens fill the registers.
+  const int block_rows = t_end - t0 <= 2 ? kWideRowBlock : kRowBlock;
+  const std::int64_t block_bytes = static_cast<std::int64_t>(row_bytes) * block_rows;
   const std::int64_t prefetch = block_bytes < kMaxPrefetchBytes ? block_bytes : kMaxPrefetchBytes;
-  for (int r0 = row_begin; r0 < row_end; r0 += kRowBlock) {
-    const int rows = row_end - r0 < kRowBlock ? row_end - r0 : kRowBlock;
+  for (int r0 = row_begin; r0 < row_end;) {
+    const int left = row_end - r0;
+    const int rows = left >= block_rows ? block_rows : left >= kRowBlock ? kRowBlock : left;
     const std::uint8_t* wr = w + row_bytes * static_cast<std::size_t>(r0);
     for (int t = t0; t < t_end; t += kTokenTile) {
       const int nt = t_end - t < kTokenTile ? t_end - t : kTokenTile;
       const float* xt = x + static_cast<std::size_t>(t) * in;
       float* yt = o.y + static_cast<std::size_t>(t) * o.out + r0;
       switch (rows) {
+        case kWideRowBlock:
+          if (nt == 2)
+            detail::tile_rows<KT, kWideRowBlock, 2>(xt, in, wr, in, in, yt, o.out, prefetch);
+          else
+            detail::tile_rows<KT, kWideRowBlock, 1>(xt, in, wr, in, in, yt, o.out, prefetch);
+          break;
         case 4:
           tile<KT, 4>(nt, xt, in, wr, in, yt, o.out, prefetch);
           break;
@@ -89,6 +100,7 @@ void rows_kernel(const float* x, int in, const MatmulOutput& o, int row_begin, i
       for (int t = t0; t < t_end; ++t)
         for (int r = r0; r < r0 + rows; ++r)
           o.y[static_cast<std::size_t>(t) * o.out + r] += o.bias[r];
+    r0 += rows;
   }
 }
 

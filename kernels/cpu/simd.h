@@ -193,8 +193,10 @@ inline void tile_rows(const float* x, std::int64_t x_stride, const void* w, std:
   }
 #pragma GCC unroll 8
   for (int t = 0; t < NT; ++t) {
-    if constexpr (R == 4) {
-      reduce16x4(acc[0][t], acc[1][t], acc[2][t], acc[3][t], y + t * y_stride);
+    if constexpr (R % 4 == 0) {
+#pragma GCC unroll 8
+      for (int r = 0; r < R; r += 4)
+        reduce16x4(acc[r][t], acc[r + 1][t], acc[r + 2][t], acc[r + 3][t], y + t * y_stride + r);
     } else {
 #pragma GCC unroll 8
       for (int r = 0; r < R; ++r) y[t * y_stride + r] = reduce16(acc[r][t]);
