@@ -6,8 +6,15 @@
 
 namespace specrun::cpu {
 
+namespace {
+// Elementwise work below this many elements stays on the calling thread (a fork costs more).
+constexpr std::size_t kParallelMinElements = 1 << 15;
+}  // namespace
+
 void silu_mul(const float* gate, const float* up, float* out, std::size_t n) {
-#pragma omp simd
+  // expf is not vectorised without -ffast-math: a prefill's n = tokens x intermediate is worth
+  // both threads.
+#pragma omp parallel for simd schedule(static) if (n >= kParallelMinElements)
   for (std::size_t i = 0; i < n; ++i) {
     const float g = gate[i];
     out[i] = g / (1.0f + std::exp(-g)) * up[i];
@@ -15,7 +22,7 @@ void silu_mul(const float* gate, const float* up, float* out, std::size_t n) {
 }
 
 void add_inplace(float* y, const float* x, std::size_t n) {
-#pragma omp simd
+#pragma omp parallel for simd schedule(static) if (n >= 4 * kParallelMinElements)
   for (std::size_t i = 0; i < n; ++i) y[i] += x[i];
 }
 

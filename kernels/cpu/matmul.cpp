@@ -27,7 +27,9 @@ namespace {
 constexpr int kRowBlock = 4;      // rows per tile, and the unit the threads split
 constexpr int kWideRowBlock = 8;  // rows per tile for one or two tokens
 constexpr int kTokenTile = 6;
-constexpr int kTokenChunk = 12;
+constexpr int kTokenChunk = 1 << 20;  // no chunking: rows_kernel blocks prefill for the caches
+constexpr int kSuperRows = 64;        // prefill: rows whose weights stay in L2
+constexpr int kBlockTokens = 12;      // up to this many tokens: all of them per row block
 // Software prefetch distance: one row block ahead, at most this many bytes (an L1's worth of
 // weights in flight would evict the activations).
 constexpr std::int64_t kMaxPrefetchBytes = 16384;
@@ -56,51 +58,76 @@ inline void tile(int nt, const float* x, std::int64_t x_stride, const std::uint8
   }
 }
 
+// One row block (`rows` <= kWideRowBlock rows starting at r0) for token tiles
+// [t_begin, t_end).
+template <DType KT>
+inline void row_block(const float* x, int in, const MatmulOutput& o, const std::uint8_t* w, int r0,
+                      int rows, int t_begin, int t_end, std::int64_t prefetch) {
+  const std::uint8_t* wr = w + dtype_size(KT) * static_cast<std::size_t>(in) * r0;
+  // Tiles of near-equal width (8 tokens: 4 + 4, not 6 + 2: narrow tiles waste the conversions).
+  const int n_tiles = (t_end - t_begin + kTokenTile - 1) / kTokenTile;
+  const int width = (t_end - t_begin + n_tiles - 1) / n_tiles;
+  for (int t = t_begin; t < t_end; t += width) {
+    const int nt = t_end - t < width ? t_end - t : width;
+    const float* xt = x + static_cast<std::size_t>(t) * in;
+    float* yt = o.y + static_cast<std::size_t>(t) * o.out + r0;
+    switch (rows) {
+      case kWideRowBlock:
+        if (nt == 2)
+          detail::tile_rows<KT, kWideRowBlock, 2>(xt, in, wr, in, in, yt, o.out, prefetch);
+        else
+          detail::tile_rows<KT, kWideRowBlock, 1>(xt, in, wr, in, in, yt, o.out, prefetch);
+        break;
+      case 4:
+        tile<KT, 4>(nt, xt, in, wr, in, yt, o.out, prefetch);
+        break;
+      case 3:
+        tile<KT, 3>(nt, xt, in, wr, in, yt, o.out, prefetch);
+        break;
+      case 2:
+        tile<KT, 2>(nt, xt, in, wr, in, yt, o.out, prefetch);
+        break;
+      default:
+        tile<KT, 1>(nt, xt, in, wr, in, yt, o.out, prefetch);
+        break;
+    }
+  }
+}
+
 // Rows [row_begin, row_end) of one output for tokens [t0, t_end).
+//   <= 2 tokens (decode): 8-row tiles streaming the weights (8 independent streams and FMA
+//     chains stream ~10% faster than 4);
+//   <= kBlockTokens tokens (verify, batches): 4-row tiles, all tokens per block, so that each
+//     weight is read from memory once and reused from L1;
+//   more (prefill): super-blocks of kSuperRows rows whose weights stay in L2 while
+//     every token tile passes over them, each tile's activations staying in L1.
 template <DType KT>
 void rows_kernel(const float* x, int in, const MatmulOutput& o, int row_begin, int row_end, int t0,
                  int t_end) {
   const std::size_t row_bytes = dtype_size(KT) * static_cast<std::size_t>(in);
   const auto* w = static_cast<const std::uint8_t*>(o.w);
-  // Up to two tokens (decode): 8-row tiles, 8 independent streams and FMA chains (~10% more
-  // bandwidth than 4); more tokens: 4 rows x up to 6 tokens fill the registers.
-  const int block_rows = t_end - t0 <= 2 ? kWideRowBlock : kRowBlock;
+  const int n_tokens = t_end - t0;
+  const int block_rows = n_tokens <= 2 ? kWideRowBlock : kRowBlock;
   const std::int64_t block_bytes = static_cast<std::int64_t>(row_bytes) * block_rows;
   const std::int64_t prefetch = block_bytes < kMaxPrefetchBytes ? block_bytes : kMaxPrefetchBytes;
-  for (int r0 = row_begin; r0 < row_end;) {
-    const int left = row_end - r0;
-    const int rows = left >= block_rows ? block_rows : left >= kRowBlock ? kRowBlock : left;
-    const std::uint8_t* wr = w + row_bytes * static_cast<std::size_t>(r0);
-    for (int t = t0; t < t_end; t += kTokenTile) {
-      const int nt = t_end - t < kTokenTile ? t_end - t : kTokenTile;
-      const float* xt = x + static_cast<std::size_t>(t) * in;
-      float* yt = o.y + static_cast<std::size_t>(t) * o.out + r0;
-      switch (rows) {
-        case kWideRowBlock:
-          if (nt == 2)
-            detail::tile_rows<KT, kWideRowBlock, 2>(xt, in, wr, in, in, yt, o.out, prefetch);
-          else
-            detail::tile_rows<KT, kWideRowBlock, 1>(xt, in, wr, in, in, yt, o.out, prefetch);
-          break;
-        case 4:
-          tile<KT, 4>(nt, xt, in, wr, in, yt, o.out, prefetch);
-          break;
-        case 3:
-          tile<KT, 3>(nt, xt, in, wr, in, yt, o.out, prefetch);
-          break;
-        case 2:
-          tile<KT, 2>(nt, xt, in, wr, in, yt, o.out, prefetch);
-          break;
-        default:
-          tile<KT, 1>(nt, xt, in, wr, in, yt, o.out, prefetch);
-          break;
+  const bool prefill = n_tokens > kBlockTokens;
+  const int super_rows = prefill ? kSuperRows : row_end - row_begin;
+  for (int s0 = row_begin; s0 < row_end; s0 += super_rows) {
+    const int s1 = row_end - s0 < super_rows ? row_end : s0 + super_rows;
+    // Decode, verify, small batches: one pass over all tokens; prefill: a token tile per pass.
+    const int pass = prefill ? kTokenTile : n_tokens;
+    for (int t = t0; t < t_end; t += pass) {
+      const int t1 = t_end - t < pass ? t_end : t + pass;
+      for (int r0 = s0; r0 < s1;) {
+        const int left = s1 - r0;
+        const int rows = left >= block_rows ? block_rows : left >= kRowBlock ? kRowBlock : left;
+        row_block<KT>(x, in, o, w, r0, rows, t, t1, prefetch);
+        r0 += rows;
       }
     }
     if (o.bias)
       for (int t = t0; t < t_end; ++t)
-        for (int r = r0; r < r0 + rows; ++r)
-          o.y[static_cast<std::size_t>(t) * o.out + r] += o.bias[r];
-    r0 += rows;
+        for (int r = s0; r < s1; ++r) o.y[static_cast<std::size_t>(t) * o.out + r] += o.bias[r];
   }
 }
 

@@ -12,6 +12,8 @@ void rmsnorm(const float* x, int n_tokens, int dim, const void* w, DType w_dtype
              float* y) {
   const auto* wh = static_cast<const std::uint16_t*>(w);
   const auto* wf = static_cast<const float*>(w);
+  // Tokens are independent: a prefill's rows split over the threads.
+#pragma omp parallel for schedule(static) if (static_cast <long>(n_tokens) * dim >= (1 << 15))
   for (int t = 0; t < n_tokens; ++t) {
     const float* xt = x + static_cast<std::size_t>(t) * dim;
     float* yt = y + static_cast<std::size_t>(t) * dim;

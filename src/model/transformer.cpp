@@ -87,7 +87,9 @@ void Transformer::forward(std::span<const SeqChunk> batch, bool all_logits,
   const int H = config_.hidden_size;
   std::int32_t* tokens = sized(tokens_, n);
   std::int32_t* positions = sized(positions_, n);
-  for (int off = 0; const SeqChunk& s : batch) {
+  int* offsets = sized(offsets_, batch.size());
+  for (int off = 0, b = 0; const SeqChunk& s : batch) {
+    offsets[b++] = off;
     std::copy(s.tokens, s.tokens + s.n_tokens, tokens + off);
     for (int i = 0; i < s.n_tokens; ++i) positions[off + i] = s.cache->length() + i;
     off += s.n_tokens;
@@ -163,7 +165,12 @@ void Transformer::attention_block(int layer, std::span<const SeqChunk> batch, in
   cpu::rope_apply(q, n, plan.q_heads, hd, static_cast<std::int64_t>(q_width), rope_.data());
   cpu::rope_apply(k, n, plan.kv_heads, hd, static_cast<std::int64_t>(kv_width), rope_.data());
 
-  for (int off = 0; const SeqChunk& s : batch) {
+  // Append each sequence's keys and values to its cache, then attend. Sequences are
+  // independent: several of them (batched decode) run on different threads, each attention call
+  // then single-threaded; one long sequence (prefill) splits its (token, head) pairs instead.
+  auto attend = [&](int b) {
+    const SeqChunk& s = batch[b];
+    const std::size_t off = static_cast<std::size_t>(offsets_[b]);
     KvCache& cache = *s.cache;
     const int start = cache.length();
     const std::size_t count = static_cast<std::size_t>(s.n_tokens) * kv_width;
@@ -173,7 +180,13 @@ void Transformer::attention_block(int layer, std::span<const SeqChunk> batch, in
                 v + off * kv_width, count * sizeof(float));
     cpu::attention(q + off * q_width, s.n_tokens, plan.q_heads, plan.kv_heads, hd,
                    cache.keys(layer), cache.values(layer), start, attn + off * q_width);
-    off += s.n_tokens;
+  };
+  const int n_seqs = static_cast<int>(batch.size());
+  if (n_seqs == 1) {
+    attend(0);
+  } else {
+#pragma omp parallel for schedule(dynamic, 1)
+    for (int b = 0; b < n_seqs; ++b) attend(b);
   }
 
   // Row-parallel o_proj: partial sums over this rank's heads, then summed across the group.

@@ -58,6 +58,7 @@ class Transformer final : public LanguageModel {
   // Scratch reused across calls (grown, never shrunk): no allocation per step once warm.
   std::vector<float> x_, xn_, q_, k_, v_, attn_, proj_, gate_, up_, local_logits_, rope_;
   std::vector<std::int32_t> tokens_, positions_;
+  std::vector<int> offsets_;  // first token of each batch entry
 };
 
 }  // namespace specrun
