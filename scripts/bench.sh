@@ -17,6 +17,7 @@ export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1
 MODEL=(--hidden 768 --layers 12 --heads 12 --kv-heads 12 --intermediate 2048 --vocab 32000)
 
 mkdir -p "$OUT"
+echo "$(date -u +%Y-%m-%dT%H:%M:%SZ)  $(lscpu | sed -n 's/^Model name: *//p')  load: $(cut -d' ' -f1-3 /proc/loadavg)"
 for dtype in bf16 f32; do
   [ -f "$OUT/model-$dtype/target/config.json" ] ||
     "$SPECRUN" make-model "$OUT/model-$dtype" "${MODEL[@]}" --draft-layers 1 --max-pos 2048 \
@@ -38,6 +39,7 @@ for ((r = 0; r < ROUNDS; ++r)); do
     >/dev/null
 done
 
+echo "load at the end: $(cut -d' ' -f1-3 /proc/loadavg)"
 /usr/bin/python3 - "$OUT" "$ROUNDS" <<'PYEOF'
 import json, statistics, sys
 out, rounds = sys.argv[1], int(sys.argv[2])

@@ -4,14 +4,13 @@
 // Layout: x, y row-major float32; W row-major [out, in] in its storage dtype, never widened in
 // memory. The row blocks of all outputs (kRowBlock rows each) are split over the threads in
 // contiguous ranges, one parallel region per call: each thread streams its share of the
-// weights, prefetching one row block ahead. A block's weight rows are read from memory once per
-// chunk of up to kTokenChunk tokens and widened in registers, each loaded vector serving up to
-// kTokenTile tokens (simd.h tile_rows). Decode (T = 1), verify (T = k+1) and batched decode
-// therefore read the weights once; long prefills read them once per chunk (from the last-level
-// cache after the first) while the chunk's activations stay in L1/L2.
+// weights, software-prefetching one row block ahead, and widens them in registers, each loaded
+// vector serving up to kTokenTile tokens (simd.h tile_rows). Up to kBlockTokens tokens (decode,
+// verify, batched decode) a block's weights are read from memory once and used for all tokens;
+// longer prefills run token tiles over L2-resident super-blocks of kSuperRows rows (rows_kernel).
 //
 // Numerics: every (row, token) dot product is accumulated in one fixed order (tile_rows'
-// contract) whatever the tile, chunk, thread count or number of tokens, so a token's outputs are
+// contract) whatever the tile, blocking, thread count or number of tokens, so a token's outputs are
 // bitwise the same in any batch shape.
 #include <omp.h>
 
@@ -27,9 +26,8 @@ namespace {
 constexpr int kRowBlock = 4;      // rows per tile, and the unit the threads split
 constexpr int kWideRowBlock = 8;  // rows per tile for one or two tokens
 constexpr int kTokenTile = 6;
-constexpr int kTokenChunk = 1 << 20;  // no chunking: rows_kernel blocks prefill for the caches
-constexpr int kSuperRows = 64;        // prefill: rows whose weights stay in L2
-constexpr int kBlockTokens = 12;      // up to this many tokens: all of them per row block
+constexpr int kSuperRows = 64;    // prefill: rows whose weights stay in L2
+constexpr int kBlockTokens = 12;  // up to this many tokens: all of them per row block
 // Software prefetch distance: one row block ahead, at most this many bytes (an L1's worth of
 // weights in flight would evict the activations).
 constexpr std::int64_t kMaxPrefetchBytes = 16384;
@@ -37,8 +35,7 @@ constexpr std::int64_t kMaxPrefetchBytes = 16384;
 constexpr std::int64_t kParallelMinWork = 1 << 16;
 
 // One tile of R rows x nt tokens (nt <= kTokenTile), dispatched inline so that the compiler
-// sees the whole block loop (a call per block costs half the streaming rate: the out-of-order
-// window no longer overlaps one block's reduction with the next block's loads).
+// sees the whole block loop (an indirect call per block halved the streaming rate here).
 template <DType KT, int R>
 inline void tile(int nt, const float* x, std::int64_t x_stride, const std::uint8_t* w, int in,
                  float* y, std::int64_t y_stride, std::int64_t prefetch) {
@@ -158,23 +155,20 @@ void matmul_multi(const float* x, int n_tokens, int in, const MatmulOutput* outp
     rows += outputs[j].out;
   }
   const std::int64_t work = static_cast<std::int64_t>(n_tokens) * in * rows;
-  // One parallel region; a thread keeps the same row blocks in every chunk, so chunks need no
-  // barrier between them.
+  // One parallel region; each thread a contiguous range of row blocks (static: a dynamic
+  // schedule interleaving the threads' blocks streamed a third slower here).
 #pragma omp parallel if (work >= kParallelMinWork)
   {
     const int nt = omp_get_num_threads(), tid = omp_get_thread_num();
     const int begin = static_cast<int>(static_cast<std::int64_t>(n_blocks) * tid / nt);
     const int end = static_cast<int>(static_cast<std::int64_t>(n_blocks) * (tid + 1) / nt);
-    for (int t0 = 0; t0 < n_tokens; t0 += kTokenChunk) {
-      const int t_end = n_tokens - t0 < kTokenChunk ? n_tokens : t0 + kTokenChunk;
-      // Output j holds blocks [first, first + blocks_of(j)) of the concatenation.
-      for (int j = 0, first = 0; j < n_outputs && first < end; first += blocks_of(outputs[j++])) {
-        const int b0 = begin > first ? begin - first : 0;
-        const int b1 = end - first < blocks_of(outputs[j]) ? end - first : blocks_of(outputs[j]);
-        if (b0 >= b1) continue;
-        const int r1 = b1 * kRowBlock < outputs[j].out ? b1 * kRowBlock : outputs[j].out;
-        run_rows(x, in, outputs[j], b0 * kRowBlock, r1, t0, t_end);
-      }
+    // Output j holds blocks [first, first + blocks_of(j)) of the concatenation.
+    for (int j = 0, first = 0; j < n_outputs && first < end; first += blocks_of(outputs[j++])) {
+      const int b0 = begin > first ? begin - first : 0;
+      const int b1 = end - first < blocks_of(outputs[j]) ? end - first : blocks_of(outputs[j]);
+      if (b0 >= b1) continue;
+      const int r1 = b1 * kRowBlock < outputs[j].out ? b1 * kRowBlock : outputs[j].out;
+      run_rows(x, in, outputs[j], b0 * kRowBlock, r1, 0, n_tokens);
     }
   }
 }
