@@ -112,10 +112,20 @@ void attention(const float* q, int n_tokens, int n_heads, int n_kv_heads, int he
     float max_score = -INFINITY;
     for (int p = 0; p < n_keys; ++p) max_score = std::max(max_score, scores[p]);
     float sum = 0.f;
+#ifdef SPECRUN_CPU_AVX512
+    for (int p = 0; p < n_keys; p += 16) {
+      const __mmask16 m = detail::tail_mask(n_keys - p);
+      const __m512 e = detail::exp16(
+          _mm512_sub_ps(_mm512_maskz_loadu_ps(m, scores + p), _mm512_set1_ps(max_score)));
+      _mm512_mask_storeu_ps(scores + p, m, e);
+    }
+    for (int p = 0; p < n_keys; ++p) sum += scores[p];
+#else
     for (int p = 0; p < n_keys; ++p) {
       scores[p] = std::exp(scores[p] - max_score);
       sum += scores[p];
     }
+#endif
     const float inv_sum = 1.0f / sum;
     for (int p = 0; p < n_keys; ++p) scores[p] *= inv_sum;
     float* oh = out + t * q_stride + static_cast<std::int64_t>(h) * head_dim;

@@ -55,6 +55,11 @@ inline void tile(int nt, const float* x, std::int64_t x_stride, const std::uint8
   }
 }
 
+// Width of tile i when n tokens are cut into n_tiles tiles of near-equal width.
+inline int tile_width(int n, int n_tiles, int i) {
+  return n / n_tiles + (i < n % n_tiles ? 1 : 0);
+}
+
 // One row block (`rows` <= kWideRowBlock rows starting at r0) for token tiles
 // [t_begin, t_end).
 template <DType KT>
@@ -62,10 +67,9 @@ inline void row_block(const float* x, int in, const MatmulOutput& o, const std::
                       int rows, int t_begin, int t_end, std::int64_t prefetch) {
   const std::uint8_t* wr = w + dtype_size(KT) * static_cast<std::size_t>(in) * r0;
   // Tiles of near-equal width (8 tokens: 4 + 4, not 6 + 2: narrow tiles waste the conversions).
-  const int n_tiles = (t_end - t_begin + kTokenTile - 1) / kTokenTile;
-  const int width = (t_end - t_begin + n_tiles - 1) / n_tiles;
-  for (int t = t_begin; t < t_end; t += width) {
-    const int nt = t_end - t < width ? t_end - t : width;
+  const int n = t_end - t_begin, n_tiles = (n + kTokenTile - 1) / kTokenTile;
+  for (int i = 0, t = t_begin; i < n_tiles; ++i) {
+    const int nt = tile_width(n, n_tiles, i);
     const float* xt = x + static_cast<std::size_t>(t) * in;
     float* yt = o.y + static_cast<std::size_t>(t) * o.out + r0;
     switch (rows) {
@@ -88,6 +92,7 @@ inline void row_block(const float* x, int in, const MatmulOutput& o, const std::
         tile<KT, 1>(nt, xt, in, wr, in, yt, o.out, prefetch);
         break;
     }
+    t += nt;
   }
 }
 
@@ -111,16 +116,18 @@ void rows_kernel(const float* x, int in, const MatmulOutput& o, int row_begin, i
   const int super_rows = prefill ? kSuperRows : row_end - row_begin;
   for (int s0 = row_begin; s0 < row_end; s0 += super_rows) {
     const int s1 = row_end - s0 < super_rows ? row_end : s0 + super_rows;
-    // Decode, verify, small batches: one pass over all tokens; prefill: a token tile per pass.
-    const int pass = prefill ? kTokenTile : n_tokens;
-    for (int t = t0; t < t_end; t += pass) {
-      const int t1 = t_end - t < pass ? t_end : t + pass;
+    // Decode, verify, small batches: one pass over all tokens; prefill: a token tile per pass
+    // (near-equal widths: 128 tokens = 18 x 6 + 4 x 5).
+    const int n_passes = prefill ? (n_tokens + kTokenTile - 1) / kTokenTile : 1;
+    for (int i = 0, t = t0; i < n_passes; ++i) {
+      const int t1 = t + (prefill ? tile_width(n_tokens, n_passes, i) : n_tokens);
       for (int r0 = s0; r0 < s1;) {
         const int left = s1 - r0;
         const int rows = left >= block_rows ? block_rows : left >= kRowBlock ? kRowBlock : left;
         row_block<KT>(x, in, o, w, r0, rows, t, t1, prefetch);
         r0 += rows;
       }
+      t = t1;
     }
     if (o.bias)
       for (int t = t0; t < t_end; ++t)
