@@ -164,13 +164,14 @@ BenchCase summarize(const std::string& name, int tokens_per_step, double bytes_p
   return c;
 }
 
-// Deterministic token ids in [3, vocab) for the benchmark's inputs.
+// Deterministic token ids in [3, vocab) (past the usual special ids) for the benchmark's inputs.
 std::vector<std::int32_t> bench_tokens(int n, int vocab, std::uint32_t seed) {
   std::vector<std::int32_t> ids(n);
   std::uint32_t x = seed * 2654435761u + 12345u;
   for (int& id : ids) {
     x = x * 1664525u + 1013904223u;
-    id = 3 + static_cast<std::int32_t>((x >> 8) % static_cast<std::uint32_t>(vocab - 3));
+    id = vocab > 3 ? 3 + static_cast<std::int32_t>((x >> 8) % static_cast<std::uint32_t>(vocab - 3))
+                   : static_cast<std::int32_t>((x >> 8) % static_cast<std::uint32_t>(vocab));
   }
   return ids;
 }
