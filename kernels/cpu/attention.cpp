@@ -1,12 +1,13 @@
 // attention: causal grouped-query attention of a window of new tokens over a float32 KV cache.
 // Layout: q, out [n_tokens, n_heads*head_dim]; k, v [positions, n_kv_heads, head_dim]. Query i
-// is at position start + i and attends to keys 0..start+i. Threads split (token, head) pairs;
-// each pair keeps its scores in a per-thread buffer that only grows.
+// is at position start + i and attends to keys 0..start+i. Threads split (block of 4 consecutive
+// queries, head) units, whose queries share the loads of keys and values; scores live in a
+// per-thread buffer that only grows.
 //
 // Numerics: a (query, key) score and a query's softmax and weighted sum depend only on that
-// query, its position and the cache, never on the other queries of the call (the key loop runs
-// over absolute positions 0..n_keys-1 in order), so outputs are bitwise independent of the
-// window and batch shape.
+// query, its position and the cache, never on the other queries of the call or of its block
+// (every loop over keys runs over absolute positions 0..n_keys-1 in order, and each query has
+// its own accumulators), so outputs are bitwise independent of the window and batch shape.
 #include <omp.h>
 
 #include <algorithm>
@@ -21,61 +22,156 @@ namespace specrun::cpu {
 
 namespace {
 
+// Queries of one head processed together (consecutive tokens): they share the loads of the keys
+// and values.
+constexpr int kQueryBlock = 4;
+
 #ifdef SPECRUN_CPU_AVX512
-// scores[p] = dot(q, k_p) * scale for p < n_keys, k_p at k + p * stride. Each dot product is one
-// 16-lane accumulator over ascending 16-element chunks (masked tail), reduced with reduce16's
-// tree; four keys at a time share the loads of q and one reduce16x4.
-void scores_avx512(const float* q, const float* k, std::int64_t stride, int head_dim, int n_keys,
-                   float scale, float* scores) {
+// scores[i * s_stride + p] = dot(q_i, k_p) * scale for QB queries (q_i at q + i * q_stride) and
+// p < n_keys, k_p at k + p * stride. Each dot product is one 16-lane accumulator over ascending
+// 16-element chunks (masked tail), reduced with reduce16's tree, whatever QB: four keys at a
+// time share the loads of the queries and one reduce16x4 per query, the queries share the keys.
+template <int QB>
+void scores_block(const float* q, std::int64_t q_stride, const float* k, std::int64_t stride,
+                  int head_dim, int n_keys, float scale, float* scores, std::int64_t s_stride) {
   int p = 0;
   for (; p + 4 <= n_keys; p += 4) {
     const float* k0 = k + p * stride;
-    __m512 a0 = _mm512_setzero_ps(), a1 = a0, a2 = a0, a3 = a0;
-    for (int i = 0; i < head_dim; i += 16) {
-      const __mmask16 m = detail::tail_mask(head_dim - i);
-      const __m512 qv = _mm512_maskz_loadu_ps(m, q + i);
-      a0 = _mm512_fmadd_ps(qv, _mm512_maskz_loadu_ps(m, k0 + i), a0);
-      a1 = _mm512_fmadd_ps(qv, _mm512_maskz_loadu_ps(m, k0 + stride + i), a1);
-      a2 = _mm512_fmadd_ps(qv, _mm512_maskz_loadu_ps(m, k0 + 2 * stride + i), a2);
-      a3 = _mm512_fmadd_ps(qv, _mm512_maskz_loadu_ps(m, k0 + 3 * stride + i), a3);
+    __m512 a[QB][4];
+#pragma GCC unroll 4
+    for (int i = 0; i < QB; ++i) a[i][0] = a[i][1] = a[i][2] = a[i][3] = _mm512_setzero_ps();
+    for (int d = 0; d < head_dim; d += 16) {
+      const __mmask16 m = detail::tail_mask(head_dim - d);
+      __m512 kv[4];
+#pragma GCC unroll 4
+      for (int j = 0; j < 4; ++j) kv[j] = _mm512_maskz_loadu_ps(m, k0 + j * stride + d);
+#pragma GCC unroll 4
+      for (int i = 0; i < QB; ++i) {
+        const __m512 qv = _mm512_maskz_loadu_ps(m, q + i * q_stride + d);
+#pragma GCC unroll 4
+        for (int j = 0; j < 4; ++j) a[i][j] = _mm512_fmadd_ps(qv, kv[j], a[i][j]);
+      }
     }
-    detail::reduce16x4(a0, a1, a2, a3, scores + p);
-    for (int j = 0; j < 4; ++j) scores[p + j] *= scale;
+#pragma GCC unroll 4
+    for (int i = 0; i < QB; ++i) {
+      float* si = scores + i * s_stride + p;
+      detail::reduce16x4(a[i][0], a[i][1], a[i][2], a[i][3], si);
+      for (int j = 0; j < 4; ++j) si[j] *= scale;
+    }
   }
   for (; p < n_keys; ++p) {
     const float* kp = k + p * stride;
-    __m512 a = _mm512_setzero_ps();
-    for (int i = 0; i < head_dim; i += 16) {
-      const __mmask16 m = detail::tail_mask(head_dim - i);
-      a = _mm512_fmadd_ps(_mm512_maskz_loadu_ps(m, q + i), _mm512_maskz_loadu_ps(m, kp + i), a);
+#pragma GCC unroll 4
+    for (int i = 0; i < QB; ++i) {
+      __m512 a = _mm512_setzero_ps();
+      for (int d = 0; d < head_dim; d += 16) {
+        const __mmask16 m = detail::tail_mask(head_dim - d);
+        a = _mm512_fmadd_ps(_mm512_maskz_loadu_ps(m, q + i * q_stride + d),
+                            _mm512_maskz_loadu_ps(m, kp + d), a);
+      }
+      scores[i * s_stride + p] = detail::reduce16(a) * scale;
     }
-    scores[p] = detail::reduce16(a) * scale;
   }
 }
 
-// out[i] = sum_p weights[p] * v_p[i], summed over p in ascending order (a multiply, then an
-// add: the same arithmetic as repeated axpy), accumulated in registers.
-void weighted_sum_avx512(const float* weights, const float* v, std::int64_t stride, int head_dim,
-                         int n_keys, float* out) {
-  for (int i = 0; i < head_dim; i += 64) {
-    const __mmask16 m0 = detail::tail_mask(head_dim - i);
-    const __mmask16 m1 = detail::tail_mask(head_dim - i - 16 > 0 ? head_dim - i - 16 : 0);
-    const __mmask16 m2 = detail::tail_mask(head_dim - i - 32 > 0 ? head_dim - i - 32 : 0);
-    const __mmask16 m3 = detail::tail_mask(head_dim - i - 48 > 0 ? head_dim - i - 48 : 0);
-    __m512 o0 = _mm512_setzero_ps(), o1 = o0, o2 = o0, o3 = o0;
-    for (int p = 0; p < n_keys; ++p) {
-      const float* vp = v + p * stride + i;
-      const __m512 wp = _mm512_set1_ps(weights[p]);
-      o0 = _mm512_add_ps(o0, _mm512_mul_ps(wp, _mm512_maskz_loadu_ps(m0, vp)));
-      o1 = _mm512_add_ps(o1, _mm512_mul_ps(wp, _mm512_maskz_loadu_ps(m1, vp + 16)));
-      o2 = _mm512_add_ps(o2, _mm512_mul_ps(wp, _mm512_maskz_loadu_ps(m2, vp + 32)));
-      o3 = _mm512_add_ps(o3, _mm512_mul_ps(wp, _mm512_maskz_loadu_ps(m3, vp + 48)));
-    }
-    _mm512_mask_storeu_ps(out + i, m0, o0);
-    _mm512_mask_storeu_ps(out + i + 16, m1, o1);
-    _mm512_mask_storeu_ps(out + i + 32, m2, o2);
-    _mm512_mask_storeu_ps(out + i + 48, m3, o3);
+// The largest of the 16 lanes (exact in any order).
+float reduce_max16(__m512 v) {
+  // (maskz forms: GCC 12 warns "may be used uninitialized" in the unmasked ones)
+  const __m256 lo = _mm256_castpd_ps(_mm512_maskz_extractf64x4_pd(0xff, _mm512_castps_pd(v), 0));
+  const __m256 hi = _mm256_castpd_ps(_mm512_maskz_extractf64x4_pd(0xff, _mm512_castps_pd(v), 1));
+  const __m256 m8 = _mm256_max_ps(lo, hi);
+  __m128 m4 = _mm_max_ps(_mm256_castps256_ps128(m8), _mm256_extractf128_ps(m8, 1));
+  m4 = _mm_max_ps(m4, _mm_movehl_ps(m4, m4));
+  m4 = _mm_max_ss(m4, _mm_movehdup_ps(m4));
+  return _mm_cvtss_f32(m4);
+}
+
+// x[0..n) = softmax(x): max, exp(x - max) (exp16), a 16-lane sum over ascending chunks reduced
+// with reduce16, then x * (1 / sum). Depends only on x and n.
+void softmax_scores(float* x, int n) {
+  __m512 mx = _mm512_set1_ps(-INFINITY);
+  for (int p = 0; p < n; p += 16)
+    mx = _mm512_maskz_max_ps(0xffff, mx, _mm512_mask_loadu_ps(mx, detail::tail_mask(n - p), x + p));
+  const __m512 max_score = _mm512_set1_ps(reduce_max16(mx));
+  __m512 sum = _mm512_setzero_ps();
+  for (int p = 0; p < n; p += 16) {
+    const __mmask16 m = detail::tail_mask(n - p);
+    const __m512 e = detail::exp16(_mm512_sub_ps(_mm512_maskz_loadu_ps(m, x + p), max_score));
+    _mm512_mask_storeu_ps(x + p, m, e);
+    sum = _mm512_add_ps(sum, _mm512_maskz_mov_ps(m, e));
   }
+  const __m512 inv_sum = _mm512_set1_ps(1.0f / detail::reduce16(sum));
+  for (int p = 0; p < n; p += 16) {
+    const __mmask16 m = detail::tail_mask(n - p);
+    _mm512_mask_storeu_ps(x + p, m, _mm512_mul_ps(_mm512_maskz_loadu_ps(m, x + p), inv_sum));
+  }
+}
+
+// out_i[d] = sum_p w_i[p] * v_p[d] over p < n_keys[i] (ascending, non-decreasing in i) for QB
+// queries (w_i at w + i * w_stride, out_i at out + i * out_stride): for each query one fused
+// multiply-add per key in ascending p, accumulated in registers; the queries share the loads of
+// the values.
+template <int QB>
+void weighted_sum_block(const float* w, std::int64_t w_stride, const int* n_keys, const float* v,
+                        std::int64_t stride, int head_dim, float* out, std::int64_t out_stride) {
+  for (int d = 0; d < head_dim; d += 64) {
+    __mmask16 m[4];
+#pragma GCC unroll 4
+    for (int c = 0; c < 4; ++c) m[c] = detail::tail_mask(std::max(0, head_dim - d - 16 * c));
+    __m512 o[QB][4];
+#pragma GCC unroll 4
+    for (int i = 0; i < QB; ++i) o[i][0] = o[i][1] = o[i][2] = o[i][3] = _mm512_setzero_ps();
+    auto accumulate = [&](int p, int first_query) {
+      const float* vp = v + p * stride + d;
+      __m512 vv[4];
+#pragma GCC unroll 4
+      for (int c = 0; c < 4; ++c) vv[c] = _mm512_maskz_loadu_ps(m[c], vp + 16 * c);
+#pragma GCC unroll 4
+      for (int i = 0; i < QB; ++i) {
+        if (i < first_query) continue;
+        const __m512 wp = _mm512_set1_ps(w[i * w_stride + p]);
+#pragma GCC unroll 4
+        for (int c = 0; c < 4; ++c) o[i][c] = _mm512_fmadd_ps(wp, vv[c], o[i][c]);
+      }
+    };
+    int p = 0;
+    for (; p < n_keys[0]; ++p) accumulate(p, 0);
+    // Keys seen only by the later queries of the block.
+    for (int first = 1; first < QB; ++first)
+      for (; p < n_keys[first]; ++p) accumulate(p, first);
+#pragma GCC unroll 4
+    for (int i = 0; i < QB; ++i)
+#pragma GCC unroll 4
+      for (int c = 0; c < 4; ++c)
+        _mm512_mask_storeu_ps(out + i * out_stride + d + 16 * c, m[c], o[i][c]);
+  }
+}
+
+template <int QB>
+void attend_block(const float* q, std::int64_t q_stride, const float* k, const float* v,
+                  std::int64_t kv_stride, int head_dim, const int* n_keys, float scale,
+                  float* scores, std::int64_t s_stride, float* out) {
+  scores_block<QB>(q, q_stride, k, kv_stride, head_dim, n_keys[QB - 1], scale, scores, s_stride);
+  for (int i = 0; i < QB; ++i) softmax_scores(scores + i * s_stride, n_keys[i]);
+  weighted_sum_block<QB>(scores, s_stride, n_keys, v, kv_stride, head_dim, out, q_stride);
+}
+#else
+// One query at a time: dot products, softmax with a sequential sum, repeated axpy.
+void attend_one(const float* q, const float* k, const float* v, std::int64_t kv_stride,
+                int head_dim, int n_keys, float scale, float* scores, float* out) {
+  for (int p = 0; p < n_keys; ++p)
+    scores[p] = detail::dot_f32(q, k + p * kv_stride, head_dim) * scale;
+  float max_score = -INFINITY;
+  for (int p = 0; p < n_keys; ++p) max_score = std::max(max_score, scores[p]);
+  float sum = 0.f;
+  for (int p = 0; p < n_keys; ++p) {
+    scores[p] = std::exp(scores[p] - max_score);
+    sum += scores[p];
+  }
+  const float inv_sum = 1.0f / sum;
+  for (int p = 0; p < n_keys; ++p) scores[p] *= inv_sum;
+  std::fill(out, out + head_dim, 0.f);
+  for (int p = 0; p < n_keys; ++p) detail::axpy(scores[p], v + p * kv_stride, out, head_dim);
 }
 #endif
 
@@ -87,53 +183,53 @@ void attention(const float* q, int n_tokens, int n_heads, int n_kv_heads, int he
   const float scale = 1.0f / std::sqrt(static_cast<float>(head_dim));
   const std::int64_t q_stride = static_cast<std::int64_t>(n_heads) * head_dim;
   const std::int64_t kv_stride = static_cast<std::int64_t>(n_kv_heads) * head_dim;
-  const int n_pairs = n_tokens * n_heads;
-  const std::int64_t work = static_cast<std::int64_t>(n_pairs) * (start + n_tokens) * head_dim;
+  const int n_blocks = (n_tokens + kQueryBlock - 1) / kQueryBlock;
+  const int n_units = n_blocks * n_heads;
+  const std::int64_t work =
+      static_cast<std::int64_t>(n_tokens) * n_heads * (start + n_tokens) * head_dim;
 
+  // Units: (block of kQueryBlock consecutive queries, head).
 #pragma omp parallel for schedule(dynamic, 1) if (work >= (1 << 15))
-  for (int pair = 0; pair < n_pairs; ++pair) {
-    const int t = pair / n_heads;
-    const int h = pair % n_heads;
+  for (int unit = 0; unit < n_units; ++unit) {
+    const int t0 = unit / n_heads * kQueryBlock;
+    const int h = unit % n_heads;
+    const int nq = std::min(kQueryBlock, n_tokens - t0);
     const int kv = h / group;
-    const int n_keys = start + t + 1;
+    int n_keys[kQueryBlock];
+    for (int i = 0; i < nq; ++i) n_keys[i] = start + t0 + i + 1;
+    const std::int64_t s_stride = n_keys[nq - 1];
     static thread_local std::vector<float> scores_buffer;
-    if (scores_buffer.size() < static_cast<std::size_t>(n_keys)) scores_buffer.resize(n_keys);
+    if (scores_buffer.size() < static_cast<std::size_t>(s_stride) * kQueryBlock)
+      scores_buffer.resize(static_cast<std::size_t>(s_stride) * kQueryBlock);
     float* scores = scores_buffer.data();
 
-    const float* qh = q + t * q_stride + static_cast<std::int64_t>(h) * head_dim;
+    const float* qh = q + t0 * q_stride + static_cast<std::int64_t>(h) * head_dim;
     const float* kh = k + static_cast<std::int64_t>(kv) * head_dim;
     const float* vh = v + static_cast<std::int64_t>(kv) * head_dim;
+    float* oh = out + t0 * q_stride + static_cast<std::int64_t>(h) * head_dim;
 #ifdef SPECRUN_CPU_AVX512
-    scores_avx512(qh, kh, kv_stride, head_dim, n_keys, scale, scores);
-#else
-    for (int p = 0; p < n_keys; ++p)
-      scores[p] = detail::dot_f32(qh, kh + p * kv_stride, head_dim) * scale;
-#endif
-    float max_score = -INFINITY;
-    for (int p = 0; p < n_keys; ++p) max_score = std::max(max_score, scores[p]);
-    float sum = 0.f;
-#ifdef SPECRUN_CPU_AVX512
-    for (int p = 0; p < n_keys; p += 16) {
-      const __mmask16 m = detail::tail_mask(n_keys - p);
-      const __m512 e = detail::exp16(
-          _mm512_sub_ps(_mm512_maskz_loadu_ps(m, scores + p), _mm512_set1_ps(max_score)));
-      _mm512_mask_storeu_ps(scores + p, m, e);
+    switch (nq) {
+      case 4:
+        attend_block<4>(qh, q_stride, kh, vh, kv_stride, head_dim, n_keys, scale, scores, s_stride,
+                        oh);
+        break;
+      case 3:
+        attend_block<3>(qh, q_stride, kh, vh, kv_stride, head_dim, n_keys, scale, scores, s_stride,
+                        oh);
+        break;
+      case 2:
+        attend_block<2>(qh, q_stride, kh, vh, kv_stride, head_dim, n_keys, scale, scores, s_stride,
+                        oh);
+        break;
+      default:
+        attend_block<1>(qh, q_stride, kh, vh, kv_stride, head_dim, n_keys, scale, scores, s_stride,
+                        oh);
+        break;
     }
-    for (int p = 0; p < n_keys; ++p) sum += scores[p];
 #else
-    for (int p = 0; p < n_keys; ++p) {
-      scores[p] = std::exp(scores[p] - max_score);
-      sum += scores[p];
-    }
-#endif
-    const float inv_sum = 1.0f / sum;
-    for (int p = 0; p < n_keys; ++p) scores[p] *= inv_sum;
-    float* oh = out + t * q_stride + static_cast<std::int64_t>(h) * head_dim;
-#ifdef SPECRUN_CPU_AVX512
-    weighted_sum_avx512(scores, vh, kv_stride, head_dim, n_keys, oh);
-#else
-    std::fill(oh, oh + head_dim, 0.f);
-    for (int p = 0; p < n_keys; ++p) detail::axpy(scores[p], vh + p * kv_stride, oh, head_dim);
+    for (int i = 0; i < nq; ++i)
+      attend_one(qh + i * q_stride, kh, vh, kv_stride, head_dim, n_keys[i], scale, scores,
+                 oh + i * q_stride);
 #endif
   }
 }

@@ -10,7 +10,9 @@ namespace specrun {
 
 enum class DType : std::uint8_t { kF32, kF16, kBF16 };
 
-inline std::size_t dtype_size(DType t) { return t == DType::kF32 ? 4 : 2; }
+inline constexpr std::size_t dtype_size(DType t) {
+  return t == DType::kF32 ? 4 : 2;
+}
 const char* dtype_name(DType t);  // "F32", "F16", "BF16" (safetensors spelling)
 
 inline float bf16_to_f32(std::uint16_t b) {

@@ -1,20 +1,35 @@
-// matmul: y[T,out] = x[T,in] * W[out,in]^T (+ bias), W in F32/BF16/F16, float32 accumulation;
-// matmul_multi: several such products sharing x (q/k/v, gate/up) in one parallel region.
+// matmul / matmul_multi over packed weights (ops.h): y[T, out] = x[T, in] * W[out, in]^T (+ bias),
+// W in F32/BF16/F16 packed in blocks of kPackRows = 32 rows, float32 accumulation.
 //
-// Layout: x, y row-major float32; W row-major [out, in] in its storage dtype, never widened in
-// memory. The row blocks of all outputs (kRowBlock rows each) are split over the threads in
-// contiguous ranges, one parallel region per call: each thread streams its share of the
-// weights, software-prefetching one row block ahead, and widens them in registers, each loaded
-// vector serving up to kTokenTile tokens (simd.h tile_rows). Up to kBlockTokens tokens (decode,
-// verify, batched decode) a block's weights are read from memory once and used for all tokens;
-// longer prefills run token tiles over L2-resident super-blocks of kSuperRows rows (rows_kernel).
+// A tile multiplies NB consecutive blocks by NT tokens. For each input index k it loads each
+// block's k-group (one 64-byte load in BF16 and F16, widened in registers: BF16 by a shift and a
+// mask, F16 by vcvtph2ps; two loads in F32), broadcasts x[t, k] for each token and updates
+// 2 * NB * NT accumulators of 16 rows each: one fused multiply-add per 16 weights and token, no
+// conversions per token and no horizontal sums. Every kChunk inputs the accumulators are added
+// to y (stored the first time): that bounds the rounding error of long sums and is the same for
+// every tile shape, the whole of ops.h's order contract.
 //
-// Numerics: every (row, token) dot product is accumulated in one fixed order (tile_rows'
-// contract) whatever the tile, blocking, thread count or number of tokens, so a token's outputs are
-// bitwise the same in any batch shape.
+// Scheduling: one parallel region per call; the blocks of all its outputs are split over the
+// threads in contiguous ranges, which each thread takes a few blocks at a time from the front,
+// and a thread done early takes from the back of the others' (matmul_multi).
+//   <= kMaxTileTokens tokens (decode, verify, batched decode): one pass with every token in the
+//     tile, so that each weight is read from memory once. Decode tiles 4 blocks (4 streams,
+//     8 independent FMA chains), 3-6 tokens 2 blocks, more 1 block.
+//   more (prefill): super-blocks of kSuperBlocks blocks, whose weights stay in L2 while token
+//     tiles of at most kPrefillTile tokens pass over them.
+// Each tile software-prefetches its block streams kPrefetchBytes ahead.
+//
+// Why this layout: the earlier one (row-major weights, one 16-lane accumulator per (row, token)
+// over ascending 16-element chunks, reduced at the end) reached ~150 GFLOP/s per core with its
+// best tile in L1; this one ~210 (Zen 5, 2 FMA/cycle: ~215 peak), with no horizontal sums and
+// half the widening work in BF16.
 #include <omp.h>
 
+#include <algorithm>
+#include <atomic>
 #include <cstdint>
+#include <cstring>
+#include <vector>
 
 #include "kernels/cpu/ops.h"
 #include "kernels/cpu/simd.h"
@@ -23,36 +38,28 @@ namespace specrun::cpu {
 
 namespace {
 
-constexpr int kRowBlock = 4;      // rows per tile, and the unit the threads split
-constexpr int kWideRowBlock = 8;  // rows per tile for one or two tokens
-constexpr int kTokenTile = 6;
-constexpr int kSuperRows = 64;    // prefill: rows whose weights stay in L2
-constexpr int kBlockTokens = 12;  // up to this many tokens: all of them per row block
-// Software prefetch distance: one row block ahead, at most this many bytes (an L1's worth of
-// weights in flight would evict the activations).
-constexpr std::int64_t kMaxPrefetchBytes = 16384;
+constexpr int kChunk = 64;          // inputs per partial sum (ops.h numerics)
+constexpr int kMaxTileTokens = 12;  // up to this many tokens: one tile holds them all
+constexpr int kPrefillTile = 8;     // longer inputs: token tiles of at most this many
+constexpr int kSuperBlocks = 2;     // prefill: blocks kept in L2 across the token tiles
+// Software prefetch distance in each block stream (128 lines; 1 KiB left verify and batched
+// decode ~20% slower, 4-8 KiB measured best).
+constexpr std::int64_t kPrefetchBytes = 8192;
+// Blocks a thread takes at a time from its range (one decode tile; prefill: one super-block).
+constexpr int kStealChunk = 4;
 // Below this many multiply-adds a parallel region costs more than it saves.
 constexpr std::int64_t kParallelMinWork = 1 << 16;
 
-// One tile of R rows x nt tokens (nt <= kTokenTile), dispatched inline so that the compiler
-// sees the whole block loop (an indirect call per block halved the streaming rate here).
-template <DType KT, int R>
-inline void tile(int nt, const float* x, std::int64_t x_stride, const std::uint8_t* w, int in,
-                 float* y, std::int64_t y_stride, std::int64_t prefetch) {
-  switch (nt) {
-    case 6:
-      return detail::tile_rows<KT, R, 6>(x, x_stride, w, in, in, y, y_stride, prefetch);
-    case 5:
-      return detail::tile_rows<KT, R, 5>(x, x_stride, w, in, in, y, y_stride, prefetch);
-    case 4:
-      return detail::tile_rows<KT, R, 4>(x, x_stride, w, in, in, y, y_stride, prefetch);
-    case 3:
-      return detail::tile_rows<KT, R, 3>(x, x_stride, w, in, in, y, y_stride, prefetch);
-    case 2:
-      return detail::tile_rows<KT, R, 2>(x, x_stride, w, in, in, y, y_stride, prefetch);
-    default:
-      return detail::tile_rows<KT, R, 1>(x, x_stride, w, in, in, y, y_stride, prefetch);
-  }
+// Bytes of one k-group (kPackRows weights).
+template <DType KT>
+constexpr std::int64_t group_bytes() {
+  return static_cast<std::int64_t>(kPackRows * dtype_size(KT));
+}
+
+// Blocks per tile for nt tokens: enough independent FMA chains (>= 8) within the 32 vector
+// registers (2 * NB * NT accumulators + 2 * NB weights + 1 broadcast).
+constexpr int blocks_for(int nt) {
+  return nt <= 2 ? 4 : nt <= 6 ? 2 : 1;
 }
 
 // Width of tile i when n tokens are cut into n_tiles tiles of near-equal width.
@@ -60,130 +67,329 @@ inline int tile_width(int n, int n_tiles, int i) {
   return n / n_tiles + (i < n % n_tiles ? 1 : 0);
 }
 
-// One row block (`rows` <= kWideRowBlock rows starting at r0) for token tiles
-// [t_begin, t_end).
+// Slot of row r (< kPackRows) of a block within a k-group (ops.h layout).
+constexpr int slot_of_row(DType t, int r) {
+  return t == DType::kBF16 ? (r < 16 ? 2 * r : 2 * (r - 16) + 1) : r;
+}
+
+// A tile: NB blocks (the first at w, block_bytes apart) x NT tokens (x rows x_stride apart),
+// writing rows [0, rows) of y (token t at y + t * y_stride).
+#ifdef SPECRUN_CPU_AVX512
 template <DType KT>
-inline void row_block(const float* x, int in, const MatmulOutput& o, const std::uint8_t* w, int r0,
-                      int rows, int t_begin, int t_end, std::int64_t prefetch) {
-  const std::uint8_t* wr = w + dtype_size(KT) * static_cast<std::size_t>(in) * r0;
-  // Tiles of near-equal width (8 tokens: 4 + 4, not 6 + 2: narrow tiles waste the conversions).
-  const int n = t_end - t_begin, n_tiles = (n + kTokenTile - 1) / kTokenTile;
-  for (int i = 0, t = t_begin; i < n_tiles; ++i) {
-    const int nt = tile_width(n, n_tiles, i);
-    const float* xt = x + static_cast<std::size_t>(t) * in;
-    float* yt = o.y + static_cast<std::size_t>(t) * o.out + r0;
-    switch (rows) {
-      case kWideRowBlock:
-        if (nt == 2)
-          detail::tile_rows<KT, kWideRowBlock, 2>(xt, in, wr, in, in, yt, o.out, prefetch);
-        else
-          detail::tile_rows<KT, kWideRowBlock, 1>(xt, in, wr, in, in, yt, o.out, prefetch);
-        break;
-      case 4:
-        tile<KT, 4>(nt, xt, in, wr, in, yt, o.out, prefetch);
-        break;
-      case 3:
-        tile<KT, 3>(nt, xt, in, wr, in, yt, o.out, prefetch);
-        break;
-      case 2:
-        tile<KT, 2>(nt, xt, in, wr, in, yt, o.out, prefetch);
-        break;
-      default:
-        tile<KT, 1>(nt, xt, in, wr, in, yt, o.out, prefetch);
-        break;
-    }
-    t += nt;
+inline void load_group(const std::uint8_t* p, __m512& lo, __m512& hi) {
+  // (maskz forms: GCC 12 warns "may be used uninitialized" in the unmasked ones)
+  if constexpr (KT == DType::kF32) {
+    lo = _mm512_loadu_ps(p);
+    hi = _mm512_loadu_ps(p + 64);
+  } else if constexpr (KT == DType::kBF16) {
+    const __m512i v = _mm512_loadu_si512(p);
+    lo = _mm512_castsi512_ps(_mm512_maskz_slli_epi32(0xffff, v, 16));
+    hi = _mm512_castsi512_ps(_mm512_and_si512(v, _mm512_set1_epi32(static_cast<int>(0xffff0000u))));
+  } else {
+    lo = _mm512_maskz_cvtph_ps(0xffff, _mm256_loadu_si256(reinterpret_cast<const __m256i*>(p)));
+    hi =
+        _mm512_maskz_cvtph_ps(0xffff, _mm256_loadu_si256(reinterpret_cast<const __m256i*>(p + 32)));
   }
 }
 
-// Rows [row_begin, row_end) of one output for tokens [t0, t_end).
-//   <= 2 tokens (decode): 8-row tiles streaming the weights (8 independent streams and FMA
-//     chains stream ~10% faster than 4);
-//   <= kBlockTokens tokens (verify, batches): 4-row tiles, all tokens per block, so that each
-//     weight is read from memory once and reused from L1;
-//   more (prefill): super-blocks of kSuperRows rows whose weights stay in L2 while
-//     every token tile passes over them, each tile's activations staying in L1.
-template <DType KT>
-void rows_kernel(const float* x, int in, const MatmulOutput& o, int row_begin, int row_end, int t0,
-                 int t_end) {
-  const std::size_t row_bytes = dtype_size(KT) * static_cast<std::size_t>(in);
-  const auto* w = static_cast<const std::uint8_t*>(o.w);
-  const int n_tokens = t_end - t0;
-  const int block_rows = n_tokens <= 2 ? kWideRowBlock : kRowBlock;
-  const std::int64_t block_bytes = static_cast<std::int64_t>(row_bytes) * block_rows;
-  const std::int64_t prefetch = block_bytes < kMaxPrefetchBytes ? block_bytes : kMaxPrefetchBytes;
-  const bool prefill = n_tokens > kBlockTokens;
-  const int super_rows = prefill ? kSuperRows : row_end - row_begin;
-  for (int s0 = row_begin; s0 < row_end; s0 += super_rows) {
-    const int s1 = row_end - s0 < super_rows ? row_end : s0 + super_rows;
-    // Decode, verify, small batches: one pass over all tokens; prefill: a token tile per pass
-    // (near-equal widths: 128 tokens = 18 x 6 + 4 x 5).
-    const int n_passes = prefill ? (n_tokens + kTokenTile - 1) / kTokenTile : 1;
-    for (int i = 0, t = t0; i < n_passes; ++i) {
-      const int t1 = t + (prefill ? tile_width(n_tokens, n_passes, i) : n_tokens);
-      for (int r0 = s0; r0 < s1;) {
-        const int left = s1 - r0;
-        const int rows = left >= block_rows ? block_rows : left >= kRowBlock ? kRowBlock : left;
-        row_block<KT>(x, in, o, w, r0, rows, t, t1, prefetch);
-        r0 += rows;
+template <DType KT, int NB, int NT>
+void tile(const float* x, std::int64_t x_stride, const std::uint8_t* w, std::int64_t block_bytes,
+          int in, float* y, std::int64_t y_stride, int rows) {
+  static_assert(2 * NB * NT + 2 * NB + 1 <= 32, "tile does not fit the 32 vector registers");
+  constexpr std::int64_t G = group_bytes<KT>();
+  __mmask16 mask[NB][2];
+#pragma GCC unroll 8
+  for (int b = 0; b < NB; ++b)
+    for (int h = 0; h < 2; ++h)
+      mask[b][h] = detail::tail_mask(std::max(0, rows - (b * kPackRows + 16 * h)));
+  for (int k0 = 0; k0 < in; k0 += kChunk) {
+    const int k1 = std::min(in, k0 + kChunk);
+    // Fully unrolled constant-index loops: GCC keeps acc in registers.
+    __m512 acc[NB][2][NT];
+#pragma GCC unroll 8
+    for (int b = 0; b < NB; ++b)
+#pragma GCC unroll 16
+      for (int t = 0; t < NT; ++t) acc[b][0][t] = acc[b][1][t] = _mm512_setzero_ps();
+    for (int k = k0; k < k1; ++k) {
+      __m512 lo[NB], hi[NB];
+#pragma GCC unroll 8
+      for (int b = 0; b < NB; ++b) {
+        const std::uint8_t* p = w + b * block_bytes + k * G;
+        _mm_prefetch(reinterpret_cast<const char*>(p + kPrefetchBytes), _MM_HINT_T0);
+        if constexpr (G > 64)
+          _mm_prefetch(reinterpret_cast<const char*>(p + kPrefetchBytes + 64), _MM_HINT_T0);
+        load_group<KT>(p, lo[b], hi[b]);
       }
-      t = t1;
+#pragma GCC unroll 16
+      for (int t = 0; t < NT; ++t) {
+        const __m512 xb = _mm512_set1_ps(x[t * x_stride + k]);
+#pragma GCC unroll 8
+        for (int b = 0; b < NB; ++b) {
+          acc[b][0][t] = _mm512_fmadd_ps(xb, lo[b], acc[b][0][t]);
+          acc[b][1][t] = _mm512_fmadd_ps(xb, hi[b], acc[b][1][t]);
+        }
+      }
     }
-    if (o.bias)
-      for (int t = t0; t < t_end; ++t)
-        for (int r = s0; r < s1; ++r) o.y[static_cast<std::size_t>(t) * o.out + r] += o.bias[r];
+#pragma GCC unroll 16
+    for (int t = 0; t < NT; ++t)
+#pragma GCC unroll 8
+      for (int b = 0; b < NB; ++b)
+#pragma GCC unroll 2
+        for (int h = 0; h < 2; ++h) {
+          float* yp = y + t * y_stride + b * kPackRows + 16 * h;
+          const __m512 prev = k0 == 0 ? _mm512_setzero_ps() : _mm512_maskz_loadu_ps(mask[b][h], yp);
+          _mm512_mask_storeu_ps(yp, mask[b][h],
+                                k0 == 0 ? acc[b][h][t] : _mm512_add_ps(prev, acc[b][h][t]));
+        }
+  }
+}
+#else
+// Row r of a block in a k-group, widened.
+template <DType KT>
+inline float group_value(const std::uint8_t* g, int r) {
+  const int s = slot_of_row(KT, r);
+  if constexpr (KT == DType::kF32) {
+    float v;
+    std::memcpy(&v, g + 4 * s, 4);
+    return v;
+  } else {
+    std::uint16_t h;
+    std::memcpy(&h, g + 2 * s, 2);
+    return KT == DType::kBF16 ? bf16_to_f32(h) : detail::f16_bits_to_f32(h);
   }
 }
 
-void run_rows(const float* x, int in, const MatmulOutput& o, int row_begin, int row_end, int t0,
-              int t_end) {
-  switch (o.dtype) {
+// The same sums in the same order, one row lane at a time (portable builds).
+template <DType KT, int NB, int NT>
+void tile(const float* x, std::int64_t x_stride, const std::uint8_t* w, std::int64_t block_bytes,
+          int in, float* y, std::int64_t y_stride, int rows) {
+  constexpr std::int64_t G = group_bytes<KT>();
+  for (int b = 0; b < NB; ++b)
+    for (int t = 0; t < NT; ++t)
+      for (int k0 = 0; k0 < in; k0 += kChunk) {
+        const int k1 = std::min(in, k0 + kChunk);
+        float part[kPackRows] = {};
+        for (int k = k0; k < k1; ++k) {
+          const float xv = x[t * x_stride + k];
+          const std::uint8_t* g = w + b * block_bytes + k * G;
+          for (int r = 0; r < kPackRows; ++r) part[r] += xv * group_value<KT>(g, r);
+        }
+        for (int r = 0; r < kPackRows && b * kPackRows + r < rows; ++r) {
+          float& out = y[t * y_stride + b * kPackRows + r];
+          out = k0 == 0 ? part[r] : out + part[r];
+        }
+      }
+}
+#endif
+
+template <DType KT, int NB>
+inline void tile_nt(int nt, const float* x, std::int64_t x_stride, const std::uint8_t* w,
+                    std::int64_t block_bytes, int in, float* y, std::int64_t y_stride, int rows) {
+#define SPECRUN_TILE_CASE(N)                                                      \
+  case N:                                                                         \
+    if constexpr (2 * NB * N + 2 * NB + 1 <= 32)                                  \
+      return tile<KT, NB, N>(x, x_stride, w, block_bytes, in, y, y_stride, rows); \
+    break;
+  switch (nt) {
+    SPECRUN_TILE_CASE(1)
+    SPECRUN_TILE_CASE(2)
+    SPECRUN_TILE_CASE(3)
+    SPECRUN_TILE_CASE(4)
+    SPECRUN_TILE_CASE(5)
+    SPECRUN_TILE_CASE(6)
+    SPECRUN_TILE_CASE(7)
+    SPECRUN_TILE_CASE(8)
+    SPECRUN_TILE_CASE(9)
+    SPECRUN_TILE_CASE(10)
+    SPECRUN_TILE_CASE(11)
+    SPECRUN_TILE_CASE(12)
+  }
+#undef SPECRUN_TILE_CASE
+}
+
+// Tiles over blocks [b0, b1) of one output for nt tokens (x, y at the first token), at most
+// blocks_for(nt) blocks per tile.
+template <DType KT>
+inline void tile_blocks(const float* x, int nt, const MatmulOutput& o, int b0, int b1, float* y) {
+  const int in = o.w.in;
+  const std::int64_t block_bytes = group_bytes<KT>() * in;
+  const auto* w = static_cast<const std::uint8_t*>(o.w.data);
+  const int most = blocks_for(nt);
+  for (int b = b0; b < b1;) {
+    const int left = std::min(most, b1 - b);
+    const int nb = left >= 4 ? 4 : left >= 2 ? 2 : 1;
+    const int rows = std::min(o.w.out - b * kPackRows, nb * kPackRows);
+    const std::uint8_t* wb = w + block_bytes * b;
+    float* yb = y + static_cast<std::int64_t>(b) * kPackRows;
+    if (nb == 4)
+      tile_nt<KT, 4>(nt, x, in, wb, block_bytes, in, yb, o.w.out, rows);
+    else if (nb == 2)
+      tile_nt<KT, 2>(nt, x, in, wb, block_bytes, in, yb, o.w.out, rows);
+    else
+      tile_nt<KT, 1>(nt, x, in, wb, block_bytes, in, yb, o.w.out, rows);
+    b += nb;
+  }
+}
+
+// Blocks [b0, b1) of one output for all n_tokens tokens, then its bias.
+template <DType KT>
+void blocks_kernel(const float* x, int n_tokens, const MatmulOutput& o, int b0, int b1) {
+  const int in = o.w.in, out = o.w.out;
+  if (n_tokens <= kMaxTileTokens) {
+    tile_blocks<KT>(x, n_tokens, o, b0, b1, o.y);
+  } else {
+    const int n_tiles = (n_tokens + kPrefillTile - 1) / kPrefillTile;
+    for (int s0 = b0; s0 < b1; s0 += kSuperBlocks) {
+      const int s1 = std::min(b1, s0 + kSuperBlocks);
+      for (int i = 0, t = 0; i < n_tiles; ++i) {
+        const int nt = tile_width(n_tokens, n_tiles, i);
+        tile_blocks<KT>(x + static_cast<std::int64_t>(t) * in, nt, o, s0, s1,
+                        o.y + static_cast<std::int64_t>(t) * out);
+        t += nt;
+      }
+    }
+  }
+  if (o.bias) {
+    const int r1 = std::min(out, b1 * kPackRows);
+    for (int t = 0; t < n_tokens; ++t)
+      for (int r = b0 * kPackRows; r < r1; ++r)
+        o.y[static_cast<std::int64_t>(t) * out + r] += o.bias[r];
+  }
+}
+
+void run_blocks(const float* x, int n_tokens, const MatmulOutput& o, int b0, int b1) {
+  switch (o.w.dtype) {
     case DType::kF32:
-      return rows_kernel<DType::kF32>(x, in, o, row_begin, row_end, t0, t_end);
+      return blocks_kernel<DType::kF32>(x, n_tokens, o, b0, b1);
     case DType::kBF16:
-      return rows_kernel<DType::kBF16>(x, in, o, row_begin, row_end, t0, t_end);
+      return blocks_kernel<DType::kBF16>(x, n_tokens, o, b0, b1);
     case DType::kF16:
-      return rows_kernel<DType::kF16>(x, in, o, row_begin, row_end, t0, t_end);
+      return blocks_kernel<DType::kF16>(x, n_tokens, o, b0, b1);
   }
 }
 
-int blocks_of(const MatmulOutput& o) {
-  return (o.out + kRowBlock - 1) / kRowBlock;
+// A thread's share of the blocks, [front, back), in one atomic word so that its owner (from the
+// front) and other threads (from the back) can take chunks without a lock.
+struct alignas(64) WorkRange {
+  std::atomic<std::uint64_t> bounds{0};
+
+  WorkRange() = default;
+  WorkRange(const WorkRange&) : WorkRange() {}  // (for std::vector; never copied while in use)
+  WorkRange& operator=(const WorkRange&) = delete;
+
+  static std::uint64_t join(std::uint32_t front, std::uint32_t back) {
+    return static_cast<std::uint64_t>(back) << 32 | front;
+  }
+  void set(int front, int back) {
+    bounds.store(join(static_cast<std::uint32_t>(front), static_cast<std::uint32_t>(back)),
+                 std::memory_order_relaxed);
+  }
+  // Takes up to `chunk` units from the front (from_back false) or the back; false when empty.
+  bool take(int chunk, bool from_back, int& u0, int& u1) {
+    std::uint64_t cur = bounds.load(std::memory_order_relaxed);
+    for (;;) {
+      const auto front = static_cast<std::uint32_t>(cur),
+                 back = static_cast<std::uint32_t>(cur >> 32);
+      if (front >= back) return false;
+      const std::uint32_t n =
+          std::min<std::uint32_t>(static_cast<std::uint32_t>(chunk), back - front);
+      const std::uint64_t next = from_back ? join(front, back - n) : join(front + n, back);
+      if (bounds.compare_exchange_weak(cur, next, std::memory_order_relaxed)) {
+        u0 = static_cast<int>(from_back ? back - n : front);
+        u1 = u0 + static_cast<int>(n);
+        return true;
+      }
+    }
+  }
+  bool take_front(int chunk, int& u0, int& u1) { return take(chunk, false, u0, u1); }
+  bool take_back(int chunk, int& u0, int& u1) { return take(chunk, true, u0, u1); }
+};
+
+int blocks_of(int out) {
+  return (out + kPackRows - 1) / kPackRows;
 }
 
 }  // namespace
 
-void matmul_multi(const float* x, int n_tokens, int in, const MatmulOutput* outputs,
-                  int n_outputs) {
-  int n_blocks = 0;
-  std::int64_t rows = 0;
-  for (int j = 0; j < n_outputs; ++j) {
-    n_blocks += blocks_of(outputs[j]);
-    rows += outputs[j].out;
-  }
-  const std::int64_t work = static_cast<std::int64_t>(n_tokens) * in * rows;
-  // One parallel region; each thread a contiguous range of row blocks (static: a dynamic
-  // schedule interleaving the threads' blocks streamed a third slower here).
-#pragma omp parallel if (work >= kParallelMinWork)
-  {
-    const int nt = omp_get_num_threads(), tid = omp_get_thread_num();
-    const int begin = static_cast<int>(static_cast<std::int64_t>(n_blocks) * tid / nt);
-    const int end = static_cast<int>(static_cast<std::int64_t>(n_blocks) * (tid + 1) / nt);
-    // Output j holds blocks [first, first + blocks_of(j)) of the concatenation.
-    for (int j = 0, first = 0; j < n_outputs && first < end; first += blocks_of(outputs[j++])) {
-      const int b0 = begin > first ? begin - first : 0;
-      const int b1 = end - first < blocks_of(outputs[j]) ? end - first : blocks_of(outputs[j]);
-      if (b0 >= b1) continue;
-      const int r1 = b1 * kRowBlock < outputs[j].out ? b1 * kRowBlock : outputs[j].out;
-      run_rows(x, in, outputs[j], b0 * kRowBlock, r1, 0, n_tokens);
+std::size_t packed_weight_bytes(DType t, int out, int in) {
+  return static_cast<std::size_t>(blocks_of(out)) * kPackRows * static_cast<std::size_t>(in) *
+         dtype_size(t);
+}
+
+void pack_weights(const void* w, DType t, int out, int in, void* dst) {
+  const std::size_t es = dtype_size(t);
+  const int n_blocks = blocks_of(out);
+  const auto* src = static_cast<const std::uint8_t*>(w);
+#pragma omp parallel for schedule(static)
+  for (int b = 0; b < n_blocks; ++b) {
+    auto* d = static_cast<std::uint8_t*>(dst) + es * kPackRows * static_cast<std::size_t>(in) * b;
+    for (int r = 0; r < kPackRows; ++r) {
+      const int row = b * kPackRows + r;
+      const std::size_t slot = static_cast<std::size_t>(slot_of_row(t, r));
+      const std::uint8_t* s = src + es * static_cast<std::size_t>(in) * row;
+      if (es == 4) {
+        for (int k = 0; k < in; ++k) {
+          std::uint32_t v = 0;
+          if (row < out) std::memcpy(&v, s + 4 * static_cast<std::size_t>(k), 4);
+          std::memcpy(d + 4 * (static_cast<std::size_t>(k) * kPackRows + slot), &v, 4);
+        }
+      } else {
+        for (int k = 0; k < in; ++k) {
+          std::uint16_t v = 0;
+          if (row < out) std::memcpy(&v, s + 2 * static_cast<std::size_t>(k), 2);
+          std::memcpy(d + 2 * (static_cast<std::size_t>(k) * kPackRows + slot), &v, 2);
+        }
+      }
     }
   }
 }
 
-void matmul(const float* x, int n_tokens, int in, const void* w, DType w_dtype, int out,
-            const float* bias, float* y) {
-  const MatmulOutput o{w, w_dtype, out, bias, y};
-  matmul_multi(x, n_tokens, in, &o, 1);
+void matmul_multi(const float* x, int n_tokens, const MatmulOutput* outputs, int n_outputs) {
+  int n_blocks = 0;
+  std::int64_t rows = 0;
+  for (int j = 0; j < n_outputs; ++j) {
+    n_blocks += blocks_of(outputs[j].w.out);
+    rows += outputs[j].w.out;
+  }
+  const std::int64_t work = static_cast<std::int64_t>(n_tokens) * outputs[0].w.in * rows;
+  // Blocks [u0, u1) of the concatenation of the outputs' blocks.
+  auto run_units = [&](int u0, int u1) {
+    for (int j = 0, first = 0; j < n_outputs && first < u1;
+         first += blocks_of(outputs[j++].w.out)) {
+      const int b0 = std::max(u0 - first, 0),
+                b1 = std::min(u1 - first, blocks_of(outputs[j].w.out));
+      if (b0 < b1) run_blocks(x, n_tokens, outputs[j], b0, b1);
+    }
+  };
+  if (work < kParallelMinWork || omp_get_max_threads() == 1) {
+    run_units(0, n_blocks);
+    return;
+  }
+  // Each thread a contiguous range of blocks, taken kStealChunk blocks at a time from its front
+  // (one stream through memory: a dynamic schedule interleaving the threads' blocks streamed a
+  // third slower); a thread done early takes chunks from the back of the others' ranges, so a
+  // core slowed by other load does not hold up the call.
+  static thread_local std::vector<WorkRange> ranges;
+  const int max_threads = omp_get_max_threads();
+  if (static_cast<int>(ranges.size()) < max_threads) ranges = std::vector<WorkRange>(max_threads);
+  WorkRange* r = ranges.data();
+#pragma omp parallel
+  {
+    const int nt = omp_get_num_threads(), tid = omp_get_thread_num();
+    r[tid].set(static_cast<int>(static_cast<std::int64_t>(n_blocks) * tid / nt),
+               static_cast<int>(static_cast<std::int64_t>(n_blocks) * (tid + 1) / nt));
+#pragma omp barrier
+    int u0, u1;
+    const int chunk = n_tokens > kMaxTileTokens ? kSuperBlocks : kStealChunk;
+    while (r[tid].take_front(chunk, u0, u1)) run_units(u0, u1);
+    for (int v = 1; v < nt; ++v)
+      while (r[(tid + v) % nt].take_back(chunk, u0, u1)) run_units(u0, u1);
+  }
+}
+
+void matmul(const float* x, int n_tokens, const PackedWeights& w, const float* bias, float* y) {
+  const MatmulOutput o{w, bias, y};
+  matmul_multi(x, n_tokens, &o, 1);
 }
 
 }  // namespace specrun::cpu

@@ -14,32 +14,57 @@
 
 namespace specrun::cpu {
 
-// Linear layer: y[t, o] = sum_i x[t, i] * W[o, i]  (+ bias[o] when bias != nullptr).
-//   x:    [n_tokens, in] float32.
-//   w:    [out, in] row-major in `w_dtype` (a PyTorch nn.Linear weight as stored).
-//   bias: [out] float32, or nullptr.
-//   y:    [n_tokens, out] float32; must not alias x.
-// Each weight row is read from memory once for all n_tokens (rows outer, tokens inner), so
-// scoring k+1 tokens costs about as much memory traffic as one. Threads split the output rows.
-// Bitwise batch-shape independence: y[t, :] does not depend on n_tokens, on the other tokens or
-// on the thread count (each dot product is accumulated in one fixed order).
-void matmul(const float* x, int n_tokens, int in, const void* w, DType w_dtype, int out,
-            const float* bias, float* y);
+// Weights of a linear layer packed for matmul (pack_weights): the rows of W [out, in] in
+// blocks of kPackRows, each block stored k-major: for every input index k the block's
+// kPackRows weights W[row, k] lie together in one 64-byte (BF16, F16) or 128-byte (F32) group.
+// A decode step then streams each block contiguously, and a kernel multiplies one group by a
+// broadcast x[t, k] into per-row accumulators (no horizontal sums). Storage dtype unchanged;
+// rows past `out` in the last block are zeros. Slot s of a group holds row s, except in BF16,
+// where slot 2j holds row j and slot 2j + 1 row j + 16 (so that one shift and one mask widen
+// the 32 values of a 512-bit load, rows 0-15 and 16-31).
+inline constexpr int kPackRows = 32;
 
-// One product of matmul_multi: y[t, o] = sum_i x[t, i] * w[o, i] (+ bias[o]) with w [out, in]
-// in `dtype`, bias [out] or nullptr, y [n_tokens, out] (must not alias x).
-struct MatmulOutput {
-  const void* w;
+// Bytes of a packed [out, in] matrix in dtype t: ceil(out / kPackRows) * kPackRows * in values.
+std::size_t packed_weight_bytes(DType t, int out, int in);
+
+// Packs w ([out, in] row-major in t, a PyTorch nn.Linear weight as stored) into dst
+// (packed_weight_bytes(t, out, in) bytes; 64-byte alignment is best). Threads split the blocks.
+void pack_weights(const void* w, DType t, int out, int in, void* dst);
+
+// A packed weight matrix: `data` from pack_weights(w, dtype, out, in, data).
+struct PackedWeights {
+  const void* data;
   DType dtype;
-  int out;
+  int out, in;
+};
+
+// Linear layer: y[t, o] = sum_i x[t, i] * W[o, i]  (+ bias[o] when bias != nullptr).
+//   x:    [n_tokens, w.in] float32.
+//   w:    W packed (pack_weights).
+//   bias: [w.out] float32, or nullptr.
+//   y:    [n_tokens, w.out] float32; must not alias x.
+// Up to 12 tokens each weight block is read from memory once for all of them, so scoring k+1
+// tokens costs about as much memory traffic as one; longer inputs run token tiles over blocks
+// kept in cache. Threads split the output rows (blocks).
+// Numerics and bitwise batch-shape independence: y[t, o] is accumulated in float32 by fused
+// multiply-adds in ascending i, restarted every 64 inputs and those partial sums added in
+// order (rounding error like a 64-way blocked sum); the order depends on nothing else, so
+// y[t, :] does not depend on n_tokens, the other tokens, the row's place in its block or the
+// thread count.
+void matmul(const float* x, int n_tokens, const PackedWeights& w, const float* bias, float* y);
+
+// One product of matmul_multi: y[t, o] = sum_i x[t, i] * W[o, i] (+ bias[o]), bias [out] or
+// nullptr, y [n_tokens, out] (must not alias x).
+struct MatmulOutput {
+  PackedWeights w;
   const float* bias;
   float* y;
 };
 
-// Several linear layers over the same input (q/k/v, gate/up) in one parallel region, each
-// output exactly (bitwise) what matmul computes for it alone. Threads split the rows of all
-// outputs together, so one fork/join serves them all.
-void matmul_multi(const float* x, int n_tokens, int in, const MatmulOutput* outputs, int n_outputs);
+// Several linear layers over the same input (q/k/v, gate/up; all with the same w.in) in one
+// parallel region, each output exactly (bitwise) what matmul computes for it alone. Threads
+// split the row blocks of all outputs together, so one fork/join serves them all.
+void matmul_multi(const float* x, int n_tokens, const MatmulOutput* outputs, int n_outputs);
 
 // Row gather (embedding lookup): out[t, :] = widen(table[ids[t] - row_begin, :]) when
 // row_begin <= ids[t] < row_begin + n_rows, else zeros (so that shards of a table split by rows

@@ -1,5 +1,5 @@
-// Inner loops shared by the CPU ops (internal to kernels/cpu): dot products with weights widened
-// on the fly, row widening, axpy. AVX-512 intrinsics when the build targets a CPU that has them
+// Inner loops shared by the CPU ops (internal to kernels/cpu): dot products, horizontal sums,
+// row widening, exp, axpy. AVX-512 intrinsics when the build targets a CPU that has them
 // (-march=native), otherwise portable loops that the compiler vectorises (`omp simd` allows the
 // reassociation a vectorised sum needs). Every function accumulates in float32.
 #pragma once
@@ -79,8 +79,7 @@ inline __m512 shuffle_lanes(__m512 a, __m512 b) {
 }
 // out[0..3] = reduce16(a), reduce16(b), reduce16(c), reduce16(d), bitwise: the same additions
 // of the same pairs (reduce16's tree: halves of 512, of 256, then lanes 0+2, 1+3, then 0+1),
-// four sums per instruction. A tile's 4 x NT reductions would otherwise cost ~15% of an
-// in = 768 tile.
+// four sums per instruction (attention's four keys at a time).
 inline void reduce16x4(__m512 a, __m512 b, __m512 c, __m512 d, float* out) {
   // [a_lo256 | b_lo256] + [a_hi256 | b_hi256]
   const __m512 ab = _mm512_add_ps(shuffle_lanes<0x44>(a, b), shuffle_lanes<0xee>(a, b));
@@ -117,34 +116,6 @@ inline float dot_f32(const float* a, const float* b, int n) {
 #endif
 }
 
-// sum_i x[i] * widen(w[i]) for a weight row in `t`.
-inline float dot_weight_row(const float* x, const void* w, DType t, int n) {
-  if (t == DType::kF32) return dot_f32(x, static_cast<const float*>(w), n);
-  const auto* h = static_cast<const std::uint16_t*>(w);
-#ifdef SPECRUN_CPU_AVX512
-  __m512 acc0 = _mm512_setzero_ps(), acc1 = _mm512_setzero_ps();
-  int i = 0;
-  for (; i + 32 <= n; i += 32) {
-    acc0 = _mm512_fmadd_ps(_mm512_loadu_ps(x + i), load16(h, i, 0xffff, t), acc0);
-    acc1 = _mm512_fmadd_ps(_mm512_loadu_ps(x + i + 16), load16(h, i + 16, 0xffff, t), acc1);
-  }
-  for (; i < n; i += 16) {
-    __mmask16 m = tail_mask(n - i);
-    acc0 = _mm512_fmadd_ps(_mm512_maskz_loadu_ps(m, x + i), load16(h, i, m, t), acc0);
-  }
-  return reduce16(_mm512_add_ps(acc0, acc1));
-#else
-  float s = 0.f;
-  if (t == DType::kBF16) {
-#pragma omp simd reduction(+ : s)
-    for (int i = 0; i < n; ++i) s += x[i] * bf16_to_f32(h[i]);
-  } else {
-    for (int i = 0; i < n; ++i) s += x[i] * f16_bits_to_f32(h[i]);
-  }
-  return s;
-#endif
-}
-
 // out[i] = widen(w[i]) for i < n.
 inline void widen_row(const void* w, DType t, int n, float* out) {
   if (t == DType::kF32) {
@@ -164,75 +135,6 @@ inline void widen_row(const void* w, DType t, int n, float* out) {
   } else {
     for (int i = 0; i < n; ++i) out[i] = f16_bits_to_f32(h[i]);
   }
-#endif
-}
-
-// A tile of R weight rows x NT tokens, weights of type KT widened on the fly:
-//   y[t * y_stride + r] = sum_i x[t * x_stride + i] * widen(w[r * w_stride + i]),  r < R, t < NT.
-// Each weight vector is loaded and widened once for NT tokens and each token vector serves R
-// rows, so neither loads nor conversions dominate the FMAs (R * NT + R + 1 <= 32 registers).
-// Order contract (bitwise batch-shape independence): every (r, t) sum is accumulated alone, in
-// one 16-lane accumulator, over i in ascending 16-element steps (the last one masked), then
-// reduced with reduce16; R and NT change only which sums run side by side.
-//
-// prefetch > 0: also prefetch each weight row `prefetch` bytes ahead of the loads (one prefetch
-// per 64-byte line). With weight blocks laid out back to back, R * row bytes ahead is the next
-// block's data: it keeps enough cache-line misses in flight to stream a matrix at the memory's
-// bandwidth, which the hardware prefetchers alone do not reach with R interleaved row streams.
-template <DType KT, int R, int NT>
-inline void tile_rows(const float* x, std::int64_t x_stride, const void* w, std::int64_t w_stride,
-                      int n, float* y, std::int64_t y_stride, std::int64_t prefetch = 0) {
-#ifdef SPECRUN_CPU_AVX512
-  static_assert(R * NT + R + 1 <= 32, "tile does not fit the 32 vector registers");
-  // Fully unrolled constant-index loops: GCC keeps acc in registers.
-  __m512 acc[R][NT];
-#pragma GCC unroll 8
-  for (int r = 0; r < R; ++r)
-#pragma GCC unroll 8
-    for (int t = 0; t < NT; ++t) acc[r][t] = _mm512_setzero_ps();
-  for (int i = 0; i < n; i += 16) {
-    const __mmask16 m = tail_mask(n - i);
-    if (prefetch > 0) {
-      if (KT == DType::kF32 || (i & 31) == 0) {
-        const auto* wb = static_cast<const char*>(w) + dtype_size(KT) * i + prefetch;
-#pragma GCC unroll 8
-        for (int r = 0; r < R; ++r)
-          _mm_prefetch(wb + dtype_size(KT) * static_cast<std::size_t>(r * w_stride), _MM_HINT_T0);
-      }
-    }
-    __m512 wv[R];
-#pragma GCC unroll 8
-    for (int r = 0; r < R; ++r) {
-      if constexpr (KT == DType::kF32)
-        wv[r] = load16(static_cast<const float*>(w) + r * w_stride, i, m);
-      else
-        wv[r] = load16(static_cast<const std::uint16_t*>(w) + r * w_stride, i, m, KT);
-    }
-#pragma GCC unroll 8
-    for (int t = 0; t < NT; ++t) {
-      const __m512 xv = _mm512_maskz_loadu_ps(m, x + t * x_stride + i);
-#pragma GCC unroll 8
-      for (int r = 0; r < R; ++r) acc[r][t] = _mm512_fmadd_ps(xv, wv[r], acc[r][t]);
-    }
-  }
-#pragma GCC unroll 8
-  for (int t = 0; t < NT; ++t) {
-    if constexpr (R % 4 == 0) {
-#pragma GCC unroll 8
-      for (int r = 0; r < R; r += 4)
-        reduce16x4(acc[r][t], acc[r + 1][t], acc[r + 2][t], acc[r + 3][t], y + t * y_stride + r);
-    } else {
-#pragma GCC unroll 8
-      for (int r = 0; r < R; ++r) y[t * y_stride + r] = reduce16(acc[r][t]);
-    }
-  }
-#else
-  // One sum per (r, t) in the order dot_weight_row uses for every batch shape.
-  const std::size_t row_bytes = dtype_size(KT) * static_cast<std::size_t>(w_stride);
-  for (int t = 0; t < NT; ++t)
-    for (int r = 0; r < R; ++r)
-      y[t * y_stride + r] = dot_weight_row(
-          x + t * x_stride, static_cast<const std::uint8_t*>(w) + row_bytes * r, KT, n);
 #endif
 }
 

@@ -20,13 +20,19 @@ T* sized(std::vector<T>& v, std::size_t n) {
   return v.data();
 }
 
+cpu::PackedWeights packed(const WeightMatrix& w) {
+  SPEC_CHECK(w.packed, "weight matrix [" << w.rows << ", " << w.cols
+                                         << "] is not packed for the CPU kernels (make_resident)");
+  return {w.data, w.dtype, w.rows, w.cols};
+}
+
 void linear(const float* x, int n, const WeightMatrix& w, const std::vector<float>& bias,
             float* y) {
-  cpu::matmul(x, n, w.cols, w.data, w.dtype, w.rows, bias.empty() ? nullptr : bias.data(), y);
+  cpu::matmul(x, n, packed(w), bias.empty() ? nullptr : bias.data(), y);
 }
 
 cpu::MatmulOutput output(const WeightMatrix& w, const std::vector<float>& bias, float* y) {
-  return {w.data, w.dtype, w.rows, bias.empty() ? nullptr : bias.data(), y};
+  return {packed(w), bias.empty() ? nullptr : bias.data(), y};
 }
 
 }  // namespace
@@ -161,7 +167,7 @@ void Transformer::attention_block(int layer, std::span<const SeqChunk> batch, in
   // q, k and v in one pass over the three weight matrices (one parallel region).
   const cpu::MatmulOutput qkv[3] = {output(L.q, L.q_bias, q), output(L.k, L.k_bias, k),
                                     output(L.v, L.v_bias, v)};
-  cpu::matmul_multi(xn, n, H, qkv, 3);
+  cpu::matmul_multi(xn, n, qkv, 3);
   cpu::rope_apply(q, n, plan.q_heads, hd, static_cast<std::int64_t>(q_width), rope_.data());
   cpu::rope_apply(k, n, plan.kv_heads, hd, static_cast<std::int64_t>(kv_width), rope_.data());
 
@@ -210,7 +216,7 @@ void Transformer::mlp_block(int layer, int n) {
   cpu::rmsnorm(x, n, H, L.post_attention_norm.data, L.post_attention_norm.dtype,
                config_.rms_norm_eps, xn);
   const cpu::MatmulOutput gate_up[2] = {output(L.gate, {}, gate), output(L.up, {}, up)};
-  cpu::matmul_multi(xn, n, H, gate_up, 2);
+  cpu::matmul_multi(xn, n, gate_up, 2);
   cpu::silu_mul(gate, up, gate, static_cast<std::size_t>(n) * I);
   linear(gate, n, L.down, {}, proj);
   if (tp_ > 1) comm_.all_reduce_sum(proj, static_cast<std::size_t>(n) * H);

@@ -5,10 +5,10 @@
 #include <algorithm>
 #include <cstring>
 #include <filesystem>
-#include <map>
 #include <string>
 
 #include "common/error.h"
+#include "kernels/cpu/ops.h"
 #include "model/checkpoint.h"
 #include "model/model_config.h"
 
@@ -159,22 +159,17 @@ ModelWeights ModelWeights::load(const Checkpoint& ckpt, int tp, int tp_rank) {
 
 void ModelWeights::make_resident() {
   if (arena) return;
-  std::vector<WeightMatrix*> mats = {&embed, &lm_head};
+  std::vector<WeightMatrix*> packed_mats = {&lm_head};
   for (LayerWeights& L : layers)
-    for (WeightMatrix* m : {&L.q, &L.k, &L.v, &L.o, &L.gate, &L.up, &L.down}) mats.push_back(m);
+    for (WeightMatrix* m : {&L.q, &L.k, &L.v, &L.o, &L.gate, &L.up, &L.down})
+      packed_mats.push_back(m);
   constexpr std::size_t kAlign = 64;
-  auto bytes_of = [](const WeightMatrix& m) {
-    return static_cast<std::size_t>(m.rows) * static_cast<std::size_t>(m.cols) *
-           dtype_size(m.dtype);
-  };
-  // Matrices that view the same memory (a tied lm_head) share one copy.
-  std::map<const std::byte*, std::size_t> offset_of;
-  std::size_t total = 0;
-  for (const WeightMatrix* m : mats) {
-    if (m->data == nullptr || offset_of.count(m->data)) continue;
-    offset_of[m->data] = total;
-    total += (bytes_of(*m) + kAlign - 1) / kAlign * kAlign;
-  }
+  auto aligned = [](std::size_t bytes) { return (bytes + kAlign - 1) / kAlign * kAlign; };
+  const std::size_t embed_bytes = static_cast<std::size_t>(embed.rows) *
+                                  static_cast<std::size_t>(embed.cols) * dtype_size(embed.dtype);
+  std::size_t total = aligned(embed_bytes);
+  for (const WeightMatrix* m : packed_mats)
+    if (m->data != nullptr) total += aligned(cpu::packed_weight_bytes(m->dtype, m->rows, m->cols));
   if (total == 0) return;
   void* p = ::mmap(nullptr, total, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
   SPEC_CHECK(p != MAP_FAILED, "cannot allocate "
@@ -185,15 +180,22 @@ void ModelWeights::make_resident() {
 #endif
   arena = std::shared_ptr<std::byte>(static_cast<std::byte*>(p),
                                      [total](std::byte* q) { ::munmap(q, total); });
-  for (const auto& [src, offset] : offset_of) {
-    const WeightMatrix* m = *std::find_if(
-        mats.begin(), mats.end(), [src = src](const WeightMatrix* w) { return w->data == src; });
-    std::memcpy(arena.get() + offset, src, bytes_of(*m));
+  // Each matrix is copied from its current memory (a tied lm_head still views the checkpoint's
+  // embedding when the embedding moves), then points into the arena.
+  std::byte* next = arena.get();
+  if (embed.data != nullptr) {
+    std::memcpy(next, embed.data, embed_bytes);
+    embed.data = next;
+    std::vector<std::byte>().swap(embed.owned);
+    next += aligned(embed_bytes);
   }
-  for (WeightMatrix* m : mats) {
+  for (WeightMatrix* m : packed_mats) {
     if (m->data == nullptr) continue;
-    m->data = arena.get() + offset_of.at(m->data);
+    cpu::pack_weights(m->data, m->dtype, m->rows, m->cols, next);
+    m->data = next;
+    m->packed = true;
     std::vector<std::byte>().swap(m->owned);
+    next += aligned(cpu::packed_weight_bytes(m->dtype, m->rows, m->cols));
   }
 }
 

@@ -41,12 +41,14 @@ struct ShardPlan {
                         const std::string& source = "config.json");
 };
 
-// A row-major [rows, cols] matrix in `dtype`, either viewing mapped memory or owning a copy.
-// Move-only: `data` may point into `owned`.
+// A [rows, cols] matrix in `dtype`, either viewing mapped memory or owning a copy. Row-major as
+// in the checkpoint, or after make_resident, for the matmul operands, packed for the CPU
+// kernels (cpu::pack_weights). Move-only: `data` may point into `owned`.
 struct WeightMatrix {
   const std::byte* data = nullptr;
   DType dtype = DType::kF32;
   int rows = 0, cols = 0;
+  bool packed = false;  // data is cpu::pack_weights' layout, not row-major
   std::vector<std::byte> owned;
 
   WeightMatrix() = default;
@@ -82,13 +84,15 @@ struct ModelWeights {
   // Loads this rank's shard; every tensor is checked against config.json's shapes.
   static ModelWeights load(const Checkpoint& checkpoint, int tp, int tp_rank);
 
-  // Copies every matrix (embed, lm_head, the layers' projections) into one anonymous,
-  // 64-byte-aligned arena backed by transparent huge pages where the kernel allows them (the
-  // CPU backend calls this; the CUDA backend uploads the views instead). Why: pages of a
-  // mapped file can be evicted while a decoder waits (the kernel's reclaim sees them as page
-  // cache), and a 4 KiB-page mapping costs TLB misses on every pass; decode streams all weights
-  // per token, so both show up directly as lost bandwidth. Afterwards the matrices no longer
-  // view the checkpoint (norm weights still do). Throws when the memory cannot be allocated.
+  // Copies every matrix into one anonymous, 64-byte-aligned arena backed by transparent huge
+  // pages where the kernel allows them (the CPU backend calls this; the CUDA backend uploads the
+  // views instead): the embedding row-major (row gathers), lm_head and the layers' projections
+  // packed for cpu::matmul (packed = true; a tied lm_head gets its own packed copy). Why: pages
+  // of a mapped file can be evicted while a decoder waits (the kernel's reclaim sees them as
+  // page cache), and a 4 KiB-page mapping costs TLB misses on every pass; decode streams all
+  // weights per token, so both show up directly as lost bandwidth. Afterwards the matrices no
+  // longer view the checkpoint (norm weights still do). Throws when the memory cannot be
+  // allocated.
   void make_resident();
   // The arena of make_resident (null before); shared so that moved-from copies stay valid.
   std::shared_ptr<std::byte> arena;

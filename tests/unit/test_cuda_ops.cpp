@@ -27,6 +27,7 @@ TEST(CudaOps, RequiresCudaBuild) {
 #include "kernels/cuda/device_context.h"
 #include "kernels/cuda/device_info.h"
 #include "kernels/cuda/ops.h"
+#include "packed_weights.h"
 
 using namespace specrun;
 
@@ -127,8 +128,8 @@ void run_matmul(const MatmulCase& c) {
   const auto w = encode(wf, c.dtype);
   const auto bias = c.bias ? random_floats(c.out, 3) : std::vector<float>{};
   std::vector<float> expected(static_cast<std::size_t>(c.n_tokens) * c.out);
-  cpu::matmul(x.data(), c.n_tokens, c.in, w.data(), c.dtype, c.out, c.bias ? bias.data() : nullptr,
-              expected.data());
+  const auto packed = specrun::test::pack(w.data(), c.dtype, c.out, c.in);
+  cpu::matmul(x.data(), c.n_tokens, packed.view, c.bias ? bias.data() : nullptr, expected.data());
 
   auto dx = to_device(x), dw = to_device(w), db = to_device(bias);
   cuda::DeviceBuffer dy(expected.size() * sizeof(float));

@@ -1,9 +1,12 @@
 // The performance kernels' exactness contracts (kernels/cpu/ops.h), checked bitwise:
-//  - a token's matmul outputs do not depend on how many tokens share the call (tiles of 1..6
-//    tokens, chunks of 12), nor on the thread count: greedy speculative decoding relies on it;
-//  - a row's output does not depend on where it falls in a row block (4-row blocks reduce with
-//    reduce16x4, leftover rows with reduce16: the same additions);
+//  - a token's matmul outputs do not depend on how many tokens share the call (tiles of 1..12
+//    tokens with 1, 2 or 4 blocks, prefill token tiles past 12), nor on the thread count:
+//    greedy speculative decoding relies on it;
+//  - a row's output does not depend on where it falls in a 32-row block or which tile holds
+//    that block; the packed layout holds every row of the matrix;
 //  - matmul_multi equals one matmul per output;
+//  - a query's attention output does not depend on the window of queries in the call (blocks
+//    of 4 queries share key and value loads) nor on the thread count;
 //  - rope_table + rope_apply equals rope; stream_read sums its buffer.
 #include <gtest/gtest.h>
 #include <omp.h>
@@ -17,6 +20,7 @@
 
 #include "kernels/cpu/dtype.h"
 #include "kernels/cpu/ops.h"
+#include "packed_weights.h"
 
 using specrun::DType;
 namespace cpu = specrun::cpu;
@@ -56,21 +60,24 @@ class MatmulShapes : public ::testing::TestWithParam<DType> {};
 TEST_P(MatmulShapes, TokenOutputsIndependentOfBatchShapeAndThreads) {
   const DType t = GetParam();
   std::mt19937 rng(21);
-  const int in = 200, out = 37, n_tokens = 29;  // tails everywhere: 200 % 16, 37 % 4, 29 % 12
+  // Tails everywhere: 200 % 64 inputs, 173 % 32 rows (6 blocks: tiles of 4 + 2 and 2 + 2 + 2
+  // blocks), 29 tokens (prefill tiles 8 + 7 + 7 + 7).
+  const int in = 200, out = 173, n_tokens = 29;
   const auto x = random_vector(static_cast<std::size_t>(n_tokens) * in, rng);
   const auto w = weights_in(random_vector(static_cast<std::size_t>(out) * in, rng, 0.1f), t);
+  const auto packed = specrun::test::pack(w.data(), t, out, in);
   const auto bias = random_vector(out, rng);
   std::vector<float> all(static_cast<std::size_t>(n_tokens) * out);
   omp_set_num_threads(2);
-  cpu::matmul(x.data(), n_tokens, in, w.data(), t, out, bias.data(), all.data());
+  cpu::matmul(x.data(), n_tokens, packed.view, bias.data(), all.data());
   for (int threads : {1, 2}) {
     omp_set_num_threads(threads);
     // Every window [start, start + len) of the tokens, as its own call.
-    for (int len : {1, 2, 5, 6, 7, 13}) {
+    for (int len : {1, 2, 3, 5, 6, 7, 12, 13}) {
       for (int start = 0; start + len <= n_tokens; start += 3) {
         std::vector<float> part(static_cast<std::size_t>(len) * out);
-        cpu::matmul(x.data() + static_cast<std::size_t>(start) * in, len, in, w.data(), t, out,
-                    bias.data(), part.data());
+        cpu::matmul(x.data() + static_cast<std::size_t>(start) * in, len, packed.view, bias.data(),
+                    part.data());
         const long d = first_difference(
             part.data(), all.data() + static_cast<std::size_t>(start) * out, part.size());
         ASSERT_EQ(d, -1) << specrun::dtype_name(t) << " threads " << threads << " window [" << start
@@ -84,18 +91,21 @@ TEST_P(MatmulShapes, TokenOutputsIndependentOfBatchShapeAndThreads) {
 TEST_P(MatmulShapes, RowOutputIndependentOfItsBlockPosition) {
   const DType t = GetParam();
   std::mt19937 rng(22);
-  const int in = 96, out = 23, n_tokens = 3;
+  const int in = 96, out = 150, n_tokens = 3;
   const auto x = random_vector(static_cast<std::size_t>(n_tokens) * in, rng);
   const auto w = weights_in(random_vector(static_cast<std::size_t>(out) * in, rng, 0.1f), t);
   const std::size_t row_bytes = specrun::dtype_size(t) * in;
   std::vector<float> full(static_cast<std::size_t>(n_tokens) * out);
-  cpu::matmul(x.data(), n_tokens, in, w.data(), t, out, nullptr, full.data());
-  // Dropping the first `skip` rows moves every other row to another place in its 4-row block
-  // (and the last rows in and out of the leftover block).
-  for (int skip = 1; skip <= 3; ++skip) {
+  cpu::matmul(x.data(), n_tokens, specrun::test::pack(w.data(), t, out, in).view, nullptr,
+              full.data());
+  // Dropping the first `skip` rows moves every other row to another slot of its block (in BF16
+  // across the two 16-row halves), to another block and tile, and the last rows in and out of
+  // the partly filled last block.
+  for (int skip : {1, 3, 16, 17, 33, 100}) {
     const int rows = out - skip;
     std::vector<float> shifted(static_cast<std::size_t>(n_tokens) * rows);
-    cpu::matmul(x.data(), n_tokens, in, w.data() + row_bytes * skip, t, rows, nullptr,
+    cpu::matmul(x.data(), n_tokens,
+                specrun::test::pack(w.data() + row_bytes * skip, t, rows, in).view, nullptr,
                 shifted.data());
     for (int tk = 0; tk < n_tokens; ++tk)
       for (int r = 0; r < rows; ++r) {
@@ -112,7 +122,7 @@ TEST_P(MatmulShapes, MultiEqualsOneMatmulPerOutput) {
   const DType t = GetParam();
   std::mt19937 rng(23);
   const int in = 130, n_tokens = 8;
-  const int outs[3] = {64, 18, 5};  // q-, k-, v-like, the last two not multiples of 4
+  const int outs[3] = {100, 18, 5};  // q-, k-, v-like, none a multiple of 32
   const auto x = random_vector(static_cast<std::size_t>(n_tokens) * in, rng);
   std::vector<std::vector<std::uint8_t>> w;
   std::vector<std::vector<float>> bias, fused, separate;
@@ -124,13 +134,15 @@ TEST_P(MatmulShapes, MultiEqualsOneMatmulPerOutput) {
   }
   for (int threads : {1, 2}) {
     omp_set_num_threads(threads);
+    std::vector<specrun::test::OwnedPackedWeights> packed;
     std::vector<cpu::MatmulOutput> o;
+    for (int j = 0; j < 3; ++j) packed.push_back(specrun::test::pack(w[j].data(), t, outs[j], in));
     for (int j = 0; j < 3; ++j)
-      o.push_back({w[j].data(), t, outs[j], j == 1 ? nullptr : bias[j].data(), fused[j].data()});
-    cpu::matmul_multi(x.data(), n_tokens, in, o.data(), 3);
+      o.push_back({packed[j].view, j == 1 ? nullptr : bias[j].data(), fused[j].data()});
+    cpu::matmul_multi(x.data(), n_tokens, o.data(), 3);
     for (int j = 0; j < 3; ++j) {
-      cpu::matmul(x.data(), n_tokens, in, w[j].data(), t, outs[j],
-                  j == 1 ? nullptr : bias[j].data(), separate[j].data());
+      cpu::matmul(x.data(), n_tokens, packed[j].view, j == 1 ? nullptr : bias[j].data(),
+                  separate[j].data());
       EXPECT_EQ(first_difference(fused[j].data(), separate[j].data(), fused[j].size()), -1)
           << specrun::dtype_name(t) << " threads " << threads << " output " << j;
     }
@@ -142,6 +154,33 @@ INSTANTIATE_TEST_SUITE_P(Dtypes, MatmulShapes,
                          [](const auto& param_info) {
                            return std::string(specrun::dtype_name(param_info.param));
                          });
+
+TEST(Attention, QueryOutputIndependentOfWindow) {
+  std::mt19937 rng(25);
+  // head_dim 72: masked tails in the 16-wide chunks and in the 64-wide value passes.
+  const int n_heads = 4, n_kv_heads = 2, head_dim = 72, start = 6, n_tokens = 11;
+  const std::int64_t q_stride = n_heads * head_dim, kv_stride = n_kv_heads * head_dim;
+  const auto k = random_vector(static_cast<std::size_t>(start + n_tokens) * kv_stride, rng);
+  const auto v = random_vector(static_cast<std::size_t>(start + n_tokens) * kv_stride, rng);
+  const auto q = random_vector(static_cast<std::size_t>(n_tokens) * q_stride, rng);
+  std::vector<float> all(q.size());
+  omp_set_num_threads(2);
+  cpu::attention(q.data(), n_tokens, n_heads, n_kv_heads, head_dim, k.data(), v.data(), start,
+                 all.data());
+  for (int threads : {1, 2}) {
+    omp_set_num_threads(threads);
+    for (int len : {1, 2, 3, 5, 9}) {
+      for (int s0 = 0; s0 + len <= n_tokens; ++s0) {
+        std::vector<float> part(static_cast<std::size_t>(len) * q_stride);
+        cpu::attention(q.data() + s0 * q_stride, len, n_heads, n_kv_heads, head_dim, k.data(),
+                       v.data(), start + s0, part.data());
+        const long d = first_difference(part.data(), all.data() + s0 * q_stride, part.size());
+        ASSERT_EQ(d, -1) << "threads " << threads << " window [" << s0 << ", " << s0 + len
+                         << "): query " << s0 + d / q_stride << " differs from the 11-query call";
+      }
+    }
+  }
+}
 
 TEST(RopeTable, TableThenApplyEqualsRope) {
   std::mt19937 rng(24);

@@ -15,6 +15,7 @@
 
 #include "kernels/cpu/dtype.h"
 #include "kernels/cpu/ops.h"
+#include "packed_weights.h"
 
 using specrun::DType;
 namespace cpu = specrun::cpu;
@@ -80,8 +81,8 @@ void check_matmul(int n_tokens, int in, int out, DType t, bool with_bias, unsign
   Weights w = make_weights(random_vector(static_cast<std::size_t>(out) * in, rng, 0.1f), t);
   auto bias = random_vector(out, rng);
   std::vector<float> y(static_cast<std::size_t>(n_tokens) * out, std::nanf(""));
-  cpu::matmul(x.data(), n_tokens, in, w.bytes.data(), t, out, with_bias ? bias.data() : nullptr,
-              y.data());
+  const auto packed = specrun::test::pack(w.bytes.data(), t, out, in);
+  cpu::matmul(x.data(), n_tokens, packed.view, with_bias ? bias.data() : nullptr, y.data());
 
   std::vector<double> expected(y.size()), magnitude(y.size());
   for (int tk = 0; tk < n_tokens; ++tk)
@@ -105,6 +106,7 @@ TEST(Matmul, F32MatchesReference) {
   check_matmul(1, 67, 37, DType::kF32, true, 2);  // tails in both dimensions
   check_matmul(5, 67, 37, DType::kF32, true, 3);
   check_matmul(9, 256, 130, DType::kF32, false, 4);
+  check_matmul(20, 130, 70, DType::kF32, true, 41);  // prefill token tiles
 }
 
 TEST(Matmul, Bf16WeightsMatchWidenedReference) {
@@ -112,11 +114,14 @@ TEST(Matmul, Bf16WeightsMatchWidenedReference) {
   check_matmul(1, 45, 11, DType::kBF16, true, 6);
   check_matmul(7, 45, 11, DType::kBF16, true, 7);
   check_matmul(4, 512, 96, DType::kBF16, false, 8);
+  check_matmul(20, 130, 70, DType::kBF16, true, 81);
+  check_matmul(3, 2048, 40, DType::kBF16, false, 82);  // 32 partial sums per output
 }
 
 TEST(Matmul, F16WeightsMatchWidenedReference) {
   check_matmul(1, 64, 32, DType::kF16, false, 9);
   check_matmul(6, 33, 21, DType::kF16, true, 10);
+  check_matmul(20, 130, 70, DType::kF16, true, 101);
 }
 
 TEST(Matmul, ManyTokensEqualOneAtATime) {
@@ -126,10 +131,10 @@ TEST(Matmul, ManyTokensEqualOneAtATime) {
   auto x = random_vector(n_tokens * in, rng);
   Weights w = make_weights(random_vector(out * in, rng, 0.1f), DType::kBF16);
   std::vector<float> batched(n_tokens * out), single(out);
-  cpu::matmul(x.data(), n_tokens, in, w.bytes.data(), DType::kBF16, out, nullptr, batched.data());
+  const auto packed = specrun::test::pack(w.bytes.data(), DType::kBF16, out, in);
+  cpu::matmul(x.data(), n_tokens, packed.view, nullptr, batched.data());
   for (int t = 0; t < n_tokens; ++t) {
-    cpu::matmul(x.data() + t * in, 1, in, w.bytes.data(), DType::kBF16, out, nullptr,
-                single.data());
+    cpu::matmul(x.data() + t * in, 1, packed.view, nullptr, single.data());
     for (int o = 0; o < out; ++o)
       EXPECT_NEAR(batched[t * out + o], single[o], 1e-5 * (1 + std::fabs(single[o])))
           << "token " << t << " row " << o;
