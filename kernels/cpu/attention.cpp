@@ -27,37 +27,61 @@ namespace {
 constexpr int kQueryBlock = 4;
 
 #ifdef SPECRUN_CPU_AVX512
+// reduce16x4 of QB queries' dot products with 4 keys (k0, k0 + stride, ...): row i of the
+// result holds query i's four sums. Each dot product is one 16-lane accumulator over ascending
+// 16-element chunks (masked tail).
+template <int QB>
+inline void dots_4keys(const float* q, std::int64_t q_stride, const float* k0, std::int64_t stride,
+                       int head_dim, __m128* sums) {
+  __m512 a[QB][4];
+#pragma GCC unroll 4
+  for (int i = 0; i < QB; ++i) a[i][0] = a[i][1] = a[i][2] = a[i][3] = _mm512_setzero_ps();
+  for (int d = 0; d < head_dim; d += 16) {
+    const __mmask16 m = detail::tail_mask(head_dim - d);
+    __m512 kv[4];
+#pragma GCC unroll 4
+    for (int j = 0; j < 4; ++j) kv[j] = _mm512_maskz_loadu_ps(m, k0 + j * stride + d);
+#pragma GCC unroll 4
+    for (int i = 0; i < QB; ++i) {
+      const __m512 qv = _mm512_maskz_loadu_ps(m, q + i * q_stride + d);
+#pragma GCC unroll 4
+      for (int j = 0; j < 4; ++j) a[i][j] = _mm512_fmadd_ps(qv, kv[j], a[i][j]);
+    }
+  }
+#pragma GCC unroll 4
+  for (int i = 0; i < QB; ++i) sums[i] = detail::reduce16x4(a[i][0], a[i][1], a[i][2], a[i][3]);
+}
+
 // scores[i * s_stride + p] = dot(q_i, k_p) * scale for QB queries (q_i at q + i * q_stride) and
-// p < n_keys, k_p at k + p * stride. Each dot product is one 16-lane accumulator over ascending
-// 16-element chunks (masked tail), reduced with reduce16's tree, whatever QB: four keys at a
-// time share the loads of the queries and one reduce16x4 per query, the queries share the keys.
+// p < n_keys, k_p at k + p * stride: every dot product reduced with reduce16's tree whatever QB
+// (dots_4keys; single keys at the end with reduce16), then scaled. Sixteen keys' scores are
+// gathered in a register and stored at once (stores of 4 then loads of 16 stall forwarding).
 template <int QB>
 void scores_block(const float* q, std::int64_t q_stride, const float* k, std::int64_t stride,
                   int head_dim, int n_keys, float scale, float* scores, std::int64_t s_stride) {
+  const __m512 scale16 = _mm512_set1_ps(scale);
   int p = 0;
-  for (; p + 4 <= n_keys; p += 4) {
-    const float* k0 = k + p * stride;
-    __m512 a[QB][4];
-#pragma GCC unroll 4
-    for (int i = 0; i < QB; ++i) a[i][0] = a[i][1] = a[i][2] = a[i][3] = _mm512_setzero_ps();
-    for (int d = 0; d < head_dim; d += 16) {
-      const __mmask16 m = detail::tail_mask(head_dim - d);
-      __m512 kv[4];
-#pragma GCC unroll 4
-      for (int j = 0; j < 4; ++j) kv[j] = _mm512_maskz_loadu_ps(m, k0 + j * stride + d);
-#pragma GCC unroll 4
-      for (int i = 0; i < QB; ++i) {
-        const __m512 qv = _mm512_maskz_loadu_ps(m, q + i * q_stride + d);
-#pragma GCC unroll 4
-        for (int j = 0; j < 4; ++j) a[i][j] = _mm512_fmadd_ps(qv, kv[j], a[i][j]);
-      }
-    }
+  for (; p + 16 <= n_keys; p += 16) {
+    __m128 s0[QB], s1[QB], s2[QB], s3[QB];
+    dots_4keys<QB>(q, q_stride, k + p * stride, stride, head_dim, s0);
+    dots_4keys<QB>(q, q_stride, k + (p + 4) * stride, stride, head_dim, s1);
+    dots_4keys<QB>(q, q_stride, k + (p + 8) * stride, stride, head_dim, s2);
+    dots_4keys<QB>(q, q_stride, k + (p + 12) * stride, stride, head_dim, s3);
 #pragma GCC unroll 4
     for (int i = 0; i < QB; ++i) {
-      float* si = scores + i * s_stride + p;
-      detail::reduce16x4(a[i][0], a[i][1], a[i][2], a[i][3], si);
-      for (int j = 0; j < 4; ++j) si[j] *= scale;
+      __m512 v = _mm512_maskz_broadcast_f32x4(0x000f, s0[i]);
+      v = _mm512_mask_broadcast_f32x4(v, 0x00f0, s1[i]);
+      v = _mm512_mask_broadcast_f32x4(v, 0x0f00, s2[i]);
+      v = _mm512_mask_broadcast_f32x4(v, 0xf000, s3[i]);
+      _mm512_storeu_ps(scores + i * s_stride + p, _mm512_mul_ps(v, scale16));
     }
+  }
+  for (; p + 4 <= n_keys; p += 4) {
+    __m128 s4[QB];
+    dots_4keys<QB>(q, q_stride, k + p * stride, stride, head_dim, s4);
+#pragma GCC unroll 4
+    for (int i = 0; i < QB; ++i)
+      _mm_storeu_ps(scores + i * s_stride + p, _mm_mul_ps(s4[i], _mm_set1_ps(scale)));
   }
   for (; p < n_keys; ++p) {
     const float* kp = k + p * stride;

@@ -78,6 +78,11 @@ void gather_rows(const void* table, DType dtype, std::int64_t row_begin, std::in
 void rmsnorm(const float* x, int n_tokens, int dim, const void* w, DType w_dtype, float eps,
              float* y);
 
+// Residual add then RMSNorm in one pass: x[t, :] += delta[t, :], then y = rmsnorm(x) (bitwise
+// add_inplace followed by rmsnorm). x, delta, y: [n_tokens, dim]; y must not alias x or delta.
+void add_rmsnorm(float* x, const float* delta, int n_tokens, int dim, const void* w, DType w_dtype,
+                 float eps, float* y);
+
 // Rotary position embedding, Hugging Face rotate_half convention, in place. For every token t,
 // head h and j < head_dim/2, with a = positions[t] * inv_freq[j] (float32) and c, s = cos, sin(a):
 //   x'[j]            = x[j] * c - x[j + head_dim/2] * s

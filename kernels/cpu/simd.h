@@ -77,10 +77,10 @@ template <int IMM>
 inline __m512 shuffle_lanes(__m512 a, __m512 b) {
   return _mm512_maskz_shuffle_f32x4(0xffff, a, b, IMM);
 }
-// out[0..3] = reduce16(a), reduce16(b), reduce16(c), reduce16(d), bitwise: the same additions
-// of the same pairs (reduce16's tree: halves of 512, of 256, then lanes 0+2, 1+3, then 0+1),
-// four sums per instruction (attention's four keys at a time).
-inline void reduce16x4(__m512 a, __m512 b, __m512 c, __m512 d, float* out) {
+// [reduce16(a), reduce16(b), reduce16(c), reduce16(d)], bitwise: the same additions of the same
+// pairs (reduce16's tree: halves of 512, of 256, then lanes 0+2, 1+3, then 0+1), four sums per
+// instruction (attention's four keys at a time).
+inline __m128 reduce16x4(__m512 a, __m512 b, __m512 c, __m512 d) {
   // [a_lo256 | b_lo256] + [a_hi256 | b_hi256]
   const __m512 ab = _mm512_add_ps(shuffle_lanes<0x44>(a, b), shuffle_lanes<0xee>(a, b));
   const __m512 cd = _mm512_add_ps(shuffle_lanes<0x44>(c, d), shuffle_lanes<0xee>(c, d));
@@ -90,7 +90,7 @@ inline void reduce16x4(__m512 a, __m512 b, __m512 c, __m512 d, float* out) {
   const __m512 s2 = _mm512_add_ps(s4, _mm512_maskz_permute_ps(0xffff, s4, 0xee));
   const __m512 s1 = _mm512_add_ps(s2, _mm512_maskz_permute_ps(0xffff, s2, 0x55));
   const __m512i lanes = _mm512_set_epi32(0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 12, 8, 4, 0);
-  _mm512_mask_storeu_ps(out, 0x000f, _mm512_maskz_permutexvar_ps(0xffff, lanes, s1));
+  return _mm512_maskz_extractf32x4_ps(0xf, _mm512_maskz_permutexvar_ps(0xffff, lanes, s1), 0);
 }
 #endif
 

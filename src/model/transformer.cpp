@@ -110,6 +110,11 @@ void Transformer::forward(std::span<const SeqChunk> batch, bool all_logits,
                    tokens, n, x);
   if (tp_ > 1) comm_.all_reduce_sum(x, static_cast<std::size_t>(n) * H);
 
+  // Each block leaves the residual stream in x and the next block's normed input in xn_ (the
+  // residual add and the next RMSNorm are one pass).
+  const LayerWeights& first = weights_.layers.front();
+  cpu::rmsnorm(x, n, H, first.input_norm.data, first.input_norm.dtype, config_.rms_norm_eps,
+               sized(xn_, static_cast<std::size_t>(n) * H));
   for (int layer = 0; layer < config_.num_layers; ++layer) {
     attention_block(layer, batch, n);
     mlp_block(layer, n);
@@ -156,14 +161,13 @@ void Transformer::attention_block(int layer, std::span<const SeqChunk> batch, in
   const std::size_t q_width = static_cast<std::size_t>(plan.q_heads) * hd;
   const std::size_t kv_width = static_cast<std::size_t>(plan.kv_heads) * hd;
   float* x = x_.data();
-  float* xn = sized(xn_, static_cast<std::size_t>(n) * H);
+  float* xn = xn_.data();  // rmsnorm(x) with input_norm, from the previous block
   float* q = sized(q_, n * q_width);
   float* k = sized(k_, n * kv_width);
   float* v = sized(v_, n * kv_width);
   float* attn = sized(attn_, n * q_width);
   float* proj = sized(proj_, static_cast<std::size_t>(n) * H);
 
-  cpu::rmsnorm(x, n, H, L.input_norm.data, L.input_norm.dtype, config_.rms_norm_eps, xn);
   // q, k and v in one pass over the three weight matrices (one parallel region).
   const cpu::MatmulOutput qkv[3] = {output(L.q, L.q_bias, q), output(L.k, L.k_bias, k),
                                     output(L.v, L.v_bias, v)};
@@ -201,7 +205,8 @@ void Transformer::attention_block(int layer, std::span<const SeqChunk> batch, in
   if (!L.o_bias.empty())
     for (int t = 0; t < n; ++t)
       cpu::add_inplace(proj + static_cast<std::size_t>(t) * H, L.o_bias.data(), H);
-  cpu::add_inplace(x, proj, static_cast<std::size_t>(n) * H);
+  cpu::add_rmsnorm(x, proj, n, H, L.post_attention_norm.data, L.post_attention_norm.dtype,
+                   config_.rms_norm_eps, xn);
 }
 
 void Transformer::mlp_block(int layer, int n) {
@@ -213,14 +218,17 @@ void Transformer::mlp_block(int layer, int n) {
   float* up = sized(up_, static_cast<std::size_t>(n) * I);
   float* proj = proj_.data();
 
-  cpu::rmsnorm(x, n, H, L.post_attention_norm.data, L.post_attention_norm.dtype,
-               config_.rms_norm_eps, xn);
   const cpu::MatmulOutput gate_up[2] = {output(L.gate, {}, gate), output(L.up, {}, up)};
   cpu::matmul_multi(xn, n, gate_up, 2);
   cpu::silu_mul(gate, up, gate, static_cast<std::size_t>(n) * I);
   linear(gate, n, L.down, {}, proj);
   if (tp_ > 1) comm_.all_reduce_sum(proj, static_cast<std::size_t>(n) * H);
-  cpu::add_inplace(x, proj, static_cast<std::size_t>(n) * H);
+  if (layer + 1 < config_.num_layers) {
+    const WeightVector& norm = weights_.layers[layer + 1].input_norm;
+    cpu::add_rmsnorm(x, proj, n, H, norm.data, norm.dtype, config_.rms_norm_eps, xn);
+  } else {
+    cpu::add_inplace(x, proj, static_cast<std::size_t>(n) * H);  // final norm: wanted rows only
+  }
 }
 
 }  // namespace specrun

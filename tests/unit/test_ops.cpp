@@ -194,6 +194,27 @@ TEST(RmsNorm, MatchesReference) {
   }
 }
 
+TEST(RmsNorm, FusedAddEqualsAddThenNorm) {
+  // Prefill-sized (threaded) and decode-sized calls, each dtype: bitwise add_inplace + rmsnorm.
+  for (DType t : {DType::kF32, DType::kBF16, DType::kF16}) {
+    for (int n_tokens : {1, 60}) {
+      std::mt19937 rng(15);
+      const int dim = 600;
+      const auto x0 = random_vector(static_cast<std::size_t>(n_tokens) * dim, rng, 2.0f);
+      const auto delta = random_vector(x0.size(), rng);
+      Weights w = make_weights(random_vector(dim, rng), t);
+      auto x_fused = x0, x_apart = x0;
+      std::vector<float> y_fused(x0.size()), y_apart(x0.size());
+      cpu::add_rmsnorm(x_fused.data(), delta.data(), n_tokens, dim, w.bytes.data(), t, 1e-6f,
+                       y_fused.data());
+      cpu::add_inplace(x_apart.data(), delta.data(), x_apart.size());
+      cpu::rmsnorm(x_apart.data(), n_tokens, dim, w.bytes.data(), t, 1e-6f, y_apart.data());
+      EXPECT_EQ(x_fused, x_apart) << specrun::dtype_name(t) << " tokens " << n_tokens;
+      EXPECT_EQ(y_fused, y_apart) << specrun::dtype_name(t) << " tokens " << n_tokens;
+    }
+  }
+}
+
 TEST(Rope, MatchesRotateHalfReference) {
   std::mt19937 rng(14);
   const int n_tokens = 4, n_heads = 3, head_dim = 16, stride = n_heads * head_dim + 5;
