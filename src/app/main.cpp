@@ -96,6 +96,12 @@ int main(int argc, char** argv) {
     }
     // A returned code was reached by every rank alike (e.g. a collective stop): exit normally.
     return code;
+  } catch (const CollectiveError& e) {
+    // Every rank threw it: one reports, then all leave together through MPI_Finalize (the
+    // barrier keeps mpirun from ending the job on another rank's exit before it is printed).
+    if (e.report()) std::cerr << "error: " << e.what() << std::endl;
+    MPI_Barrier(MPI_COMM_WORLD);
+    return e.exit_code();
   } catch (const Error& e) {
     std::cerr << "error: " << e.what() << std::endl;
     fail(e.exit_code());

@@ -29,6 +29,19 @@ class Error : public std::runtime_error {
   int exit_code_;
 };
 
+// An error every rank of MPI_COMM_WORLD raises together, having agreed on it (e.g. rank 0's bad
+// job file, broadcast to all): one rank reports it (report() true on one rank only) and every
+// rank exits with its code through MPI_Finalize, so that the message appears once, not once per
+// rank. main() handles it (a barrier on MPI_COMM_WORLD, then exit).
+class CollectiveError : public Error {
+ public:
+  CollectiveError(const Error& error, bool report) : Error(error), report_(report) {}
+  bool report() const { return report_; }
+
+ private:
+  bool report_;
+};
+
 // Rank and host of this process: "rank 3@node07", or "host node07" before MPI is up. Asks MPI
 // each time (no global rank).
 std::string process_label();

@@ -58,17 +58,24 @@ void agree(bool ok, std::uint64_t hash, const std::string& local_error, Communic
       differ.push_back(r);
     }
   }
-  if (!failed.empty())
-    SPEC_FAIL("rank(s) " << join_ranks(failed) << " could not parse the job file that rank 0 "
-                         << "parsed" << (local_error.empty() ? "" : ": " + local_error)
-                         << ". Check that every rank runs the same specrun build and sees the "
-                         << "same working directory");
-  if (!differ.empty())
+  if (failed.empty() && differ.empty()) return;
+  // Every rank sees the same gathered states and fails alike; the first rank at fault reports
+  // (its own parse error or hash).
+  const int reporter = failed.empty() ? differ.front() : failed.front();
+  try {
+    if (!failed.empty())
+      SPEC_FAIL("rank(s) " << join_ranks(failed) << " could not parse the job file that rank 0 "
+                           << "parsed" << (local_error.empty() ? "" : ": " + local_error)
+                           << ". Check that every rank runs the same specrun build and sees the "
+                           << "same working directory");
     SPEC_FAIL("the job configuration differs between ranks: rank(s) "
               << join_ranks(differ) << " hash it to something other than rank 0's "
               << hex(all[0].hash) << " (this rank: " << hex(hash)
               << "). Every rank must run the same specrun build with the same job file, --set "
               << "arguments and working directory");
+  } catch (const Error& e) {
+    throw CollectiveError(e, comm.rank() == reporter);
+  }
 }
 
 }  // namespace
@@ -107,8 +114,17 @@ JobConfig load_job_on_all_ranks(const std::string& path, const std::vector<std::
   comm.broadcast(status, sizeof(status), kRoot);
   if (status[0] != 0) {
     broadcast_string(comm, error_text);
-    if (root) std::rethrow_exception(root_failure);
-    throw_error(__FILE__, __LINE__, "", error_text, status[1]);
+    // Every rank fails with rank 0's error; rank 0 reports it.
+    if (root) {
+      try {
+        std::rethrow_exception(root_failure);
+      } catch (const Error& e) {
+        throw CollectiveError(e, true);
+      } catch (const std::exception& e) {
+        throw CollectiveError(Error(e.what(), "[" + process_label() + "]", status[1]), true);
+      }
+    }
+    throw CollectiveError(Error(error_text, "", status[1]), false);
   }
   broadcast_string(comm, text);
   broadcast_string(comm, source);

@@ -5,7 +5,7 @@
 #   - a prompt file without /prompts/offsets (names the dataset)
 #   - a world size not divisible by parallel.tp (before any model is loaded)
 #   - an unknown --set key (names it, suggests the right one)
-#   - malformed TOML (names file and line)
+#   - malformed TOML (names file and line; printed once, by rank 0)
 # None of them may leave a result file behind.
 set -euo pipefail
 source "$(dirname "$0")/run_common.sh"
@@ -44,6 +44,9 @@ expect_exit 2 'decode\.draft_lenn.*draft_len' setkey.log -- "${RUN[@]}" --set de
 printf '[job]\nname = "x"\noutput = "malformed_out.h5"\n[decode]\ndraft_len = = 4\n' >malformed.toml
 expect_exit 2 'malformed.toml:5' malformed.log -- \
   "${MPIRUN[@]}" -np 2 "$SPECRUN_BIN" run malformed.toml
+# Every rank fails with rank 0's error, which is printed once, not once per rank.
+[[ $(grep -c 'malformed.toml:5' malformed.log) -eq 1 ]] ||
+  fail "the job file error is printed $(grep -c 'malformed.toml:5' malformed.log) times"
 
 # The prompt errors are found after the result file was created: it must still open in h5py
 # (nothing committed). The others fail before it is created.

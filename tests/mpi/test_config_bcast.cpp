@@ -76,6 +76,28 @@ Error error_of(Fn&& fn) {
   return Error("", "", 0);
 }
 
+// The rank that reports a collective error (fn must throw CollectiveError on every rank; exactly
+// one of them reports it), or -1 when that does not hold (with a test failure).
+template <typename Fn>
+int reporting_rank(MpiComm& comm, Fn&& fn) {
+  int reports = 0, collective = 0;
+  try {
+    fn();
+  } catch (const CollectiveError& e) {
+    collective = 1;
+    reports = e.report() ? 1 : 0;
+  } catch (const Error&) {
+  }
+  const int mine[2] = {collective, reports};
+  int sums[2] = {0, 0};
+  MPI_Allreduce(mine, sums, 2, MPI_INT, MPI_SUM, MPI_COMM_WORLD);
+  EXPECT_EQ(sums[0], comm.size()) << "every rank must throw a CollectiveError";
+  EXPECT_EQ(sums[1], 1) << "exactly one rank must report it";
+  int rank = reports ? comm.rank() : -1, reporter = -1;
+  MPI_Allreduce(&rank, &reporter, 1, MPI_INT, MPI_MAX, MPI_COMM_WORLD);
+  return sums[0] == comm.size() && sums[1] == 1 ? reporter : -1;
+}
+
 TEST(ConfigBroadcast, EveryRankGetsRankZerosJobWithTheSameHash) {
   MpiComm comm(MPI_COMM_WORLD);
   JobFile file(comm, kJob);
@@ -117,6 +139,8 @@ TEST(ConfigBroadcast, MalformedJobFileFailsOnEveryRankWithRankZerosMessage) {
   Error e = error_of([&] { load_job_on_all_ranks(file.path(), {}, comm); });
   EXPECT_EQ(e.exit_code(), kExitUsage);
   EXPECT_NE(e.message().find("job.toml:2:13: malformed TOML"), std::string::npos) << e.what();
+  // Printed once, by rank 0 (main() prints only the reporting rank's error).
+  EXPECT_EQ(reporting_rank(comm, [&] { load_job_on_all_ranks(file.path(), {}, comm); }), 0);
 }
 
 TEST(ConfigBroadcast, BadOverrideOrMissingFileFailsOnEveryRank) {
@@ -153,6 +177,10 @@ TEST(ConfigBroadcast, DisagreementNamesTheRanksThatDiffer) {
   EXPECT_NE(e.message().find(config_hash_hex(parse_job_config(kJob, "job.toml", {}, "/jobs"))),
             std::string::npos)
       << e.what();
+  // Reported once, by the first rank that differs (its own hash is in the message).
+  if (comm.size() > 1) {
+    EXPECT_EQ(reporting_rank(comm, [&] { check_config_agreement(c, comm); }), 1);
+  }
 }
 
 }  // namespace
