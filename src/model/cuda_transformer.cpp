@@ -199,30 +199,8 @@ void CudaTransformer::linear(const float* x, int n, const Matrix& w, const Vecto
 
 void CudaTransformer::forward(std::span<const SeqChunk> batch, bool all_logits,
                               std::vector<float>& logits) {
-  SPEC_CHECK(!batch.empty(), "forward called with an empty batch");
   // Validate everything before any cache changes.
-  int n = 0;
-  for (std::size_t b = 0; b < batch.size(); ++b) {
-    const SeqChunk& s = batch[b];
-    SPEC_CHECK(s.cache != nullptr && s.n_tokens >= 1,
-               "batch entry " << b << " needs a cache and at least one new token");
-    SPEC_CHECK(s.cache->external_storage() && s.cache->n_layers() == config_.num_layers &&
-                   s.cache->n_kv_heads() == plan_.kv_heads &&
-                   s.cache->head_dim() == config_.head_dim,
-               "batch entry " << b << ": KV cache was not made by this CUDA model (use new_cache)");
-    s.cache->check_append(s.n_tokens, static_cast<int>(b));
-    for (int i = 0; i < s.n_tokens; ++i) {
-      const std::int32_t id = s.tokens[i];
-      SPEC_INPUT_CHECK(id >= 0 && id < config_.vocab_size,
-                       "token id " << id << " at index " << i << " of sequence "
-                                   << (s.cache->sequence_id() >= 0 ? s.cache->sequence_id()
-                                                                   : static_cast<std::int64_t>(b))
-                                   << " is outside the model's vocabulary [0, "
-                                   << config_.vocab_size
-                                   << "): the prompts were tokenized for another model");
-    }
-    n += s.n_tokens;
-  }
+  const int n = check_batch(batch, config_, plan_.kv_heads, true, "this CUDA model");
   const int B = static_cast<int>(batch.size());
   const int rows = all_logits ? n : B;
   reserve(n, rows);

@@ -6,6 +6,7 @@
 #include <cstdint>
 #include <memory>
 #include <span>
+#include <string>
 #include <vector>
 
 #include "model/kv_cache.h"
@@ -33,5 +34,15 @@ class LanguageModel {
   virtual void forward(std::span<const SeqChunk> batch, bool all_logits,
                        std::vector<float>& logits) = 0;
 };
+
+// Checks a forward call's batch before any cache changes, for a model with `config` whose caches
+// hold `kv_heads` kv heads in host memory (device_caches false) or device memory (true): every
+// entry has a cache of that shape and kind, at least one new token and room for them
+// (KvCache::check_append), and every token id lies in [0, vocab_size). Throws naming the batch
+// entry, or the sequence, index and id (exit code 2: prompts tokenized for another model).
+// `model` names the backend in the error ("this model", "this CUDA model"). Returns the number
+// of new tokens in the batch.
+int check_batch(std::span<const SeqChunk> batch, const ModelConfig& config, int kv_heads,
+                bool device_caches, const std::string& model);
 
 }  // namespace specrun

@@ -63,31 +63,9 @@ std::unique_ptr<KvCache> Transformer::new_cache(int capacity) const {
 
 void Transformer::forward(std::span<const SeqChunk> batch, bool all_logits,
                           std::vector<float>& logits) {
-  SPEC_CHECK(!batch.empty(), "forward called with an empty batch");
   const ShardPlan& plan = weights_.plan;
   // Validate everything before any cache changes.
-  int n = 0;
-  for (std::size_t b = 0; b < batch.size(); ++b) {
-    const SeqChunk& s = batch[b];
-    SPEC_CHECK(s.cache != nullptr && s.n_tokens >= 1,
-               "batch entry " << b << " needs a cache and at least one new token");
-    SPEC_CHECK(s.cache->n_layers() == config_.num_layers &&
-                   s.cache->n_kv_heads() == plan.kv_heads &&
-                   s.cache->head_dim() == config_.head_dim,
-               "batch entry " << b << ": KV cache was not made by this model (use new_cache)");
-    s.cache->check_append(s.n_tokens, static_cast<int>(b));
-    for (int i = 0; i < s.n_tokens; ++i) {
-      const std::int32_t id = s.tokens[i];
-      SPEC_INPUT_CHECK(id >= 0 && id < config_.vocab_size,
-                       "token id " << id << " at index " << i << " of sequence "
-                                   << (s.cache->sequence_id() >= 0 ? s.cache->sequence_id()
-                                                                   : static_cast<std::int64_t>(b))
-                                   << " is outside the model's vocabulary [0, "
-                                   << config_.vocab_size
-                                   << "): the prompts were tokenized for another model");
-    }
-    n += s.n_tokens;
-  }
+  const int n = check_batch(batch, config_, plan.kv_heads, false, "this model");
 
   omp_set_num_threads(threads_);
   const int H = config_.hidden_size;

@@ -293,6 +293,31 @@ TEST(TransformerErrors, TokenOutOfVocabularyIsRejectedBeforeAnyChange) {
   EXPECT_EQ(cache->length(), 0);
 }
 
+TEST(TransformerErrors, ForeignCacheIsRejectedBeforeAnyChange) {
+  REQUIRE_SHARED_MODELS();
+  Model m("code-draft");
+  const auto tokens = prompt_tokens(0);
+  auto good = m.transformer.new_cache(16);
+  // Shaped for another model (one layer more), and one over storage the CPU cannot write.
+  const ModelConfig& c = m.transformer.config();
+  KvCache other(c.num_layers + 1, 16, good->n_kv_heads(), c.head_dim, 1024);
+  std::shared_ptr<float> storage(new float[good->storage_floats()], std::default_delete<float[]>());
+  KvCache external(c.num_layers, 16, good->n_kv_heads(), c.head_dim, 1024, storage);
+  for (KvCache* bad : {&other, &external}) {
+    std::vector<float> logits;
+    const SeqChunk batch[2] = {{good.get(), tokens.data(), 2}, {bad, tokens.data(), 2}};
+    try {
+      m.transformer.forward(batch, false, logits);
+      FAIL() << "expected an error";
+    } catch (const Error& e) {
+      EXPECT_NE(e.message().find("batch entry 1: KV cache was not made by this model"),
+                std::string::npos)
+          << e.message();
+    }
+    EXPECT_EQ(good->length(), 0);
+  }
+}
+
 TEST(TransformerErrors, CapacityAndContextAreChecked) {
   REQUIRE_SHARED_MODELS();
   Model m("code-draft");
