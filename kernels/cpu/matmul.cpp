@@ -40,7 +40,7 @@ namespace {
 
 constexpr int kChunk = 64;          // inputs per partial sum (ops.h numerics)
 constexpr int kMaxTileTokens = 12;  // up to this many tokens: one tile holds them all
-constexpr int kPrefillTile = 8;     // longer inputs: token tiles of at most this many
+constexpr int kPrefillTile = 6;     // longer inputs: token tiles of at most this many
 constexpr int kSuperBlocks = 2;     // prefill: blocks kept in L2 across the token tiles
 // Software prefetch distance in each block stream (128 lines; 1 KiB left verify and batched
 // decode ~20% slower, 4-8 KiB measured best).

@@ -140,9 +140,15 @@ void Transformer::attention_block(int layer, std::span<const SeqChunk> batch, in
   const std::size_t kv_width = static_cast<std::size_t>(plan.kv_heads) * hd;
   float* x = x_.data();
   float* xn = xn_.data();  // rmsnorm(x) with input_norm, from the previous block
+  const int n_seqs = static_cast<int>(batch.size());
   float* q = sized(q_, n * q_width);
-  float* k = sized(k_, n * kv_width);
-  float* v = sized(v_, n * kv_width);
+  // One sequence (prefill, decode, verify): keys and values go straight to their place in its
+  // cache (same [token, kv_width] layout); several: to scratch rows, appended per sequence.
+  KvCache& first_cache = *batch.front().cache;
+  const std::size_t first_row = static_cast<std::size_t>(first_cache.length()) * kv_width;
+  const bool direct = n_seqs == 1;
+  float* k = direct ? first_cache.keys(layer) + first_row : sized(k_, n * kv_width);
+  float* v = direct ? first_cache.values(layer) + first_row : sized(v_, n * kv_width);
   float* attn = sized(attn_, n * q_width);
   float* proj = sized(proj_, static_cast<std::size_t>(n) * H);
 
@@ -161,15 +167,16 @@ void Transformer::attention_block(int layer, std::span<const SeqChunk> batch, in
     const std::size_t off = static_cast<std::size_t>(offsets_[b]);
     KvCache& cache = *s.cache;
     const int start = cache.length();
-    const std::size_t count = static_cast<std::size_t>(s.n_tokens) * kv_width;
-    std::memcpy(cache.keys(layer) + static_cast<std::size_t>(start) * kv_width, k + off * kv_width,
-                count * sizeof(float));
-    std::memcpy(cache.values(layer) + static_cast<std::size_t>(start) * kv_width,
-                v + off * kv_width, count * sizeof(float));
+    if (!direct) {
+      const std::size_t count = static_cast<std::size_t>(s.n_tokens) * kv_width;
+      std::memcpy(cache.keys(layer) + static_cast<std::size_t>(start) * kv_width,
+                  k + off * kv_width, count * sizeof(float));
+      std::memcpy(cache.values(layer) + static_cast<std::size_t>(start) * kv_width,
+                  v + off * kv_width, count * sizeof(float));
+    }
     cpu::attention(q + off * q_width, s.n_tokens, plan.q_heads, plan.kv_heads, hd,
                    cache.keys(layer), cache.values(layer), start, attn + off * q_width);
   };
-  const int n_seqs = static_cast<int>(batch.size());
   if (n_seqs == 1) {
     attend(0);
   } else {
