@@ -47,8 +47,8 @@ struct PackedWeights {
 // tokens costs about as much memory traffic as one; longer inputs run token tiles over blocks
 // kept in cache. Threads split the output rows (blocks).
 // Numerics and bitwise batch-shape independence: y[t, o] is accumulated in float32 by fused
-// multiply-adds in ascending i, restarted every 64 inputs and those partial sums added in
-// order (rounding error like a 64-way blocked sum); the order depends on nothing else, so
+// multiply-adds in ascending i, restarted every 128 inputs and those partial sums added in
+// order (rounding error like a 128-way blocked sum); the order depends on nothing else, so
 // y[t, :] does not depend on n_tokens, the other tokens, the row's place in its block or the
 // thread count.
 void matmul(const float* x, int n_tokens, const PackedWeights& w, const float* bias, float* y);

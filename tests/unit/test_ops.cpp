@@ -115,7 +115,7 @@ TEST(Matmul, Bf16WeightsMatchWidenedReference) {
   check_matmul(7, 45, 11, DType::kBF16, true, 7);
   check_matmul(4, 512, 96, DType::kBF16, false, 8);
   check_matmul(20, 130, 70, DType::kBF16, true, 81);
-  check_matmul(3, 2048, 40, DType::kBF16, false, 82);  // 32 partial sums per output
+  check_matmul(3, 2048, 40, DType::kBF16, false, 82);  // 16 partial sums per output
 }
 
 TEST(Matmul, F16WeightsMatchWidenedReference) {
