@@ -212,11 +212,12 @@ void attention(const float* q, int n_tokens, int n_heads, int n_kv_heads, int he
   const std::int64_t work =
       static_cast<std::int64_t>(n_tokens) * n_heads * (start + n_tokens) * head_dim;
 
-  // Units: (block of kQueryBlock consecutive queries, head).
+  // Units: (head, block of kQueryBlock consecutive queries), head-major: the units a thread
+  // takes one after the other mostly read the same head's keys and values.
 #pragma omp parallel for schedule(dynamic, 1) if (work >= (1 << 15))
   for (int unit = 0; unit < n_units; ++unit) {
-    const int t0 = unit / n_heads * kQueryBlock;
-    const int h = unit % n_heads;
+    const int h = unit / n_blocks;
+    const int t0 = unit % n_blocks * kQueryBlock;
     const int nq = std::min(kQueryBlock, n_tokens - t0);
     const int kv = h / group;
     int n_keys[kQueryBlock];
