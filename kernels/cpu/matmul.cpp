@@ -69,11 +69,6 @@ inline int tile_width(int n, int n_tiles, int i) {
   return n / n_tiles + (i < n % n_tiles ? 1 : 0);
 }
 
-// Slot of row r (< kPackRows) of a block within a k-group (ops.h layout).
-constexpr int slot_of_row(DType t, int r) {
-  return t == DType::kBF16 ? (r < 16 ? 2 * r : 2 * (r - 16) + 1) : r;
-}
-
 // A tile: NB blocks (the first at w, block_bytes apart) x NT tokens (x rows x_stride apart),
 // writing rows [0, rows) of y (token t at y + t * y_stride).
 #ifdef SPECRUN_CPU_AVX512
@@ -149,7 +144,7 @@ void tile(const float* x, std::int64_t x_stride, const std::uint8_t* w, std::int
 // Row r of a block in a k-group, widened.
 template <DType KT>
 inline float group_value(const std::uint8_t* g, int r) {
-  const int s = slot_of_row(KT, r);
+  const int s = detail::packed_slot(KT, r);
   if constexpr (KT == DType::kF32) {
     float v;
     std::memcpy(&v, g + 4 * s, 4);
@@ -327,7 +322,7 @@ void pack_weights(const void* w, DType t, int out, int in, void* dst) {
     auto* d = static_cast<std::uint8_t*>(dst) + es * kPackRows * static_cast<std::size_t>(in) * b;
     for (int r = 0; r < kPackRows; ++r) {
       const int row = b * kPackRows + r;
-      const std::size_t slot = static_cast<std::size_t>(slot_of_row(t, r));
+      const std::size_t slot = static_cast<std::size_t>(detail::packed_slot(t, r));
       const std::uint8_t* s = src + es * static_cast<std::size_t>(in) * row;
       if (es == 4) {
         for (int k = 0; k < in; ++k) {

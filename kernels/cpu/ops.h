@@ -73,6 +73,13 @@ void matmul_multi(const float* x, int n_tokens, const MatmulOutput* outputs, int
 void gather_rows(const void* table, DType dtype, std::int64_t row_begin, std::int64_t n_rows,
                  int dim, const std::int32_t* ids, int n_tokens, float* out);
 
+// gather_rows from a packed table (pack_weights layout: a tied embedding that shares lm_head's
+// packed copy): out[t, :] = widen(row ids[t] - row_begin of table) for ids in
+// [row_begin, row_begin + table.out), else zeros. Bitwise what gather_rows gives on the same
+// rows unpacked.
+void gather_rows_packed(const PackedWeights& table, std::int64_t row_begin, const std::int32_t* ids,
+                        int n_tokens, float* out);
+
 // RMSNorm (Hugging Face LlamaRMSNorm): y[t, i] = x[t, i] * rsqrt(mean_i(x[t, :]^2) + eps) * w[i].
 //   x, y: [n_tokens, dim] float32 (may alias);  w: [dim] in `w_dtype`.
 void rmsnorm(const float* x, int n_tokens, int dim, const void* w, DType w_dtype, float eps,

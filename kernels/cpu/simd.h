@@ -16,6 +16,12 @@
 
 namespace specrun::cpu::detail {
 
+// Slot of row r (< 32) of a packed block within a k-group (ops.h pack_weights layout): BF16
+// interleaves rows j and j + 16 in each 32-bit word, other dtypes keep row order.
+constexpr int packed_slot(DType t, int r) {
+  return t == DType::kBF16 ? (r < 16 ? 2 * r : 2 * (r - 16) + 1) : r;
+}
+
 inline float f16_bits_to_f32(std::uint16_t h) {
   _Float16 v;
   std::memcpy(&v, &h, 2);

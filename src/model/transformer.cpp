@@ -84,8 +84,11 @@ void Transformer::forward(std::span<const SeqChunk> batch, bool all_logits,
                   sized(rope_, static_cast<std::size_t>(n) * config_.head_dim));
 
   float* x = sized(x_, static_cast<std::size_t>(n) * H);
-  cpu::gather_rows(weights_.embed.data, weights_.embed.dtype, plan.vocab_begin, plan.vocab, H,
-                   tokens, n, x);
+  const WeightMatrix& embed = weights_.embed;
+  if (embed.packed)  // tied to lm_head: one packed copy serves both
+    cpu::gather_rows_packed(packed(embed), plan.vocab_begin, tokens, n, x);
+  else
+    cpu::gather_rows(embed.data, embed.dtype, plan.vocab_begin, plan.vocab, H, tokens, n, x);
   if (tp_ > 1) comm_.all_reduce_sum(x, static_cast<std::size_t>(n) * H);
 
   // Each block leaves the residual stream in x and the next block's normed input in xn_ (the

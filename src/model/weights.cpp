@@ -165,8 +165,15 @@ void ModelWeights::make_resident() {
       packed_mats.push_back(m);
   constexpr std::size_t kAlign = 64;
   auto aligned = [](std::size_t bytes) { return (bytes + kAlign - 1) / kAlign * kAlign; };
-  const std::size_t embed_bytes = static_cast<std::size_t>(embed.rows) *
-                                  static_cast<std::size_t>(embed.cols) * dtype_size(embed.dtype);
+  // A tied lm_head (the same rows of the same memory) is packed once and the embedding reads
+  // that copy (cpu::gather_rows_packed): no second copy of the vocabulary matrix.
+  const bool tied = embed.data != nullptr && lm_head.data == embed.data &&
+                    lm_head.rows == embed.rows && lm_head.cols == embed.cols &&
+                    lm_head.dtype == embed.dtype;
+  const std::size_t embed_bytes = tied ? 0
+                                       : static_cast<std::size_t>(embed.rows) *
+                                             static_cast<std::size_t>(embed.cols) *
+                                             dtype_size(embed.dtype);
   std::size_t total = aligned(embed_bytes);
   for (const WeightMatrix* m : packed_mats)
     if (m->data != nullptr) total += aligned(cpu::packed_weight_bytes(m->dtype, m->rows, m->cols));
@@ -180,10 +187,9 @@ void ModelWeights::make_resident() {
 #endif
   arena = std::shared_ptr<std::byte>(static_cast<std::byte*>(p),
                                      [total](std::byte* q) { ::munmap(q, total); });
-  // Each matrix is copied from its current memory (a tied lm_head still views the checkpoint's
-  // embedding when the embedding moves), then points into the arena.
+  // Each matrix is copied from its current memory, then points into the arena.
   std::byte* next = arena.get();
-  if (embed.data != nullptr) {
+  if (embed.data != nullptr && !tied) {
     std::memcpy(next, embed.data, embed_bytes);
     embed.data = next;
     std::vector<std::byte>().swap(embed.owned);
@@ -196,6 +202,11 @@ void ModelWeights::make_resident() {
     m->packed = true;
     std::vector<std::byte>().swap(m->owned);
     next += aligned(cpu::packed_weight_bytes(m->dtype, m->rows, m->cols));
+  }
+  if (tied) {
+    embed.data = lm_head.data;
+    embed.packed = true;
+    std::vector<std::byte>().swap(embed.owned);
   }
 }
 

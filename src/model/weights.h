@@ -86,8 +86,9 @@ struct ModelWeights {
 
   // Copies every matrix into one anonymous, 64-byte-aligned arena backed by transparent huge
   // pages where the kernel allows them (the CPU backend calls this; the CUDA backend uploads the
-  // views instead): the embedding row-major (row gathers), lm_head and the layers' projections
-  // packed for cpu::matmul (packed = true; a tied lm_head gets its own packed copy). Why: pages
+  // views instead): lm_head and the layers' projections packed for cpu::matmul (packed = true),
+  // the embedding row-major for the row gathers, or, when tied to lm_head, viewing lm_head's
+  // packed copy (packed = true: cpu::gather_rows_packed). Why: pages
   // of a mapped file can be evicted while a decoder waits (the kernel's reclaim sees them as
   // page cache), and a 4 KiB-page mapping costs TLB misses on every pass; decode streams all
   // weights per token, so both show up directly as lost bandwidth. Afterwards the matrices no

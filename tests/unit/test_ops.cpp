@@ -168,6 +168,26 @@ TEST(GatherRows, CopiesOwnedRowsAndZerosOthers) {
   EXPECT_EQ(sum, full);
 }
 
+TEST(GatherRows, PackedTableGivesTheSameRows) {
+  // A tied embedding reads lm_head's packed copy: rows in every slot of a block (BF16 interleaves
+  // rows j and j + 16), a partly filled last block, and ids outside the shard.
+  for (DType t : {DType::kF32, DType::kBF16, DType::kF16}) {
+    std::mt19937 rng(16);
+    const int vocab = 70, dim = 37, row_begin = 100;
+    Weights table = make_weights(random_vector(vocab * dim, rng), t);
+    const auto packed = specrun::test::pack(table.bytes.data(), t, vocab, dim);
+    std::vector<std::int32_t> ids;
+    for (int r = 0; r < vocab; ++r) ids.push_back(row_begin + r);
+    for (int id : {0, 99, 170, 171}) ids.push_back(id);
+    const int n = static_cast<int>(ids.size());
+    std::vector<float> plain(static_cast<std::size_t>(n) * dim), from_packed(plain.size(), 1.f);
+    cpu::gather_rows(table.bytes.data(), t, row_begin, vocab, dim, ids.data(), n, plain.data());
+    cpu::gather_rows_packed(packed.view, row_begin, ids.data(), n, from_packed.data());
+    EXPECT_EQ(from_packed, plain) << specrun::dtype_name(t);
+    EXPECT_EQ(plain[static_cast<std::size_t>(n - 1) * dim], 0.f);  // id 171: outside the shard
+  }
+}
+
 TEST(RmsNorm, MatchesReference) {
   for (DType t : {DType::kF32, DType::kBF16}) {
     std::mt19937 rng(13);
