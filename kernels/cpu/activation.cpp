@@ -21,16 +21,14 @@ void silu_mul(const float* gate, const float* up, float* out, std::size_t n) {
   for (std::size_t v = 0; v < n_vec; ++v) {
     const std::size_t i = v * 16;
     const __mmask16 m = detail::tail_mask(n - i < 16 ? static_cast<int>(n - i) : 16);
-    const __m512 g = _mm512_maskz_loadu_ps(m, gate + i);
-    const __m512 e = detail::exp16(_mm512_sub_ps(_mm512_setzero_ps(), g));
-    const __m512 s = _mm512_div_ps(g, _mm512_add_ps(_mm512_set1_ps(1.0f), e));
-    _mm512_mask_storeu_ps(out + i, m, _mm512_mul_ps(s, _mm512_maskz_loadu_ps(m, up + i)));
+    _mm512_mask_storeu_ps(
+        out + i, m,
+        detail::silu_mul16(_mm512_maskz_loadu_ps(m, gate + i), _mm512_maskz_loadu_ps(m, up + i)));
   }
 #else
 #pragma omp parallel for simd schedule(static) if (n >= kParallelMinElements)
   for (std::size_t i = 0; i < n; ++i) {
-    const float g = gate[i];
-    out[i] = g / (1.0f + std::exp(-g)) * up[i];
+    out[i] = detail::silu_mul1(gate[i], up[i]);
   }
 #endif
 }

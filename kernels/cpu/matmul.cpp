@@ -228,20 +228,81 @@ inline void tile_blocks(const float* x, int nt, const MatmulOutput& o, int b0, i
   }
 }
 
+// Fused SwiGLU over np gate/up pairs (2 * np consecutive blocks: gate, up, ...) x nt tokens: the
+// plain tiles compute the blocks into a local buffer (so every sum is the one a plain matmul
+// makes), then y = silu(gate) * up for rows [0, rows) (simd.h silu_mul16, silu_mul's formula).
+// Up to 2 tokens two pairs in one tile, up to 6 one pair, more (batches of 7-12) gate and up
+// each in a one-block tile over all tokens (weights still read from memory once).
+template <DType KT>
+inline void swiglu_tile(int np, int nt, const float* x, std::int64_t x_stride,
+                        const std::uint8_t* w, std::int64_t block_bytes, int in, float* y,
+                        std::int64_t y_stride, int rows) {
+  alignas(64) float buf[kMaxTileTokens * 2 * kPackRows];  // >= 2 tokens x 2 pairs too
+  const int width = 2 * np * kPackRows;
+  if (np == 2) {
+    tile_nt<KT, 4>(nt, x, x_stride, w, block_bytes, in, buf, width, width);
+  } else if (nt <= 6) {
+    tile_nt<KT, 2>(nt, x, x_stride, w, block_bytes, in, buf, width, width);
+  } else {
+    tile_nt<KT, 1>(nt, x, x_stride, w, block_bytes, in, buf, width, kPackRows);
+    tile_nt<KT, 1>(nt, x, x_stride, w + block_bytes, block_bytes, in, buf + kPackRows, width,
+                   kPackRows);
+  }
+  for (int t = 0; t < nt; ++t)
+    for (int p = 0; p < np; ++p) {
+      const float* g = buf + t * width + 2 * p * kPackRows;
+      const float* u = g + kPackRows;
+      float* yt = y + t * y_stride + p * kPackRows;
+      const int valid = std::min(kPackRows, rows - p * kPackRows);
+#ifdef SPECRUN_CPU_AVX512
+      for (int r = 0; r < valid; r += 16) {
+        const __mmask16 m = detail::tail_mask(valid - r);
+        _mm512_mask_storeu_ps(yt + r, m,
+                              detail::silu_mul16(_mm512_load_ps(g + r), _mm512_load_ps(u + r)));
+      }
+#else
+      for (int r = 0; r < valid; ++r) yt[r] = detail::silu_mul1(g[r], u[r]);
+#endif
+    }
+}
+
+// Fused SwiGLU pairs [p0, p1) of one output for nt <= kMaxTileTokens tokens (x, y at the first
+// token): two pairs per tile for up to 2 tokens, one for more.
+template <DType KT>
+inline void swiglu_blocks(const float* x, int nt, const MatmulOutput& o, int p0, int p1, float* y) {
+  const int in = o.w.in;
+  const std::int64_t block_bytes = group_bytes<KT>() * in;
+  const auto* w = static_cast<const std::uint8_t*>(o.w.data);
+  for (int p = p0; p < p1;) {
+    const int np = nt <= 2 && p1 - p >= 2 ? 2 : 1;
+    swiglu_tile<KT>(np, nt, x, in, w + block_bytes * 2 * p, block_bytes, in,
+                    y + static_cast<std::int64_t>(p) * kPackRows, o.w.out,
+                    std::min(o.w.out - p * kPackRows, np * kPackRows));
+    p += np;
+  }
+}
+
 // Blocks [b0, b1) of one output for all n_tokens tokens, then its bias.
 template <DType KT>
 void blocks_kernel(const float* x, int n_tokens, const MatmulOutput& o, int b0, int b1) {
   const int in = o.w.in, out = o.w.out;
+  // Units of a swiglu output are gate/up pairs.
+  auto run = [&](const float* xt, int nt, int u0, int u1, float* yt) {
+    if (o.swiglu)
+      swiglu_blocks<KT>(xt, nt, o, u0, u1, yt);
+    else
+      tile_blocks<KT>(xt, nt, o, u0, u1, yt);
+  };
   if (n_tokens <= kMaxTileTokens) {
-    tile_blocks<KT>(x, n_tokens, o, b0, b1, o.y);
+    run(x, n_tokens, b0, b1, o.y);
   } else {
     const int n_tiles = (n_tokens + kPrefillTile - 1) / kPrefillTile;
     for (int s0 = b0; s0 < b1; s0 += kSuperBlocks) {
       const int s1 = std::min(b1, s0 + kSuperBlocks);
       for (int i = 0, t = 0; i < n_tiles; ++i) {
         const int nt = tile_width(n_tokens, n_tiles, i);
-        tile_blocks<KT>(x + static_cast<std::int64_t>(t) * in, nt, o, s0, s1,
-                        o.y + static_cast<std::int64_t>(t) * out);
+        run(x + static_cast<std::int64_t>(t) * in, nt, s0, s1,
+            o.y + static_cast<std::int64_t>(t) * out);
         t += nt;
       }
     }
@@ -313,32 +374,47 @@ std::size_t packed_weight_bytes(DType t, int out, int in) {
          dtype_size(t);
 }
 
-void pack_weights(const void* w, DType t, int out, int in, void* dst) {
+namespace {
+
+// Block b of w ([out, in] row-major in t) in pack_weights' layout at dst.
+void pack_block(const std::uint8_t* src, DType t, int out, int in, int b, std::uint8_t* d) {
   const std::size_t es = dtype_size(t);
-  const int n_blocks = blocks_of(out);
-  const auto* src = static_cast<const std::uint8_t*>(w);
-#pragma omp parallel for schedule(static)
-  for (int b = 0; b < n_blocks; ++b) {
-    auto* d = static_cast<std::uint8_t*>(dst) + es * kPackRows * static_cast<std::size_t>(in) * b;
-    for (int r = 0; r < kPackRows; ++r) {
-      const int row = b * kPackRows + r;
-      const std::size_t slot = static_cast<std::size_t>(detail::packed_slot(t, r));
-      const std::uint8_t* s = src + es * static_cast<std::size_t>(in) * row;
-      if (es == 4) {
-        for (int k = 0; k < in; ++k) {
-          std::uint32_t v = 0;
-          if (row < out) std::memcpy(&v, s + 4 * static_cast<std::size_t>(k), 4);
-          std::memcpy(d + 4 * (static_cast<std::size_t>(k) * kPackRows + slot), &v, 4);
-        }
-      } else {
-        for (int k = 0; k < in; ++k) {
-          std::uint16_t v = 0;
-          if (row < out) std::memcpy(&v, s + 2 * static_cast<std::size_t>(k), 2);
-          std::memcpy(d + 2 * (static_cast<std::size_t>(k) * kPackRows + slot), &v, 2);
-        }
+  for (int r = 0; r < kPackRows; ++r) {
+    const int row = b * kPackRows + r;
+    const std::size_t slot = static_cast<std::size_t>(detail::packed_slot(t, r));
+    const std::uint8_t* s = src + es * static_cast<std::size_t>(in) * row;
+    if (es == 4) {
+      for (int k = 0; k < in; ++k) {
+        std::uint32_t v = 0;
+        if (row < out) std::memcpy(&v, s + 4 * static_cast<std::size_t>(k), 4);
+        std::memcpy(d + 4 * (static_cast<std::size_t>(k) * kPackRows + slot), &v, 4);
+      }
+    } else {
+      for (int k = 0; k < in; ++k) {
+        std::uint16_t v = 0;
+        if (row < out) std::memcpy(&v, s + 2 * static_cast<std::size_t>(k), 2);
+        std::memcpy(d + 2 * (static_cast<std::size_t>(k) * kPackRows + slot), &v, 2);
       }
     }
   }
+}
+
+}  // namespace
+
+void pack_weights(const void* w, DType t, int out, int in, void* dst) {
+  const std::size_t block_bytes = dtype_size(t) * kPackRows * static_cast<std::size_t>(in);
+#pragma omp parallel for schedule(static)
+  for (int b = 0; b < blocks_of(out); ++b)
+    pack_block(static_cast<const std::uint8_t*>(w), t, out, in, b,
+               static_cast<std::uint8_t*>(dst) + block_bytes * b);
+}
+
+void pack_weight_pairs(const void* a, const void* b, DType t, int out, int in, void* dst) {
+  const std::size_t block_bytes = dtype_size(t) * kPackRows * static_cast<std::size_t>(in);
+#pragma omp parallel for schedule(static)
+  for (int i = 0; i < 2 * blocks_of(out); ++i)
+    pack_block(static_cast<const std::uint8_t*>(i % 2 == 0 ? a : b), t, out, in, i / 2,
+               static_cast<std::uint8_t*>(dst) + block_bytes * i);
 }
 
 void matmul_multi(const float* x, int n_tokens, const MatmulOutput* outputs, int n_outputs) {
@@ -346,7 +422,7 @@ void matmul_multi(const float* x, int n_tokens, const MatmulOutput* outputs, int
   std::int64_t rows = 0;
   for (int j = 0; j < n_outputs; ++j) {
     n_blocks += blocks_of(outputs[j].w.out);
-    rows += outputs[j].w.out;
+    rows += outputs[j].w.out * (outputs[j].swiglu ? 2 : 1);
   }
   const std::int64_t work = static_cast<std::int64_t>(n_tokens) * outputs[0].w.in * rows;
   // Blocks [u0, u1) of the concatenation of the outputs' blocks.

@@ -31,7 +31,13 @@ std::size_t packed_weight_bytes(DType t, int out, int in);
 // (packed_weight_bytes(t, out, in) bytes; 64-byte alignment is best). Threads split the blocks.
 void pack_weights(const void* w, DType t, int out, int in, void* dst);
 
-// A packed weight matrix: `data` from pack_weights(w, dtype, out, in, data).
+// Packs two matrices of one shape (an MLP's gate and up) as pairs of blocks for a fused SwiGLU
+// matmul (MatmulOutput::swiglu): block 2i is a's block i, block 2i + 1 is b's, each laid out
+// as pack_weights lays it out. dst: 2 * packed_weight_bytes(t, out, in) bytes.
+void pack_weight_pairs(const void* a, const void* b, DType t, int out, int in, void* dst);
+
+// A packed weight matrix: `data` from pack_weights(w, dtype, out, in, data), or, for a swiglu
+// output, from pack_weight_pairs(gate, up, dtype, out, in, data).
 struct PackedWeights {
   const void* data;
   DType dtype;
@@ -55,10 +61,14 @@ void matmul(const float* x, int n_tokens, const PackedWeights& w, const float* b
 
 // One product of matmul_multi: y[t, o] = sum_i x[t, i] * W[o, i] (+ bias[o]), bias [out] or
 // nullptr, y [n_tokens, out] (must not alias x).
+// swiglu: w holds gate/up block pairs (pack_weight_pairs; w.out = rows of each) and
+// y[t, o] = silu(g) * u with g, u the two products: bitwise silu_mul of two matmul outputs, in
+// one pass (no gate and up outputs in memory). bias must be nullptr.
 struct MatmulOutput {
   PackedWeights w;
   const float* bias;
   float* y;
+  bool swiglu = false;
 };
 
 // Several linear layers over the same input (q/k/v, gate/up; all with the same w.in) in one

@@ -4,6 +4,7 @@
 // reassociation a vectorised sum needs). Every function accumulates in float32.
 #pragma once
 
+#include <cmath>
 #include <cstdint>
 #include <cstring>
 
@@ -77,6 +78,12 @@ inline __m512 exp16(__m512 x) {
   p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(1.0f));
   return _mm512_maskz_scalef_ps(0xffff, p, n);
 }
+// silu(g) * u = g / (1 + exp(-g)) * u for 16 floats (silu_mul's and the fused gate/up
+// epilogue's one formula).
+inline __m512 silu_mul16(__m512 g, __m512 u) {
+  const __m512 e = exp16(_mm512_sub_ps(_mm512_setzero_ps(), g));
+  return _mm512_mul_ps(_mm512_div_ps(g, _mm512_add_ps(_mm512_set1_ps(1.0f), e)), u);
+}
 // 128-bit lanes of a and b picked by IMM as _mm512_shuffle_f32x4 does (the maskz form avoids
 // GCC 12's false "used uninitialized" in the unmasked one).
 template <int IMM>
@@ -99,6 +106,11 @@ inline __m128 reduce16x4(__m512 a, __m512 b, __m512 c, __m512 d) {
   return _mm512_maskz_extractf32x4_ps(0xf, _mm512_maskz_permutexvar_ps(0xffff, lanes, s1), 0);
 }
 #endif
+
+// silu(g) * u, the portable builds' formula (silu_mul and the fused gate/up epilogue).
+inline float silu_mul1(float g, float u) {
+  return g / (1.0f + std::exp(-g)) * u;
+}
 
 // sum_i a[i] * b[i]
 inline float dot_f32(const float* a, const float* b, int n) {

@@ -202,14 +202,14 @@ void Transformer::mlp_block(int layer, int n) {
   const int H = config_.hidden_size, I = weights_.plan.intermediate;
   float* x = x_.data();
   float* xn = xn_.data();
-  float* gate = sized(gate_, static_cast<std::size_t>(n) * I);
-  float* up = sized(up_, static_cast<std::size_t>(n) * I);
+  float* act = sized(act_, static_cast<std::size_t>(n) * I);
   float* proj = proj_.data();
 
-  const cpu::MatmulOutput gate_up[2] = {output(L.gate, {}, gate), output(L.up, {}, up)};
-  cpu::matmul_multi(xn, n, gate_up, 2);
-  cpu::silu_mul(gate, up, gate, static_cast<std::size_t>(n) * I);
-  linear(gate, n, L.down, {}, proj);
+  // silu(gate) * up in one pass over the paired gate/up weights (no gate and up in memory).
+  cpu::MatmulOutput gate_up = output(L.gate_up, {}, act);
+  gate_up.swiglu = true;
+  cpu::matmul_multi(xn, n, &gate_up, 1);
+  linear(act, n, L.down, {}, proj);
   if (tp_ > 1) comm_.all_reduce_sum(proj, static_cast<std::size_t>(n) * H);
   if (layer + 1 < config_.num_layers) {
     const WeightVector& norm = weights_.layers[layer + 1].input_norm;

@@ -56,7 +56,7 @@ class Transformer final : public LanguageModel {
   std::vector<float> inv_freq_;
 
   // Scratch reused across calls (grown, never shrunk): no allocation per step once warm.
-  std::vector<float> x_, xn_, q_, k_, v_, attn_, proj_, gate_, up_, local_logits_, rope_;
+  std::vector<float> x_, xn_, q_, k_, v_, attn_, proj_, act_, local_logits_, rope_;
   std::vector<std::int32_t> tokens_, positions_;
   std::vector<int> offsets_;  // first token of each batch entry
 };

@@ -161,8 +161,7 @@ void ModelWeights::make_resident() {
   if (arena) return;
   std::vector<WeightMatrix*> packed_mats = {&lm_head};
   for (LayerWeights& L : layers)
-    for (WeightMatrix* m : {&L.q, &L.k, &L.v, &L.o, &L.gate, &L.up, &L.down})
-      packed_mats.push_back(m);
+    for (WeightMatrix* m : {&L.q, &L.k, &L.v, &L.o, &L.down}) packed_mats.push_back(m);
   constexpr std::size_t kAlign = 64;
   auto aligned = [](std::size_t bytes) { return (bytes + kAlign - 1) / kAlign * kAlign; };
   // A tied lm_head (the same rows of the same memory) is packed once and the embedding reads
@@ -177,6 +176,11 @@ void ModelWeights::make_resident() {
   std::size_t total = aligned(embed_bytes);
   for (const WeightMatrix* m : packed_mats)
     if (m->data != nullptr) total += aligned(cpu::packed_weight_bytes(m->dtype, m->rows, m->cols));
+  for (const LayerWeights& L : layers) {
+    SPEC_CHECK(L.gate.rows == L.up.rows && L.gate.cols == L.up.cols && L.gate.dtype == L.up.dtype,
+               "gate_proj and up_proj differ in shape or dtype");
+    total += aligned(2 * cpu::packed_weight_bytes(L.gate.dtype, L.gate.rows, L.gate.cols));
+  }
   if (total == 0) return;
   void* p = ::mmap(nullptr, total, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
   SPEC_CHECK(p != MAP_FAILED, "cannot allocate "
@@ -202,6 +206,17 @@ void ModelWeights::make_resident() {
     m->packed = true;
     std::vector<std::byte>().swap(m->owned);
     next += aligned(cpu::packed_weight_bytes(m->dtype, m->rows, m->cols));
+  }
+  for (LayerWeights& L : layers) {
+    cpu::pack_weight_pairs(L.gate.data, L.up.data, L.gate.dtype, L.gate.rows, L.gate.cols, next);
+    L.gate_up.data = next;
+    L.gate_up.dtype = L.gate.dtype;
+    L.gate_up.rows = L.gate.rows;
+    L.gate_up.cols = L.gate.cols;
+    L.gate_up.packed = true;
+    next += aligned(2 * cpu::packed_weight_bytes(L.gate.dtype, L.gate.rows, L.gate.cols));
+    L.gate = WeightMatrix();
+    L.up = WeightMatrix();
   }
   if (tied) {
     embed.data = lm_head.data;

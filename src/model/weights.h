@@ -70,6 +70,9 @@ struct LayerWeights {
   WeightVector input_norm, post_attention_norm;
   WeightMatrix q, k, v, o;      // q [q_heads*hd, H], k/v [kv_heads*hd, H], o [H, q_heads*hd]
   WeightMatrix gate, up, down;  // gate/up [I_local, H], down [H, I_local]
+  // After make_resident: gate and up packed as block pairs for the fused SwiGLU matmul
+  // (cpu::pack_weight_pairs; rows = I_local, cols = H); gate and up are then empty.
+  WeightMatrix gate_up;
   // float32 copies; empty when the model has none (Qwen2: q/k/v; attention_bias: also o).
   std::vector<float> q_bias, k_bias, v_bias, o_bias;
 };
@@ -86,7 +89,8 @@ struct ModelWeights {
 
   // Copies every matrix into one anonymous, 64-byte-aligned arena backed by transparent huge
   // pages where the kernel allows them (the CPU backend calls this; the CUDA backend uploads the
-  // views instead): lm_head and the layers' projections packed for cpu::matmul (packed = true),
+  // views instead): lm_head and the layers' projections packed for cpu::matmul (packed = true;
+  // gate and up together, as gate_up pairs),
   // the embedding row-major for the row gathers, or, when tied to lm_head, viewing lm_head's
   // packed copy (packed = true: cpu::gather_rows_packed). Why: pages
   // of a mapped file can be evicted while a decoder waits (the kernel's reclaim sees them as

@@ -4,7 +4,8 @@
 //    greedy speculative decoding relies on it;
 //  - a row's output does not depend on where it falls in a 32-row block or which tile holds
 //    that block; the packed layout holds every row of the matrix;
-//  - matmul_multi equals one matmul per output;
+//  - matmul_multi equals one matmul per output; the fused SwiGLU output equals two matmuls and
+//    silu_mul;
 //  - a query's attention output does not depend on the window of queries in the call (blocks
 //    of 4 queries share key and value loads) nor on the thread count;
 //  - rope_table + rope_apply equals rope; stream_read sums its buffer.
@@ -145,6 +146,36 @@ TEST_P(MatmulShapes, MultiEqualsOneMatmulPerOutput) {
                   separate[j].data());
       EXPECT_EQ(first_difference(fused[j].data(), separate[j].data(), fused[j].size()), -1)
           << specrun::dtype_name(t) << " threads " << threads << " output " << j;
+    }
+  }
+}
+
+TEST_P(MatmulShapes, FusedSwigluEqualsTwoMatmulsThenSiluMul) {
+  const DType t = GetParam();
+  std::mt19937 rng(26);
+  // 173 rows: 6 pairs, the last partly filled; token counts for every tile and pass shape.
+  const int in = 200, out = 173, max_tokens = 29;
+  const auto x = random_vector(static_cast<std::size_t>(max_tokens) * in, rng);
+  const auto g = weights_in(random_vector(static_cast<std::size_t>(out) * in, rng, 0.1f), t);
+  const auto u = weights_in(random_vector(static_cast<std::size_t>(out) * in, rng, 0.1f), t);
+  const auto pg = specrun::test::pack(g.data(), t, out, in);
+  const auto pu = specrun::test::pack(u.data(), t, out, in);
+  std::vector<std::uint8_t> pairs(2 * cpu::packed_weight_bytes(t, out, in));
+  cpu::pack_weight_pairs(g.data(), u.data(), t, out, in, pairs.data());
+  for (int threads : {1, 2}) {
+    omp_set_num_threads(threads);
+    for (int n : {1, 2, 3, 5, 6, 7, 8, 12, 13, 29}) {
+      std::vector<float> gate(static_cast<std::size_t>(n) * out), up(gate.size()),
+          fused(gate.size(), -1.f);
+      cpu::matmul(x.data(), n, pg.view, nullptr, gate.data());
+      cpu::matmul(x.data(), n, pu.view, nullptr, up.data());
+      cpu::silu_mul(gate.data(), up.data(), gate.data(), gate.size());
+      cpu::MatmulOutput o{{pairs.data(), t, out, in}, nullptr, fused.data()};
+      o.swiglu = true;
+      cpu::matmul_multi(x.data(), n, &o, 1);
+      const long d = first_difference(fused.data(), gate.data(), gate.size());
+      ASSERT_EQ(d, -1) << specrun::dtype_name(t) << " threads " << threads << " tokens " << n
+                       << ": token " << d / out << " row " << d % out << " differs";
     }
   }
 }
