@@ -29,6 +29,10 @@ void rope_table(const float* inv_freq, int head_dim, const std::int32_t* positio
 void rope_apply(float* x, int n_tokens, int n_heads, int head_dim, std::int64_t row_stride,
                 const float* cos_sin) {
   const int half = head_dim / 2;
+  // Tokens are independent: a prefill's split over the threads (each then also holds its rows
+  // in cache for what follows).
+#pragma omp parallel for schedule(static) if (static_cast <long>(n_tokens) * n_heads * head_dim >= \
+                                              (1 << 15))
   for (int t = 0; t < n_tokens; ++t) {
     const float* c = cos_sin + static_cast<std::size_t>(t) * head_dim;
     const float* s = c + half;
