@@ -22,12 +22,12 @@ TEST(CudaOps, RequiresCudaBuild) {
 #include <string>
 #include <vector>
 
+#include "cpu_test_data.h"
 #include "kernels/cpu/ops.h"
 #include "kernels/cuda/device_buffer.h"
 #include "kernels/cuda/device_context.h"
 #include "kernels/cuda/device_info.h"
 #include "kernels/cuda/ops.h"
-#include "packed_weights.h"
 
 using namespace specrun;
 

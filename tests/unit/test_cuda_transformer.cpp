@@ -37,6 +37,7 @@ TEST(CudaTransformer, RequiresCudaBuild) {
 #include "model/cuda_transformer.h"
 #include "model/synthetic.h"
 #include "model/transformer.h"
+#include "single_rank_comm.h"
 
 namespace fs = std::filesystem;
 using namespace specrun;
@@ -72,19 +73,7 @@ struct GpuRank {
   NcclComm nccl{self, 0, device.stream(), 120.0};
 };
 
-// The CPU model's single-rank group.
-class SingleRankComm final : public Communicator {
- public:
-  int rank() const override { return 0; }
-  int size() const override { return 1; }
-  void all_reduce_sum(float*, std::size_t) override {}
-  void all_reduce_max(float*, std::size_t) override {}
-  void all_gather(const void* send, void* recv, std::size_t bytes) override {
-    std::memcpy(recv, send, bytes);
-  }
-  void broadcast(void*, std::size_t, int) override {}
-  void barrier() override {}
-};
+using test::SingleRankComm;
 
 #define REQUIRE_DEVICE()                                                                 \
   do {                                                                                   \

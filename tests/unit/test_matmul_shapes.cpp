@@ -19,34 +19,19 @@
 #include <string>
 #include <vector>
 
+#include "cpu_test_data.h"
 #include "kernels/cpu/dtype.h"
 #include "kernels/cpu/ops.h"
-#include "packed_weights.h"
 
 using specrun::DType;
 namespace cpu = specrun::cpu;
 
 namespace {
 
-std::vector<float> random_vector(std::size_t n, std::mt19937& rng, float scale = 1.0f) {
-  std::normal_distribution<float> dist(0.f, scale);
-  std::vector<float> v(n);
-  for (float& x : v) x = dist(rng);
-  return v;
-}
+using specrun::test::random_vector;
 
 std::vector<std::uint8_t> weights_in(const std::vector<float>& values, DType t) {
-  std::vector<std::uint8_t> bytes(values.size() * specrun::dtype_size(t));
-  for (std::size_t i = 0; i < values.size(); ++i) {
-    if (t == DType::kF32) {
-      std::memcpy(bytes.data() + 4 * i, &values[i], 4);
-    } else {
-      const std::uint16_t h =
-          t == DType::kBF16 ? specrun::f32_to_bf16(values[i]) : specrun::f32_to_f16(values[i]);
-      std::memcpy(bytes.data() + 2 * i, &h, 2);
-    }
-  }
-  return bytes;
+  return specrun::test::make_weights(values, t).bytes;
 }
 
 // First index where a and b differ bitwise, or -1.

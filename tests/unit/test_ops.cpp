@@ -13,45 +13,18 @@
 #include <random>
 #include <vector>
 
+#include "cpu_test_data.h"
 #include "kernels/cpu/dtype.h"
 #include "kernels/cpu/ops.h"
-#include "packed_weights.h"
 
 using specrun::DType;
 namespace cpu = specrun::cpu;
 
 namespace {
 
-std::vector<float> random_vector(std::size_t n, std::mt19937& rng, float scale = 1.0f) {
-  std::normal_distribution<float> dist(0.f, scale);
-  std::vector<float> v(n);
-  for (float& x : v) x = dist(rng);
-  return v;
-}
-
-// A weight matrix in `t`, plus the same values widened back to float32 (what the op must use).
-struct Weights {
-  std::vector<std::uint8_t> bytes;
-  std::vector<float> widened;
-};
-
-Weights make_weights(const std::vector<float>& values, DType t) {
-  Weights w;
-  w.widened.resize(values.size());
-  w.bytes.resize(values.size() * specrun::dtype_size(t));
-  for (std::size_t i = 0; i < values.size(); ++i) {
-    if (t == DType::kF32) {
-      std::memcpy(w.bytes.data() + 4 * i, &values[i], 4);
-      w.widened[i] = values[i];
-    } else {
-      std::uint16_t h =
-          t == DType::kBF16 ? specrun::f32_to_bf16(values[i]) : specrun::f32_to_f16(values[i]);
-      std::memcpy(w.bytes.data() + 2 * i, &h, 2);
-      w.widened[i] = t == DType::kBF16 ? specrun::bf16_to_f32(h) : specrun::f16_to_f32(h);
-    }
-  }
-  return w;
-}
+using specrun::test::make_weights;
+using specrun::test::random_vector;
+using specrun::test::Weights;
 
 // Asserts |actual - expected| <= rel * magnitude + abs_floor element-wise and reports the worst.
 void expect_close(const std::vector<float>& actual, const std::vector<double>& expected,

@@ -21,25 +21,14 @@
 #include "model/safetensors.h"
 #include "model/transformer.h"
 #include "model/weights.h"
+#include "single_rank_comm.h"
 
 namespace fs = std::filesystem;
 using namespace specrun;
 
 namespace {
 
-// The tensor-parallel group of a single rank: every collective is the identity.
-class SingleRankComm final : public Communicator {
- public:
-  int rank() const override { return 0; }
-  int size() const override { return 1; }
-  void all_reduce_sum(float*, std::size_t) override {}
-  void all_reduce_max(float*, std::size_t) override {}
-  void all_gather(const void* send, void* recv, std::size_t bytes) override {
-    std::memcpy(recv, send, bytes);
-  }
-  void broadcast(void*, std::size_t, int) override {}
-  void barrier() override {}
-};
+using test::SingleRankComm;
 
 fs::path shared_dir() {
   if (const char* env = std::getenv("SPECRUN_SHARED_DIR")) return env;
