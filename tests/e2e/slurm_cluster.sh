@@ -80,7 +80,12 @@ slurm_cluster_stop() {
   fi
   slurm_stop_pidfile "$d/run/slurmd.pid"
   slurm_stop_pidfile "$d/run/slurmctld.pid"
-  slurm_stop_pidfile "$d/munge/munged.pid"
+  if [[ -f $d/munge_dir ]]; then
+    local m
+    m=$(cat "$d/munge_dir")
+    slurm_stop_pidfile "$m/munged.pid"
+    rm -rf "$m"
+  fi
   slurm_log "cluster in $d stopped"
 }
 
@@ -104,20 +109,26 @@ slurm_cluster_start() {
   # Daemons left by an earlier run of this test that was killed before its EXIT trap.
   slurm_cluster_stop
   rm -rf "$d"
-  mkdir -p "$d"/{state,spool,run,log,dev,munge}
-  # munged checks ownership and permissions of its directories.
-  chown munge:munge "$d/munge"
-  chmod 0755 "$d/munge"
-  runuser -u munge -- /usr/sbin/munged --socket="$d/munge/sock" --pid-file="$d/munge/munged.pid" \
-    --log-file="$d/munge/munged.log" --seed-file="$d/munge/seed" ||
+  mkdir -p "$d"/{state,spool,run,log,dev}
+  # munged runs as the munge user, which must reach its directory: the build tree may sit in a
+  # private directory (a mktemp -d clone is 0700), so munged gets its own directory under /run
+  # (or /tmp), recorded in $d/munge_dir for slurm_cluster_stop. munged also checks ownership and
+  # permissions of that directory.
+  local m
+  m=$(mktemp -d /run/specrun-munge.XXXXXX 2>/dev/null || mktemp -d /tmp/specrun-munge.XXXXXX)
+  echo "$m" >"$d/munge_dir"
+  chown munge:munge "$m"
+  chmod 0755 "$m"
+  runuser -u munge -- /usr/sbin/munged --socket="$m/sock" --pid-file="$m/munged.pid" \
+    --log-file="$m/munged.log" --seed-file="$m/seed" ||
     {
-      cat "$d/munge/munged.log"
+      cat "$m/munged.log"
       echo "FAIL: munged did not start" >&2
       exit 1
     }
-  munge -n -S "$d/munge/sock" | unmunge -S "$d/munge/sock" >/dev/null ||
+  munge -n -S "$m/sock" | unmunge -S "$m/sock" >/dev/null ||
     {
-      echo "FAIL: munged does not answer on $d/munge/sock" >&2
+      echo "FAIL: munged does not answer on $m/sock" >&2
       exit 1
     }
 
@@ -135,7 +146,7 @@ SlurmdUser=root
 AuthType=auth/munge
 CredType=cred/munge
 # socket: this test's own munged; cred_expire=10: a requeued job restarts after ~12 s, not 2.5 min
-AuthInfo=socket=$d/munge/sock,cred_expire=10
+AuthInfo=socket=$m/sock,cred_expire=10
 MpiDefault=none
 ProctrackType=proctrack/linuxproc
 TaskPlugin=task/none
