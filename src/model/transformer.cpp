@@ -35,6 +35,15 @@ cpu::MatmulOutput output(const WeightMatrix& w, const std::vector<float>& bias, 
   return {packed(w), bias.empty() ? nullptr : bias.data(), y};
 }
 
+// Moves row `last[b]` of a [*, width] array to row b for each b (last ascending, last[b] >= b:
+// rows only move towards the front, so no row is overwritten before it is read).
+void keep_rows(float* a, std::size_t width, const int* last, int count) {
+  for (int b = 0; b < count; ++b)
+    if (last[b] != b)
+      std::memcpy(a + width * b, a + width * static_cast<std::size_t>(last[b]),
+                  width * sizeof(float));
+}
+
 }  // namespace
 
 Transformer::Transformer(const Checkpoint& checkpoint, Communicator& tp_comm, int tp_rank, int tp,
@@ -96,26 +105,23 @@ void Transformer::forward(std::span<const SeqChunk> batch, bool all_logits,
   const LayerWeights& first = weights_.layers.front();
   cpu::rmsnorm(x, n, H, first.input_norm.data, first.input_norm.dtype, config_.rms_norm_eps,
                sized(xn_, static_cast<std::size_t>(n) * H));
+  // Rows whose logits are wanted: all, or each sequence's last token. In the second case the
+  // last layer computes keys and values for every token (the cache needs them) and everything
+  // else for the wanted rows only (a prefill skips most of that layer's multiply-adds); rows are
+  // independent and attention's result for a query does not depend on the window it is in, so
+  // the logits are bitwise those of the full computation.
+  const int rows = all_logits ? n : static_cast<int>(batch.size());
   for (int layer = 0; layer < config_.num_layers; ++layer) {
-    attention_block(layer, batch, n);
-    mlp_block(layer, n);
+    const bool trim = rows < n && layer + 1 == config_.num_layers;
+    attention_block(layer, batch, n, trim);
+    mlp_block(layer, trim ? rows : n);
   }
   for (const SeqChunk& s : batch) s.cache->advance(s.n_tokens);
 
-  // Rows whose logits are wanted, normed into xn_.
-  const int rows = all_logits ? n : static_cast<int>(batch.size());
-  float* xn = sized(xn_, static_cast<std::size_t>(n) * H);
-  if (all_logits) {
-    cpu::rmsnorm(x, n, H, weights_.final_norm.data, weights_.final_norm.dtype, config_.rms_norm_eps,
-                 xn);
-  } else {
-    for (int b = 0, end = 0; b < rows; ++b) {
-      end += batch[b].n_tokens;
-      cpu::rmsnorm(x + static_cast<std::size_t>(end - 1) * H, 1, H, weights_.final_norm.data,
-                   weights_.final_norm.dtype, config_.rms_norm_eps,
-                   xn + static_cast<std::size_t>(b) * H);
-    }
-  }
+  // The residual stream now holds `rows` rows; normed into xn_.
+  float* xn = xn_.data();
+  cpu::rmsnorm(x, rows, H, weights_.final_norm.data, weights_.final_norm.dtype,
+               config_.rms_norm_eps, xn);
   const int V = config_.vocab_size, v_local = plan.vocab;
   logits.resize(static_cast<std::size_t>(rows) * V);
   if (tp_ == 1) {
@@ -135,7 +141,8 @@ void Transformer::forward(std::span<const SeqChunk> batch, bool all_logits,
           gathered + r * local + static_cast<std::size_t>(t) * v_local, sizeof(float) * v_local);
 }
 
-void Transformer::attention_block(int layer, std::span<const SeqChunk> batch, int n) {
+void Transformer::attention_block(int layer, std::span<const SeqChunk> batch, int n,
+                                  bool last_only) {
   const LayerWeights& L = weights_.layers[layer];
   const ShardPlan& plan = weights_.plan;
   const int H = config_.hidden_size, hd = config_.head_dim;
@@ -155,12 +162,24 @@ void Transformer::attention_block(int layer, std::span<const SeqChunk> batch, in
   float* attn = sized(attn_, n * q_width);
   float* proj = sized(proj_, static_cast<std::size_t>(n) * H);
 
-  // q, k and v in one pass over the three weight matrices (one parallel region).
+  // q, k and v in one pass over the three weight matrices (one parallel region). last_only:
+  // keys and values for all n tokens, then q and the rest for each sequence's last token only,
+  // moved to row b (of xn, the residual stream x and the RoPE table; none of them is read at
+  // the other rows again in this forward pass).
   const cpu::MatmulOutput qkv[3] = {output(L.q, L.q_bias, q), output(L.k, L.k_bias, k),
                                     output(L.v, L.v_bias, v)};
-  cpu::matmul_multi(xn, n, qkv, 3);
-  cpu::rope_apply(q, n, plan.q_heads, hd, static_cast<std::int64_t>(q_width), rope_.data());
+  const int m = last_only ? n_seqs : n;  // rows from q on
+  cpu::matmul_multi(xn, n, last_only ? qkv + 1 : qkv, last_only ? 2 : 3);
   cpu::rope_apply(k, n, plan.kv_heads, hd, static_cast<std::int64_t>(kv_width), rope_.data());
+  if (last_only) {
+    int* last = sized(last_rows_, n_seqs);
+    for (int b = 0; b < n_seqs; ++b) last[b] = offsets_[b] + batch[b].n_tokens - 1;
+    keep_rows(xn, H, last, n_seqs);
+    keep_rows(x, H, last, n_seqs);
+    keep_rows(rope_.data(), hd, last, n_seqs);
+    cpu::matmul_multi(xn, m, qkv, 1);
+  }
+  cpu::rope_apply(q, m, plan.q_heads, hd, static_cast<std::int64_t>(q_width), rope_.data());
 
   // Append each sequence's keys and values to its cache, then attend. Sequences are
   // independent: several of them (batched decode) run on different threads, each attention call
@@ -177,8 +196,11 @@ void Transformer::attention_block(int layer, std::span<const SeqChunk> batch, in
       std::memcpy(cache.values(layer) + static_cast<std::size_t>(start) * kv_width,
                   v + off * kv_width, count * sizeof(float));
     }
-    cpu::attention(q + off * q_width, s.n_tokens, plan.q_heads, plan.kv_heads, hd,
-                   cache.keys(layer), cache.values(layer), start, attn + off * q_width);
+    // last_only: one query, the last token's, at row b.
+    const std::size_t row = last_only ? static_cast<std::size_t>(b) : off;
+    cpu::attention(q + row * q_width, last_only ? 1 : s.n_tokens, plan.q_heads, plan.kv_heads, hd,
+                   cache.keys(layer), cache.values(layer),
+                   last_only ? start + s.n_tokens - 1 : start, attn + row * q_width);
   };
   if (n_seqs == 1) {
     attend(0);
@@ -188,12 +210,12 @@ void Transformer::attention_block(int layer, std::span<const SeqChunk> batch, in
   }
 
   // Row-parallel o_proj: partial sums over this rank's heads, then summed across the group.
-  linear(attn, n, L.o, {}, proj);
-  if (tp_ > 1) comm_.all_reduce_sum(proj, static_cast<std::size_t>(n) * H);
+  linear(attn, m, L.o, {}, proj);
+  if (tp_ > 1) comm_.all_reduce_sum(proj, static_cast<std::size_t>(m) * H);
   if (!L.o_bias.empty())
-    for (int t = 0; t < n; ++t)
+    for (int t = 0; t < m; ++t)
       cpu::add_inplace(proj + static_cast<std::size_t>(t) * H, L.o_bias.data(), H);
-  cpu::add_rmsnorm(x, proj, n, H, L.post_attention_norm.data, L.post_attention_norm.dtype,
+  cpu::add_rmsnorm(x, proj, m, H, L.post_attention_norm.data, L.post_attention_norm.dtype,
                    config_.rms_norm_eps, xn);
 }
 
@@ -215,7 +237,7 @@ void Transformer::mlp_block(int layer, int n) {
     const WeightVector& norm = weights_.layers[layer + 1].input_norm;
     cpu::add_rmsnorm(x, proj, n, H, norm.data, norm.dtype, config_.rms_norm_eps, xn);
   } else {
-    cpu::add_inplace(x, proj, static_cast<std::size_t>(n) * H);  // final norm: wanted rows only
+    cpu::add_inplace(x, proj, static_cast<std::size_t>(n) * H);  // the final norm follows
   }
 }
 

@@ -45,7 +45,10 @@ class Transformer final : public LanguageModel {
                std::vector<float>& logits) override;
 
  private:
-  void attention_block(int layer, std::span<const SeqChunk> batch, int n);
+  // One layer's blocks over the n tokens of the batch. last_only: keys and values for all of
+  // them, everything else for each sequence's last token only, whose rows then lead the
+  // residual stream (the last layer of a pass that wants only those logits).
+  void attention_block(int layer, std::span<const SeqChunk> batch, int n, bool last_only);
   void mlp_block(int layer, int n);
 
   ModelConfig config_;
@@ -58,7 +61,8 @@ class Transformer final : public LanguageModel {
   // Scratch reused across calls (grown, never shrunk): no allocation per step once warm.
   std::vector<float> x_, xn_, q_, k_, v_, attn_, proj_, act_, local_logits_, rope_;
   std::vector<std::int32_t> tokens_, positions_;
-  std::vector<int> offsets_;  // first token of each batch entry
+  std::vector<int> offsets_;    // first token of each batch entry
+  std::vector<int> last_rows_;  // last token of each batch entry
 };
 
 }  // namespace specrun

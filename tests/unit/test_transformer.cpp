@@ -264,6 +264,49 @@ TEST(TransformerCache, BatchOfSequencesEqualsEachAlone) {
   }
 }
 
+// Wanting only each sequence's last logits lets the last layer skip every other row after its
+// keys and values: the logits and the caches must be bitwise those of the full pass.
+TEST(TransformerCache, LastTokenLogitsAreBitwiseThoseOfTheFullPass) {
+  REQUIRE_SHARED_MODELS();
+  for (const char* dir : {"code-draft", "code-target-f32"}) {
+    Model m(dir);
+    const int V = m.transformer.vocab_size();
+    const std::vector<std::vector<std::int32_t>> prompts = {prompt_tokens(3), prompt_tokens(4),
+                                                            prompt_tokens(5)};
+    // One sequence (a prefill), then three of different lengths, one of them a single token.
+    for (const std::vector<int>& lengths :
+         {std::vector<int>{static_cast<int>(prompts[0].size())},
+          std::vector<int>{static_cast<int>(prompts[0].size()), 1, 7}}) {
+      std::vector<std::unique_ptr<KvCache>> last_only, full;
+      std::vector<SeqChunk> a, b;
+      for (std::size_t s = 0; s < lengths.size(); ++s) {
+        last_only.push_back(m.transformer.new_cache(400));
+        full.push_back(m.transformer.new_cache(400));
+        a.push_back({last_only.back().get(), prompts[s].data(), lengths[s]});
+        b.push_back({full.back().get(), prompts[s].data(), lengths[s]});
+      }
+      std::vector<float> got, want;
+      m.transformer.forward(a, false, got);
+      m.transformer.forward(b, true, want);
+      ASSERT_EQ(got.size(), lengths.size() * V);
+      for (std::size_t s = 0, end = 0; s < lengths.size(); ++s) {
+        end += static_cast<std::size_t>(lengths[s]);
+        EXPECT_EQ(std::memcmp(&got[s * V], &want[(end - 1) * V], V * sizeof(float)), 0)
+            << dir << ": sequence " << s << " of " << lengths.size();
+        const KvCache& c = *last_only[s];
+        const std::size_t bytes =
+            static_cast<std::size_t>(lengths[s]) * c.n_kv_heads() * c.head_dim() * sizeof(float);
+        for (int layer = 0; layer < c.n_layers(); ++layer) {
+          EXPECT_EQ(std::memcmp(c.keys(layer), full[s]->keys(layer), bytes), 0)
+              << dir << ": keys of layer " << layer << ", sequence " << s;
+          EXPECT_EQ(std::memcmp(c.values(layer), full[s]->values(layer), bytes), 0)
+              << dir << ": values of layer " << layer << ", sequence " << s;
+        }
+      }
+    }
+  }
+}
+
 TEST(TransformerErrors, TokenOutOfVocabularyIsRejectedBeforeAnyChange) {
   REQUIRE_SHARED_MODELS();
   Model m("code-draft");
