@@ -110,25 +110,50 @@ float reduce_max16(__m512 v) {
   return _mm_cvtss_f32(m4);
 }
 
-// x[0..n) = softmax(x): max, exp(x - max) (exp16), a 16-lane sum over ascending chunks reduced
-// with reduce16, then x * (1 / sum). Depends only on x and n.
-void softmax_scores(float* x, int n) {
-  __m512 mx = _mm512_set1_ps(-INFINITY);
-  for (int p = 0; p < n; p += 16)
-    mx = _mm512_maskz_max_ps(0xffff, mx, _mm512_mask_loadu_ps(mx, detail::tail_mask(n - p), x + p));
-  const __m512 max_score = _mm512_set1_ps(reduce_max16(mx));
-  __m512 sum = _mm512_setzero_ps();
-  for (int p = 0; p < n; p += 16) {
-    const __mmask16 m = detail::tail_mask(n - p);
-    const __m512 e = detail::exp16(_mm512_sub_ps(_mm512_maskz_loadu_ps(m, x + p), max_score));
-    _mm512_mask_storeu_ps(x + p, m, e);
-    sum = _mm512_add_ps(sum, _mm512_maskz_mov_ps(m, e));
+// x_i[0..n_i) = softmax(x_i) for QB rows (x_i at x + i * stride, n_i = n[i]): per row its max,
+// exp(x - max) (exp16), a 16-lane sum over ascending chunks reduced with reduce16, then
+// x * (1 / sum). Each row's result depends only on that row and its length; the rows go through
+// each pass together so that their dependency chains (exp16, the horizontal reductions) overlap.
+template <int QB>
+void softmax_rows(float* x, std::int64_t stride, const int* n) {
+  int n_max = 0;
+  for (int i = 0; i < QB; ++i) n_max = std::max(n_max, n[i]);
+  __m512 mx[QB], sum[QB], max_score[QB];
+#pragma GCC unroll 4
+  for (int i = 0; i < QB; ++i) mx[i] = _mm512_set1_ps(-INFINITY);
+  for (int p = 0; p < n_max; p += 16)
+#pragma GCC unroll 4
+    for (int i = 0; i < QB; ++i)
+      if (p < n[i])
+        mx[i] = _mm512_maskz_max_ps(
+            0xffff, mx[i],
+            _mm512_mask_loadu_ps(mx[i], detail::tail_mask(n[i] - p), x + i * stride + p));
+#pragma GCC unroll 4
+  for (int i = 0; i < QB; ++i) {
+    max_score[i] = _mm512_set1_ps(reduce_max16(mx[i]));
+    sum[i] = _mm512_setzero_ps();
   }
-  const __m512 inv_sum = _mm512_set1_ps(1.0f / detail::reduce16(sum));
-  for (int p = 0; p < n; p += 16) {
-    const __mmask16 m = detail::tail_mask(n - p);
-    _mm512_mask_storeu_ps(x + p, m, _mm512_mul_ps(_mm512_maskz_loadu_ps(m, x + p), inv_sum));
-  }
+  for (int p = 0; p < n_max; p += 16)
+#pragma GCC unroll 4
+    for (int i = 0; i < QB; ++i)
+      if (p < n[i]) {
+        const __mmask16 m = detail::tail_mask(n[i] - p);
+        float* xp = x + i * stride + p;
+        const __m512 e = detail::exp16(_mm512_sub_ps(_mm512_maskz_loadu_ps(m, xp), max_score[i]));
+        _mm512_mask_storeu_ps(xp, m, e);
+        sum[i] = _mm512_add_ps(sum[i], _mm512_maskz_mov_ps(m, e));
+      }
+  __m512 inv_sum[QB];
+#pragma GCC unroll 4
+  for (int i = 0; i < QB; ++i) inv_sum[i] = _mm512_set1_ps(1.0f / detail::reduce16(sum[i]));
+  for (int p = 0; p < n_max; p += 16)
+#pragma GCC unroll 4
+    for (int i = 0; i < QB; ++i)
+      if (p < n[i]) {
+        const __mmask16 m = detail::tail_mask(n[i] - p);
+        float* xp = x + i * stride + p;
+        _mm512_mask_storeu_ps(xp, m, _mm512_mul_ps(_mm512_maskz_loadu_ps(m, xp), inv_sum[i]));
+      }
 }
 
 // out_i[d] = sum_p w_i[p] * v_p[d] over p < n_keys[i] (ascending, non-decreasing in i) for QB
@@ -176,7 +201,7 @@ void attend_block(const float* q, std::int64_t q_stride, const float* k, const f
                   std::int64_t kv_stride, int head_dim, const int* n_keys, float scale,
                   float* scores, std::int64_t s_stride, float* out) {
   scores_block<QB>(q, q_stride, k, kv_stride, head_dim, n_keys[QB - 1], scale, scores, s_stride);
-  for (int i = 0; i < QB; ++i) softmax_scores(scores + i * s_stride, n_keys[i]);
+  softmax_rows<QB>(scores, s_stride, n_keys);
   weighted_sum_block<QB>(scores, s_stride, n_keys, v, kv_stride, head_dim, out, q_stride);
 }
 #else
