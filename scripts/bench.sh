@@ -3,7 +3,8 @@
 # 768, 12 layers, 12 heads, intermediate 2048, vocab 32000) in BF16 and F32 with 2 threads
 # (decode, verify, prefill, batched decode next to the measured read bandwidth), then decode
 # with tp = 1 x 1 thread against `mpirun -np 2` tp = 2 x 1 thread, alternated ROUNDS times so
-# that a busy machine slows both alike. Prints the tables and the ratios against the targets.
+# that a busy machine slows both alike, next to the read kernel on one core and on two (the
+# memory's own ratio). Prints the tables and the ratios against the targets.
 #   usage: scripts/bench.sh [OUTDIR, default bench-out]
 #   env:   SPECRUN (default build/specrun), REPEATS (default 7), ROUNDS (default 3)
 set -euo pipefail
@@ -55,10 +56,19 @@ for dtype in ("bf16", "f32"):
           f"{d['verify_over_decode']:14.2f} {d['prefill_over_decode']:15.2f} "
           f"{d['batch_over_decode']:13.2f}")
 print("targets:                        >= 80%      <= 1.3           >= 8        >= 4")
-tp1 = [case(json.load(open(f"{out}/tp1-{r}.json")), "decode")["ms_median"] for r in range(rounds)]
-tp2 = [case(json.load(open(f"{out}/tp2-{r}.json")), "decode")["ms_median"] for r in range(rounds)]
+def rounds_of(tp, name, key="ms_median"):
+    return [case(json.load(open(f"{out}/tp{tp}-{r}.json")), name)[key] for r in range(rounds)]
+tp1, tp2 = rounds_of(1, "decode"), rounds_of(2, "decode")
 m1, m2 = statistics.median(tp1), statistics.median(tp2)
 print(f"\ndecode ms/token, tp 1 x 1 thread: {m1:.3f} (rounds: {', '.join(f'{t:.3f}' for t in tp1)})")
-print(f"decode ms/token, tp 2 x 1 thread: {m2:.3f} (rounds: {', '.join(f'{t:.3f}' for t in tp2)})")
+print(f"decode ms/token, tp 2 x 1 thread: {m2:.3f} (rounds: {', '.join(f'{t:.3f}' for t in tp2)}), "
+      f"of which communication {statistics.median(rounds_of(2, 'decode', 'comm_ms')):.3f}")
 print(f"tp 2 / tp 1 time: {m2 / m1:.2f} (target <= 0.65)")
+# The read kernel over the same bytes, one core against two: the memory's own ratio, which
+# bounds decode's (both stream every weight once).
+r1, r2 = rounds_of(1, "bandwidth"), rounds_of(2, "bandwidth")
+print(f"read kernel, 2 cores / 1 core time: {statistics.median(r2) / statistics.median(r1):.2f} "
+      f"(rounds: {', '.join(f'{b / a:.2f}' for a, b in zip(r1, r2))}; 1 core "
+      f"{statistics.median(rounds_of(1, 'bandwidth', 'gb_per_s')):.1f} GB/s, 2 cores "
+      f"{statistics.median(rounds_of(2, 'bandwidth', 'gb_per_s')):.1f} GB/s)")
 PYEOF

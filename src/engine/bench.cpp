@@ -148,17 +148,23 @@ class HugeBuffer {
   float* data_ = nullptr;
 };
 
-BenchCase summarize(const std::string& name, int tokens_per_step, double bytes_per_step,
-                    std::vector<double> s) {
-  BenchCase c;
-  c.name = name;
-  c.tokens_per_step = tokens_per_step;
+double median_of(std::vector<double> s) {
   std::sort(s.begin(), s.end());
   const std::size_t n = s.size();
-  const double median = n % 2 ? s[n / 2] : 0.5 * (s[n / 2 - 1] + s[n / 2]);
+  return n == 0 ? 0 : n % 2 ? s[n / 2] : 0.5 * (s[n / 2 - 1] + s[n / 2]);
+}
+
+// A case's figures from its rounds' step times and communication times (seconds per step).
+BenchCase summarize(const std::string& name, int tokens_per_step, double bytes_per_step,
+                    const std::vector<double>& s, const std::vector<double>& comm = {}) {
+  BenchCase c;
+  c.comm_ms = median_of(comm) * 1e3;
+  c.name = name;
+  c.tokens_per_step = tokens_per_step;
+  const double median = median_of(s);
   c.ms_median = median * 1e3;
-  c.ms_min = s.front() * 1e3;
-  c.ms_max = s.back() * 1e3;
+  c.ms_min = *std::min_element(s.begin(), s.end()) * 1e3;
+  c.ms_max = *std::max_element(s.begin(), s.end()) * 1e3;
   c.tokens_per_s = tokens_per_step > 0 ? tokens_per_step / median : 0;
   c.gb_per_s = bytes_per_step / median / 1e9;
   return c;
@@ -250,6 +256,7 @@ BenchReport run_bench(const BenchOptions& o, Communicator& comm) {
     }
 
   std::vector<double> t_bw, t_decode, t_verify, t_prefill, t_batch;
+  std::vector<double> c_decode, c_verify, c_prefill, c_batch;  // communication, s per step
   std::vector<SeqChunk> chunks(o.batch);
   for (int round = 0; round < o.warmup + o.repeats; ++round) {
     const bool record = round >= o.warmup;
@@ -268,53 +275,70 @@ BenchReport run_bench(const BenchOptions& o, Communicator& comm) {
     if (wants(o, "decode")) {
       single->truncate(o.context);
       comm.barrier();
+      comm.reset_timing();
       const auto t0 = Clock::now();
       for (int s = 0; s < o.steps; ++s) {
         SeqChunk c{single.get(), &steps_ids[s], 1};
         model.forward({&c, 1}, false, logits);
       }
-      if (record) t_decode.push_back(seconds_since(t0) / o.steps);
+      if (record) {
+        t_decode.push_back(seconds_since(t0) / o.steps);
+        c_decode.push_back(comm.comm_seconds() / o.steps);
+      }
     }
     if (wants(o, "verify")) {
       comm.barrier();
+      comm.reset_timing();
       const auto t0 = Clock::now();
       for (int s = 0; s < o.steps; ++s) {
         single->truncate(o.context);
         SeqChunk c{single.get(), verify_ids.data(), o.verify_k + 1};
         model.forward({&c, 1}, true, logits);
       }
-      if (record) t_verify.push_back(seconds_since(t0) / o.steps);
+      if (record) {
+        t_verify.push_back(seconds_since(t0) / o.steps);
+        c_verify.push_back(comm.comm_seconds() / o.steps);
+      }
     }
     if (wants(o, "prefill")) {
       single->truncate(0);
       comm.barrier();
+      comm.reset_timing();
       const auto t0 = Clock::now();
       SeqChunk c{single.get(), prompt.data(), o.prefill};
       model.forward({&c, 1}, false, logits);
-      if (record) t_prefill.push_back(seconds_since(t0));
+      if (record) {
+        t_prefill.push_back(seconds_since(t0));
+        c_prefill.push_back(comm.comm_seconds());
+      }
     }
     if (wants(o, "batch")) {
       for (auto& c : caches) c->truncate(o.context);
       comm.barrier();
+      comm.reset_timing();
       const auto t0 = Clock::now();
       for (int s = 0; s < o.steps; ++s) {
         for (int b = 0; b < o.batch; ++b)
           chunks[b] = SeqChunk{caches[b].get(), &steps_ids[s * o.batch + b], 1};
         model.forward(chunks, false, logits);
       }
-      if (record) t_batch.push_back(seconds_since(t0) / o.steps);
+      if (record) {
+        t_batch.push_back(seconds_since(t0) / o.steps);
+        c_batch.push_back(comm.comm_seconds() / o.steps);
+      }
     }
   }
 
   const double bw_bytes = static_cast<double>(bw_floats) * sizeof(float) * tp;
   rep.cases.push_back(summarize("bandwidth", 0, bw_bytes, t_bw));
-  if (wants(o, "decode")) rep.cases.push_back(summarize("decode", 1, rep.weight_bytes, t_decode));
+  if (wants(o, "decode"))
+    rep.cases.push_back(summarize("decode", 1, rep.weight_bytes, t_decode, c_decode));
   if (wants(o, "verify"))
-    rep.cases.push_back(summarize("verify", o.verify_k + 1, rep.weight_bytes, t_verify));
+    rep.cases.push_back(summarize("verify", o.verify_k + 1, rep.weight_bytes, t_verify, c_verify));
   if (wants(o, "prefill"))
-    rep.cases.push_back(summarize("prefill", o.prefill, rep.weight_bytes, t_prefill));
+    rep.cases.push_back(summarize("prefill", o.prefill, rep.weight_bytes, t_prefill, c_prefill));
   if (wants(o, "batch"))
-    rep.cases.push_back(summarize("batch", o.batch, rep.weight_bytes, t_batch));
+    rep.cases.push_back(summarize("batch", o.batch, rep.weight_bytes, t_batch, c_batch));
   const double bw = rep.cases.front().gb_per_s;
   for (BenchCase& c : rep.cases) c.pct_bandwidth = 100.0 * c.gb_per_s / bw;
 
@@ -342,8 +366,9 @@ std::string format_table(const BenchReport& r) {
   out << "cpu: " << r.cpu_model << "\n";
   out << std::left << std::setw(10) << "case" << std::right << std::setw(7) << "tokens"
       << std::setw(11) << "ms/step" << std::setw(20) << "(min - max)" << std::setw(11) << "tokens/s"
-      << std::setw(9) << "GB/s" << std::setw(9) << "% bw"
-      << "\n";
+      << std::setw(9) << "GB/s" << std::setw(9) << "% bw";
+  if (r.tp > 1) out << std::setw(10) << "comm ms";
+  out << "\n";
   for (const BenchCase& c : r.cases) {
     std::ostringstream spread;
     spread << std::fixed << std::setprecision(3) << "(" << c.ms_min << " - " << c.ms_max << ")";
@@ -351,7 +376,9 @@ std::string format_table(const BenchReport& r) {
         << std::setw(11) << std::setprecision(3) << c.ms_median << std::setw(20) << spread.str()
         << std::setw(11) << std::setprecision(1) << c.tokens_per_s << std::setw(9)
         << std::setprecision(2) << c.gb_per_s << std::setw(9) << std::setprecision(1)
-        << c.pct_bandwidth << "\n";
+        << c.pct_bandwidth;
+    if (r.tp > 1) out << std::setw(10) << std::setprecision(3) << c.comm_ms;
+    out << "\n";
   }
   out << std::setprecision(2);
   if (r.verify_over_decode > 0)
@@ -383,7 +410,8 @@ std::string to_json(const BenchReport& r, const std::string& command_line) {
                      {"ms_max", c.ms_max},
                      {"tokens_per_s", c.tokens_per_s},
                      {"gb_per_s", c.gb_per_s},
-                     {"pct_bandwidth", c.pct_bandwidth}});
+                     {"pct_bandwidth", c.pct_bandwidth},
+                     {"comm_ms", c.comm_ms}});
   j["cases"] = cases;
   j["verify_over_decode"] = r.verify_over_decode;
   j["prefill_over_decode"] = r.prefill_over_decode;

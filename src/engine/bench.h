@@ -48,6 +48,9 @@ struct BenchCase {
   double tokens_per_s = 0;                       // tokens_per_step / median step time
   double gb_per_s = 0;       // weight bytes (bandwidth: buffer bytes) / median step time
   double pct_bandwidth = 0;  // gb_per_s / the bandwidth case's median GB/s * 100
+  // Rank 0's time inside collectives per step, waits for the other ranks included (median over
+  // the rounds; 0 at tp 1).
+  double comm_ms = 0;
 };
 
 struct BenchReport {

@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # `specrun bench` smoke run on a tiny synthetic model: one repeat, single rank and tp = 2 under
 # mpirun. Checks the table and the JSON (every case present, positive times, consistent derived
-# figures) and that a bad option exits 2. No assertion on speed: that is for scripts/bench.sh.
+# figures, communication time only at tp 2) and that a bad option exits 2. No assertion on speed: that is for scripts/bench.sh.
 set -euo pipefail
 : "${SPECRUN_BIN:?SPECRUN_BIN must point to the specrun executable}"
 PY=/usr/bin/python3
@@ -30,6 +30,12 @@ def check(path, names, tp, verify_k):
     for c in d["cases"]:
         assert 0 < c["ms_min"] <= c["ms_median"] <= c["ms_max"], f"{path}: {c}"
         assert c["gb_per_s"] > 0, f"{path}: {c}"
+        # Time inside collectives: none at tp 1; at tp 2 some for every forward, never more
+        # than the step itself.
+        if tp == 1 or c["name"] == "bandwidth":
+            assert c["comm_ms"] == 0, f"{path}: {c}"
+        else:
+            assert 0 < c["comm_ms"] <= c["ms_max"], f"{path}: {c}"
     bw = d["cases"][0]
     assert abs(bw["pct_bandwidth"] - 100) < 1e-6
     dec = next(c for c in d["cases"] if c["name"] == "decode")
