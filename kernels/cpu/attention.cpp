@@ -118,42 +118,34 @@ template <int QB>
 void softmax_rows(float* x, std::int64_t stride, const int* n) {
   int n_max = 0;
   for (int i = 0; i < QB; ++i) n_max = std::max(n_max, n[i]);
-  __m512 mx[QB], sum[QB], max_score[QB];
+  // f(i, mask, chunk) for every 16-element chunk of every row, chunk by chunk across the rows.
+  auto each_chunk = [&](auto&& f) {
+    for (int p = 0; p < n_max; p += 16)
+#pragma GCC unroll 4
+      for (int i = 0; i < QB; ++i)
+        if (p < n[i]) f(i, detail::tail_mask(n[i] - p), x + i * stride + p);
+  };
+  __m512 mx[QB], sum[QB], max_score[QB], inv_sum[QB];
 #pragma GCC unroll 4
   for (int i = 0; i < QB; ++i) mx[i] = _mm512_set1_ps(-INFINITY);
-  for (int p = 0; p < n_max; p += 16)
-#pragma GCC unroll 4
-    for (int i = 0; i < QB; ++i)
-      if (p < n[i])
-        mx[i] = _mm512_maskz_max_ps(
-            0xffff, mx[i],
-            _mm512_mask_loadu_ps(mx[i], detail::tail_mask(n[i] - p), x + i * stride + p));
+  each_chunk([&](int i, __mmask16 m, const float* xp) {
+    mx[i] = _mm512_maskz_max_ps(0xffff, mx[i], _mm512_mask_loadu_ps(mx[i], m, xp));
+  });
 #pragma GCC unroll 4
   for (int i = 0; i < QB; ++i) {
     max_score[i] = _mm512_set1_ps(reduce_max16(mx[i]));
     sum[i] = _mm512_setzero_ps();
   }
-  for (int p = 0; p < n_max; p += 16)
-#pragma GCC unroll 4
-    for (int i = 0; i < QB; ++i)
-      if (p < n[i]) {
-        const __mmask16 m = detail::tail_mask(n[i] - p);
-        float* xp = x + i * stride + p;
-        const __m512 e = detail::exp16(_mm512_sub_ps(_mm512_maskz_loadu_ps(m, xp), max_score[i]));
-        _mm512_mask_storeu_ps(xp, m, e);
-        sum[i] = _mm512_add_ps(sum[i], _mm512_maskz_mov_ps(m, e));
-      }
-  __m512 inv_sum[QB];
+  each_chunk([&](int i, __mmask16 m, float* xp) {
+    const __m512 e = detail::exp16(_mm512_sub_ps(_mm512_maskz_loadu_ps(m, xp), max_score[i]));
+    _mm512_mask_storeu_ps(xp, m, e);
+    sum[i] = _mm512_add_ps(sum[i], _mm512_maskz_mov_ps(m, e));
+  });
 #pragma GCC unroll 4
   for (int i = 0; i < QB; ++i) inv_sum[i] = _mm512_set1_ps(1.0f / detail::reduce16(sum[i]));
-  for (int p = 0; p < n_max; p += 16)
-#pragma GCC unroll 4
-    for (int i = 0; i < QB; ++i)
-      if (p < n[i]) {
-        const __mmask16 m = detail::tail_mask(n[i] - p);
-        float* xp = x + i * stride + p;
-        _mm512_mask_storeu_ps(xp, m, _mm512_mul_ps(_mm512_maskz_loadu_ps(m, xp), inv_sum[i]));
-      }
+  each_chunk([&](int i, __mmask16 m, float* xp) {
+    _mm512_mask_storeu_ps(xp, m, _mm512_mul_ps(_mm512_maskz_loadu_ps(m, xp), inv_sum[i]));
+  });
 }
 
 // out_i[d] = sum_p w_i[p] * v_p[d] over p < n_keys[i] (ascending, non-decreasing in i) for QB
