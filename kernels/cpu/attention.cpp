@@ -197,20 +197,12 @@ void attend_block(const float* q, std::int64_t q_stride, const float* k, const f
   weighted_sum_block<QB>(scores, s_stride, n_keys, v, kv_stride, head_dim, out, q_stride);
 }
 #else
-// One query at a time: dot products, softmax with a sequential sum, repeated axpy.
+// One query at a time: dot products, softmax (ops.h, a sequential sum), repeated axpy.
 void attend_one(const float* q, const float* k, const float* v, std::int64_t kv_stride,
                 int head_dim, int n_keys, float scale, float* scores, float* out) {
   for (int p = 0; p < n_keys; ++p)
     scores[p] = detail::dot_f32(q, k + p * kv_stride, head_dim) * scale;
-  float max_score = -INFINITY;
-  for (int p = 0; p < n_keys; ++p) max_score = std::max(max_score, scores[p]);
-  float sum = 0.f;
-  for (int p = 0; p < n_keys; ++p) {
-    scores[p] = std::exp(scores[p] - max_score);
-    sum += scores[p];
-  }
-  const float inv_sum = 1.0f / sum;
-  for (int p = 0; p < n_keys; ++p) scores[p] *= inv_sum;
+  softmax(scores, n_keys);
   std::fill(out, out + head_dim, 0.f);
   for (int p = 0; p < n_keys; ++p) detail::axpy(scores[p], v + p * kv_stride, out, head_dim);
 }
