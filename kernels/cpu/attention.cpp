@@ -10,15 +10,12 @@
 // its own accumulators), so outputs are bitwise independent of the window and batch shape.
 #include <omp.h>
 
-#include <algorithm>
-#include <cmath>
 #include <cstdint>
-#include <vector>
 
 #include "kernels/cpu/ops.h"
 #include "kernels/cpu/simd.h"
 
-namespace specrun::cpu {
+namespace specrun::cpu::SPECRUN_ISA {
 
 namespace {
 
@@ -117,7 +114,7 @@ float reduce_max16(__m512 v) {
 template <int QB>
 void softmax_rows(float* x, std::int64_t stride, const int* n) {
   int n_max = 0;
-  for (int i = 0; i < QB; ++i) n_max = std::max(n_max, n[i]);
+  for (int i = 0; i < QB; ++i) n_max = detail::max_of(n_max, n[i]);
   // f(i, mask, chunk) for every 16-element chunk of every row, chunk by chunk across the rows.
   auto each_chunk = [&](auto&& f) {
     for (int p = 0; p < n_max; p += 16)
@@ -127,7 +124,7 @@ void softmax_rows(float* x, std::int64_t stride, const int* n) {
   };
   __m512 mx[QB], sum[QB], max_score[QB], inv_sum[QB];
 #pragma GCC unroll 4
-  for (int i = 0; i < QB; ++i) mx[i] = _mm512_set1_ps(-INFINITY);
+  for (int i = 0; i < QB; ++i) mx[i] = _mm512_set1_ps(-__builtin_inff());
   each_chunk([&](int i, __mmask16 m, const float* xp) {
     mx[i] = _mm512_maskz_max_ps(0xffff, mx[i], _mm512_mask_loadu_ps(mx[i], m, xp));
   });
@@ -158,7 +155,7 @@ void weighted_sum_block(const float* w, std::int64_t w_stride, const int* n_keys
   for (int d = 0; d < head_dim; d += 64) {
     __mmask16 m[4];
 #pragma GCC unroll 4
-    for (int c = 0; c < 4; ++c) m[c] = detail::tail_mask(std::max(0, head_dim - d - 16 * c));
+    for (int c = 0; c < 4; ++c) m[c] = detail::tail_mask(detail::max_of(0, head_dim - d - 16 * c));
     __m512 o[QB][4];
 #pragma GCC unroll 4
     for (int i = 0; i < QB; ++i) o[i][0] = o[i][1] = o[i][2] = o[i][3] = _mm512_setzero_ps();
@@ -203,7 +200,7 @@ void attend_one(const float* q, const float* k, const float* v, std::int64_t kv_
   for (int p = 0; p < n_keys; ++p)
     scores[p] = detail::dot_f32(q, k + p * kv_stride, head_dim) * scale;
   softmax(scores, n_keys);
-  std::fill(out, out + head_dim, 0.f);
+  for (int d = 0; d < head_dim; ++d) out[d] = 0.f;
   for (int p = 0; p < n_keys; ++p) detail::axpy(scores[p], v + p * kv_stride, out, head_dim);
 }
 #endif
@@ -213,7 +210,7 @@ void attend_one(const float* q, const float* k, const float* v, std::int64_t kv_
 void attention(const float* q, int n_tokens, int n_heads, int n_kv_heads, int head_dim,
                const float* k, const float* v, int start, float* out) {
   const int group = n_heads / n_kv_heads;
-  const float scale = 1.0f / std::sqrt(static_cast<float>(head_dim));
+  const float scale = 1.0f / __builtin_sqrtf(static_cast<float>(head_dim));
   const std::int64_t q_stride = static_cast<std::int64_t>(n_heads) * head_dim;
   const std::int64_t kv_stride = static_cast<std::int64_t>(n_kv_heads) * head_dim;
   const int n_blocks = (n_tokens + kQueryBlock - 1) / kQueryBlock;
@@ -227,15 +224,13 @@ void attention(const float* q, int n_tokens, int n_heads, int n_kv_heads, int he
   for (int unit = 0; unit < n_units; ++unit) {
     const int h = unit / n_blocks;
     const int t0 = unit % n_blocks * kQueryBlock;
-    const int nq = std::min(kQueryBlock, n_tokens - t0);
+    const int nq = detail::min_of(kQueryBlock, n_tokens - t0);
     const int kv = h / group;
     int n_keys[kQueryBlock];
     for (int i = 0; i < nq; ++i) n_keys[i] = start + t0 + i + 1;
     const std::int64_t s_stride = n_keys[nq - 1];
-    static thread_local std::vector<float> scores_buffer;
-    if (scores_buffer.size() < static_cast<std::size_t>(s_stride) * kQueryBlock)
-      scores_buffer.resize(static_cast<std::size_t>(s_stride) * kQueryBlock);
-    float* scores = scores_buffer.data();
+    static thread_local detail::Scratch<float> scores_buffer;
+    float* scores = scores_buffer.get(static_cast<std::size_t>(s_stride) * kQueryBlock);
 
     const float* qh = q + t0 * q_stride + static_cast<std::int64_t>(h) * head_dim;
     const float* kh = k + static_cast<std::int64_t>(kv) * head_dim;
@@ -268,4 +263,4 @@ void attention(const float* q, int n_tokens, int n_heads, int n_kv_heads, int he
   }
 }
 
-}  // namespace specrun::cpu
+}  // namespace specrun::cpu::SPECRUN_ISA

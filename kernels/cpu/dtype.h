@@ -6,14 +6,23 @@
 #include <cstdint>
 #include <cstring>
 
+#include "kernels/cpu/variant.h"
+
 namespace specrun {
 
 enum class DType : std::uint8_t { kF32, kF16, kBF16 };
 
+const char* dtype_name(DType t);  // "F32", "F16", "BF16" (safetensors spelling)
+
+float f16_to_f32(std::uint16_t h);
+std::uint16_t f32_to_f16(float f);
+
+// Inline helpers: every kernel variant compiles its own copy (kernels/cpu/variant.h).
+inline namespace SPECRUN_ISA_NS {
+
 inline constexpr std::size_t dtype_size(DType t) {
   return t == DType::kF32 ? 4 : 2;
 }
-const char* dtype_name(DType t);  // "F32", "F16", "BF16" (safetensors spelling)
 
 inline float bf16_to_f32(std::uint16_t b) {
   std::uint32_t u = static_cast<std::uint32_t>(b) << 16;
@@ -30,7 +39,6 @@ inline std::uint16_t f32_to_bf16(float f) {
   return static_cast<std::uint16_t>((u + (0x7fffu + ((u >> 16) & 1u))) >> 16);
 }
 
-float f16_to_f32(std::uint16_t h);
-std::uint16_t f32_to_f16(float f);
+}  // namespace SPECRUN_ISA_NS
 
 }  // namespace specrun

@@ -2,14 +2,13 @@
 // or packed (gather_rows_packed).
 // Layout: table [n_rows, dim] row-major; out [n_tokens, dim] float32. Rows not in this shard
 // are zero-filled so that a sum over shards reconstructs the full lookup exactly.
-#include <algorithm>
 #include <cstdint>
 #include <cstring>
 
 #include "kernels/cpu/ops.h"
 #include "kernels/cpu/simd.h"
 
-namespace specrun::cpu {
+namespace specrun::cpu::SPECRUN_ISA {
 
 void gather_rows(const void* table, DType dtype, std::int64_t row_begin, std::int64_t n_rows,
                  int dim, const std::int32_t* ids, int n_tokens, float* out) {
@@ -19,7 +18,7 @@ void gather_rows(const void* table, DType dtype, std::int64_t row_begin, std::in
     float* dst = out + static_cast<std::size_t>(t) * dim;
     const std::int64_t row = static_cast<std::int64_t>(ids[t]) - row_begin;
     if (row < 0 || row >= n_rows) {
-      std::fill(dst, dst + dim, 0.f);
+      for (int i = 0; i < dim; ++i) dst[i] = 0.f;
       continue;
     }
     detail::widen_row(base + row_bytes * static_cast<std::size_t>(row), dtype, dim, dst);
@@ -36,13 +35,12 @@ void gather_rows_packed(const PackedWeights& table, std::int64_t row_begin, cons
     float* dst = out + static_cast<std::size_t>(t) * dim;
     const std::int64_t row = static_cast<std::int64_t>(ids[t]) - row_begin;
     if (row < 0 || row >= table.out) {
-      std::fill(dst, dst + dim, 0.f);
+      for (int i = 0; i < dim; ++i) dst[i] = 0.f;
       continue;
     }
     // Row `row` is slot packed_slot(row % 32) of every k-group of block row / 32.
-    const std::uint8_t* p =
-        base + group * static_cast<std::size_t>(dim) * (row / kPackRows) +
-        es * detail::packed_slot(table.dtype, static_cast<int>(row % kPackRows));
+    const std::uint8_t* p = base + group * static_cast<std::size_t>(dim) * (row / kPackRows) +
+                            es * packed_slot(table.dtype, static_cast<int>(row % kPackRows));
     for (int k = 0; k < dim; ++k, p += group) {
       if (table.dtype == DType::kF32) {
         std::memcpy(dst + k, p, 4);
@@ -55,4 +53,4 @@ void gather_rows_packed(const PackedWeights& table, std::int64_t row_begin, cons
   }
 }
 
-}  // namespace specrun::cpu
+}  // namespace specrun::cpu::SPECRUN_ISA

@@ -25,16 +25,16 @@
 // half the widening work in BF16.
 #include <omp.h>
 
-#include <algorithm>
-#include <atomic>
 #include <cstdint>
 #include <cstring>
-#include <vector>
 
 #include "kernels/cpu/ops.h"
 #include "kernels/cpu/simd.h"
 
-namespace specrun::cpu {
+namespace specrun::cpu::SPECRUN_ISA {
+
+using detail::max_of;
+using detail::min_of;
 
 namespace {
 
@@ -98,9 +98,9 @@ void tile(const float* x, std::int64_t x_stride, const std::uint8_t* w, std::int
 #pragma GCC unroll 8
   for (int b = 0; b < NB; ++b)
     for (int h = 0; h < 2; ++h)
-      mask[b][h] = detail::tail_mask(std::max(0, rows - (b * kPackRows + 16 * h)));
+      mask[b][h] = detail::tail_mask(max_of(0, rows - (b * kPackRows + 16 * h)));
   for (int k0 = 0; k0 < in; k0 += kChunk) {
-    const int k1 = std::min(in, k0 + kChunk);
+    const int k1 = min_of(in, k0 + kChunk);
     // Fully unrolled constant-index loops: GCC keeps acc in registers.
     __m512 acc[NB][2][NT];
 #pragma GCC unroll 8
@@ -140,11 +140,149 @@ void tile(const float* x, std::int64_t x_stride, const std::uint8_t* w, std::int
         }
   }
 }
+#elif defined(SPECRUN_CPU_AVX2)
+// AVX2 has 16 vector registers of 8 floats: a k-group of a block is four 8-row vectors, and a
+// tile holds NB blocks x NV of those vectors x NT tokens of accumulators, plus the broadcast
+// x and the weights, which are used as they are widened (at most two live at a time). Vector v of a
+// group holds rows vector_row(v)..+7: F32 and F16 in row order; BF16 words interleave rows j and j
+// + 16, so the first 32 bytes widen to rows 0-7 (low halves) and 16-23 (high halves), the next 32
+// to rows 8-15 and 24-31. Every (row, token) sum is the one the AVX-512 tiles form (FMA in
+// ascending k, partial sums every kChunk added in order), so the two variants' matmuls agree
+// bitwise.
+template <DType KT>
+constexpr int vector_row(int v) {
+  return KT == DType::kBF16 ? (v == 0 ? 0 : v == 1 ? 16 : v == 2 ? 8 : 24) : 8 * v;
+}
+
+// Vectors V0 .. V0 + NV - 1 of the k-group at p, widened (V0 and NV even for BF16: a 32-byte
+// load gives two vectors).
+template <DType KT, int V0, int NV>
+inline void load_vectors(const std::uint8_t* p, __m256* w) {
+#pragma GCC unroll 4
+  for (int i = 0; i < NV; ++i) {
+    const int v = V0 + i;
+    if constexpr (KT == DType::kF32) {
+      w[i] = _mm256_loadu_ps(reinterpret_cast<const float*>(p) + 8 * v);
+    } else if constexpr (KT == DType::kF16) {
+      w[i] = _mm256_cvtph_ps(_mm_loadu_si128(reinterpret_cast<const __m128i*>(p + 16 * v)));
+    } else if (v % 2 == 0) {
+      const __m256i a = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(p + 16 * v));
+      w[i] = _mm256_castsi256_ps(_mm256_slli_epi32(a, 16));
+      if (i + 1 < NV)
+        w[i + 1] = _mm256_castsi256_ps(
+            _mm256_and_si256(a, _mm256_set1_epi32(static_cast<int>(0xffff0000u))));
+    }
+  }
+}
+
+template <DType KT, int NB, int V0, int NV, int NT>
+void tile(const float* x, std::int64_t x_stride, const std::uint8_t* w, std::int64_t block_bytes,
+          int in, float* y, std::int64_t y_stride, int rows) {
+  static_assert(NB * NV * NT + 2 + 1 <= 16, "tile does not fit the 16 vector registers");
+  static_assert(KT != DType::kBF16 || (V0 % 2 == 0 && NV % 2 == 0), "BF16 vectors come in pairs");
+  constexpr std::int64_t G = group_bytes<KT>();
+  // The first cache line of a group that these vectors read (F32 groups are two lines).
+  constexpr std::int64_t kLine = G > 64 ? 64 * (V0 / 2) : 0;
+  __m256i mask[NB][NV];
+#pragma GCC unroll 4
+  for (int b = 0; b < NB; ++b)
+#pragma GCC unroll 4
+    for (int v = 0; v < NV; ++v)
+      mask[b][v] = detail::tail_mask8(rows - (b * kPackRows + vector_row<KT>(V0 + v)));
+  for (int k0 = 0; k0 < in; k0 += kChunk) {
+    const int k1 = min_of(in, k0 + kChunk);
+    __m256 acc[NB][NV][NT];
+#pragma GCC unroll 4
+    for (int b = 0; b < NB; ++b)
+#pragma GCC unroll 4
+      for (int v = 0; v < NV; ++v)
+#pragma GCC unroll 16
+        for (int t = 0; t < NT; ++t) acc[b][v][t] = _mm256_setzero_ps();
+    for (int k = k0; k < k1; ++k) {
+#pragma GCC unroll 4
+      for (int b = 0; b < NB; ++b) {
+        const std::uint8_t* p = w + b * block_bytes + k * G;
+        _mm_prefetch(reinterpret_cast<const char*>(p + kLine + kPrefetchBytes), _MM_HINT_T0);
+        if constexpr (G > 64 && NV == 4)
+          _mm_prefetch(reinterpret_cast<const char*>(p + 64 + kPrefetchBytes), _MM_HINT_T0);
+        __m256 wv[NV];
+        load_vectors<KT, V0, NV>(p, wv);
+#pragma GCC unroll 16
+        for (int t = 0; t < NT; ++t) {
+          const __m256 xb = _mm256_broadcast_ss(x + t * x_stride + k);
+#pragma GCC unroll 4
+          for (int v = 0; v < NV; ++v) acc[b][v][t] = _mm256_fmadd_ps(xb, wv[v], acc[b][v][t]);
+        }
+      }
+    }
+#pragma GCC unroll 16
+    for (int t = 0; t < NT; ++t)
+#pragma GCC unroll 4
+      for (int b = 0; b < NB; ++b)
+#pragma GCC unroll 4
+        for (int v = 0; v < NV; ++v) {
+          float* yp = y + t * y_stride + b * kPackRows + vector_row<KT>(V0 + v);
+          const __m256 sum = k0 == 0
+                                 ? acc[b][v][t]
+                                 : _mm256_add_ps(_mm256_maskload_ps(yp, mask[b][v]), acc[b][v][t]);
+          _mm256_maskstore_ps(yp, mask[b][v], sum);
+        }
+  }
+}
+
+// NB blocks x nt (<= kMaxTileTokens) tokens in tiles that fit the registers: one token three
+// blocks at a time (three streams, 12 FMA chains: 4% faster decode than two blocks, while four
+// blocks in two half passes were 27% slower), two tokens one block, 3-6 tokens one block's half
+// (vectors 0-1, then 2-3: F32's two cache lines one after the other), more in token halves.
+template <DType KT, int NB>
+inline void tile_nt(int nt, const float* x, std::int64_t x_stride, const std::uint8_t* w,
+                    std::int64_t block_bytes, int in, float* y, std::int64_t y_stride, int rows) {
+  if (nt > kPrefillTile) {
+    tile_nt<KT, NB>(kPrefillTile, x, x_stride, w, block_bytes, in, y, y_stride, rows);
+    tile_nt<KT, NB>(nt - kPrefillTile, x + kPrefillTile * x_stride, x_stride, w, block_bytes, in,
+                    y + kPrefillTile * y_stride, y_stride, rows);
+    return;
+  }
+  for (int b = 0; b < NB;) {
+    const std::uint8_t* wb = w + b * block_bytes;
+    float* yb = y + b * kPackRows;
+    const int rb = rows - b * kPackRows;
+    if (nt == 1 && NB - b >= 3) {
+      tile<KT, 3, 0, 4, 1>(x, x_stride, wb, block_bytes, in, yb, y_stride, rb);
+      b += 3;
+      continue;
+    }
+    if (nt == 1 && NB - b == 2) {
+      tile<KT, 2, 0, 4, 1>(x, x_stride, wb, block_bytes, in, yb, y_stride, rb);
+      b += 2;
+      continue;
+    }
+    switch (nt) {
+      case 1:
+        tile<KT, 1, 0, 4, 1>(x, x_stride, wb, block_bytes, in, yb, y_stride, rb);
+        break;
+      case 2:
+        tile<KT, 1, 0, 4, 2>(x, x_stride, wb, block_bytes, in, yb, y_stride, rb);
+        break;
+#define SPECRUN_HALF_TILES(N)                                                 \
+  case N:                                                                     \
+    tile<KT, 1, 0, 2, N>(x, x_stride, wb, block_bytes, in, yb, y_stride, rb); \
+    tile<KT, 1, 2, 2, N>(x, x_stride, wb, block_bytes, in, yb, y_stride, rb); \
+    break;
+        SPECRUN_HALF_TILES(3)
+        SPECRUN_HALF_TILES(4)
+        SPECRUN_HALF_TILES(5)
+        SPECRUN_HALF_TILES(6)
+#undef SPECRUN_HALF_TILES
+    }
+    b += 1;
+  }
+}
 #else
 // Row r of a block in a k-group, widened.
 template <DType KT>
 inline float group_value(const std::uint8_t* g, int r) {
-  const int s = detail::packed_slot(KT, r);
+  const int s = packed_slot(KT, r);
   if constexpr (KT == DType::kF32) {
     float v;
     std::memcpy(&v, g + 4 * s, 4);
@@ -164,7 +302,7 @@ void tile(const float* x, std::int64_t x_stride, const std::uint8_t* w, std::int
   for (int b = 0; b < NB; ++b)
     for (int t = 0; t < NT; ++t)
       for (int k0 = 0; k0 < in; k0 += kChunk) {
-        const int k1 = std::min(in, k0 + kChunk);
+        const int k1 = min_of(in, k0 + kChunk);
         float part[kPackRows] = {};
         for (int k = k0; k < k1; ++k) {
           const float xv = x[t * x_stride + k];
@@ -179,6 +317,7 @@ void tile(const float* x, std::int64_t x_stride, const std::uint8_t* w, std::int
 }
 #endif
 
+#ifndef SPECRUN_CPU_AVX2
 template <DType KT, int NB>
 inline void tile_nt(int nt, const float* x, std::int64_t x_stride, const std::uint8_t* w,
                     std::int64_t block_bytes, int in, float* y, std::int64_t y_stride, int rows) {
@@ -203,6 +342,7 @@ inline void tile_nt(int nt, const float* x, std::int64_t x_stride, const std::ui
   }
 #undef SPECRUN_TILE_CASE
 }
+#endif
 
 // Tiles over blocks [b0, b1) of one output for nt tokens (x, y at the first token), at most
 // blocks_for(nt) blocks per tile.
@@ -213,9 +353,9 @@ inline void tile_blocks(const float* x, int nt, const MatmulOutput& o, int b0, i
   const auto* w = static_cast<const std::uint8_t*>(o.w.data);
   const int most = blocks_for(nt);
   for (int b = b0; b < b1;) {
-    const int left = std::min(most, b1 - b);
+    const int left = min_of(most, b1 - b);
     const int nb = left >= 4 ? 4 : left >= 2 ? 2 : 1;
-    const int rows = std::min(o.w.out - b * kPackRows, nb * kPackRows);
+    const int rows = min_of(o.w.out - b * kPackRows, nb * kPackRows);
     const std::uint8_t* wb = w + block_bytes * b;
     float* yb = y + static_cast<std::int64_t>(b) * kPackRows;
     if (nb == 4)
@@ -253,13 +393,17 @@ inline void swiglu_tile(int np, int nt, const float* x, std::int64_t x_stride,
       const float* g = buf + t * width + 2 * p * kPackRows;
       const float* u = g + kPackRows;
       float* yt = y + t * y_stride + p * kPackRows;
-      const int valid = std::min(kPackRows, rows - p * kPackRows);
+      const int valid = min_of(kPackRows, rows - p * kPackRows);
 #ifdef SPECRUN_CPU_AVX512
       for (int r = 0; r < valid; r += 16) {
         const __mmask16 m = detail::tail_mask(valid - r);
         _mm512_mask_storeu_ps(yt + r, m,
                               detail::silu_mul16(_mm512_load_ps(g + r), _mm512_load_ps(u + r)));
       }
+#elif defined(SPECRUN_CPU_AVX2)
+      for (int r = 0; r < valid; r += 8)
+        _mm256_maskstore_ps(yt + r, detail::tail_mask8(valid - r),
+                            detail::silu_mul8(_mm256_load_ps(g + r), _mm256_load_ps(u + r)));
 #else
       for (int r = 0; r < valid; ++r) yt[r] = detail::silu_mul1(g[r], u[r]);
 #endif
@@ -277,7 +421,7 @@ inline void swiglu_blocks(const float* x, int nt, const MatmulOutput& o, int p0,
     const int np = nt <= 2 && p1 - p >= 2 ? 2 : 1;
     swiglu_tile<KT>(np, nt, x, in, w + block_bytes * 2 * p, block_bytes, in,
                     y + static_cast<std::int64_t>(p) * kPackRows, o.w.out,
-                    std::min(o.w.out - p * kPackRows, np * kPackRows));
+                    min_of(o.w.out - p * kPackRows, np * kPackRows));
     p += np;
   }
 }
@@ -298,7 +442,7 @@ void blocks_kernel(const float* x, int n_tokens, const MatmulOutput& o, int b0, 
   } else {
     const int n_tiles = (n_tokens + kPrefillTile - 1) / kPrefillTile;
     for (int s0 = b0; s0 < b1; s0 += kSuperBlocks) {
-      const int s1 = std::min(b1, s0 + kSuperBlocks);
+      const int s1 = min_of(b1, s0 + kSuperBlocks);
       for (int i = 0, t = 0; i < n_tiles; ++i) {
         const int nt = tile_width(n_tokens, n_tiles, i);
         run(x + static_cast<std::int64_t>(t) * in, nt, s0, s1,
@@ -308,7 +452,7 @@ void blocks_kernel(const float* x, int n_tokens, const MatmulOutput& o, int b0, 
     }
   }
   if (o.bias) {
-    const int r1 = std::min(out, b1 * kPackRows);
+    const int r1 = min_of(out, b1 * kPackRows);
     for (int t = 0; t < n_tokens; ++t)
       for (int r = b0 * kPackRows; r < r1; ++r)
         o.y[static_cast<std::int64_t>(t) * out + r] += o.bias[r];
@@ -326,33 +470,32 @@ void run_blocks(const float* x, int n_tokens, const MatmulOutput& o, int b0, int
   }
 }
 
-// A thread's share of the blocks, [front, back), in one atomic word so that its owner (from the
-// front) and other threads (from the back) can take chunks without a lock.
+// A thread's share of the blocks, [front, back), in one 64-bit word so that its owner (from the
+// front) and other threads (from the back) can take chunks without a lock (compiler atomics:
+// std::atomic's inline members would be compiled outside the variant's namespace, simd.h).
 struct alignas(64) WorkRange {
-  std::atomic<std::uint64_t> bounds{0};
-
-  WorkRange() = default;
-  WorkRange(const WorkRange&) : WorkRange() {}  // (for std::vector; never copied while in use)
-  WorkRange& operator=(const WorkRange&) = delete;
+  std::uint64_t bounds;
 
   static std::uint64_t join(std::uint32_t front, std::uint32_t back) {
     return static_cast<std::uint64_t>(back) << 32 | front;
   }
   void set(int front, int back) {
-    bounds.store(join(static_cast<std::uint32_t>(front), static_cast<std::uint32_t>(back)),
-                 std::memory_order_relaxed);
+    __atomic_store_n(&bounds,
+                     join(static_cast<std::uint32_t>(front), static_cast<std::uint32_t>(back)),
+                     __ATOMIC_RELAXED);
   }
   // Takes up to `chunk` units from the front (from_back false) or the back; false when empty.
   bool take(int chunk, bool from_back, int& u0, int& u1) {
-    std::uint64_t cur = bounds.load(std::memory_order_relaxed);
+    std::uint64_t cur = __atomic_load_n(&bounds, __ATOMIC_RELAXED);
     for (;;) {
       const auto front = static_cast<std::uint32_t>(cur),
                  back = static_cast<std::uint32_t>(cur >> 32);
       if (front >= back) return false;
       const std::uint32_t n =
-          std::min<std::uint32_t>(static_cast<std::uint32_t>(chunk), back - front);
+          min_of<std::uint32_t>(static_cast<std::uint32_t>(chunk), back - front);
       const std::uint64_t next = from_back ? join(front, back - n) : join(front + n, back);
-      if (bounds.compare_exchange_weak(cur, next, std::memory_order_relaxed)) {
+      if (__atomic_compare_exchange_n(&bounds, &cur, next, /*weak=*/true, __ATOMIC_RELAXED,
+                                      __ATOMIC_RELAXED)) {
         u0 = static_cast<int>(from_back ? back - n : front);
         u1 = u0 + static_cast<int>(n);
         return true;
@@ -363,74 +506,22 @@ struct alignas(64) WorkRange {
   bool take_back(int chunk, int& u0, int& u1) { return take(chunk, true, u0, u1); }
 };
 
-int blocks_of(int out) {
-  return (out + kPackRows - 1) / kPackRows;
-}
-
 }  // namespace
-
-std::size_t packed_weight_bytes(DType t, int out, int in) {
-  return static_cast<std::size_t>(blocks_of(out)) * kPackRows * static_cast<std::size_t>(in) *
-         dtype_size(t);
-}
-
-namespace {
-
-// Block b of w ([out, in] row-major in t) in pack_weights' layout at dst.
-void pack_block(const std::uint8_t* src, DType t, int out, int in, int b, std::uint8_t* d) {
-  const std::size_t es = dtype_size(t);
-  for (int r = 0; r < kPackRows; ++r) {
-    const int row = b * kPackRows + r;
-    const std::size_t slot = static_cast<std::size_t>(detail::packed_slot(t, r));
-    const std::uint8_t* s = src + es * static_cast<std::size_t>(in) * row;
-    if (es == 4) {
-      for (int k = 0; k < in; ++k) {
-        std::uint32_t v = 0;
-        if (row < out) std::memcpy(&v, s + 4 * static_cast<std::size_t>(k), 4);
-        std::memcpy(d + 4 * (static_cast<std::size_t>(k) * kPackRows + slot), &v, 4);
-      }
-    } else {
-      for (int k = 0; k < in; ++k) {
-        std::uint16_t v = 0;
-        if (row < out) std::memcpy(&v, s + 2 * static_cast<std::size_t>(k), 2);
-        std::memcpy(d + 2 * (static_cast<std::size_t>(k) * kPackRows + slot), &v, 2);
-      }
-    }
-  }
-}
-
-}  // namespace
-
-void pack_weights(const void* w, DType t, int out, int in, void* dst) {
-  const std::size_t block_bytes = dtype_size(t) * kPackRows * static_cast<std::size_t>(in);
-#pragma omp parallel for schedule(static)
-  for (int b = 0; b < blocks_of(out); ++b)
-    pack_block(static_cast<const std::uint8_t*>(w), t, out, in, b,
-               static_cast<std::uint8_t*>(dst) + block_bytes * b);
-}
-
-void pack_weight_pairs(const void* a, const void* b, DType t, int out, int in, void* dst) {
-  const std::size_t block_bytes = dtype_size(t) * kPackRows * static_cast<std::size_t>(in);
-#pragma omp parallel for schedule(static)
-  for (int i = 0; i < 2 * blocks_of(out); ++i)
-    pack_block(static_cast<const std::uint8_t*>(i % 2 == 0 ? a : b), t, out, in, i / 2,
-               static_cast<std::uint8_t*>(dst) + block_bytes * i);
-}
 
 void matmul_multi(const float* x, int n_tokens, const MatmulOutput* outputs, int n_outputs) {
   int n_blocks = 0;
   std::int64_t rows = 0;
   for (int j = 0; j < n_outputs; ++j) {
-    n_blocks += blocks_of(outputs[j].w.out);
+    n_blocks += packed_blocks(outputs[j].w.out);
     rows += outputs[j].w.out * (outputs[j].swiglu ? 2 : 1);
   }
   const std::int64_t work = static_cast<std::int64_t>(n_tokens) * outputs[0].w.in * rows;
   // Blocks [u0, u1) of the concatenation of the outputs' blocks.
   auto run_units = [&](int u0, int u1) {
     for (int j = 0, first = 0; j < n_outputs && first < u1;
-         first += blocks_of(outputs[j++].w.out)) {
-      const int b0 = std::max(u0 - first, 0),
-                b1 = std::min(u1 - first, blocks_of(outputs[j].w.out));
+         first += packed_blocks(outputs[j++].w.out)) {
+      const int b0 = max_of(u0 - first, 0),
+                b1 = min_of(u1 - first, packed_blocks(outputs[j].w.out));
       if (b0 < b1) run_blocks(x, n_tokens, outputs[j], b0, b1);
     }
   };
@@ -442,10 +533,8 @@ void matmul_multi(const float* x, int n_tokens, const MatmulOutput* outputs, int
   // (one stream through memory: a dynamic schedule interleaving the threads' blocks streamed a
   // third slower); a thread done early takes chunks from the back of the others' ranges, so a
   // core slowed by other load does not hold up the call.
-  static thread_local std::vector<WorkRange> ranges;
-  const int max_threads = omp_get_max_threads();
-  if (static_cast<int>(ranges.size()) < max_threads) ranges = std::vector<WorkRange>(max_threads);
-  WorkRange* r = ranges.data();
+  static thread_local detail::Scratch<WorkRange> ranges;
+  WorkRange* r = ranges.get(static_cast<std::size_t>(omp_get_max_threads()));
 #pragma omp parallel
   {
     const int nt = omp_get_num_threads(), tid = omp_get_thread_num();
@@ -462,7 +551,7 @@ void matmul_multi(const float* x, int n_tokens, const MatmulOutput* outputs, int
 
 void matmul(const float* x, int n_tokens, const PackedWeights& w, const float* bias, float* y) {
   const MatmulOutput o{w, bias, y};
-  matmul_multi(x, n_tokens, &o, 1);
+  SPECRUN_ISA::matmul_multi(x, n_tokens, &o, 1);  // (qualified: ADL also finds cpu::)
 }
 
-}  // namespace specrun::cpu
+}  // namespace specrun::cpu::SPECRUN_ISA

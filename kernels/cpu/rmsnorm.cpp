@@ -1,12 +1,11 @@
 // rmsnorm: Hugging Face LlamaRMSNorm on float32 activations, weight in F32/BF16/F16.
 // Layout: x, y [n_tokens, dim] row-major (may alias); w [dim].
-#include <cmath>
 #include <cstdint>
 
 #include "kernels/cpu/ops.h"
 #include "kernels/cpu/simd.h"
 
-namespace specrun::cpu {
+namespace specrun::cpu::SPECRUN_ISA {
 
 namespace {
 
@@ -15,7 +14,7 @@ inline void norm_row(const float* xt, int dim, const void* w, DType w_dtype, flo
   const auto* wh = static_cast<const std::uint16_t*>(w);
   const auto* wf = static_cast<const float*>(w);
   const float mean_sq = detail::dot_f32(xt, xt, dim) / static_cast<float>(dim);
-  const float scale = 1.0f / std::sqrt(mean_sq + eps);
+  const float scale = 1.0f / __builtin_sqrtf(mean_sq + eps);
   switch (w_dtype) {
     case DType::kF32:
 #pragma omp simd
@@ -58,4 +57,4 @@ void add_rmsnorm(float* x, const float* delta, int n_tokens, int dim, const void
   }
 }
 
-}  // namespace specrun::cpu
+}  // namespace specrun::cpu::SPECRUN_ISA

@@ -3,13 +3,12 @@
 // j + head_dim/2. Angles are positions[t] * inv_freq[j] in float32, as transformers computes them.
 // The cos/sin table depends only on the positions, so a forward pass computes it once
 // (rope_table) and applies it to q and k of every layer (rope_apply).
-#include <cmath>
 #include <cstdint>
-#include <vector>
 
 #include "kernels/cpu/ops.h"
+#include "kernels/cpu/simd.h"
 
-namespace specrun::cpu {
+namespace specrun::cpu::SPECRUN_ISA {
 
 void rope_table(const float* inv_freq, int head_dim, const std::int32_t* positions, int n_tokens,
                 float* cos_sin) {
@@ -20,8 +19,8 @@ void rope_table(const float* inv_freq, int head_dim, const std::int32_t* positio
     float* s = c + half;
     for (int j = 0; j < half; ++j) {
       const float angle = pos * inv_freq[j];
-      c[j] = static_cast<float>(std::cos(static_cast<double>(angle)));
-      s[j] = static_cast<float>(std::sin(static_cast<double>(angle)));
+      c[j] = static_cast<float>(__builtin_cos(static_cast<double>(angle)));
+      s[j] = static_cast<float>(__builtin_sin(static_cast<double>(angle)));
     }
   }
 }
@@ -51,11 +50,10 @@ void rope_apply(float* x, int n_tokens, int n_heads, int head_dim, std::int64_t 
 
 void rope(float* x, int n_tokens, int n_heads, int head_dim, std::int64_t row_stride,
           const float* inv_freq, const std::int32_t* positions) {
-  static thread_local std::vector<float> cos_sin;
-  const std::size_t need = static_cast<std::size_t>(n_tokens) * head_dim;
-  if (cos_sin.size() < need) cos_sin.resize(need);
-  rope_table(inv_freq, head_dim, positions, n_tokens, cos_sin.data());
-  rope_apply(x, n_tokens, n_heads, head_dim, row_stride, cos_sin.data());
+  static thread_local detail::Scratch<float> cos_sin_buffer;
+  float* cos_sin = cos_sin_buffer.get(static_cast<std::size_t>(n_tokens) * head_dim);
+  rope_table(inv_freq, head_dim, positions, n_tokens, cos_sin);
+  rope_apply(x, n_tokens, n_heads, head_dim, row_stride, cos_sin);
 }
 
-}  // namespace specrun::cpu
+}  // namespace specrun::cpu::SPECRUN_ISA

@@ -11,6 +11,7 @@
 #include "common/error.h"
 #include "dist/mpi_comm.h"
 #include "engine/stop_request.h"
+#include "kernels/cpu/dispatch.h"
 
 namespace po = boost::program_options;
 using namespace specrun;
@@ -31,9 +32,24 @@ void print_usage(std::ostream& out) {
 
 std::string version_text() {
   const BuildInfo& b = build_info();
+  std::string built;
+  for (cpu::Isa isa : cpu::built_isas())
+    built += (built.empty() ? "" : ", ") + std::string(cpu::isa_name(isa));
   return std::string("specrun ") + b.version + " (commit " + b.git_commit +
          (b.git_dirty ? ", dirty tree" : "") + ", " + b.build_type + ", " + b.compiler +
-         (b.cuda ? ", CUDA" : ", CPU only") + ")";
+         (b.cuda ? ", CUDA" : ", CPU only") + ")\nCPU kernels: " + built +
+         " (baseline -march=" + cpu::baseline_arch() +
+         "); in use: " + cpu::describe_kernel_choice();
+}
+
+// The CPU kernel variant, chosen before any command runs: a bad SPECRUN_CPU_ISA is a usage
+// error at start, on every rank that has it, not a surprise in the middle of a job.
+void choose_cpu_kernels() {
+  try {
+    cpu::select_kernels();
+  } catch (const cpu::IsaError& e) {
+    SPEC_INPUT_FAIL(e.what());
+  }
 }
 
 // Aborts every rank when more than one runs; a lone process just exits.
@@ -85,6 +101,7 @@ int main(int argc, char** argv) {
   std::optional<MpiSession> mpi;
   try {
     mpi.emplace(&argc, &argv);
+    choose_cpu_kernels();
     CommandContext ctx{*mpi, argv[0]};
     int code = 0;
     try {

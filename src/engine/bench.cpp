@@ -21,6 +21,7 @@
 
 #include "common/error.h"
 #include "dist/communicator.h"
+#include "kernels/cpu/dispatch.h"
 #include "kernels/cpu/ops.h"
 #include "model/checkpoint.h"
 #include "model/transformer.h"
@@ -33,17 +34,6 @@ using Clock = std::chrono::steady_clock;
 
 double seconds_since(Clock::time_point t0) {
   return std::chrono::duration<double>(Clock::now() - t0).count();
-}
-
-std::string cpu_model_name() {
-  std::ifstream in("/proc/cpuinfo");
-  for (std::string line; std::getline(in, line);) {
-    if (line.rfind("model name", 0) == 0) {
-      const auto colon = line.find(':');
-      if (colon != std::string::npos) return line.substr(line.find_first_not_of(" \t", colon + 1));
-    }
-  }
-  return "unknown";
 }
 
 std::string utc_now() {
@@ -220,7 +210,8 @@ BenchReport run_bench(const BenchOptions& o, Communicator& comm) {
                                           << ": lower --context, --steps or --prefill");
 
   BenchReport rep;
-  rep.cpu_model = cpu_model_name();
+  rep.cpu_model = cpu::cpu_model_name();
+  rep.kernels = cpu::describe_kernel_choice();
   rep.date = utc_now();
   rep.dtype = dtype_name(ckpt.tensor("model.layers.0.mlp.up_proj.weight").dtype);
   rep.weight_bytes = decode_weight_bytes(ckpt);
@@ -255,7 +246,18 @@ BenchReport run_bench(const BenchOptions& o, Communicator& comm) {
       fill(*caches.back());
     }
 
-  std::vector<double> t_bw, t_decode, t_verify, t_prefill, t_batch;
+  // The bandwidth probes: every read kernel of every variant this CPU runs.
+  struct Probe {
+    cpu::Isa isa;
+    int kernel;
+    std::vector<double> seconds;
+  };
+  std::vector<Probe> probes;
+  for (cpu::Isa isa : cpu::built_isas())
+    if (cpu::cpu_supports(isa))
+      for (int k = 0; k < cpu::kReadKernels; ++k) probes.push_back({isa, k, {}});
+
+  std::vector<double> t_decode, t_verify, t_prefill, t_batch;
   std::vector<double> c_decode, c_verify, c_prefill, c_batch;  // communication, s per step
   std::vector<SeqChunk> chunks(o.batch);
   for (int round = 0; round < o.warmup + o.repeats; ++round) {
@@ -263,14 +265,15 @@ BenchReport run_bench(const BenchOptions& o, Communicator& comm) {
     if (root)
       std::cerr << "bench: round " << round + 1 << "/" << o.warmup + o.repeats
                 << (record ? "" : " (warm-up)") << std::endl;
-    {
+    for (Probe& p : probes) {
       comm.barrier();
       omp_set_num_threads(o.threads);
       const auto t0 = Clock::now();
-      volatile float sink = cpu::stream_read(bw_buffer.data(), bw_buffer.size());
+      volatile float sink =
+          cpu::kernels_for(p.isa)->stream_read(bw_buffer.data(), bw_buffer.size(), p.kernel);
       (void)sink;
       comm.barrier();
-      if (record) t_bw.push_back(seconds_since(t0));
+      if (record) p.seconds.push_back(seconds_since(t0));
     }
     if (wants(o, "decode")) {
       single->truncate(o.context);
@@ -330,7 +333,21 @@ BenchReport run_bench(const BenchOptions& o, Communicator& comm) {
   }
 
   const double bw_bytes = static_cast<double>(bw_floats) * sizeof(float) * tp;
-  rep.cases.push_back(summarize("bandwidth", 0, bw_bytes, t_bw));
+  // The bound is the fastest probe (by median): decode streams the same bytes, so it should not
+  // exceed it by more than the noise.
+  std::size_t best = 0;
+  for (std::size_t i = 0; i < probes.size(); ++i) {
+    const BenchCase c = summarize("bandwidth", 0, bw_bytes, probes[i].seconds);
+    BandwidthProbe f;
+    f.isa = cpu::isa_name(probes[i].isa);
+    f.kernel = cpu::read_kernel_name(probes[i].kernel);
+    f.gb_per_s = c.gb_per_s;
+    f.gb_per_s_min = bw_bytes / (c.ms_max / 1e3) / 1e9;
+    f.gb_per_s_max = bw_bytes / (c.ms_min / 1e3) / 1e9;
+    rep.probes.push_back(f);
+    if (f.gb_per_s > rep.probes[best].gb_per_s) best = i;
+  }
+  rep.cases.push_back(summarize("bandwidth", 0, bw_bytes, probes[best].seconds));
   if (wants(o, "decode"))
     rep.cases.push_back(summarize("decode", 1, rep.weight_bytes, t_decode, c_decode));
   if (wants(o, "verify"))
@@ -363,7 +380,14 @@ std::string format_table(const BenchReport& r) {
   out << "model: " << std::setprecision(1) << r.parameters / 1e6 << "M parameters, " << r.dtype
       << ", decode reads " << std::setprecision(1) << r.weight_bytes / 1e6 << " MB/token; tp "
       << r.tp << ", threads " << r.threads << ", " << r.repeats << " repeats\n";
-  out << "cpu: " << r.cpu_model << "\n";
+  out << "cpu: " << r.cpu_model << "; kernels: " << r.kernels << "\n";
+  out << "bandwidth probes, GB/s (median of the rounds; the best is the bandwidth row):\n";
+  for (std::size_t i = 0; i < r.probes.size(); ++i) {
+    const BandwidthProbe& p = r.probes[i];
+    if (i == 0 || p.isa != r.probes[i - 1].isa) out << "  " << std::left << std::setw(10) << p.isa;
+    out << std::right << " " << p.kernel << " " << std::setprecision(2) << p.gb_per_s;
+    if (i + 1 == r.probes.size() || r.probes[i + 1].isa != p.isa) out << "\n";
+  }
   out << std::left << std::setw(10) << "case" << std::right << std::setw(7) << "tokens"
       << std::setw(11) << "ms/step" << std::setw(20) << "(min - max)" << std::setw(11) << "tokens/s"
       << std::setw(9) << "GB/s" << std::setw(9) << "% bw";
@@ -394,6 +418,7 @@ std::string to_json(const BenchReport& r, const std::string& command_line) {
   nlohmann::json j;
   j["command"] = command_line;
   j["cpu_model"] = r.cpu_model;
+  j["kernels"] = r.kernels;
   j["date"] = r.date;
   j["dtype"] = r.dtype;
   j["parameters"] = r.parameters;
@@ -413,6 +438,14 @@ std::string to_json(const BenchReport& r, const std::string& command_line) {
                      {"pct_bandwidth", c.pct_bandwidth},
                      {"comm_ms", c.comm_ms}});
   j["cases"] = cases;
+  nlohmann::json probes = nlohmann::json::array();
+  for (const BandwidthProbe& p : r.probes)
+    probes.push_back({{"isa", p.isa},
+                      {"kernel", p.kernel},
+                      {"gb_per_s", p.gb_per_s},
+                      {"gb_per_s_min", p.gb_per_s_min},
+                      {"gb_per_s_max", p.gb_per_s_max}});
+  j["bandwidth_probes"] = probes;
   j["verify_over_decode"] = r.verify_over_decode;
   j["prefill_over_decode"] = r.prefill_over_decode;
   j["batch_over_decode"] = r.batch_over_decode;

@@ -3,7 +3,9 @@
 // One run builds a synthetic Llama model (make_model_pair into a temporary directory, or an
 // existing make-model directory), then, round after round so that a noisy machine affects every
 // case alike, measures:
-//   bandwidth  a STREAM-like read of a buffer as large as this rank's weights (cpu::stream_read);
+//   bandwidth  STREAM-like reads of a buffer as large as this rank's weights (cpu::stream_read):
+//              every read kernel of every kernel variant this CPU supports, the best of them
+//              being the bound that the other cases' "% bw" divide by;
 //   decode     batch 1, one new token per forward;
 //   verify     batch 1, k+1 new tokens scored in one forward (all logits), then rolled back;
 //   prefill    batch 1, a prompt of `prefill` tokens from an empty cache;
@@ -53,14 +55,23 @@ struct BenchCase {
   double comm_ms = 0;
 };
 
+// One read kernel of one kernel variant (the bandwidth probe's candidates).
+struct BandwidthProbe {
+  std::string isa;                                          // cpu::isa_name
+  std::string kernel;                                       // cpu::read_kernel_name
+  double gb_per_s = 0, gb_per_s_min = 0, gb_per_s_max = 0;  // over the recorded rounds
+};
+
 struct BenchReport {
   std::string cpu_model;    // /proc/cpuinfo "model name"
+  std::string kernels;      // the kernel variant in use (cpu::describe_kernel_choice)
   std::string date;         // UTC, ISO 8601
   std::string dtype;        // weight dtype of the model
   double weight_bytes = 0;  // bytes one decode step reads (all ranks): layers, lm_head, norms
   double parameters = 0;    // all parameters (embedding included)
   int tp = 1, threads = 1, repeats = 0;
-  std::vector<BenchCase> cases;  // bandwidth first
+  std::vector<BenchCase> cases;        // bandwidth (the best probe) first
+  std::vector<BandwidthProbe> probes;  // every probe, in variant then kernel order
   // The ratios (0 when a case was not run): verify ms / decode ms; prefill tokens/s /
   // decode tokens/s; batch tokens/s / decode tokens/s.
   double verify_over_decode = 0, prefill_over_decode = 0, batch_over_decode = 0;

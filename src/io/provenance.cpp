@@ -25,6 +25,7 @@
 #include "common/error.h"
 #include "dist/gather.h"
 #include "dist/mpi_comm.h"
+#include "kernels/cpu/dispatch.h"
 
 extern char** environ;
 
@@ -70,19 +71,6 @@ constexpr std::array<std::string_view, 24> kPerProcessVariables = {
     "SLURM_CPUS_ON_NODE",
     "SLURM_STEP_GPUS",
 };
-
-std::string read_cpu_model() {
-  std::ifstream in("/proc/cpuinfo");
-  std::string line;
-  while (std::getline(in, line)) {
-    if (line.rfind("model name", 0) != 0) continue;
-    auto colon = line.find(':');
-    if (colon == std::string::npos) continue;
-    auto start = line.find_first_not_of(" \t", colon + 1);
-    return start == std::string::npos ? "unknown" : line.substr(start);
-  }
-  return "unknown";
-}
 
 std::string read_hostname() {
   std::array<char, 256> name{};
@@ -203,6 +191,8 @@ const std::vector<ComparedField>& compared_fields() {
       {"nccl_version", [](const ProvenanceRecord& r) { return r.nccl_version; }},
       {"nccl_build_version", [](const ProvenanceRecord& r) { return r.nccl_build_version; }},
       {"cpu_model", [](const ProvenanceRecord& r) { return r.cpu_model; }},
+      {"cpu_isa", [](const ProvenanceRecord& r) { return r.cpu_isa; }},
+      {"cpu_isa_forced", [text](const ProvenanceRecord& r) { return text(r.cpu_isa_forced); }},
       {"world_size", [](const ProvenanceRecord& r) { return std::to_string(r.world_size); }},
   };
   return fields;
@@ -311,7 +301,10 @@ ProvenanceRecord collect_local_provenance(const World& world) {
   r.world_rank = world.rank;
   r.world_size = world.size;
   r.local_rank = world.local_rank;
-  r.cpu_model = read_cpu_model();
+  r.cpu_model = cpu::cpu_model_name();
+  const cpu::KernelChoice& kernels = cpu::select_kernels();
+  r.cpu_isa = cpu::isa_name(kernels.isa);
+  r.cpu_isa_forced = kernels.forced;
   std::vector<std::string> entries;
   for (char** e = environ; e != nullptr && *e != nullptr; ++e) entries.emplace_back(*e);
   r.environment = select_environment(entries);
@@ -380,6 +373,8 @@ void to_json(nlohmann::json& j, const ProvenanceRecord& r) {
                      {"world_size", r.world_size},
                      {"local_rank", r.local_rank},
                      {"cpu_model", r.cpu_model},
+                     {"cpu_isa", r.cpu_isa},
+                     {"cpu_isa_forced", r.cpu_isa_forced},
                      {"environment", r.environment}};
 }
 
@@ -408,6 +403,8 @@ void from_json(const nlohmann::json& j, ProvenanceRecord& r) {
   read_field(j, "world_size", r.world_size, what);
   read_field(j, "local_rank", r.local_rank, what);
   read_field(j, "cpu_model", r.cpu_model, what);
+  read_field(j, "cpu_isa", r.cpu_isa, what);
+  read_field(j, "cpu_isa_forced", r.cpu_isa_forced, what);
   read_field(j, "environment", r.environment, what);
 }
 
@@ -521,7 +518,8 @@ std::string format_record(const ProvenanceRecord& r) {
   }
   s << "process:     rank " << r.world_rank << " of " << r.world_size << ", local rank "
     << r.local_rank << ", host " << r.hostname << ", pid " << r.pid << "\n";
-  s << "CPU:         " << r.cpu_model << "\n";
+  s << "CPU:         " << r.cpu_model << "; kernels " << r.cpu_isa
+    << (r.cpu_isa_forced ? " (forced by SPECRUN_CPU_ISA)" : "") << "\n";
   s << "environment: " << r.environment.size() << " variables (";
   for (std::size_t i = 0; i < std::size(kRecordedEnvPrefixes); ++i)
     s << (i ? " " : "") << kRecordedEnvPrefixes[i] << "*";

@@ -63,6 +63,11 @@ struct ProvenanceRecord {
   int world_size = 1;
   int local_rank = 0;
   std::string cpu_model;  // /proc/cpuinfo "model name" of the first CPU; "unknown" if absent
+  // The CPU kernel variant this rank runs (kernels/cpu/dispatch.h: "avx512", "avx2",
+  // "baseline"), and whether SPECRUN_CPU_ISA forced it rather than the CPU's best. A run on
+  // another node type shows here first.
+  std::string cpu_isa;
+  bool cpu_isa_forced = false;
 
   // Every variable whose name starts with one of kRecordedEnvPrefixes, sorted by name.
   std::map<std::string, std::string> environment;

@@ -87,7 +87,8 @@ def check_layout(f, world, draft_len):
         rec = json.loads(text)
         check(rec.get("world_rank") == r, f"provenance row {r} has world_rank {rec.get('world_rank')}")
         check(isinstance(rec.get("environment"), dict), f"provenance row {r}: no environment")
-        for key in ["git_commit", "hdf5_version", "mpi_library", "hostname", "compiler"]:
+        for key in ["git_commit", "hdf5_version", "mpi_library", "hostname", "compiler",
+                    "cpu_isa", "cpu_isa_forced"]:
             check(key in rec, f"provenance row {r}: no {key}")
     json.loads(mm.asstr()[()])
 

@@ -217,15 +217,23 @@ TEST(RopeTable, TableThenApplyEqualsRope) {
   EXPECT_FLOAT_EQ(table[3 * head_dim + head_dim / 2 + 1], std::sin(300.f * inv_freq[1]));
 }
 
-TEST(StreamRead, SumsTheBuffer) {
-  // Ones and a few twos: every partial sum is an exact integer in float32.
+TEST(StreamRead, EveryKernelSumsTheBuffer) {
+  // Ones and a few twos: every partial sum is an exact integer in float32. Lengths: short of one
+  // 256-byte block, not a multiple of four blocks per thread, and a remainder after the
+  // four-stream kernel's equal quarters.
   std::vector<float> v(100003, 1.0f);
   v[0] = v[50000] = v[100002] = 2.0f;
-  for (int threads : {1, 2}) {
-    omp_set_num_threads(threads);
-    EXPECT_EQ(cpu::stream_read(v.data(), v.size()), 100006.0f) << "threads " << threads;
-    EXPECT_EQ(cpu::stream_read(v.data(), 7), 8.0f) << "threads " << threads;
-  }
+  for (int kernel = 0; kernel < cpu::kReadKernels; ++kernel)
+    for (int threads : {1, 2, 3}) {
+      omp_set_num_threads(threads);
+      SCOPED_TRACE(testing::Message() << cpu::read_kernel_name(kernel) << ", threads " << threads);
+      EXPECT_EQ(cpu::stream_read(v.data(), v.size(), kernel), 100006.0f);
+      EXPECT_EQ(cpu::stream_read(v.data(), 7, kernel), 8.0f);
+      EXPECT_EQ(cpu::stream_read(v.data(), 64 * 5 + 16 * 3 + 1, kernel), 370.0f);
+      EXPECT_EQ(cpu::stream_read(v.data(), 50001, kernel), 50003.0f);
+      EXPECT_EQ(cpu::stream_read(v.data(), 0, kernel), 0.0f);
+    }
+  omp_set_num_threads(2);
 }
 
 }  // namespace
