@@ -14,7 +14,7 @@ int argmax(const float* x, int n) {
       best_value = x[i];
     }
   }
-  return best;
+  return __builtin_isnan(best_value) ? -1 : best;
 }
 
 void softmax(float* x, int n) {

@@ -10,10 +10,9 @@
 //    new token carries a KvSlot that says where its sequence's cache is.
 // One op per .cu file in this directory; each file's header states its layout.
 //
-// What stays on the host: sampling (temperature, top-k, top-p) and the speculative acceptance
-// and residual sampling run in src/spec on logits copied back to the host; softmax and argmax
-// here are the device building blocks (tested against the CPU reference), not yet used by the
-// model.
+// Token decisions (argmax, sampling, speculative verification) run here too, on the logits
+// where the model left them (sampling.cu; src/spec/token_ops.h drives them): only token ids
+// and accepted counts are copied to the host.
 #pragma once
 
 #include <cublas_v2.h>
@@ -66,6 +65,13 @@ void rmsnorm(cudaStream_t stream, const float* x, int n_tokens, int dim, const v
 void rope(cudaStream_t stream, float* x, int n_tokens, int n_heads, int head_dim,
           std::int64_t row_stride, const float* inv_freq, const std::int32_t* positions);
 
+// rope in two steps (the CPU's rope_table / rope_apply): cos_sin [n_tokens, head_dim] from
+// inv_freq [head_dim/2] and positions [n_tokens] (device), then x rotated with it in place.
+void rope_table(cudaStream_t stream, const float* inv_freq, int head_dim,
+                const std::int32_t* positions, int n_tokens, float* cos_sin);
+void rope_apply(cudaStream_t stream, float* x, int n_tokens, int n_heads, int head_dim,
+                std::int64_t row_stride, const float* cos_sin);
+
 // Where one new token's sequence keeps its KV cache (the KvCache layout, float32):
 //   cache [n_layers][2 (K, V)][capacity][n_kv_heads][head_dim]; the token sits at `position`
 //   and attends to positions 0..position. An array of KvSlot lives in device memory.
@@ -97,7 +103,7 @@ void add_inplace(cudaStream_t stream, float* y, const float* x, std::size_t n);
 void add_bias(cudaStream_t stream, float* y, const float* bias, int n_rows, int dim);
 
 // Row-wise argmax: out[r] = index of the largest x[r, :] (lowest index on ties, NaNs never
-// chosen unless the row is all NaN, then 0). x [n_rows, n] float32; out [n_rows] int32.
+// chosen; -1 when the row is all NaN). x [n_rows, n] float32; out [n_rows] int32.
 void argmax(cudaStream_t stream, const float* x, int n_rows, int n, std::int32_t* out);
 
 // Row-wise softmax with temperature in place: x[r, i] = exp((x[r, i] - max) / T) / sum.

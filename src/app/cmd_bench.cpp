@@ -1,5 +1,5 @@
-// `specrun bench [options]`: decode, verify, prefill and batched-decode speed of the CPU backend
-// on a synthetic model, next to the machine's measured read bandwidth (src/engine/bench.h).
+// `specrun bench [options]`: decode, verify, prefill and batched-decode speed of the CPU or CUDA
+// backend on a synthetic model, next to the machine's measured bandwidth (src/engine/bench.h).
 // Under `mpirun -np N` the N ranks run one tensor-parallel group (tp = N). Rank 0 prints the
 // table and writes --json.
 #include <boost/program_options.hpp>
@@ -11,6 +11,7 @@
 #include "common/error.h"
 #include "dist/mpi_comm.h"
 #include "engine/bench.h"
+#include "model/model_factory.h"
 
 namespace po = boost::program_options;
 
@@ -27,7 +28,7 @@ int cmd_bench(CommandContext& ctx, const std::vector<std::string>& args) {
   s.intermediate = 2048;
   s.vocab = 32000;
   s.max_pos = 2048;
-  std::string dtype = "bf16", json_path, cases;
+  std::string dtype = "bf16", json_path, cases, backend = "cpu";
   int tp = 0;
   po::options_description options("specrun bench [options]");
   options.add_options()("help,h", "show this help")(
@@ -44,6 +45,8 @@ int cmd_bench(CommandContext& ctx, const std::vector<std::string>& args) {
       "tp", po::value(&tp)->default_value(0),
       "tensor-parallel size (0: world size; must equal it)")(
       "threads", po::value(&o.threads)->default_value(o.threads), "OpenMP threads per rank")(
+      "backend", po::value(&backend)->default_value(backend),
+      "cpu, or cuda (one GPU per rank; needs a CUDA build)")(
       "repeats", po::value(&o.repeats)->default_value(o.repeats),
       "recorded rounds (medians, min and max over them)")(
       "warmup", po::value(&o.warmup)->default_value(o.warmup), "rounds run first, not recorded")(
@@ -86,9 +89,12 @@ int cmd_bench(CommandContext& ctx, const std::vector<std::string>& args) {
     for (std::string item; std::getline(in, item, ',');) o.cases.push_back(item);
   }
 
+  const BackendKind kind = parse_backend(backend, "--backend");
   World world = ctx.mpi.world(tp);
   MpiComm tp_comm = MpiComm::tp_group(world);
-  const BenchReport report = run_bench(o, tp_comm);
+  MpiComm self_comm(MPI_COMM_SELF);
+  ModelFactory factory(kind, tp_comm, self_comm, world, o.threads, /*comm_timeout_s=*/600);
+  const BenchReport report = run_bench(o, factory, factory.tp_comm());
   if (!root) return 0;
   std::cout << format_table(report) << std::flush;
   if (!json_path.empty()) {

@@ -1,8 +1,8 @@
-// `specrun generate MODEL_DIR --tokens 1,403,407 [--max-new-tokens N] [--threads N]
-// [--dump-logits FILE]`: greedy continuation of token ids with one model, tensor-parallel over
-// all ranks (tp = world size). This is how people and tests check the engine against other
-// implementations. Rank 0 prints one line of space-separated generated ids, then the decoded
-// text when the model folder has a tokenizer the project reads.
+// `specrun generate MODEL_DIR --tokens 1,403,407 [--max-new-tokens N] [--backend cpu|cuda]
+// [--threads N] [--dump-logits FILE]`: greedy continuation of token ids with one model,
+// tensor-parallel over all ranks (tp = world size). This is how people and tests check the engine
+// against other implementations. Rank 0 prints one line of space-separated generated ids, then the
+// decoded text when the model folder has a tokenizer the project reads.
 //
 // --dump-logits FILE (written by rank 0), little-endian:
 //   char[4]  magic "SRLG"
@@ -26,10 +26,10 @@
 #include "app/commands.h"
 #include "common/error.h"
 #include "dist/mpi_comm.h"
-#include "kernels/cpu/ops.h"
 #include "model/checkpoint.h"
+#include "model/model_factory.h"
 #include "model/tokenizer.h"
-#include "model/transformer.h"
+#include "spec/token_ops.h"
 
 namespace po = boost::program_options;
 
@@ -76,11 +76,64 @@ void write_u32(std::ofstream& out, std::uint32_t v) {
 
 }  // namespace
 
+namespace {
+
+// Greedy continuation of `prompt` (one sequence). dump: the prompt pass computes the logits of
+// every position (all ranks must agree on it); they and every later step's go to `dumped` when
+// it is given (rank 0), in the --dump-logits order.
+std::vector<std::int32_t> greedy_continuation(LanguageModel& model, TokenOps& ops,
+                                              const std::vector<std::int32_t>& prompt, int max_new,
+                                              bool dump, std::vector<float>* dumped) {
+  const int V = model.config().vocab_size;
+  const int prompt_len = static_cast<int>(prompt.size());
+  auto cache = model.new_cache(prompt_len + max_new);
+  cache->set_sequence_id(0);
+  SeqChunk chunk{cache.get(), prompt.data(), prompt_len};
+  ForwardResult out = model.forward({&chunk, 1}, ForwardRequest{dump, {}});
+  auto keep = [&](const RowsView& logits) {
+    if (dumped == nullptr) return;
+    const std::size_t at = dumped->size();
+    dumped->resize(at + static_cast<std::size_t>(logits.rows) * V);
+    model.read(logits, 0, logits.rows, dumped->data() + at);
+  };
+  keep(out.logits);
+  std::vector<std::int32_t> generated;
+  std::int32_t next = 0;
+  for (int i = 0; i < max_new; ++i) {
+    const int last = out.logits.rows - 1;
+    ops.argmax(out.logits, {&last, 1}, {&next, 1});
+    generated.push_back(next);
+    if (i + 1 == max_new) break;
+    SeqChunk step{cache.get(), &generated.back(), 1};
+    out = model.forward({&step, 1}, ForwardRequest{});
+    keep(out.logits);
+  }
+  return generated;
+}
+
+void write_dump(const std::string& path, const std::vector<float>& dumped, int vocab) {
+  std::ofstream out(path, std::ios::binary);
+  SPEC_INPUT_CHECK(out.good(), "cannot open --dump-logits file " << path << " for writing");
+  out.write("SRLG", 4);
+  write_u32(out, 1);
+  write_u32(out, static_cast<std::uint32_t>(dumped.size() / vocab));
+  write_u32(out, static_cast<std::uint32_t>(vocab));
+  static_assert(std::endian::native == std::endian::little, "dump format is little-endian");
+  out.write(reinterpret_cast<const char*>(dumped.data()),
+            static_cast<std::streamsize>(dumped.size() * sizeof(float)));
+  out.close();
+  SPEC_CHECK(out.good(), "writing --dump-logits file " << path << " failed (disk full?)");
+}
+
+}  // namespace
+
 int cmd_generate(CommandContext& ctx, const std::vector<std::string>& args) {
   po::options_description options("specrun generate MODEL_DIR --tokens IDS [options]");
   options.add_options()("help,h", "show this help")(
       "tokens", po::value<std::string>(), "prompt token ids, comma-separated (e.g. 1,403,407)")(
       "max-new-tokens", po::value<int>()->default_value(32), "tokens to generate")(
+      "backend", po::value<std::string>()->default_value("cpu"),
+      "cpu, or cuda (one GPU per rank; needs a CUDA build)")(
       "threads", po::value<int>()->default_value(0),
       "OpenMP threads per rank (0: the node's cores divided among its ranks)")(
       "dump-logits", po::value<std::string>(), "write float32 logits to FILE (format below)");
@@ -101,6 +154,7 @@ int cmd_generate(CommandContext& ctx, const std::vector<std::string>& args) {
   }
   SPEC_INPUT_CHECK(vm.count("model-dir"), "specrun generate needs MODEL_DIR (see --help)");
   SPEC_INPUT_CHECK(vm.count("tokens"), "specrun generate needs --tokens (see --help)");
+  const BackendKind backend = parse_backend(vm["backend"].as<std::string>(), "--backend");
   const std::string model_dir = vm["model-dir"].as<std::string>();
   const std::vector<std::int32_t> prompt = parse_token_list(vm["tokens"].as<std::string>());
   const int max_new = vm["max-new-tokens"].as<int>();
@@ -111,12 +165,11 @@ int cmd_generate(CommandContext& ctx, const std::vector<std::string>& args) {
     threads = std::max(1, static_cast<int>(std::thread::hardware_concurrency()) /
                               std::max(1, ctx.mpi.local_size()));
 
-  const int tp = ctx.mpi.size();
-  World world = ctx.mpi.world(tp);
+  const World world = ctx.mpi.world(ctx.mpi.size());
   MpiComm tp_comm = MpiComm::tp_group(world);
+  MpiComm self_comm(MPI_COMM_SELF);
   Checkpoint checkpoint(model_dir);
-  Transformer model(checkpoint, tp_comm, world.tp_rank, tp, threads);
-  const ModelConfig& config = model.config();
+  const ModelConfig& config = checkpoint.config();
   const int prompt_len = static_cast<int>(prompt.size());
   SPEC_INPUT_CHECK(prompt_len + max_new <= config.max_position_embeddings,
                    "--tokens has " << prompt_len << " ids and --max-new-tokens is " << max_new
@@ -124,43 +177,16 @@ int cmd_generate(CommandContext& ctx, const std::vector<std::string>& args) {
                                    << config.max_position_embeddings
                                    << " positions (max_position_embeddings): generate fewer "
                                       "tokens or shorten the prompt");
+  ModelFactory factory(backend, tp_comm, self_comm, world, threads, /*comm_timeout_s=*/600);
+  std::unique_ptr<LanguageModel> model = factory.load(checkpoint, /*sharded=*/true);
+  std::unique_ptr<TokenOps> ops = make_token_ops(backend, factory.cuda_context());
 
-  const int V = model.vocab_size();
   const bool dump = vm.count("dump-logits") != 0;
-  std::vector<float> dumped;  // rank 0 only
-  auto cache = model.new_cache(prompt_len + max_new);
-  cache->set_sequence_id(0);
-  std::vector<float> logits;
-  SeqChunk chunk{cache.get(), prompt.data(), prompt_len};
-  model.forward({&chunk, 1}, dump, logits);
-  if (dump && root) dumped = logits;
-  const float* last = logits.data() + logits.size() - V;
-
-  std::vector<std::int32_t> generated;
-  for (int i = 0; i < max_new; ++i) {
-    generated.push_back(cpu::argmax(last, V));
-    if (i + 1 == max_new) break;
-    SeqChunk step{cache.get(), &generated.back(), 1};
-    model.forward({&step, 1}, false, logits);
-    if (dump && root) dumped.insert(dumped.end(), logits.begin(), logits.end());
-    last = logits.data();
-  }
+  std::vector<float> dumped;
+  const std::vector<std::int32_t> generated =
+      greedy_continuation(*model, *ops, prompt, max_new, dump, dump && root ? &dumped : nullptr);
   if (!root) return 0;
-
-  if (dump) {
-    const std::string path = vm["dump-logits"].as<std::string>();
-    std::ofstream out(path, std::ios::binary);
-    SPEC_INPUT_CHECK(out.good(), "cannot open --dump-logits file " << path << " for writing");
-    out.write("SRLG", 4);
-    write_u32(out, 1);
-    write_u32(out, static_cast<std::uint32_t>(dumped.size() / V));
-    write_u32(out, static_cast<std::uint32_t>(V));
-    static_assert(std::endian::native == std::endian::little, "dump format is little-endian");
-    out.write(reinterpret_cast<const char*>(dumped.data()),
-              static_cast<std::streamsize>(dumped.size() * sizeof(float)));
-    out.close();
-    SPEC_CHECK(out.good(), "writing --dump-logits file " << path << " failed (disk full?)");
-  }
+  if (dump) write_dump(vm["dump-logits"].as<std::string>(), dumped, config.vocab_size);
 
   for (std::size_t i = 0; i < generated.size(); ++i) std::cout << (i ? " " : "") << generated[i];
   std::cout << std::endl;

@@ -19,7 +19,11 @@ int cmd_make_model(CommandContext& ctx, const std::vector<std::string>& args) {
   std::string outdir, dtype;
   po::options_description options("specrun make-model OUTDIR [options]");
   options.add_options()("help,h", "show this help")(
+      "arch", po::value(&s.architecture)->default_value(s.architecture),
+      "architecture: llama (LlamaForCausalLM) or qwen3 (Qwen3ForCausalLM, q/k norms)")(
       "hidden", po::value(&s.hidden)->default_value(s.hidden), "hidden size")(
+      "head-dim", po::value(&s.head_dim)->default_value(s.head_dim),
+      "attention head size (0: hidden / heads)")(
       "layers", po::value(&s.layers)->default_value(s.layers), "target decoder layers")(
       "heads", po::value(&s.heads)->default_value(s.heads), "attention heads")(
       "kv-heads", po::value(&s.kv_heads)->default_value(s.kv_heads), "key/value heads (GQA)")(
@@ -69,7 +73,7 @@ int cmd_make_model(CommandContext& ctx, const std::vector<std::string>& args) {
   msg << "wrote " << outdir << "/target (" << s.layers << " layers) and " << outdir << "/draft ("
       << s.draft_layers << " layer" << (s.draft_layers == 1 ? "" : "s") << "): hidden " << s.hidden
       << ", heads " << s.heads << "/" << s.kv_heads << ", vocab " << s.vocab << ", " << dtype
-      << ", seed " << s.seed;
+      << ", " << s.architecture << ", seed " << s.seed;
   log.info(msg.str());
   return 0;
 }

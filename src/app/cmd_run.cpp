@@ -7,6 +7,7 @@
 #include "config/job_config.h"
 #include "dist/mpi_comm.h"
 #include "engine/job_runner.h"
+#include "spec/drafter_registry.h"
 
 namespace po = boost::program_options;
 
@@ -30,7 +31,11 @@ int cmd_run(CommandContext& ctx, const std::vector<std::string>& args) {
   po::notify(vm);
 
   if (vm.count("help")) {
-    if (ctx.mpi.rank() == 0) std::cout << options << "\nJob file keys:\n" << config_help();
+    if (ctx.mpi.rank() == 0) {
+      std::cout << options << "\nJob file keys:\n" << config_help() << "\nDrafters (draft.kind):\n";
+      for (const DrafterKind& k : drafter_kinds())
+        std::cout << "  " << k.name << ": " << k.summary << "\n";
+    }
     return 0;
   }
   if (!vm.count("job")) throw po::error("missing the job file: specrun run JOB.toml");
@@ -38,7 +43,8 @@ int cmd_run(CommandContext& ctx, const std::vector<std::string>& args) {
   if (vm.count("set")) overrides = vm["set"].as<std::vector<std::string>>();
 
   MpiComm world(MPI_COMM_WORLD);
-  JobConfig config = load_job_on_all_ranks(vm["job"].as<std::string>(), overrides, world);
+  JobConfig config =
+      load_job_on_all_ranks(vm["job"].as<std::string>(), overrides, world, validate_drafter_config);
   if (vm.count("print-config")) {
     if (ctx.mpi.rank() == 0) std::cout << to_toml(config);
     return 0;

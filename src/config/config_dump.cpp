@@ -4,6 +4,7 @@
 #include <cstdio>
 #include <sstream>
 
+#include "common/hash.h"
 #include "config/config_text.h"
 #include "config/job_config.h"
 #include "config/option_table.h"
@@ -113,13 +114,8 @@ nlohmann::json to_json(const JobConfig& config) {
 }
 
 std::uint64_t config_hash(const JobConfig& config) {
-  // FNV-1a, 64 bit. nlohmann::json keeps object keys sorted, so dump() is canonical.
-  std::uint64_t h = 14695981039346656037ull;
-  for (unsigned char ch : to_json(config).dump()) {
-    h ^= ch;
-    h *= 1099511628211ull;
-  }
-  return h;
+  // nlohmann::json keeps object keys sorted, so dump() is canonical.
+  return fnv1a64(to_json(config).dump());
 }
 
 std::string config_hash_hex(const JobConfig& config) {

@@ -85,7 +85,7 @@ void check_config_agreement(const JobConfig& config, Communicator& comm) {
 }
 
 JobConfig load_job_on_all_ranks(const std::string& path, const std::vector<std::string>& overrides,
-                                Communicator& comm) {
+                                Communicator& comm, const ConfigValidator& extra) {
   const bool root = comm.rank() == kRoot;
   JobConfig config;
   std::exception_ptr root_failure;
@@ -97,7 +97,7 @@ JobConfig load_job_on_all_ranks(const std::string& path, const std::vector<std::
     try {
       text = read_job_file(path);
       base_dir = job_file_dir(path);
-      config = parse_job_config(text, path, overrides, base_dir);
+      config = parse_job_config(text, path, overrides, base_dir, extra);
     } catch (const Error& e) {
       root_failure = std::current_exception();
       error_text = e.message();
@@ -134,7 +134,7 @@ JobConfig load_job_on_all_ranks(const std::string& path, const std::vector<std::
   std::string local_error;
   if (!root) {
     try {
-      config = parse_job_config(text, source, args, base_dir);
+      config = parse_job_config(text, source, args, base_dir, extra);
     } catch (const std::exception& e) {
       ok = false;
       local_error = e.what();

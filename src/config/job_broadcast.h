@@ -14,9 +14,10 @@ namespace specrun {
 // (only rank 0's path and overrides are used; the other ranks receive them). On failure every
 // rank throws an Error with rank 0's message and exit code (no rank waits forever). On success
 // rank 0 broadcasts the file text, its directory and the overrides, every rank parses them,
-// and check_config_agreement runs. Returns the same JobConfig on every rank.
+// and check_config_agreement runs. Returns the same JobConfig on every rank. `extra`: checks of
+// other layers (ConfigValidator), run with the built-in ones.
 JobConfig load_job_on_all_ranks(const std::string& path, const std::vector<std::string>& overrides,
-                                Communicator& comm);
+                                Communicator& comm, const ConfigValidator& extra = {});
 
 // Collective over `comm`: all-gathers config_hash(config) and throws on every rank (exit code
 // 1), naming the ranks whose hash differs from rank 0's, when they are not all equal.

@@ -294,21 +294,8 @@ void check_option(const OptionSpec& spec, const std::vector<std::string>& v,
   }
 }
 
-// Rules that relate several options.
+// Rules that relate several options (the drafter's keys are its kind's: spec/drafter_registry).
 void validate_cross_rules(const JobConfig& c, const Origins& origins) {
-  if (c.uses_mode("speculative")) {
-    SPEC_INPUT_CHECK(c.draft.kind != "none",
-                     "decode.modes includes \"speculative\" ("
-                         << origin_of(origins, "decode.modes") << ") but draft.kind = \"none\" ("
-                         << origin_of(origins, "draft.kind")
-                         << "): set draft.kind = \"model\" with a draft.path, or use "
-                            "decode.modes = [\"baseline\"]");
-    SPEC_INPUT_CHECK(!c.draft.path.empty(),
-                     "draft.path is not set but decode.modes includes \"speculative\" ("
-                         << origin_of(origins, "decode.modes")
-                         << "): give the draft model directory under [draft] or with --set "
-                            "draft.path=DIR");
-  }
   SPEC_INPUT_CHECK(c.debug.inject_delay_ms == 0 || c.debug.inject_phase != "none",
                    "debug.inject_delay_ms = " << format_number(c.debug.inject_delay_ms) << " ("
                                               << origin_of(origins, "debug.inject_delay_ms")
@@ -409,12 +396,18 @@ bool JobConfig::uses_mode(const std::string& mode) const {
   return std::find(decode.modes.begin(), decode.modes.end(), mode) != decode.modes.end();
 }
 
-void validate_job_config(const JobConfig& config) {
-  validate_impl(config, Origins{});
+std::string JobConfig::origin(const std::string& key) const {
+  return origin_of(origins, key);
+}
+
+void validate_job_config(const JobConfig& config, const ConfigValidator& extra) {
+  validate_impl(config, config.origins);
+  if (extra) extra(config);
 }
 
 JobConfig parse_job_config(const std::string& toml_text, const std::string& source_name,
-                           const std::vector<std::string>& overrides, const std::string& base_dir) {
+                           const std::vector<std::string>& overrides, const std::string& base_dir,
+                           const ConfigValidator& extra) {
   const fs::path cwd = fs::current_path();
   const fs::path base = base_dir.empty() ? cwd : fs::absolute(base_dir);
   toml::table root;
@@ -439,7 +432,8 @@ JobConfig parse_job_config(const std::string& toml_text, const std::string& sour
   config.job_text = toml_text;
   config.job_path = source_name;
   config.overrides = overrides;
-  validate_impl(config, origins);
+  config.origins = std::move(origins);
+  validate_job_config(config, extra);
   return config;
 }
 
@@ -462,8 +456,9 @@ std::string job_file_dir(const std::string& path) {
   return fs::absolute(path).parent_path().lexically_normal().string();
 }
 
-JobConfig load_job_config(const std::string& path, const std::vector<std::string>& overrides) {
-  return parse_job_config(read_job_file(path), path, overrides, job_file_dir(path));
+JobConfig load_job_config(const std::string& path, const std::vector<std::string>& overrides,
+                          const ConfigValidator& extra) {
+  return parse_job_config(read_job_file(path), path, overrides, job_file_dir(path), extra);
 }
 
 }  // namespace specrun

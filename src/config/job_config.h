@@ -14,6 +14,8 @@
 #pragma once
 
 #include <cstdint>
+#include <functional>
+#include <map>
 #include <string>
 #include <vector>
 
@@ -41,7 +43,7 @@ struct TargetSection {
 };
 
 struct DraftSection {
-  std::string kind = "model";            // model | none
+  std::string kind = "model";            // a registered drafter (spec/drafter_registry.h)
   ConfigPath path;                       // Hugging Face model directory when kind = model
   std::string placement = "replicated";  // sharded | replicated
 };
@@ -89,13 +91,24 @@ struct JobConfig {
   std::string job_text;  // the job file's text exactly as read ("" when built in code)
   std::string job_path;  // the job file's path as given ("" when parsed from a string)
   std::vector<std::string> overrides;  // the --set arguments applied, in order
+  // Where each option got its value: "set at job.toml:5:13", "set by --set decode.top_k=5";
+  // absent: the default.
+  std::map<std::string, std::string> origins;
 
   bool uses_mode(const std::string& mode) const;
+  // origins[key], or "default".
+  std::string origin(const std::string& key) const;
 };
+
+// Checks that the config layer leaves to the layers that own the meaning of an option (e.g.
+// the drafter registry's per-kind keys), run right after the built-in validation while the job
+// is parsed, so that errors name where values were set. May be empty.
+using ConfigValidator = std::function<void(const JobConfig&)>;
 
 // Reads and parses the job file at `path`, applies `overrides` ("section.key=value"),
 // validates, and fills job_text/job_path/overrides. Throws Error (exit code 2).
-JobConfig load_job_config(const std::string& path, const std::vector<std::string>& overrides = {});
+JobConfig load_job_config(const std::string& path, const std::vector<std::string>& overrides = {},
+                          const ConfigValidator& extra = {});
 
 // The job file's text; throws Error (exit code 2) naming the path when it cannot be read.
 std::string read_job_file(const std::string& path);
@@ -107,11 +120,11 @@ std::string job_file_dir(const std::string& path);
 // empty). Sets job_text = toml_text, job_path = source_name.
 JobConfig parse_job_config(const std::string& toml_text, const std::string& source_name,
                            const std::vector<std::string>& overrides = {},
-                           const std::string& base_dir = "");
+                           const std::string& base_dir = "", const ConfigValidator& extra = {});
 
-// Checks every option's range/choices and the rules between options (e.g. speculative mode
-// needs a draft). parse_job_config calls it; call it after changing a JobConfig in code.
-void validate_job_config(const JobConfig& config);
+// Checks every option's range/choices and the rules between options, then `extra`.
+// parse_job_config calls it; call it after changing a JobConfig in code.
+void validate_job_config(const JobConfig& config, const ConfigValidator& extra = {});
 
 // Canonical TOML: every section and key in table order, resolved paths, no comments. Parsing it
 // back gives a config with the same hash.

@@ -103,8 +103,8 @@ void for_each_option(Config& config, Visitor&& visit) {
             .one_of({"auto", "f32", "bf16", "f16"}),
         config.target.dtype);
   // [draft]
-  visit(S{"draft", "kind", "Drafter: model = a small causal LM; none = baseline only."}.one_of(
-            {"model", "none"}),
+  visit(S{"draft", "kind", "Drafter, by name (the kinds are listed below); none = baseline only."}
+            .required(),
         config.draft.kind);
   visit(S{"draft", "path",
           "Draft model directory (when kind = model); same vocabulary as the target."},

@@ -40,18 +40,12 @@ int choose_device(int local_rank, int local_size, int device_count, std::string*
 #include <sstream>
 #include <thread>
 
+#include "common/clock.h"
 #include "kernels/cuda/cuda_check.h"
 
 namespace specrun {
-namespace {
 
-using Clock = std::chrono::steady_clock;
-
-double seconds_since(Clock::time_point t0) {
-  return std::chrono::duration<double>(Clock::now() - t0).count();
-}
-
-}  // namespace
+using Clock = SteadyClock;
 
 NcclComm::NcclComm(MpiComm& group, int device, cudaStream_t stream, double timeout_s)
     : group_(group),

@@ -19,31 +19,23 @@
 #include <nlohmann/json.hpp>
 #include <sstream>
 
+#include "common/clock.h"
 #include "common/error.h"
 #include "dist/communicator.h"
 #include "kernels/cpu/dispatch.h"
 #include "kernels/cpu/ops.h"
 #include "model/checkpoint.h"
-#include "model/transformer.h"
+#include "model/model_factory.h"
+
+#ifdef SPECRUN_HAVE_CUDA
+#include "backend/cuda_backend.h"
+#endif
 
 namespace specrun {
 
 namespace {
 
-using Clock = std::chrono::steady_clock;
-
-double seconds_since(Clock::time_point t0) {
-  return std::chrono::duration<double>(Clock::now() - t0).count();
-}
-
-std::string utc_now() {
-  const std::time_t now = std::time(nullptr);
-  std::tm tm{};
-  gmtime_r(&now, &tm);
-  char buf[32];
-  std::strftime(buf, sizeof buf, "%Y-%m-%dT%H:%M:%SZ", &tm);
-  return buf;
-}
+using Clock = SteadyClock;
 
 // A make-model directory that exists while this object lives (rank 0 writes and removes it).
 class ModelDir {
@@ -191,174 +183,194 @@ bool wants(const BenchOptions& o, const char* name) {
   return std::find(o.cases.begin(), o.cases.end(), name) != o.cases.end();
 }
 
-}  // namespace
-
-BenchReport run_bench(const BenchOptions& o, Communicator& comm) {
-  check_options(o);
-  if (o.model_dir.empty()) validate(o.spec);
-  const bool root = comm.rank() == 0;
-  const int tp = comm.size();
-
-  ModelDir dir(o, comm);
-  Checkpoint ckpt(dir.path());
-  Transformer model(ckpt, comm, comm.rank(), tp, o.threads);
-  const ModelConfig& cfg = model.config();
-  const int need = std::max(o.context + std::max(o.steps, o.verify_k + 1), o.prefill);
-  SPEC_INPUT_CHECK(need <= cfg.max_position_embeddings,
-                   "the benchmark needs " << need << " positions but the model's context is "
-                                          << cfg.max_position_embeddings
-                                          << ": lower --context, --steps or --prefill");
-
-  BenchReport rep;
-  rep.cpu_model = cpu::cpu_model_name();
-  rep.kernels = cpu::describe_kernel_choice();
-  rep.date = utc_now();
-  rep.dtype = dtype_name(ckpt.tensor("model.layers.0.mlp.up_proj.weight").dtype);
-  rep.weight_bytes = decode_weight_bytes(ckpt);
-  rep.parameters = parameter_count(ckpt);
-  rep.tp = tp;
-  rep.threads = o.threads;
-  rep.repeats = o.repeats;
-
-  // The bandwidth buffer: as large as this rank's share of the weights and in the same kind of
-  // memory (anonymous, huge pages where the kernel gives them: ModelWeights::make_resident),
-  // touched once so that its pages exist before the first timed read.
-  const std::size_t bw_floats = static_cast<std::size_t>(rep.weight_bytes / tp / sizeof(float));
-  HugeBuffer bw_buffer(bw_floats);
-
-  const int V = cfg.vocab_size;
-  const std::vector<std::int32_t> prompt = bench_tokens(std::max(o.context, o.prefill), V, 1);
-  const std::vector<std::int32_t> steps_ids = bench_tokens(o.steps * o.batch, V, 2);
-  const std::vector<std::int32_t> verify_ids = bench_tokens(o.verify_k + 1, V, 3);
-  std::vector<float> logits;
-
-  auto fill = [&](KvCache& cache) {
-    cache.truncate(0);
-    SeqChunk c{&cache, prompt.data(), o.context};
-    model.forward({&c, 1}, false, logits);
-  };
-  auto single = model.new_cache(need + 1);
-  fill(*single);
-  std::vector<std::unique_ptr<KvCache>> caches;
-  if (wants(o, "batch"))
-    for (int b = 0; b < o.batch; ++b) {
-      caches.push_back(model.new_cache(o.context + o.steps + 1));
-      fill(*caches.back());
-    }
-
-  // The bandwidth probes: every read kernel of every variant this CPU runs.
-  struct Probe {
-    cpu::Isa isa;
-    int kernel;
-    std::vector<double> seconds;
-  };
-  std::vector<Probe> probes;
-  for (cpu::Isa isa : cpu::built_isas())
-    if (cpu::cpu_supports(isa))
-      for (int k = 0; k < cpu::kReadKernels; ++k) probes.push_back({isa, k, {}});
-
-  std::vector<double> t_decode, t_verify, t_prefill, t_batch;
-  std::vector<double> c_decode, c_verify, c_prefill, c_batch;  // communication, s per step
-  std::vector<SeqChunk> chunks(o.batch);
-  for (int round = 0; round < o.warmup + o.repeats; ++round) {
-    const bool record = round >= o.warmup;
-    if (root)
-      std::cerr << "bench: round " << round + 1 << "/" << o.warmup + o.repeats
-                << (record ? "" : " (warm-up)") << std::endl;
-    for (Probe& p : probes) {
-      comm.barrier();
-      omp_set_num_threads(o.threads);
-      const auto t0 = Clock::now();
-      volatile float sink =
-          cpu::kernels_for(p.isa)->stream_read(bw_buffer.data(), bw_buffer.size(), p.kernel);
-      (void)sink;
-      comm.barrier();
-      if (record) p.seconds.push_back(seconds_since(t0));
-    }
-    if (wants(o, "decode")) {
-      single->truncate(o.context);
-      comm.barrier();
-      comm.reset_timing();
-      const auto t0 = Clock::now();
-      for (int s = 0; s < o.steps; ++s) {
-        SeqChunk c{single.get(), &steps_ids[s], 1};
-        model.forward({&c, 1}, false, logits);
-      }
-      if (record) {
-        t_decode.push_back(seconds_since(t0) / o.steps);
-        c_decode.push_back(comm.comm_seconds() / o.steps);
-      }
-    }
-    if (wants(o, "verify")) {
-      comm.barrier();
-      comm.reset_timing();
-      const auto t0 = Clock::now();
-      for (int s = 0; s < o.steps; ++s) {
-        single->truncate(o.context);
-        SeqChunk c{single.get(), verify_ids.data(), o.verify_k + 1};
-        model.forward({&c, 1}, true, logits);
-      }
-      if (record) {
-        t_verify.push_back(seconds_since(t0) / o.steps);
-        c_verify.push_back(comm.comm_seconds() / o.steps);
-      }
-    }
-    if (wants(o, "prefill")) {
-      single->truncate(0);
-      comm.barrier();
-      comm.reset_timing();
-      const auto t0 = Clock::now();
-      SeqChunk c{single.get(), prompt.data(), o.prefill};
-      model.forward({&c, 1}, false, logits);
-      if (record) {
-        t_prefill.push_back(seconds_since(t0));
-        c_prefill.push_back(comm.comm_seconds());
-      }
-    }
-    if (wants(o, "batch")) {
-      for (auto& c : caches) c->truncate(o.context);
-      comm.barrier();
-      comm.reset_timing();
-      const auto t0 = Clock::now();
-      for (int s = 0; s < o.steps; ++s) {
-        for (int b = 0; b < o.batch; ++b)
-          chunks[b] = SeqChunk{caches[b].get(), &steps_ids[s * o.batch + b], 1};
-        model.forward(chunks, false, logits);
-      }
-      if (record) {
-        t_batch.push_back(seconds_since(t0) / o.steps);
-        c_batch.push_back(comm.comm_seconds() / o.steps);
-      }
+// The reference a case's GB/s is judged against: on the CPU every read kernel of every kernel
+// variant this CPU runs, over a buffer as large as this rank's weights in the same kind of
+// memory (anonymous, huge pages where the kernel gives them), touched once before the first
+// timed read; on CUDA the device's copy bandwidth (2 x bytes / time of a device-to-device copy
+// as large as the weights, read + write).
+class BandwidthProbes {
+ public:
+  BandwidthProbes(ModelFactory& factory, std::size_t bytes_per_rank, int threads)
+      : threads_(threads) {
+    if (factory.backend() == BackendKind::kCpu) {
+      buffer_ = std::make_unique<HugeBuffer>(bytes_per_rank / sizeof(float));
+      for (cpu::Isa isa : cpu::built_isas())
+        if (cpu::cpu_supports(isa))
+          for (int k = 0; k < cpu::kReadKernels; ++k) probes_.push_back({isa, k, {}});
+    } else {
+      device_bytes_ = std::max<std::size_t>(bytes_per_rank, std::size_t{1} << 26);
+#ifdef SPECRUN_HAVE_CUDA
+      device_ = std::make_unique<DeviceCopyProbe>(*factory.cuda_context(), device_bytes_);
+#endif
+      probes_.push_back({cpu::Isa::kBaseline, -1, {}});
     }
   }
 
-  const double bw_bytes = static_cast<double>(bw_floats) * sizeof(float) * tp;
-  // The bound is the fastest probe (by median): decode streams the same bytes, so it should not
-  // exceed it by more than the noise.
+  // One round of every probe (all ranks together).
+  void round(Communicator& comm, bool record) {
+    for (Probe& p : probes_) {
+      comm.barrier();
+      const auto t0 = Clock::now();
+      if (p.kernel >= 0) {
+        omp_set_num_threads(threads_);
+        volatile float sink =
+            cpu::kernels_for(p.isa)->stream_read(buffer_->data(), buffer_->size(), p.kernel);
+        (void)sink;
+      } else {
+        device_copy();
+      }
+      comm.barrier();
+      if (record) p.seconds.push_back(seconds_since(t0));
+    }
+  }
+
+  // Bytes one probe pass moves on all ranks (reads, plus writes for the device copy).
+  double bytes(int tp) const {
+    return buffer_ ? static_cast<double>(buffer_->size()) * sizeof(float) * tp
+                   : 2.0 * static_cast<double>(device_bytes_) * tp;
+  }
+
+  // Fills rep.probes and puts the best (by median) as the bandwidth case.
+  void report(BenchReport& rep, int tp) const;
+
+ private:
+  struct Probe {
+    cpu::Isa isa;
+    int kernel;  // cpu::stream_read kernel, or -1 for the device copy
+    std::vector<double> seconds;
+  };
+  void device_copy() {
+#ifdef SPECRUN_HAVE_CUDA
+    device_->pass();
+#endif
+  }
+
+  int threads_;
+#ifdef SPECRUN_HAVE_CUDA
+  std::unique_ptr<DeviceCopyProbe> device_;
+#endif
+  std::unique_ptr<HugeBuffer> buffer_;
+  std::size_t device_bytes_ = 0;
+  std::vector<Probe> probes_;
+};
+
+void BandwidthProbes::report(BenchReport& rep, int tp) const {
+  const double bw_bytes = bytes(tp);
   std::size_t best = 0;
-  for (std::size_t i = 0; i < probes.size(); ++i) {
-    const BenchCase c = summarize("bandwidth", 0, bw_bytes, probes[i].seconds);
+  for (std::size_t i = 0; i < probes_.size(); ++i) {
+    const BenchCase c = summarize("bandwidth", 0, bw_bytes, probes_[i].seconds);
     BandwidthProbe f;
-    f.isa = cpu::isa_name(probes[i].isa);
-    f.kernel = cpu::read_kernel_name(probes[i].kernel);
+    f.isa = probes_[i].kernel >= 0 ? cpu::isa_name(probes_[i].isa) : "cuda";
+    f.kernel =
+        probes_[i].kernel >= 0 ? cpu::read_kernel_name(probes_[i].kernel) : "device-to-device copy";
     f.gb_per_s = c.gb_per_s;
     f.gb_per_s_min = bw_bytes / (c.ms_max / 1e3) / 1e9;
     f.gb_per_s_max = bw_bytes / (c.ms_min / 1e3) / 1e9;
     rep.probes.push_back(f);
     if (f.gb_per_s > rep.probes[best].gb_per_s) best = i;
   }
-  rep.cases.push_back(summarize("bandwidth", 0, bw_bytes, probes[best].seconds));
-  if (wants(o, "decode"))
-    rep.cases.push_back(summarize("decode", 1, rep.weight_bytes, t_decode, c_decode));
-  if (wants(o, "verify"))
-    rep.cases.push_back(summarize("verify", o.verify_k + 1, rep.weight_bytes, t_verify, c_verify));
-  if (wants(o, "prefill"))
-    rep.cases.push_back(summarize("prefill", o.prefill, rep.weight_bytes, t_prefill, c_prefill));
-  if (wants(o, "batch"))
-    rep.cases.push_back(summarize("batch", o.batch, rep.weight_bytes, t_batch, c_batch));
+  // The bound is the fastest probe: decode streams the same bytes, so it should not exceed it
+  // by more than the noise.
+  rep.cases.push_back(summarize("bandwidth", 0, bw_bytes, probes_[best].seconds));
+}
+
+// Step times (seconds per step) and communication times of the model cases, over the rounds.
+struct CaseTimes {
+  std::vector<double> decode, verify, prefill, batch;
+  std::vector<double> c_decode, c_verify, c_prefill, c_batch;
+};
+
+// The model cases of one benchmark: inputs made once, each case timed per round.
+class ModelCases {
+ public:
+  ModelCases(const BenchOptions& o, LanguageModel& model, Communicator& comm)
+      : o_(o), model_(model), comm_(comm) {
+    const int V = model.config().vocab_size;
+    prompt_ = bench_tokens(std::max(o.context, o.prefill), V, 1);
+    steps_ids_ = bench_tokens(o.steps * o.batch, V, 2);
+    verify_ids_ = bench_tokens(o.verify_k + 1, V, 3);
+    const int need = std::max(o.context + std::max(o.steps, o.verify_k + 1), o.prefill);
+    single_ = model.new_cache(need + 1);
+    fill(*single_);
+    if (wants(o, "batch"))
+      for (int b = 0; b < o.batch; ++b) {
+        caches_.push_back(model.new_cache(o.context + o.steps + 1));
+        fill(*caches_.back());
+      }
+    chunks_.resize(o.batch);
+  }
+
+  void round(bool record, CaseTimes& t) {
+    if (wants(o_, "decode"))
+      timed(
+          record, o_.steps, t.decode, t.c_decode, [&] { single_->truncate(o_.context); },
+          [&](int s) {
+            SeqChunk c{single_.get(), &steps_ids_[s], 1};
+            model_.forward({&c, 1}, ForwardRequest{});
+          });
+    if (wants(o_, "verify"))
+      timed(
+          record, o_.steps, t.verify, t.c_verify, [] {},
+          [&](int) {
+            single_->truncate(o_.context);
+            SeqChunk c{single_.get(), verify_ids_.data(), o_.verify_k + 1};
+            model_.forward({&c, 1}, ForwardRequest{true, {}});
+          });
+    if (wants(o_, "prefill"))
+      timed(
+          record, 1, t.prefill, t.c_prefill, [&] { single_->truncate(0); },
+          [&](int) {
+            SeqChunk c{single_.get(), prompt_.data(), o_.prefill};
+            model_.forward({&c, 1}, ForwardRequest{});
+          });
+    if (wants(o_, "batch"))
+      timed(
+          record, o_.steps, t.batch, t.c_batch,
+          [&] {
+            for (auto& c : caches_) c->truncate(o_.context);
+          },
+          [&](int s) {
+            for (int b = 0; b < o_.batch; ++b)
+              chunks_[b] = SeqChunk{caches_[b].get(), &steps_ids_[s * o_.batch + b], 1};
+            model_.forward(chunks_, ForwardRequest{});
+          });
+  }
+
+ private:
+  void fill(KvCache& cache) {
+    cache.truncate(0);
+    SeqChunk c{&cache, prompt_.data(), o_.context};
+    model_.forward({&c, 1}, ForwardRequest{});
+  }
+  // steps calls of step(s) after setup(), between barriers; the device is waited for before
+  // the clock stops (one synchronisation per round, none per step).
+  template <class Setup, class Step>
+  void timed(bool record, int steps, std::vector<double>& t, std::vector<double>& c, Setup setup,
+             Step step) {
+    setup();
+    comm_.barrier();
+    comm_.reset_timing();
+    const auto t0 = Clock::now();
+    for (int s = 0; s < steps; ++s) step(s);
+    model_.synchronize();
+    if (record) {
+      t.push_back(seconds_since(t0) / steps);
+      c.push_back(comm_.comm_seconds() / steps);
+    }
+  }
+
+  const BenchOptions& o_;
+  LanguageModel& model_;
+  Communicator& comm_;
+  std::vector<std::int32_t> prompt_, steps_ids_, verify_ids_;
+  std::unique_ptr<KvCache> single_;
+  std::vector<std::unique_ptr<KvCache>> caches_;
+  std::vector<SeqChunk> chunks_;
+};
+
+void add_ratios(BenchReport& rep) {
   const double bw = rep.cases.front().gb_per_s;
   for (BenchCase& c : rep.cases) c.pct_bandwidth = 100.0 * c.gb_per_s / bw;
-
   auto find = [&](const char* name) -> const BenchCase* {
     for (const BenchCase& c : rep.cases)
       if (c.name == name) return &c;
@@ -371,6 +383,61 @@ BenchReport run_bench(const BenchOptions& o, Communicator& comm) {
     if (const BenchCase* b = find("batch"))
       rep.batch_over_decode = b->tokens_per_s / d->tokens_per_s;
   }
+}
+
+}  // namespace
+
+BenchReport run_bench(const BenchOptions& o, ModelFactory& factory, Communicator& comm) {
+  check_options(o);
+  if (o.model_dir.empty()) validate(o.spec);
+  const bool root = comm.rank() == 0;
+  const int tp = comm.size();
+
+  ModelDir dir(o, comm);
+  Checkpoint ckpt(dir.path());
+  std::unique_ptr<LanguageModel> model = factory.load(ckpt, /*sharded=*/true);
+  const ModelConfig& cfg = model->config();
+  const int need = std::max(o.context + std::max(o.steps, o.verify_k + 1), o.prefill);
+  SPEC_INPUT_CHECK(need <= cfg.max_position_embeddings,
+                   "the benchmark needs " << need << " positions but the model's context is "
+                                          << cfg.max_position_embeddings
+                                          << ": lower --context, --steps or --prefill");
+
+  BenchReport rep;
+  rep.cpu_model = cpu::cpu_model_name();
+  rep.kernels = factory.backend() == BackendKind::kCpu ? cpu::describe_kernel_choice()
+                                                       : factory.description();
+  rep.date = utc_timestamp();
+  rep.dtype = dtype_name(ckpt.tensor("model.layers.0.mlp.up_proj.weight").dtype);
+  rep.weight_bytes = decode_weight_bytes(ckpt);
+  rep.parameters = parameter_count(ckpt);
+  rep.tp = tp;
+  rep.threads = o.threads;
+  rep.repeats = o.repeats;
+
+  BandwidthProbes probes(factory, static_cast<std::size_t>(rep.weight_bytes / tp), o.threads);
+  ModelCases cases(o, *model, comm);
+  CaseTimes t;
+  for (int round = 0; round < o.warmup + o.repeats; ++round) {
+    const bool record = round >= o.warmup;
+    if (root)
+      std::cerr << "bench: round " << round + 1 << "/" << o.warmup + o.repeats
+                << (record ? "" : " (warm-up)") << std::endl;
+    probes.round(comm, record);
+    cases.round(record, t);
+  }
+
+  probes.report(rep, tp);
+  if (wants(o, "decode"))
+    rep.cases.push_back(summarize("decode", 1, rep.weight_bytes, t.decode, t.c_decode));
+  if (wants(o, "verify"))
+    rep.cases.push_back(
+        summarize("verify", o.verify_k + 1, rep.weight_bytes, t.verify, t.c_verify));
+  if (wants(o, "prefill"))
+    rep.cases.push_back(summarize("prefill", o.prefill, rep.weight_bytes, t.prefill, t.c_prefill));
+  if (wants(o, "batch"))
+    rep.cases.push_back(summarize("batch", o.batch, rep.weight_bytes, t.batch, t.c_batch));
+  add_ratios(rep);
   return rep;
 }
 

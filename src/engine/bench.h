@@ -1,4 +1,4 @@
-// `specrun bench`: how close CPU decoding comes to the machine's memory bandwidth.
+// `specrun bench`: how close decoding comes to the machine's memory bandwidth (CPU or GPU).
 //
 // One run builds a synthetic Llama model (make_model_pair into a temporary directory, or an
 // existing make-model directory), then, round after round so that a noisy machine affects every
@@ -27,6 +27,7 @@
 namespace specrun {
 
 class Communicator;
+class ModelFactory;
 
 struct BenchOptions {
   SyntheticSpec spec;     // the synthetic model (ignored when model_dir is set)
@@ -77,9 +78,10 @@ struct BenchReport {
   double verify_over_decode = 0, prefill_over_decode = 0, batch_over_decode = 0;
 };
 
-// Runs the benchmark on every rank of `tp_comm` (size = tp). Throws (exit code 2) for bad
-// options, naming them. Progress lines go to stderr on rank 0.
-BenchReport run_bench(const BenchOptions& options, Communicator& tp_comm);
+// Runs the benchmark on every rank of `tp_comm` (size = tp), with the model built by `factory`
+// (the CPU or the CUDA backend; on CUDA the bandwidth reference is the device's copy bandwidth).
+// Throws (exit code 2) for bad options, naming them. Progress lines go to stderr on rank 0.
+BenchReport run_bench(const BenchOptions& options, ModelFactory& factory, Communicator& tp_comm);
 
 // The table printed by `specrun bench`, and the same figures as JSON text.
 std::string format_table(const BenchReport& report);

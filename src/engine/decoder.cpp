@@ -5,138 +5,24 @@
 #include <thread>
 
 #include "common/error.h"
+#include "engine/step_timer.h"
 #include "spec/rng.h"
-#include "spec/verifier.h"
 
 namespace specrun {
-namespace {
-
-using Clock = std::chrono::steady_clock;
-
-double seconds_since(Clock::time_point t0) {
-  return std::chrono::duration<double>(Clock::now() - t0).count();
-}
-
-// Accumulates one step's phase times; communication is measured inside the communicators and
-// subtracted from the phase it happened in, so the phases partition the step.
-class StepTimer {
- public:
-  explicit StepTimer(const BatchDecoder* owner, double (*comm)(const BatchDecoder*))
-      : owner_(owner), comm_(comm), start_(Clock::now()), comm_start_(comm(owner)) {}
-  void begin() {
-    t_ = Clock::now();
-    c_ = comm_(owner_);
-  }
-  void end(Phase phase) {
-    double wall = seconds_since(t_);
-    double comm = comm_(owner_) - c_;
-    ms_[phase] += 1e3 * std::max(0.0, wall - comm);
-  }
-  std::array<float, kNumPhases> finish() {
-    double total = seconds_since(start_);
-    double comm = comm_(owner_) - comm_start_;
-    ms_[kPhaseComm] = 1e3 * comm;
-    ms_[kPhaseTotal] = 1e3 * total;
-    double known = ms_[kPhaseDraft] + ms_[kPhaseVerify] + ms_[kPhaseSample] + ms_[kPhaseComm];
-    ms_[kPhaseOther] = std::max(0.0, ms_[kPhaseTotal] - known);
-    std::array<float, kNumPhases> out{};
-    for (int i = 0; i < kNumPhases; ++i) out[i] = static_cast<float>(ms_[i]);
-    return out;
-  }
-
- private:
-  const BatchDecoder* owner_;
-  double (*comm_)(const BatchDecoder*);
-  Clock::time_point start_, t_;
-  double comm_start_, c_ = 0;
-  std::array<double, kNumPhases> ms_{};
-};
-
-}  // namespace
 
 struct BatchDecoder::Sequence {
   const Prompt* prompt = nullptr;
-  std::unique_ptr<KvCache> target_cache;
-  std::unique_ptr<KvCache> draft_cache;
+  std::unique_ptr<KvCache> cache;    // the target's
   std::vector<std::int32_t> tokens;  // prompt + generated
   int prompt_len = 0;
   bool finished = false;
   SequenceRecord record;
-  // Per-step scratch (speculative mode).
-  int k = 0;                          // draft tokens proposed this step
-  std::vector<std::int32_t> drafted;  // x_1..x_k
-  std::vector<float> q;               // k rows of the draft's distributions (sampling only)
-  int logits_row = 0;                 // first row of this sequence in the last forward's logits
 
   int generated() const { return static_cast<int>(tokens.size()) - prompt_len; }
   SeqRandKey key(std::uint64_t seed) const {
     return SeqRandKey{seed, static_cast<std::uint64_t>(prompt->index)};
   }
 };
-
-BatchDecoder::BatchDecoder(LanguageModel& target, LanguageModel* draft, Communicator& tp_comm,
-                           const DecodeOptions& options)
-    : target_(target),
-      draft_(draft),
-      tp_comm_(tp_comm),
-      options_(options),
-      vocab_(target.config().vocab_size) {
-  SPEC_CHECK(options_.max_new_tokens >= 1, "max_new_tokens must be at least 1");
-  if (draft_ != nullptr) {
-    SPEC_INPUT_CHECK(draft_->config().vocab_size == vocab_,
-                     "the draft's vocabulary (" << draft_->config().vocab_size
-                                                << " tokens) differs from the target's (" << vocab_
-                                                << "): speculative decoding needs one vocabulary");
-  }
-}
-
-double BatchDecoder::comm_seconds() const {
-  // The draft's communicator is the tp communicator when sharded; a replicated draft has none.
-  return tp_comm_.comm_seconds();
-}
-
-void BatchDecoder::inject(const char* phase) {
-  if (options_.inject_delay_ms > 0 && options_.inject_phase == phase)
-    std::this_thread::sleep_for(
-        std::chrono::duration<double, std::milli>(options_.inject_delay_ms));
-}
-
-void BatchDecoder::agree(std::vector<std::int32_t>& values) {
-  if (tp_comm_.size() > 1)
-    tp_comm_.broadcast(values.data(), values.size() * sizeof(std::int32_t), 0);
-}
-
-int BatchDecoder::choose(const float* logits, const Sequence& seq, std::int64_t position,
-                         int purpose) {
-  if (options_.sampling.greedy()) return argmax(logits, vocab_);
-  probs_.resize(vocab_);
-  sampler_.logits_to_probs(logits, vocab_, options_.sampling, probs_.data());
-  double u = seq.key(options_.seed).uniform(position, static_cast<RandPurpose>(purpose));
-  return sample_from(probs_.data(), vocab_, u);
-}
-
-void BatchDecoder::prefill(LanguageModel& model, std::vector<Sequence>& seqs, bool draft,
-                           bool want_logits) {
-  std::vector<SeqChunk> chunks;
-  chunks.reserve(seqs.size());
-  for (Sequence& s : seqs) {
-    KvCache* cache = draft ? s.draft_cache.get() : s.target_cache.get();
-    chunks.push_back(SeqChunk{cache, s.tokens.data(), static_cast<int>(s.tokens.size())});
-  }
-  std::vector<float>& out = draft ? draft_logits_ : logits_;
-  model.forward(chunks, /*all_logits=*/false, out);
-  (void)want_logits;
-}
-
-BatchResult BatchDecoder::run(const std::string& mode, std::int64_t batch,
-                              const std::vector<Prompt>& prompts) {
-  if (mode == kModeBaseline) return run_baseline(batch, prompts);
-  SPEC_CHECK(mode == kModeSpeculative, "unknown decoding mode '" << mode << "'");
-  SPEC_INPUT_CHECK(draft_ != nullptr,
-                   "decode.modes includes \"speculative\" but the job has no draft model "
-                   "(draft.kind = \"none\")");
-  return run_speculative(batch, prompts);
-}
 
 namespace {
 
@@ -157,62 +43,259 @@ void check_prompt_fits(const Prompt& p, const ModelConfig& config, int max_new_t
   }
 }
 
-// Appends `emitted` to the sequence, stopping at EOS and at max_new_tokens. Returns how many
-// were kept and marks the sequence finished when it should stop.
-template <class Seq>
-int append_tokens(Seq& s, const std::int32_t* emitted, int count, const ModelConfig& config,
-                  const DecodeOptions& options) {
-  int kept = 0;
+}  // namespace
+
+BatchDecoder::BatchDecoder(LanguageModel& target, Drafter* drafter, TokenOps& ops,
+                           Communicator& tp_comm, const DecodeOptions& options)
+    : target_(target), drafter_(drafter), ops_(ops), tp_comm_(tp_comm), options_(options) {
+  SPEC_CHECK(options_.max_new_tokens >= 1, "max_new_tokens must be at least 1");
+  SPEC_CHECK(ops.backend() == target.backend(), "token ops of another backend than the target's");
+}
+
+BatchDecoder::~BatchDecoder() = default;
+
+void BatchDecoder::inject(const char* phase) {
+  if (options_.inject_delay_ms > 0 && options_.inject_phase == phase)
+    std::this_thread::sleep_for(
+        std::chrono::duration<double, std::milli>(options_.inject_delay_ms));
+}
+
+void BatchDecoder::agree(std::vector<std::int32_t>& values) {
+  if (tp_comm_.size() > 1)
+    tp_comm_.broadcast(values.data(), values.size() * sizeof(std::int32_t), 0);
+}
+
+void BatchDecoder::append_tokens(Sequence& s, const std::int32_t* emitted, int count) {
   for (int i = 0; i < count && !s.finished; ++i) {
     s.tokens.push_back(emitted[i]);
-    ++kept;
-    if (options.stop_at_eos && config.is_eos(emitted[i])) {
+    if (options_.stop_at_eos && target_.config().is_eos(emitted[i])) {
       s.finished = true;
       s.record.finish_reason = kFinishEos;
-    } else if (s.generated() >= options.max_new_tokens) {
+    } else if (s.generated() >= options_.max_new_tokens) {
       s.finished = true;
       s.record.finish_reason = kFinishLength;
     }
   }
-  return kept;
+  if (s.finished) s.record.wall_s = seconds_since(t_batch_);
 }
 
-}  // namespace
+BatchResult BatchDecoder::run(const std::string& mode, std::int64_t batch,
+                              const std::vector<Prompt>& prompts) {
+  const bool speculative = mode == kModeSpeculative;
+  SPEC_CHECK(speculative || mode == kModeBaseline, "unknown decoding mode '" << mode << "'");
+  SPEC_INPUT_CHECK(!speculative || drafter_ != nullptr,
+                   "decode.modes includes \"speculative\" but the job has no drafter "
+                   "(draft.kind = \"none\")");
+  t_batch_ = SteadyClock::now();
+  start_batch(prompts);
+  BatchResult result;
+  result.batch = batch;
+  result.n_ranks = 1;
+  if (speculative) result.accepted_per_position.assign(options_.draft_len, 0);
+  // The first token is the target's, exactly as in baseline mode.
+  first_tokens();
+  if (speculative) {
+    std::vector<DraftSequence> view(seqs_.size());
+    for (std::size_t i = 0; i < seqs_.size(); ++i)
+      view[i] =
+          DraftSequence{&seqs_[i].tokens, seqs_[i].prompt_len,
+                        seqs_[i].prompt_len + options_.max_new_tokens, seqs_[i].key(options_.seed)};
+    drafter_->begin_batch(view);
+  }
+  for (std::int32_t step = 0; collect_active(); ++step) {
+    if (speculative)
+      speculative_step(batch, step, result);
+    else
+      baseline_step(batch, step, result);
+    ++result.n_steps;
+  }
+  if (speculative) drafter_->end_batch();
+  finish_batch(result);
+  return result;
+}
 
-std::vector<BatchDecoder::Sequence> BatchDecoder::start_batch(const std::vector<Prompt>& prompts,
-                                                              bool with_draft) {
+void BatchDecoder::start_batch(const std::vector<Prompt>& prompts) {
   const ModelConfig& config = target_.config();
-  std::vector<Sequence> seqs(prompts.size());
+  seqs_.clear();
+  seqs_.resize(prompts.size());
+  const std::size_t room = static_cast<std::size_t>(options_.max_new_tokens + options_.draft_len);
   for (std::size_t i = 0; i < prompts.size(); ++i) {
     check_prompt_fits(prompts[i], config, options_.max_new_tokens);
-    Sequence& s = seqs[i];
+    Sequence& s = seqs_[i];
     s.prompt = &prompts[i];
+    s.tokens.reserve(prompts[i].tokens.size() + room);
     s.tokens = prompts[i].tokens;
     s.prompt_len = static_cast<int>(s.tokens.size());
-    const int capacity = s.prompt_len + options_.max_new_tokens;
-    s.target_cache = target_.new_cache(capacity);
-    if (with_draft) s.draft_cache = draft_->new_cache(capacity);
+    s.cache = target_.new_cache(s.prompt_len + options_.max_new_tokens);
   }
-  return seqs;
+  // Scratch for the largest step this batch can take.
+  const std::size_t B = prompts.size(), k = static_cast<std::size_t>(options_.draft_len);
+  active_.reserve(B);
+  chunks_.reserve(B);
+  decided_.reserve(2 * B);
+  verify_tokens_.reserve(B * (k + 2));
+  trees_.resize(std::max(trees_.size(), B));
 }
 
-void BatchDecoder::first_tokens(std::vector<Sequence>& seqs, bool with_draft,
-                                std::chrono::steady_clock::time_point t_batch) {
-  prefill(target_, seqs, false, true);
-  if (with_draft) prefill(*draft_, seqs, true, false);
-  std::vector<std::int32_t> first(seqs.size());
-  for (std::size_t i = 0; i < seqs.size(); ++i)
-    first[i] = choose(&logits_[i * vocab_], seqs[i], seqs[i].prompt_len,
-                      static_cast<int>(RandPurpose::kTargetSample));
-  agree(first);
-  for (std::size_t i = 0; i < seqs.size(); ++i) {
-    append_tokens(seqs[i], &first[i], 1, target_.config(), options_);
-    if (seqs[i].finished) seqs[i].record.wall_s = seconds_since(t_batch);
-  }
+void BatchDecoder::first_tokens() {
+  collect_active();  // every sequence
+  chunks_.clear();
+  for (Sequence& s : seqs_)
+    chunks_.push_back(SeqChunk{s.cache.get(), s.tokens.data(), static_cast<int>(s.tokens.size())});
+  decide_next(target_.forward(chunks_, ForwardRequest{}).logits);
+  for (std::size_t r = 0; r < active_.size(); ++r)
+    append_tokens(seqs_[active_[r]], &decided_[r], 1);
 }
 
-void BatchDecoder::finish_batch(std::vector<Sequence>& seqs, BatchResult& result) {
-  for (Sequence& s : seqs) {
+void BatchDecoder::decide_next(const RowsView& logits) {
+  const std::size_t n = active_.size();
+  rows_.resize(n);
+  decided_.resize(n);
+  for (std::size_t r = 0; r < n; ++r) rows_[r] = static_cast<int>(r);
+  if (options_.sampling.greedy()) {
+    ops_.argmax(logits, rows_, decided_);
+  } else {
+    u_.resize(n);
+    for (std::size_t r = 0; r < n; ++r) {
+      const Sequence& s = seqs_[active_[r]];
+      u_[r] = s.key(options_.seed)
+                  .uniform(static_cast<std::int64_t>(s.tokens.size()), RandPurpose::kTargetSample);
+    }
+    ops_.sample(logits, rows_, options_.sampling, u_, decided_);
+  }
+  agree(decided_);
+}
+
+bool BatchDecoder::collect_active() {
+  active_.clear();
+  for (std::size_t i = 0; i < seqs_.size(); ++i)
+    if (!seqs_[i].finished) active_.push_back(static_cast<int>(i));
+  return !active_.empty();
+}
+
+void BatchDecoder::baseline_step(std::int64_t batch, std::int32_t step, BatchResult& result) {
+  StepTimer timer(tp_comm_);
+  const std::size_t n = active_.size();
+
+  timer.begin();
+  chunks_.clear();
+  for (int i : active_)
+    chunks_.push_back(SeqChunk{seqs_[i].cache.get(), &seqs_[i].tokens.back(), 1});
+  const ForwardResult fwd = target_.forward(chunks_, ForwardRequest{});
+  inject("verify");
+  timer.end(kPhaseVerify);
+
+  timer.begin();
+  decide_next(fwd.logits);
+  inject("sample");
+  timer.end(kPhaseSample);
+
+  timer.begin();
+  for (std::size_t r = 0; r < n; ++r) {
+    Sequence& s = seqs_[active_[r]];
+    append_tokens(s, &decided_[r], 1);
+    s.record.verify_steps += 1;
+    result.steps.push_back(
+        StepRecord{batch, step, s.prompt->index, static_cast<std::int32_t>(n), 0, 0});
+  }
+  timer.end(kPhaseOther);
+  timer.finish(result.timings_ms);
+}
+
+void BatchDecoder::speculative_step(std::int64_t batch, std::int32_t step, BatchResult& result) {
+  StepTimer timer(tp_comm_);
+  const std::size_t n = active_.size();
+
+  // Draft: up to k tokens per sequence (fewer near max_new_tokens).
+  timer.begin();
+  max_nodes_.resize(n);
+  for (std::size_t r = 0; r < n; ++r)
+    max_nodes_[r] =
+        std::min(options_.draft_len, options_.max_new_tokens - seqs_[active_[r]].generated() - 1);
+  std::span<DraftTree> trees(trees_.data(), n);
+  drafter_->propose(active_, max_nodes_, trees);
+  inject("draft");
+  timer.end(kPhaseDraft);
+
+  // Verify: the target scores each sequence's uncommitted tokens and its drafts in one pass.
+  timer.begin();
+  verify_tokens_.clear();
+  chains_.resize(n);
+  int row = 0;
+  for (std::size_t r = 0; r < n; ++r) {
+    Sequence& s = seqs_[active_[r]];
+    const DraftTree& tree = trees[r];
+    SPEC_CHECK(tree.size() <= max_nodes_[r] && tree.is_chain(),
+               "the drafter proposed " << tree.size() << " tokens (at most " << max_nodes_[r]
+                                       << ", as a chain) for prompt " << s.prompt->index);
+    const int have = s.cache->length();
+    const int fed = static_cast<int>(s.tokens.size()) - have + tree.size();
+    verify_tokens_.insert(verify_tokens_.end(), s.tokens.begin() + have, s.tokens.end());
+    verify_tokens_.insert(verify_tokens_.end(), tree.tokens.begin(), tree.tokens.end());
+    // Rows of p_1..p_{k+1}: the last k+1 rows of this sequence's chunk.
+    ChainToVerify& c = chains_[r];
+    c.drafts = tree.tokens;
+    c.target_row = row + fed - (tree.size() + 1);
+    c.q_row = tree.q_row;
+    c.key = s.key(options_.seed);
+    c.first_position = static_cast<std::int64_t>(s.tokens.size());
+    row += fed;
+  }
+  chunks_.clear();
+  for (std::size_t r = 0, at = 0; r < n; ++r) {
+    Sequence& s = seqs_[active_[r]];
+    const int fed = static_cast<int>(s.tokens.size()) - s.cache->length() + trees[r].size();
+    chunks_.push_back(SeqChunk{s.cache.get(), verify_tokens_.data() + at, fed});
+    at += fed;
+  }
+  const ForwardResult fwd = target_.forward(chunks_, ForwardRequest{true, {}});
+  inject("verify");
+  timer.end(kPhaseVerify);
+
+  // Accept a prefix, emit one more token.
+  timer.begin();
+  verdicts_.resize(n);
+  if (options_.sampling.greedy())
+    ops_.verify_greedy(fwd.logits, chains_, verdicts_);
+  else
+    ops_.verify_sampling(fwd.logits, options_.sampling, chains_, verdicts_);
+  decided_.resize(2 * n);
+  for (std::size_t r = 0; r < n; ++r) {
+    decided_[2 * r] = verdicts_[r].accepted;
+    decided_[2 * r + 1] = verdicts_[r].token;
+  }
+  agree(decided_);
+  inject("sample");
+  timer.end(kPhaseSample);
+
+  // Commit: append, roll the target cache back to what was accepted, tell the drafter.
+  timer.begin();
+  accepted_.resize(n);
+  for (std::size_t r = 0; r < n; ++r) {
+    Sequence& s = seqs_[active_[r]];
+    const DraftTree& tree = trees[r];
+    const int accepted = decided_[2 * r];
+    const int before = static_cast<int>(s.tokens.size());
+    emitted_.assign(tree.tokens.begin(), tree.tokens.begin() + accepted);
+    emitted_.push_back(decided_[2 * r + 1]);
+    append_tokens(s, emitted_.data(), static_cast<int>(emitted_.size()));
+    // The cache holds the sequence before this step plus x_1..x_k: keep x_1..x_n.
+    s.cache->truncate(before + accepted);
+    accepted_[r] = accepted;
+    s.record.verify_steps += 1;
+    s.record.drafted += tree.size();
+    s.record.accepted += accepted;
+    for (int j = 1; j <= accepted; ++j) result.accepted_per_position[j - 1] += 1;
+    result.steps.push_back(StepRecord{batch, step, s.prompt->index, static_cast<std::int32_t>(n),
+                                      tree.size(), accepted});
+  }
+  drafter_->accepted(active_, accepted_);
+  timer.end(kPhaseOther);
+  timer.finish(result.timings_ms);
+}
+
+void BatchDecoder::finish_batch(BatchResult& result) {
+  for (Sequence& s : seqs_) {
     SequenceRecord& r = s.record;
     r.prompt_index = s.prompt->index;
     r.prompt_id = s.prompt->id;
@@ -222,216 +305,7 @@ void BatchDecoder::finish_batch(std::vector<Sequence>& seqs, BatchResult& result
     r.generated = static_cast<std::int32_t>(r.output_tokens.size());
     result.sequences.push_back(std::move(r));
   }
-}
-
-BatchResult BatchDecoder::run_baseline(std::int64_t batch, const std::vector<Prompt>& prompts) {
-  const ModelConfig& config = target_.config();
-  auto t_batch = Clock::now();
-  std::vector<Sequence> seqs = start_batch(prompts, /*with_draft=*/false);
-  BatchResult result;
-  result.batch = batch;
-  result.n_ranks = 1;
-  first_tokens(seqs, /*with_draft=*/false, t_batch);
-  std::vector<std::int32_t> next;
-
-  std::vector<SeqChunk> chunks;
-  std::vector<Sequence*> active;
-  for (std::int32_t step = 0;; ++step) {
-    active.clear();
-    for (Sequence& s : seqs)
-      if (!s.finished) active.push_back(&s);
-    if (active.empty()) break;
-    StepTimer timer(this, [](const BatchDecoder* d) { return d->comm_seconds(); });
-
-    timer.begin();
-    chunks.clear();
-    for (Sequence* s : active)
-      chunks.push_back(SeqChunk{s->target_cache.get(), &s->tokens.back(), 1});
-    target_.forward(chunks, false, logits_);
-    inject("verify");
-    timer.end(kPhaseVerify);
-
-    timer.begin();
-    next.resize(active.size());
-    for (std::size_t i = 0; i < active.size(); ++i)
-      next[i] = choose(&logits_[i * vocab_], *active[i],
-                       static_cast<std::int64_t>(active[i]->tokens.size()),
-                       static_cast<int>(RandPurpose::kTargetSample));
-    agree(next);
-    inject("sample");
-    timer.end(kPhaseSample);
-
-    timer.begin();
-    for (std::size_t i = 0; i < active.size(); ++i) {
-      Sequence& s = *active[i];
-      append_tokens(s, &next[i], 1, config, options_);
-      s.record.verify_steps += 1;
-      result.steps.push_back(
-          StepRecord{batch, step, s.prompt->index, static_cast<std::int32_t>(active.size()), 0, 0});
-      if (s.finished) s.record.wall_s = seconds_since(t_batch);
-    }
-    timer.end(kPhaseOther);
-    auto row = timer.finish();
-    result.timings_ms.insert(result.timings_ms.end(), row.begin(), row.end());
-    ++result.n_steps;
-  }
-
-  finish_batch(seqs, result);
-  return result;
-}
-
-BatchResult BatchDecoder::run_speculative(std::int64_t batch, const std::vector<Prompt>& prompts) {
-  const ModelConfig& config = target_.config();
-  const bool greedy = options_.sampling.greedy();
-  const int k_max = options_.draft_len;
-  auto t_batch = Clock::now();
-  std::vector<Sequence> seqs = start_batch(prompts, /*with_draft=*/true);
-  BatchResult result;
-  result.batch = batch;
-  result.n_ranks = 1;
-  result.accepted_per_position.assign(k_max, 0);
-  // The first token is the target's, exactly as in baseline mode.
-  first_tokens(seqs, /*with_draft=*/true, t_batch);
-
-  const bool draft_shared_comm = options_.draft_sharded;
-  std::vector<SeqChunk> chunks;
-  std::vector<Sequence*> active;
-  std::vector<std::int32_t> one_token;
-  for (std::int32_t step = 0;; ++step) {
-    active.clear();
-    for (Sequence& s : seqs)
-      if (!s.finished) active.push_back(&s);
-    if (active.empty()) break;
-    StepTimer timer(this, [](const BatchDecoder* d) { return d->comm_seconds(); });
-
-    // Draft: propose k tokens per sequence (fewer near max_new_tokens).
-    timer.begin();
-    int k_step = 0;
-    for (Sequence* s : active) {
-      int remaining = options_.max_new_tokens - s->generated();
-      s->k = std::min(k_max, remaining - 1);
-      s->drafted.clear();
-      if (!greedy) s->q.resize(static_cast<std::size_t>(s->k) * vocab_);
-      k_step = std::max(k_step, s->k);
-    }
-    for (int j = 0; j < k_step; ++j) {
-      chunks.clear();
-      std::vector<Sequence*> drafting;
-      for (Sequence* s : active) {
-        if (j >= s->k) continue;
-        drafting.push_back(s);
-        if (j == 0) {
-          // Everything the draft has not seen yet: usually the last token, two after a step
-          // that accepted all k.
-          int have = s->draft_cache->length();
-          chunks.push_back(SeqChunk{s->draft_cache.get(), s->tokens.data() + have,
-                                    static_cast<int>(s->tokens.size()) - have});
-        } else {
-          chunks.push_back(SeqChunk{s->draft_cache.get(), &s->drafted[j - 1], 1});
-        }
-      }
-      draft_->forward(chunks, false, draft_logits_);
-      one_token.resize(drafting.size());
-      for (std::size_t i = 0; i < drafting.size(); ++i) {
-        Sequence& s = *drafting[i];
-        const float* lg = &draft_logits_[i * vocab_];
-        std::int64_t position = static_cast<std::int64_t>(s.tokens.size()) + j;
-        if (greedy) {
-          one_token[i] = argmax(lg, vocab_);
-        } else {
-          float* q = &s.q[static_cast<std::size_t>(j) * vocab_];
-          sampler_.logits_to_probs(lg, vocab_, options_.sampling, q);
-          one_token[i] = sample_from(
-              q, vocab_, s.key(options_.seed).uniform(position, RandPurpose::kDraftSample));
-        }
-      }
-      // A sharded draft's ranks agree through tp rank 0; a replicated draft is computed
-      // identically everywhere and needs no message.
-      if (draft_shared_comm) agree(one_token);
-      for (std::size_t i = 0; i < drafting.size(); ++i)
-        drafting[i]->drafted.push_back(one_token[i]);
-    }
-    inject("draft");
-    timer.end(kPhaseDraft);
-
-    // Verify: the target scores the last token and the k drafts in one pass.
-    timer.begin();
-    chunks.clear();
-    std::vector<std::vector<std::int32_t>> verify_inputs(active.size());
-    int row = 0;
-    for (std::size_t i = 0; i < active.size(); ++i) {
-      Sequence& s = *active[i];
-      int have = s.target_cache->length();
-      auto& in = verify_inputs[i];
-      in.assign(s.tokens.begin() + have, s.tokens.end());
-      in.insert(in.end(), s.drafted.begin(), s.drafted.end());
-      chunks.push_back(SeqChunk{s.target_cache.get(), in.data(), static_cast<int>(in.size())});
-      // Rows of p_1..p_{k+1}: the last k+1 rows of this sequence's chunk.
-      s.logits_row = row + static_cast<int>(in.size()) - (s.k + 1);
-      row += static_cast<int>(in.size());
-    }
-    target_.forward(chunks, /*all_logits=*/true, logits_);
-    inject("verify");
-    timer.end(kPhaseVerify);
-
-    // Accept a prefix, emit one more token.
-    timer.begin();
-    std::vector<std::int32_t> outcome(active.size() * 2);
-    for (std::size_t i = 0; i < active.size(); ++i) {
-      Sequence& s = *active[i];
-      const float* p_rows = &logits_[static_cast<std::size_t>(s.logits_row) * vocab_];
-      VerifyResult v;
-      if (greedy) {
-        std::vector<int> target_argmax(s.k + 1);
-        for (int j = 0; j <= s.k; ++j) target_argmax[j] = argmax(p_rows + j * vocab_, vocab_);
-        std::vector<int> drafts(s.drafted.begin(), s.drafted.end());
-        v.accepted = greedy_accept(drafts.data(), s.k, target_argmax.data());
-        v.token = target_argmax[v.accepted];
-      } else {
-        probs_.resize(static_cast<std::size_t>(s.k + 1) * vocab_);
-        for (int j = 0; j <= s.k; ++j)
-          sampler_.logits_to_probs(p_rows + j * vocab_, vocab_, options_.sampling,
-                                   &probs_[static_cast<std::size_t>(j) * vocab_]);
-        std::vector<int> drafts(s.drafted.begin(), s.drafted.end());
-        v = verify_sampling(drafts.data(), s.k, s.q.data(), probs_.data(), vocab_,
-                            s.key(options_.seed), static_cast<std::int64_t>(s.tokens.size()));
-      }
-      outcome[2 * i] = v.accepted;
-      outcome[2 * i + 1] = v.token;
-    }
-    agree(outcome);
-    inject("sample");
-    timer.end(kPhaseSample);
-
-    // Commit: append, roll both caches back to what was accepted.
-    timer.begin();
-    for (std::size_t i = 0; i < active.size(); ++i) {
-      Sequence& s = *active[i];
-      int n = outcome[2 * i];
-      int before = static_cast<int>(s.tokens.size());
-      std::vector<std::int32_t> emitted(s.drafted.begin(), s.drafted.begin() + n);
-      emitted.push_back(outcome[2 * i + 1]);
-      append_tokens(s, emitted.data(), static_cast<int>(emitted.size()), config, options_);
-      // Target cache holds the sequence before this step plus x_1..x_n; draft likewise, but it
-      // never processed x_k.
-      s.target_cache->truncate(before + n);
-      s.draft_cache->truncate(std::min(s.draft_cache->length(), before + n));
-      s.record.verify_steps += 1;
-      s.record.drafted += s.k;
-      s.record.accepted += n;
-      for (int j = 1; j <= n; ++j) result.accepted_per_position[j - 1] += 1;
-      result.steps.push_back(StepRecord{batch, step, s.prompt->index,
-                                        static_cast<std::int32_t>(active.size()), s.k, n});
-      if (s.finished) s.record.wall_s = seconds_since(t_batch);
-    }
-    timer.end(kPhaseOther);
-    auto row_ms = timer.finish();
-    result.timings_ms.insert(result.timings_ms.end(), row_ms.begin(), row_ms.end());
-    ++result.n_steps;
-  }
-
-  finish_batch(seqs, result);
-  return result;
+  seqs_.clear();
 }
 
 }  // namespace specrun

@@ -1,20 +1,29 @@
 // Decoding of one batch of prompts in one mode: `baseline` (target only) or `speculative`
-// (draft proposes, target verifies). All ranks of a tensor-parallel group call the same
-// functions with the same prompts; tp rank 0 makes every token decision and broadcasts it, so the
-// ranks never diverge even if their logits differed in the last bit.
+// (a Drafter proposes, the target verifies). All ranks of a tensor-parallel group call the same
+// functions with the same prompts; tp rank 0's token decisions are broadcast, so the ranks never
+// diverge even if their logits differed in the last bit.
+//
+// The speculative step, in the phases it is timed by:
+//   draft:  Drafter::propose (a chain of up to k tokens per sequence; fewer near max_new_tokens)
+//   verify: one target forward over every sequence's uncommitted tokens and its proposal
+//   sample: verification on the backend (TokenOps), rank 0's outcome broadcast
+//   other:  commit (append, roll the target cache back to the accepted prefix), tell the drafter
+// The engine knows no drafter kind; a new one plugs in through spec/drafter_registry.h.
 #pragma once
 
-#include <chrono>
 #include <cstdint>
 #include <memory>
 #include <string>
 #include <vector>
 
+#include "common/clock.h"
 #include "dist/communicator.h"
 #include "io/prompt_file.h"
 #include "io/records.h"
 #include "model/language_model.h"
+#include "spec/drafter.h"
 #include "spec/sampling.h"
+#include "spec/token_ops.h"
 
 namespace specrun {
 
@@ -24,8 +33,6 @@ struct DecodeOptions {
   SamplingParams sampling;  // temperature <= 0: greedy
   bool stop_at_eos = true;
   std::uint64_t seed = 0;
-  // The draft shares the target's tp communicator (sharded); false: replicated on every rank.
-  bool draft_sharded = false;
   // Test-only: sleep this long in `inject_phase` ("draft", "verify", "sample") every step.
   double inject_delay_ms = 0;
   std::string inject_phase = "none";
@@ -33,10 +40,11 @@ struct DecodeOptions {
 
 class BatchDecoder {
  public:
-  // target: sharded over `tp_comm`. draft: nullptr for baseline-only jobs; sharded over
-  // `tp_comm` or replicated (then it runs on its own and needs no communication).
-  BatchDecoder(LanguageModel& target, LanguageModel* draft, Communicator& tp_comm,
+  // target: sharded over `tp_comm`; drafter: nullptr for baseline-only jobs; ops: the token
+  // decisions of the target's backend. All must outlive the decoder.
+  BatchDecoder(LanguageModel& target, Drafter* drafter, TokenOps& ops, Communicator& tp_comm,
                const DecodeOptions& options);
+  ~BatchDecoder();
 
   // Decodes `prompts` in `mode` (kModeBaseline or kModeSpeculative). Returns this rank's records;
   // timings hold this rank's row only (n_ranks = 1); the caller gathers them.
@@ -44,34 +52,42 @@ class BatchDecoder {
 
  private:
   struct Sequence;
-  BatchResult run_baseline(std::int64_t batch, const std::vector<Prompt>& prompts);
-  BatchResult run_speculative(std::int64_t batch, const std::vector<Prompt>& prompts);
 
-  // Sequences for `prompts` with their caches; checks every prompt against the model first.
-  std::vector<Sequence> start_batch(const std::vector<Prompt>& prompts, bool with_draft);
-  // Prefill (target, and draft when with_draft) and the first generated token of each sequence.
-  void first_tokens(std::vector<Sequence>& seqs, bool with_draft,
-                    std::chrono::steady_clock::time_point t_batch);
-  // Moves the finished sequences' records into `result`.
-  void finish_batch(std::vector<Sequence>& seqs, BatchResult& result);
-  // Prefill of the prompts in `model`; returns last-position logits [n, vocab] when wanted.
-  void prefill(LanguageModel& model, std::vector<Sequence>& seqs, bool draft, bool want_logits);
-  // Picks the token for one position from full logits (greedy argmax or sampling with purpose).
-  int choose(const float* logits, const Sequence& seq, std::int64_t position, int purpose);
+  // Sequences for `prompts` with their target caches; checks every prompt against the model.
+  void start_batch(const std::vector<Prompt>& prompts);
+  // Target prefill and the first generated token of each sequence.
+  void first_tokens();
+  // The sequences still decoding, as indices (active_); false when none is left.
+  bool collect_active();
+  // The next token of each active sequence from logits row r (greedy or sampled at its next
+  // position), agreed through tp rank 0, into decided_.
+  void decide_next(const RowsView& logits);
+  void baseline_step(std::int64_t batch, std::int32_t step, BatchResult& result);
+  void speculative_step(std::int64_t batch, std::int32_t step, BatchResult& result);
+  // Moves the sequences' records into `result`.
+  void finish_batch(BatchResult& result);
+  // Appends emitted tokens to sequence i, stopping at EOS and max_new_tokens.
+  void append_tokens(Sequence& s, const std::int32_t* emitted, int count);
   // Broadcasts `values` from tp rank 0 so every rank holds the same decisions.
   void agree(std::vector<std::int32_t>& values);
   void inject(const char* phase);
-  double comm_seconds() const;
 
   LanguageModel& target_;
-  LanguageModel* draft_;
+  Drafter* drafter_;
+  TokenOps& ops_;
   Communicator& tp_comm_;
   DecodeOptions options_;
-  int vocab_;
-  Sampler sampler_;
-  std::vector<float> logits_;
-  std::vector<float> draft_logits_;
-  std::vector<float> probs_;
+  std::vector<Sequence> seqs_;
+  SteadyClockPoint t_batch_;
+
+  // Per-step scratch (grown, never shrunk: no allocation per step once warm).
+  std::vector<int> active_, rows_, max_nodes_, accepted_;
+  std::vector<SeqChunk> chunks_;
+  std::vector<std::int32_t> decided_, verify_tokens_, emitted_;
+  std::vector<double> u_;
+  std::vector<DraftTree> trees_;
+  std::vector<ChainToVerify> chains_;
+  std::vector<VerifyResult> verdicts_;
 };
 
 }  // namespace specrun

@@ -3,15 +3,16 @@
 #include <omp.h>
 
 #include <algorithm>
-#include <chrono>
 #include <cmath>
 #include <iomanip>
 #include <limits>
+#include <map>
 #include <set>
 #include <sstream>
 #include <thread>
 
 #include "common/build_info.h"
+#include "common/clock.h"
 #include "common/error.h"
 #include "common/log.h"
 #include "dist/gather.h"
@@ -25,11 +26,11 @@
 #include "io/result_file.h"
 #include "model/checkpoint.h"
 #include "model/model_factory.h"
+#include "spec/drafter_registry.h"
+#include "spec/token_ops.h"
 
 namespace specrun {
 namespace {
-
-using Clock = std::chrono::steady_clock;
 
 int choose_threads(const JobConfig& config, const World& world) {
   if (config.parallel.threads > 0) return config.parallel.threads;
@@ -88,6 +89,53 @@ void check_resumable(const JobConfig& config, const std::string& prompts_hash) {
                                     << h.prompts_hash << ")");
 }
 
+// The result file, created (or reopened for --resume) by rank 0 before the models load, so that
+// a path that cannot be written fails fast. Rank 0 only; errors abort every rank through main.
+std::unique_ptr<ResultWriter> open_result(const JobConfig& config, const World& world,
+                                          const RunOptions& options,
+                                          const std::vector<ProvenanceRecord>& records,
+                                          const std::string& prompts_hash, const Logger& log) {
+  std::unique_ptr<ResultWriter> writer;
+  if (options.resume) {
+    check_resumable(config, prompts_hash);
+    writer = std::make_unique<ResultWriter>(ResultWriter::reopen(config.job.output.resolved));
+  } else {
+    ResultHeader header;
+    const BuildInfo& b = build_info();
+    header.specrun_version = b.version;
+    header.git_commit = b.git_commit;
+    header.git_dirty = b.git_dirty;
+    header.world_size = world.size;
+    header.tp = world.tp;
+    header.dp = world.dp;
+    header.job_toml = config.job_text;
+    header.resolved_json = to_json(config).dump();
+    header.config_hash = config_hash_hex(config);
+    header.prompts_path = config.data.prompts.text;
+    header.prompts_hash = prompts_hash;
+    for (const ProvenanceRecord& r : records) header.provenance.push_back(nlohmann::json(r).dump());
+    header.provenance_mismatches = nlohmann::json(find_mismatches(records)).dump();
+    writer = std::make_unique<ResultWriter>(
+        ResultWriter::create(config.job.output.resolved, header, config.job.overwrite));
+  }
+  for (const Mismatch& m : find_mismatches(records)) log.warn(describe(m));
+  return writer;
+}
+
+DecodeOptions decode_options(const JobConfig& config) {
+  DecodeOptions decode;
+  decode.max_new_tokens = config.decode.max_new_tokens;
+  decode.draft_len = config.decode.draft_len;
+  decode.sampling.temperature = static_cast<float>(config.decode.temperature);
+  decode.sampling.top_k = config.decode.top_k;
+  decode.sampling.top_p = static_cast<float>(config.decode.top_p);
+  decode.stop_at_eos = config.decode.stop_at_eos;
+  decode.seed = static_cast<std::uint64_t>(config.job.seed);
+  decode.inject_delay_ms = config.debug.inject_delay_ms;
+  decode.inject_phase = config.debug.inject_phase;
+  return decode;
+}
+
 std::string format_eta(double seconds) {
   std::ostringstream out;
   int s = static_cast<int>(std::lround(seconds));
@@ -100,11 +148,141 @@ std::string format_eta(double seconds) {
   return out.str();
 }
 
-// Progress of one mode, kept on rank 0.
-struct ModeProgress {
-  std::int64_t prompts = 0, tokens = 0, steps = 0, step_tokens = 0;
-  double seconds = 0;
+// Progress of the job, kept on rank 0: one line per batch written.
+class Progress {
+ public:
+  Progress(std::int64_t n_prompts, std::int64_t n_batches, std::int64_t batches_total)
+      : n_prompts_(n_prompts), n_batches_(n_batches), total_(batches_total) {}
+
+  void batch_written(const std::string& mode, const BatchResult& merged, const Logger& log) {
+    Mode& mp = modes_[mode];
+    double batch_wall = 0;
+    for (const SequenceRecord& s : merged.sequences) {
+      mp.prompts += 1;
+      mp.tokens += s.generated;
+      mp.steps += s.verify_steps;
+      mp.step_tokens += s.generated - 1;
+      batch_wall = std::max(batch_wall, s.wall_s);
+    }
+    mp.seconds += batch_wall;
+    ++done_;
+    const double elapsed = seconds_since(start_);
+    const double eta = done_ > 0 ? elapsed / done_ * (total_ - done_) : 0;
+    std::ostringstream line;
+    line << std::fixed << "[" << mode << "] batch " << merged.batch + 1 << "/" << n_batches_ << ": "
+         << mp.prompts << "/" << n_prompts_ << " prompts, " << std::setprecision(1)
+         << (mp.seconds > 0 ? mp.tokens / mp.seconds : 0.0) << " tokens/s";
+    if (mode == kModeSpeculative)
+      line << std::setprecision(2) << ", tau "
+           << (mp.steps > 0 ? static_cast<double>(mp.step_tokens) / mp.steps : 0.0);
+    line << ", ETA " << format_eta(eta);
+    log.info(line.str());
+  }
+  std::int64_t done() const { return done_; }
+  std::int64_t total() const { return total_; }
+
+ private:
+  struct Mode {
+    std::int64_t prompts = 0, tokens = 0, steps = 0, step_tokens = 0;
+    double seconds = 0;
+  };
+  std::map<std::string, Mode> modes_;
+  std::int64_t n_prompts_, n_batches_, total_, done_ = 0;
+  SteadyClockPoint start_ = SteadyClock::now();
 };
+
+// Merges one dp group's per-tp-rank results; timings are stored for every world rank (ranks of
+// other groups are NaN for this batch).
+BatchResult merge_for_world(const std::vector<std::string>& blobs, int group, const World& world) {
+  std::vector<BatchResult> parts;
+  for (int r = 0; r < world.tp; ++r) parts.push_back(decode_batch(blobs[group * world.tp + r]));
+  BatchResult merged = merge_group(parts);
+  std::vector<float> wide(static_cast<std::size_t>(merged.n_steps) * world.size * kNumPhases,
+                          std::numeric_limits<float>::quiet_NaN());
+  for (int s = 0; s < merged.n_steps; ++s)
+    for (int r = 0; r < world.tp; ++r)
+      for (int p = 0; p < kNumPhases; ++p)
+        wide[(static_cast<std::size_t>(s) * world.size + group * world.tp + r) * kNumPhases + p] =
+            merged.timings_ms[(static_cast<std::size_t>(s) * world.tp + r) * kNumPhases + p];
+  merged.timings_ms = std::move(wide);
+  merged.n_ranks = world.size;
+  return merged;
+}
+
+// The models, the drafter and the decisions of one rank, loaded once for the job.
+struct RankModels {
+  std::unique_ptr<ModelFactory> factory;
+  std::unique_ptr<LanguageModel> target;
+  std::unique_ptr<TokenOps> ops;
+  std::unique_ptr<Drafter> drafter;
+};
+
+RankModels load_models(const JobConfig& config, BackendKind backend, MpiComm& tp_comm,
+                       MpiComm& self_comm, const World& world, int threads) {
+  RankModels m;
+  Checkpoint target_ckpt(config.target.path.resolved);
+  check_dtype(config, target_ckpt, "target");
+  m.factory = std::make_unique<ModelFactory>(backend, tp_comm, self_comm, world, threads,
+                                             config.parallel.comm_timeout_s);
+  m.target = m.factory->load(target_ckpt, /*sharded=*/true);
+  m.ops = make_token_ops(backend, m.factory->cuda_context());
+  if (config.uses_mode(kModeSpeculative)) {
+    const DecodeOptions decode = decode_options(config);
+    DrafterContext context{*m.factory,           *m.target,       *m.ops,
+                           m.factory->tp_comm(), decode.sampling, decode.draft_len};
+    m.drafter = make_drafter(config, context);
+  }
+  return m;
+}
+
+// How the prompts are cut into batches.
+struct BatchPlan {
+  std::int64_t n_prompts = 0, batch_size = 1, n_batches = 0;
+};
+
+// Decodes this rank's batches round by round (in round r, group g decodes batch r*dp + g), every
+// mode of decode.modes on each, skipping what `done` holds; rank 0 gathers every group's
+// records and timings after each mode and appends them to `writer`. Returns false when a stop
+// signal ended it early (every rank learns of it at the same mode boundary).
+bool decode_rounds(const JobConfig& config, const World& world, MpiComm& world_comm,
+                   PromptReader& prompts, const BatchPlan& plan,
+                   std::map<std::string, std::set<std::int64_t>>& done, BatchDecoder& decoder,
+                   Communicator& decisions, ResultWriter* writer, Progress& progress,
+                   const Logger& log) {
+  auto stop_everywhere = [&]() {
+    float flag = stop_requested() ? 1.0f : 0.0f;
+    world_comm.all_reduce_max(&flag, 1);
+    return flag > 0;
+  };
+  const std::int64_t rounds = (plan.n_batches + world.dp - 1) / world.dp;
+  for (std::int64_t round = 0; round < rounds; ++round) {
+    const std::int64_t my_batch = round * world.dp + world.dp_index;
+    std::vector<Prompt> batch_prompts;
+    if (my_batch < plan.n_batches) {
+      BatchRange range = batch_range(plan.n_prompts, plan.batch_size, my_batch);
+      batch_prompts = prompts.read(range.first, range.count);
+    }
+    for (const std::string& mode : config.decode.modes) {
+      if (stop_everywhere()) return false;
+      const bool mine = my_batch < plan.n_batches && !done[mode].count(my_batch);
+      std::string payload;
+      if (mine) {
+        decisions.reset_timing();
+        BatchResult result = decoder.run(mode, my_batch, batch_prompts);
+        payload = encode_batch(result, world.tp_rank == 0);
+      }
+      std::vector<std::string> blobs = gather_strings(world_comm, payload, 0);
+      if (!world.is_root()) continue;
+      for (int g = 0; g < world.dp; ++g) {
+        if (blobs[g * world.tp].empty()) continue;
+        BatchResult merged = merge_for_world(blobs, g, world);
+        writer->append_batch(mode, merged);
+        progress.batch_written(mode, merged, log);
+      }
+    }
+  }
+  return true;
+}
 
 }  // namespace
 
@@ -112,7 +290,7 @@ int run_job(const JobConfig& config, MpiSession& mpi, const RunOptions& options)
   // Everything that can be checked before loading models is checked first.
   const World world = mpi.world(config.parallel.tp);
   Logger log(world.rank, world.size);
-  ModelFactory::check_backend(config.parallel.backend);
+  const BackendKind backend = parse_backend(config.parallel.backend, "parallel.backend");
   SPEC_INPUT_CHECK(!config.data.prompts.empty(),
                    "data.prompts is not set: give an HDF5 prompt file "
                    "made by `specrun prepare`");
@@ -126,177 +304,53 @@ int run_job(const JobConfig& config, MpiSession& mpi, const RunOptions& options)
   omp_set_num_threads(threads);
 
   PromptReader prompts(config.data.prompts.resolved);
-  const std::int64_t n_prompts = config.data.max_prompts > 0
-                                     ? std::min(config.data.max_prompts, prompts.size())
-                                     : prompts.size();
-  const std::int64_t batch_size = config.data.batch_size;
-  const std::int64_t n_batches = batch_count(n_prompts, batch_size);
+  BatchPlan plan;
+  plan.n_prompts = config.data.max_prompts > 0 ? std::min(config.data.max_prompts, prompts.size())
+                                               : prompts.size();
+  plan.batch_size = config.data.batch_size;
+  plan.n_batches = batch_count(plan.n_prompts, plan.batch_size);
   const std::string prompts_hash = world.is_root() ? prompts.content_hash() : "";
 
   // Provenance: every rank's record, gathered before anything heavy happens.
   ProvenanceRecord local = collect_local_provenance(mpi);
   std::vector<ProvenanceRecord> records = gather_provenance(world_comm, local);
-
-  // The result file: created (or reopened) by rank 0 before the models load, so that a path
-  // that cannot be written fails fast. Errors abort every rank through main.
   std::unique_ptr<ResultWriter> writer;
-  if (world.is_root()) {
-    if (options.resume) {
-      check_resumable(config, prompts_hash);
-      writer = std::make_unique<ResultWriter>(ResultWriter::reopen(config.job.output.resolved));
-    } else {
-      ResultHeader header;
-      const BuildInfo& b = build_info();
-      header.specrun_version = b.version;
-      header.git_commit = b.git_commit;
-      header.git_dirty = b.git_dirty;
-      header.world_size = world.size;
-      header.tp = world.tp;
-      header.dp = world.dp;
-      header.job_toml = config.job_text;
-      header.resolved_json = to_json(config).dump();
-      header.config_hash = config_hash_hex(config);
-      header.prompts_path = config.data.prompts.text;
-      header.prompts_hash = prompts_hash;
-      for (const ProvenanceRecord& r : records)
-        header.provenance.push_back(nlohmann::json(r).dump());
-      header.provenance_mismatches = nlohmann::json(find_mismatches(records)).dump();
-      writer = std::make_unique<ResultWriter>(
-          ResultWriter::create(config.job.output.resolved, header, config.job.overwrite));
-    }
-    for (const Mismatch& m : find_mismatches(records)) log.warn(describe(m));
-  }
+  if (world.is_root()) writer = open_result(config, world, options, records, prompts_hash, log);
   world_comm.barrier();
   auto done = options.resume ? committed_batches(config, world_comm, world)
                              : std::map<std::string, std::set<std::int64_t>>{};
 
-  // Models.
-  auto t_load = Clock::now();
-  Checkpoint target_ckpt(config.target.path.resolved);
-  check_dtype(config, target_ckpt, "target");
-  ModelFactory factory(config.parallel.backend, tp_comm, self_comm, world, threads,
-                       config.parallel.comm_timeout_s);
-  std::unique_ptr<LanguageModel> target = factory.load(target_ckpt, /*sharded=*/true);
-  std::unique_ptr<Checkpoint> draft_ckpt;
-  std::unique_ptr<LanguageModel> draft;
-  const bool sharded = config.draft.placement == "sharded";
-  if (config.draft.kind == "model") {
-    SPEC_INPUT_CHECK(!config.draft.path.empty(),
-                     "draft.kind = \"model\" but draft.path is not set");
-    draft_ckpt = std::make_unique<Checkpoint>(config.draft.path.resolved);
-    draft = factory.load(*draft_ckpt, sharded);
-  }
-  double load_s = std::chrono::duration<double>(Clock::now() - t_load).count();
+  const SteadyClockPoint t_load = SteadyClock::now();
+  RankModels models = load_models(config, backend, tp_comm, self_comm, world, threads);
   {
     std::ostringstream line;
-    line << "specrun run " << config.job.name << ": " << n_prompts << " prompts in " << n_batches
-         << " batches of " << batch_size << ", world " << world.size << " = dp " << world.dp
-         << " x tp " << world.tp << ", " << threads << " thread(s) per rank; models loaded in "
-         << std::fixed << std::setprecision(2) << load_s << " s";
+    line << "specrun run " << config.job.name << ": " << plan.n_prompts << " prompts in "
+         << plan.n_batches << " batches of " << plan.batch_size << ", world " << world.size
+         << " = dp " << world.dp << " x tp " << world.tp << ", " << threads
+         << " thread(s) per rank; models loaded in " << std::fixed << std::setprecision(2)
+         << seconds_since(t_load) << " s";
     log.info(line.str());
   }
-  if (config.parallel.backend != "cpu") log.info("backend: " + factory.description());
-
-  DecodeOptions decode;
-  decode.max_new_tokens = config.decode.max_new_tokens;
-  decode.draft_len = config.decode.draft_len;
-  decode.sampling.temperature = static_cast<float>(config.decode.temperature);
-  decode.sampling.top_k = config.decode.top_k;
-  decode.sampling.top_p = static_cast<float>(config.decode.top_p);
-  decode.stop_at_eos = config.decode.stop_at_eos;
-  decode.seed = static_cast<std::uint64_t>(config.job.seed);
-  decode.draft_sharded = sharded;
-  decode.inject_delay_ms = config.debug.inject_delay_ms;
-  decode.inject_phase = config.debug.inject_phase;
-  BatchDecoder decoder(*target, draft.get(), factory.tp_comm(), decode);
+  if (backend != BackendKind::kCpu) log.info("backend: " + models.factory->description());
+  Communicator& decisions = models.factory->tp_comm();
+  BatchDecoder decoder(*models.target, models.drafter.get(), *models.ops, decisions,
+                       decode_options(config));
 
   install_stop_handlers();
-  // Collective: every rank learns whether any rank got a stop signal.
-  auto stop_everywhere = [&]() {
-    float flag = stop_requested() ? 1.0f : 0.0f;
-    world_comm.all_reduce_max(&flag, 1);
-    return flag > 0;
-  };
-  bool stopped = false;
-
-  std::map<std::string, ModeProgress> progress;
-  const std::int64_t rounds = (n_batches + world.dp - 1) / world.dp;
-  auto t_start = Clock::now();
-  std::int64_t batches_done = 0,
-               batches_total = n_batches * static_cast<std::int64_t>(config.decode.modes.size());
+  std::int64_t batches_total =
+      plan.n_batches * static_cast<std::int64_t>(config.decode.modes.size());
   for (auto& [mode, set] : done) batches_total -= static_cast<std::int64_t>(set.size());
-
-  for (std::int64_t round = 0; round < rounds && !stopped; ++round) {
-    const std::int64_t my_batch = round * world.dp + world.dp_index;
-    std::vector<Prompt> batch_prompts;
-    if (my_batch < n_batches) {
-      BatchRange range = batch_range(n_prompts, batch_size, my_batch);
-      batch_prompts = prompts.read(range.first, range.count);
-    }
-    for (const std::string& mode : config.decode.modes) {
-      if (stop_everywhere()) {
-        stopped = true;
-        break;
-      }
-      const bool mine = my_batch < n_batches && !done[mode].count(my_batch);
-      std::string payload;
-      if (mine) {
-        factory.tp_comm().reset_timing();
-        BatchResult result = decoder.run(mode, my_batch, batch_prompts);
-        payload = encode_batch(result, world.tp_rank == 0);
-      }
-      std::vector<std::string> blobs = gather_strings(world_comm, payload, 0);
-      if (!world.is_root()) continue;
-      for (int g = 0; g < world.dp; ++g) {
-        if (blobs[g * world.tp].empty()) continue;
-        std::vector<BatchResult> parts;
-        for (int r = 0; r < world.tp; ++r) parts.push_back(decode_batch(blobs[g * world.tp + r]));
-        BatchResult merged = merge_group(parts);
-        // Timings are stored for every world rank; ranks of other groups are NaN for this batch.
-        std::vector<float> wide(static_cast<std::size_t>(merged.n_steps) * world.size * kNumPhases,
-                                std::numeric_limits<float>::quiet_NaN());
-        for (int s = 0; s < merged.n_steps; ++s)
-          for (int r = 0; r < world.tp; ++r)
-            for (int p = 0; p < kNumPhases; ++p)
-              wide[(static_cast<std::size_t>(s) * world.size + g * world.tp + r) * kNumPhases + p] =
-                  merged.timings_ms[(static_cast<std::size_t>(s) * world.tp + r) * kNumPhases + p];
-        merged.timings_ms = std::move(wide);
-        merged.n_ranks = world.size;
-        writer->append_batch(mode, merged);
-
-        ModeProgress& mp = progress[mode];
-        double batch_wall = 0;
-        for (const SequenceRecord& s : merged.sequences) {
-          mp.prompts += 1;
-          mp.tokens += s.generated;
-          mp.steps += s.verify_steps;
-          mp.step_tokens += s.generated - 1;
-          batch_wall = std::max(batch_wall, s.wall_s);
-        }
-        mp.seconds += batch_wall;
-        ++batches_done;
-        double elapsed = std::chrono::duration<double>(Clock::now() - t_start).count();
-        double eta = batches_done > 0 ? elapsed / batches_done * (batches_total - batches_done) : 0;
-        std::ostringstream line;
-        line << std::fixed << "[" << mode << "] batch " << merged.batch + 1 << "/" << n_batches
-             << ": " << mp.prompts << "/" << n_prompts << " prompts, " << std::setprecision(1)
-             << (mp.seconds > 0 ? mp.tokens / mp.seconds : 0.0) << " tokens/s";
-        if (mode == kModeSpeculative)
-          line << std::setprecision(2) << ", tau "
-               << (mp.steps > 0 ? static_cast<double>(mp.step_tokens) / mp.steps : 0.0);
-        line << ", ETA " << format_eta(eta);
-        log.info(line.str());
-      }
-    }
-  }
+  Progress progress(plan.n_prompts, plan.n_batches, batches_total);
+  const bool stopped = !decode_rounds(config, world, world_comm, prompts, plan, done, decoder,
+                                      decisions, writer.get(), progress, log);
 
   if (stopped) {
     int sig = 0;
     stop_requested(&sig);
     if (world.is_root()) {
       writer.reset();  // closed and flushed; `finished` stays unset
-      log.info("stopped by a signal after " + std::to_string(batches_done) + " of " +
-               std::to_string(batches_total) + " batches; every finished batch is in " +
+      log.info("stopped by a signal after " + std::to_string(progress.done()) + " of " +
+               std::to_string(progress.total()) + " batches; every finished batch is in " +
                config.job.output.resolved + "; continue with `specrun run ... --resume`");
     }
     world_comm.barrier();

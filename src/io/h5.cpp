@@ -117,15 +117,6 @@ std::vector<std::string> read_string_values(hid_t obj, bool is_attr, hid_t file_
 
 }  // namespace
 
-std::string utc_timestamp() {
-  std::time_t now = std::time(nullptr);
-  std::tm tm{};
-  gmtime_r(&now, &tm);
-  char buf[32];
-  std::strftime(buf, sizeof(buf), "%Y-%m-%dT%H:%M:%SZ", &tm);
-  return buf;
-}
-
 void silence_error_printing() {
   H5Eset_auto2(H5E_DEFAULT, nullptr, nullptr);
 }

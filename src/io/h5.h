@@ -87,7 +87,6 @@ struct TypeOf<double> {
 };
 
 // Current time as ISO-8601 UTC with seconds, "2025-06-01T12:34:56Z" (for file attributes).
-std::string utc_timestamp();
 
 // A new variable-length UTF-8 string type.
 Id string_type();

@@ -5,7 +5,9 @@
 #include <limits>
 
 #include "common/build_info.h"
+#include "common/clock.h"
 #include "common/error.h"
+#include "common/hash.h"
 #include "io/h5.h"
 
 namespace specrun {
@@ -67,11 +69,7 @@ h5::Dataset open_column(const h5::Group& prompts, const std::string& name, bool 
 }
 
 void fnv1a(uint64_t& h, const void* data, size_t bytes) {
-  const auto* p = static_cast<const unsigned char*>(data);
-  for (size_t i = 0; i < bytes; ++i) {
-    h ^= p[i];
-    h *= 1099511628211ULL;
-  }
+  h = fnv1a64(data, bytes, h);
 }
 
 }  // namespace
@@ -210,6 +208,8 @@ std::string PromptReader::read_text(int64_t index) const {
 
 std::string PromptReader::content_hash() const {
   const Impl& m = *impl_;
+  // This seed is not FNV's offset basis (a digit short) but it is what every prompt file's
+  // recorded hash was made with: keep it, or --resume would refuse files made before.
   uint64_t h = 1469598103934665603ULL;
   fnv1a(h, &m.n, sizeof(m.n));
   for (int64_t lo = 0; lo <= m.n; lo += kOffsetWindow) {
@@ -295,7 +295,7 @@ PromptFileWriter::PromptFileWriter(const std::string& path, const PromptColumns&
   m.file.set_attr_string("schema", kPromptSchema);
   m.file.set_attr_int32("schema_version", kPromptSchemaVersion);
   m.file.set_attr_string("specrun_version", build_info().version);
-  m.file.set_attr_string("created", h5::utc_timestamp());
+  m.file.set_attr_string("created", utc_timestamp());
   m.file.set_attr_string("source", source);
   m.group = m.file.create_group("prompts");
   m.tokens = h5::create_rows<int32_t>(m.group, "tokens", h5::chunk_rows(kTokenFlushCount));

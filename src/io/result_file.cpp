@@ -7,6 +7,7 @@
 #include <optional>
 #include <set>
 
+#include "common/clock.h"
 #include "common/error.h"
 #include "io/h5.h"
 #include "io/result_layout.h"
@@ -117,7 +118,7 @@ ResultWriter ResultWriter::create(const std::string& path, const ResultHeader& h
   f.set_attr_string("specrun_version", h.specrun_version);
   f.set_attr_string("git_commit", h.git_commit);
   f.set_attr_bool("git_dirty", h.git_dirty);
-  f.set_attr_string("started", h5::utc_timestamp());
+  f.set_attr_string("started", utc_timestamp());
   f.set_attr_string("finished", "");
   f.set_attr_int32("world_size", h.world_size);
   f.set_attr_int32("tp", h.tp);
@@ -262,7 +263,7 @@ int64_t ResultWriter::sequences_committed(const std::string& mode) const {
 void ResultWriter::finish() {
   Impl& m = *impl_;
   SPEC_CHECK(m.file.valid(), m.path << ": finish() called twice");
-  m.file.set_attr_string("finished", h5::utc_timestamp());
+  m.file.set_attr_string("finished", utc_timestamp());
   m.file.flush();
   m.modes.clear();
   m.file.close();

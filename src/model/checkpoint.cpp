@@ -8,6 +8,7 @@
 #include <sstream>
 
 #include "common/error.h"
+#include "model/weight_schema.h"
 
 namespace specrun {
 
@@ -107,71 +108,7 @@ std::vector<std::string> Checkpoint::names() const {
 
 std::vector<std::int64_t> Checkpoint::config_shape(const std::string& name,
                                                    std::string* why) const {
-  const ModelConfig& c = config_;
-  const std::int64_t H = c.hidden_size, I = c.intermediate_size, V = c.vocab_size;
-  const std::int64_t q = static_cast<std::int64_t>(c.num_heads) * c.head_dim;
-  const std::int64_t kv = static_cast<std::int64_t>(c.num_kv_heads) * c.head_dim;
-  std::ostringstream hs, is, vs, qs, kvs;
-  hs << "hidden_size = " << H;
-  is << "intermediate_size = " << I;
-  vs << "vocab_size = " << V;
-  qs << "num_attention_heads*head_dim = " << c.num_heads << "*" << c.head_dim << " = " << q;
-  kvs << "num_key_value_heads*head_dim = " << c.num_kv_heads << "*" << c.head_dim << " = " << kv;
-
-  std::vector<std::int64_t> shape;
-  std::vector<std::string> parts;
-  auto set = [&](std::vector<std::int64_t> s, std::vector<std::string> p) {
-    shape = std::move(s);
-    parts = std::move(p);
-  };
-  if (name == "model.embed_tokens.weight" || name == "lm_head.weight") {
-    set({V, H}, {vs.str(), hs.str()});
-  } else if (name == "model.norm.weight") {
-    set({H}, {hs.str()});
-  } else if (name.rfind("model.layers.", 0) == 0) {
-    const std::string rest = name.substr(13);
-    std::size_t dot = rest.find('.');
-    if (dot == std::string::npos || dot == 0) return {};
-    int layer = -1;
-    try {
-      std::size_t used = 0;
-      layer = std::stoi(rest.substr(0, dot), &used);
-      if (used != dot) return {};
-    } catch (...) {
-      return {};
-    }
-    if (layer < 0 || layer >= c.num_layers) return {};
-    const std::string t = rest.substr(dot + 1);
-    if (t == "input_layernorm.weight" || t == "post_attention_layernorm.weight") {
-      set({H}, {hs.str()});
-    } else if (t == "self_attn.q_proj.weight") {
-      set({q, H}, {qs.str(), hs.str()});
-    } else if (t == "self_attn.k_proj.weight" || t == "self_attn.v_proj.weight") {
-      set({kv, H}, {kvs.str(), hs.str()});
-    } else if (t == "self_attn.o_proj.weight") {
-      set({H, q}, {hs.str(), qs.str()});
-    } else if (t == "self_attn.q_proj.bias") {
-      set({q}, {qs.str()});
-    } else if (t == "self_attn.k_proj.bias" || t == "self_attn.v_proj.bias") {
-      set({kv}, {kvs.str()});
-    } else if (t == "self_attn.o_proj.bias") {
-      set({H}, {hs.str()});
-    } else if (t == "mlp.gate_proj.weight" || t == "mlp.up_proj.weight") {
-      set({I, H}, {is.str(), hs.str()});
-    } else if (t == "mlp.down_proj.weight") {
-      set({H, I}, {hs.str(), is.str()});
-    } else {
-      return {};
-    }
-  } else {
-    return {};
-  }
-  if (why != nullptr) {
-    std::string text = "[";
-    for (std::size_t i = 0; i < parts.size(); ++i) text += (i ? ", " : "") + parts[i];
-    *why = text + "]";
-  }
-  return shape;
+  return schema_shape(config_, name, why);
 }
 
 const TensorView& Checkpoint::tensor(const std::string& name,

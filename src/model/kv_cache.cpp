@@ -1,39 +1,19 @@
 #include "model/kv_cache.h"
 
 #include <string>
-#include <utility>
 
 #include "common/error.h"
 
 namespace specrun {
 
-KvCache::KvCache(int n_layers, int capacity, int n_kv_heads, int head_dim, int max_positions)
-    : n_layers_(n_layers),
-      capacity_(capacity),
-      n_kv_heads_(n_kv_heads),
-      head_dim_(head_dim),
-      max_positions_(max_positions) {
-  SPEC_CHECK(n_layers > 0 && capacity > 0 && n_kv_heads > 0 && head_dim > 0,
-             "KV cache needs positive sizes, got layers " << n_layers << ", capacity " << capacity
-                                                          << ", kv heads " << n_kv_heads
-                                                          << ", head_dim " << head_dim);
-  data_.resize(static_cast<std::size_t>(n_layers) * 2 * static_cast<std::size_t>(capacity) *
-               static_cast<std::size_t>(row_floats()));
+KvCache::KvCache(KvStore* store, int slot, int capacity, int max_positions)
+    : store_(store), slot_(slot), capacity_(capacity), max_positions_(max_positions) {
+  SPEC_CHECK(store != nullptr && capacity > 0,
+             "a KV cache needs an owning model and a positive capacity, got " << capacity);
 }
 
-KvCache::KvCache(int n_layers, int capacity, int n_kv_heads, int head_dim, int max_positions,
-                 std::shared_ptr<float> storage)
-    : n_layers_(n_layers),
-      capacity_(capacity),
-      n_kv_heads_(n_kv_heads),
-      head_dim_(head_dim),
-      max_positions_(max_positions),
-      external_(std::move(storage)) {
-  SPEC_CHECK(n_layers > 0 && capacity > 0 && n_kv_heads > 0 && head_dim > 0,
-             "KV cache needs positive sizes, got layers " << n_layers << ", capacity " << capacity
-                                                          << ", kv heads " << n_kv_heads
-                                                          << ", head_dim " << head_dim);
-  SPEC_CHECK(external_ != nullptr, "KV cache given no storage");
+KvCache::~KvCache() {
+  store_->release(slot_);
 }
 
 void KvCache::truncate(int len) {

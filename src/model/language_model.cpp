@@ -4,18 +4,22 @@
 
 namespace specrun {
 
-int check_batch(std::span<const SeqChunk> batch, const ModelConfig& config, int kv_heads,
-                bool device_caches, const std::string& model) {
+void LanguageModel::forward(std::span<const SeqChunk> batch, bool all_logits,
+                            std::vector<float>& logits) {
+  const ForwardResult out = forward(batch, ForwardRequest{all_logits, {}});
+  logits.resize(static_cast<std::size_t>(out.logits.rows) * out.logits.width);
+  read(out.logits, 0, out.logits.rows, logits.data());
+}
+
+int check_batch(std::span<const SeqChunk> batch, const ModelConfig& config, const KvStore* store) {
   SPEC_CHECK(!batch.empty(), "forward called with an empty batch");
   int n = 0;
   for (std::size_t b = 0; b < batch.size(); ++b) {
     const SeqChunk& s = batch[b];
     SPEC_CHECK(s.cache != nullptr && s.n_tokens >= 1,
                "batch entry " << b << " needs a cache and at least one new token");
-    SPEC_CHECK(s.cache->external_storage() == device_caches &&
-                   s.cache->n_layers() == config.num_layers && s.cache->n_kv_heads() == kv_heads &&
-                   s.cache->head_dim() == config.head_dim,
-               "batch entry " << b << ": KV cache was not made by " << model << " (use new_cache)");
+    SPEC_CHECK(s.cache->store() == store,
+               "batch entry " << b << ": KV cache was not made by this model (use new_cache)");
     s.cache->check_append(s.n_tokens, static_cast<int>(b));
     for (int i = 0; i < s.n_tokens; ++i) {
       const std::int32_t id = s.tokens[i];

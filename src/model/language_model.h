@@ -1,6 +1,11 @@
-// The interface the decoding engine sees: one model (target or draft) on one rank, whatever the
-// backend. The CPU Transformer implements it; a CUDA implementation keeps its caches and weights
-// on the device and returns logits in host memory.
+// The interface the decoding engine sees: one model (target or draft) on one rank, whatever its
+// backend. LlamaModel<B> (llama_model.h) implements it for every backend B; the engine never
+// knows which one runs.
+//
+// Outputs stay where they were computed: forward() leaves the logits (and any captured hidden
+// states) in the backend's memory and returns views of them. Token decisions run on that
+// backend too (spec/token_ops.h); a host copy is made only on request (read, or the forward
+// overload that fills a std::vector, for tools and tests).
 #pragma once
 
 #include <cstdint>
@@ -9,6 +14,7 @@
 #include <string>
 #include <vector>
 
+#include "backend/backend.h"
 #include "model/kv_cache.h"
 #include "model/model_config.h"
 
@@ -21,28 +27,67 @@ struct SeqChunk {
   int n_tokens;  // >= 1
 };
 
+// float32 rows [rows, width] in a backend's memory (a host pointer on the CPU, a device pointer
+// on CUDA), valid until the producing model's next forward call.
+struct RowsView {
+  BackendKind backend = BackendKind::kCpu;
+  const float* data = nullptr;
+  int rows = 0;
+  int width = 0;
+  const float* row(int r) const { return data + static_cast<std::size_t>(r) * width; }
+};
+
+struct ForwardRequest {
+  // Logits of every new token (all_logits, in batch order), or of each sequence's last one.
+  bool all_logits = false;
+  // Hidden states to capture, by layer id: i < num_layers is the residual stream at the input
+  // of layer i (Hugging Face hidden_states[i], the convention EAGLE-3 uses; 0 = the embeddings),
+  // num_layers is the final norm's output. Captured for every new token, full width on every
+  // tensor-parallel rank.
+  std::span<const int> capture;
+};
+
+struct ForwardResult {
+  RowsView logits;  // [rows, vocab_size]
+  RowsView hidden;  // [new tokens, capture.size() * hidden_size] (width 0 when none asked)
+};
+
 class LanguageModel {
  public:
   virtual ~LanguageModel() = default;
   virtual const ModelConfig& config() const = 0;
-  // A cache for one sequence of at most `capacity` tokens, owned by the caller.
-  virtual std::unique_ptr<KvCache> new_cache(int capacity) const = 0;
+  virtual BackendKind backend() const = 0;
+  // A cache for one sequence of at most `capacity` tokens. The model must outlive it.
+  virtual std::unique_ptr<KvCache> new_cache(int capacity) = 0;
+
   // Prefill, decode and verify are one call: appends every chunk's tokens to its cache and
-  // writes float32 logits (full vocabulary, host memory) for every new token (all_logits) or for
-  // each chunk's last token, chunk by chunk. All ranks of the model's tp group call it with the
-  // same inputs.
-  virtual void forward(std::span<const SeqChunk> batch, bool all_logits,
-                       std::vector<float>& logits) = 0;
+  // computes the requested logits and hidden states (see ForwardRequest). All ranks of the
+  // model's tp group call it with the same inputs. Throws before touching any cache when a
+  // token id is outside the vocabulary, a cache belongs to another model, or a sequence would
+  // exceed its cache or the model's context.
+  virtual ForwardResult forward(std::span<const SeqChunk> batch, const ForwardRequest& request) = 0;
+
+  // Host copy of rows [first, first + count) of a view this model returned.
+  virtual void read(const RowsView& view, int first, int count, float* host) = 0;
+  // Host copy of one layer's keys (which = 0) or values (1) of a cache, positions
+  // [0, cache.length()), [length, kv heads of this rank * head_dim].
+  virtual void read_kv(const KvCache& cache, int layer, int which, float* host) = 0;
+  // kv heads this rank holds (the width of read_kv rows is that * head_dim).
+  virtual int kv_heads() const = 0;
+
+  // Waits until every forward call made so far has finished on the device (a no-op on the CPU;
+  // on CUDA with the communicator's deadline). For timing; decisions synchronise by themselves.
+  virtual void synchronize() = 0;
+
+  // forward() with the logits copied to `logits` (resized): [rows, vocab_size].
+  void forward(std::span<const SeqChunk> batch, bool all_logits, std::vector<float>& logits);
 };
 
-// Checks a forward call's batch before any cache changes, for a model with `config` whose caches
-// hold `kv_heads` kv heads in host memory (device_caches false) or device memory (true): every
-// entry has a cache of that shape and kind, at least one new token and room for them
-// (KvCache::check_append), and every token id lies in [0, vocab_size). Throws naming the batch
-// entry, or the sequence, index and id (exit code 2: prompts tokenized for another model).
-// `model` names the backend in the error ("this model", "this CUDA model"). Returns the number
-// of new tokens in the batch.
-int check_batch(std::span<const SeqChunk> batch, const ModelConfig& config, int kv_heads,
-                bool device_caches, const std::string& model);
+// Checks a forward call's batch before any cache changes, for a model with `config` that owns
+// the caches' storage (`store`): every entry has a cache made by that model, at least one new
+// token and room for them (KvCache::check_append), and every token id lies in [0, vocab_size).
+// Throws naming the batch entry, or the sequence, index and id (exit code 2: prompts tokenized
+// for another model). Returns the number of new tokens in the batch.
+int check_batch(std::span<const SeqChunk> batch, const ModelConfig& config, const KvStore* store);
 
 }  // namespace specrun

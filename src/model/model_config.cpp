@@ -121,7 +121,8 @@ ModelConfig ModelConfig::from_json_text(const std::string& text, const std::stri
   static const std::vector<std::pair<std::string, std::string>> kArch = {
       {"LlamaForCausalLM", "llama"},
       {"MistralForCausalLM", "mistral"},
-      {"Qwen2ForCausalLM", "qwen2"}};
+      {"Qwen2ForCausalLM", "qwen2"},
+      {"Qwen3ForCausalLM", "qwen3"}};
   if (rd.present("architectures")) {
     const json& a = j["architectures"];
     SPEC_INPUT_CHECK(
@@ -133,7 +134,7 @@ ModelConfig ModelConfig::from_json_text(const std::string& text, const std::stri
     SPEC_INPUT_CHECK(!c.model_type.empty(),
                      source_name << ": architecture \"" << c.architecture
                                  << "\" is not supported (supported: LlamaForCausalLM, "
-                                    "MistralForCausalLM, Qwen2ForCausalLM)");
+                                    "MistralForCausalLM, Qwen2ForCausalLM, Qwen3ForCausalLM)");
   } else {
     SPEC_INPUT_CHECK(rd.present("model_type") && j["model_type"].is_string(),
                      source_name << ": neither \"architectures\" nor \"model_type\" is given");
@@ -142,7 +143,7 @@ ModelConfig ModelConfig::from_json_text(const std::string& text, const std::stri
       if (t == type) c.architecture = arch, c.model_type = t;
     SPEC_INPUT_CHECK(!c.model_type.empty(), source_name << ": model_type \"" << type
                                                         << "\" is not supported (supported: "
-                                                           "llama, mistral, qwen2)");
+                                                           "llama, mistral, qwen2, qwen3)");
   }
   if (rd.present("model_type")) {
     SPEC_INPUT_CHECK(
@@ -206,7 +207,7 @@ ModelConfig ModelConfig::from_json_text(const std::string& text, const std::stri
   SPEC_INPUT_CHECK(c.rope_theta > 0, source_name << ": rope_theta must be positive");
 
   // Sliding-window attention is not implemented: reject it when it would actually apply.
-  if (c.model_type == "qwen2") {
+  if (c.model_type == "qwen2" || c.model_type == "qwen3") {
     SPEC_INPUT_CHECK(!rd.get_bool("use_sliding_window", false),
                      source_name << ": \"use_sliding_window\": true is not supported "
                                     "(only full attention)");
@@ -232,6 +233,8 @@ ModelConfig ModelConfig::from_json_text(const std::string& text, const std::stri
   c.o_bias = rd.get_bool("attention_bias", false);
   c.qkv_bias = c.o_bias;
   if (c.model_type == "qwen2") c.qkv_bias = true, c.o_bias = false;
+  // Qwen3: RMSNorm over each head of q and k (q_norm, k_norm, [head_dim]) before RoPE.
+  c.qk_norm = c.model_type == "qwen3";
 
   c.tie_word_embeddings = rd.get_bool("tie_word_embeddings", false);
   c.bos_token_id = rd.get_int("bos_token_id", false, 1, 0);
@@ -286,7 +289,7 @@ std::string ModelConfig::to_json_text() const {
     j["eos_token_id"] = nullptr;
   else
     j["eos_token_id"] = eos_token_ids;
-  if (model_type == "qwen2") j["use_sliding_window"] = false;
+  if (model_type == "qwen2" || model_type == "qwen3") j["use_sliding_window"] = false;
   return j.dump(2) + "\n";
 }
 

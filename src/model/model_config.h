@@ -1,4 +1,4 @@
-// Model hyperparameters from a Hugging Face config.json (Llama, Mistral, Qwen2 families).
+// Model hyperparameters from a Hugging Face config.json (Llama, Mistral, Qwen2, Qwen3).
 // See shared/reference/model-formats.md sections 1.1 and 2.
 #pragma once
 
@@ -9,8 +9,9 @@
 namespace specrun {
 
 struct ModelConfig {
-  std::string architecture;  // "LlamaForCausalLM", "MistralForCausalLM", "Qwen2ForCausalLM"
-  std::string model_type;    // "llama", "mistral", "qwen2"
+  // "LlamaForCausalLM", "MistralForCausalLM", "Qwen2ForCausalLM", "Qwen3ForCausalLM"
+  std::string architecture;
+  std::string model_type;  // "llama", "mistral", "qwen2", "qwen3"
   int hidden_size = 0;
   int intermediate_size = 0;
   int num_layers = 0;
@@ -30,6 +31,7 @@ struct ModelConfig {
   bool tie_word_embeddings = false;
   bool qkv_bias = false;  // Qwen2, or attention_bias = true (then o_proj has a bias too)
   bool o_bias = false;
+  bool qk_norm = false;  // Qwen3: per-head RMSNorm of q and k before RoPE
   int bos_token_id = 1;
   std::vector<int> eos_token_ids;  // may be empty
 

@@ -8,6 +8,7 @@
 #include <vector>
 
 #include "common/error.h"
+#include "common/hash.h"
 #include "model/safetensors.h"
 
 namespace specrun {
@@ -39,21 +40,12 @@ double SplitMix64::normal() {
 
 namespace {
 
-std::uint64_t fnv1a(const std::string& s) {
-  std::uint64_t h = 0xcbf29ce484222325ull;
-  for (unsigned char c : s) {
-    h ^= c;
-    h *= 0x100000001b3ull;
-  }
-  return h;
-}
-
 // N(0, std) values of tensor `name`, from its own stream.
 TensorToWrite random_tensor(const SyntheticSpec& spec, const std::string& name,
                             std::vector<std::int64_t> shape, double std_dev) {
   std::int64_t n = 1;
   for (auto d : shape) n *= d;
-  SplitMix64 mixer(spec.seed ^ fnv1a(name));
+  SplitMix64 mixer(spec.seed ^ fnv1a64(name));
   SplitMix64 rng(mixer.next());
   TensorToWrite t{name, spec.dtype, std::move(shape), {}};
   t.bytes.resize(static_cast<std::size_t>(n) * dtype_size(spec.dtype));
@@ -63,6 +55,26 @@ TensorToWrite random_tensor(const SyntheticSpec& spec, const std::string& name,
       std::memcpy(t.bytes.data() + 4 * i, &v, 4);
     } else {
       const std::uint16_t b = f32_to_bf16(v);
+      std::memcpy(t.bytes.data() + 2 * i, &b, 2);
+    }
+  }
+  return t;
+}
+
+// 1 + N(0, std) for every element: a norm weight that is not the identity.
+TensorToWrite near_ones(const SyntheticSpec& spec, const std::string& name, std::int64_t n,
+                        double std_dev) {
+  TensorToWrite t = random_tensor(spec, name, {n}, std_dev);
+  for (std::int64_t i = 0; i < n; ++i) {
+    if (spec.dtype == DType::kF32) {
+      float v;
+      std::memcpy(&v, t.bytes.data() + 4 * i, 4);
+      v += 1.0f;
+      std::memcpy(t.bytes.data() + 4 * i, &v, 4);
+    } else {
+      std::uint16_t b;
+      std::memcpy(&b, t.bytes.data() + 2 * i, 2);
+      b = f32_to_bf16(bf16_to_f32(b) + 1.0f);
       std::memcpy(t.bytes.data() + 2 * i, &b, 2);
     }
   }
@@ -104,6 +116,10 @@ void write_model(const SyntheticSpec& spec, bool draft, const std::string& dir) 
     t.push_back(random_tensor(spec, p + "mlp.down_proj.weight", {H, I}, out_std));
     t.push_back(ones(spec, p + "input_layernorm.weight", H));
     t.push_back(ones(spec, p + "post_attention_layernorm.weight", H));
+    if (c.qk_norm) {
+      t.push_back(near_ones(spec, p + "self_attn.q_norm.weight", c.head_dim, spec.norm_std));
+      t.push_back(near_ones(spec, p + "self_attn.k_norm.weight", c.head_dim, spec.norm_std));
+    }
   }
   t.push_back(ones(spec, "model.norm.weight", H));
   t.push_back(random_tensor(spec, "lm_head.weight", {V, H}, spec.lm_head_std));
@@ -129,12 +145,17 @@ void validate(const SyntheticSpec& s) {
   SPEC_INPUT_CHECK(s.vocab >= 3, "make-model: --vocab " << s.vocab
                                                         << " must be at least 3 (ids 1 and 2 are "
                                                            "BOS and EOS)");
-  SPEC_INPUT_CHECK(s.hidden % s.heads == 0, "make-model: --hidden "
-                                                << s.hidden << " is not divisible by --heads "
-                                                << s.heads);
-  SPEC_INPUT_CHECK((s.hidden / s.heads) % 2 == 0,
-                   "make-model: head dim --hidden/--heads = " << s.hidden / s.heads
-                                                              << " must be even (rotary pairs)");
+  SPEC_INPUT_CHECK(s.architecture == "llama" || s.architecture == "qwen3",
+                   "make-model: --arch " << s.architecture
+                                         << " is not supported: use llama or "
+                                            "qwen3");
+  SPEC_INPUT_CHECK(s.head_dim >= 0, "make-model: --head-dim must be >= 0 (0: hidden / heads)");
+  SPEC_INPUT_CHECK(s.head_dim > 0 || s.hidden % s.heads == 0,
+                   "make-model: --hidden " << s.hidden << " is not divisible by --heads " << s.heads
+                                           << " (or give --head-dim)");
+  const int head_dim = s.head_dim > 0 ? s.head_dim : s.hidden / s.heads;
+  SPEC_INPUT_CHECK(head_dim % 2 == 0,
+                   "make-model: head dim " << head_dim << " must be even (rotary pairs)");
   SPEC_INPUT_CHECK(s.heads % s.kv_heads == 0, "make-model: --heads " << s.heads
                                                                      << " is not a multiple of "
                                                                         "--kv-heads "
@@ -151,14 +172,16 @@ void validate(const SyntheticSpec& s) {
 ModelConfig synthetic_config(const SyntheticSpec& spec, bool draft) {
   validate(spec);
   ModelConfig c;
-  c.architecture = "LlamaForCausalLM";
-  c.model_type = "llama";
+  const bool qwen3 = spec.architecture == "qwen3";
+  c.architecture = qwen3 ? "Qwen3ForCausalLM" : "LlamaForCausalLM";
+  c.model_type = qwen3 ? "qwen3" : "llama";
+  c.qk_norm = qwen3;
   c.hidden_size = spec.hidden;
   c.intermediate_size = spec.intermediate;
   c.num_layers = draft ? spec.draft_layers : spec.layers;
   c.num_heads = spec.heads;
   c.num_kv_heads = spec.kv_heads;
-  c.head_dim = spec.hidden / spec.heads;
+  c.head_dim = spec.head_dim > 0 ? spec.head_dim : spec.hidden / spec.heads;
   c.vocab_size = spec.vocab;
   c.max_position_embeddings = spec.max_pos;
   c.rms_norm_eps = spec.rms_norm_eps;

@@ -7,7 +7,8 @@
 //    Normals come from Box-Muller over splitmix64 uniforms.
 //  - Linear weights ~ N(0, weight_std) (0.02); embeddings ~ N(0, embed_std) (1.0) so that the
 //    token identity dominates the residual stream; lm_head ~ N(0, lm_head_std) so logits are not
-//    flat; RMSNorm weights = 1. No biases, untied lm_head.
+//    flat; RMSNorm weights = 1 (Qwen3's q/k norms: 1 + N(0, norm_std)). No biases, untied
+//    lm_head.
 //  - The draft is a truncated target: it has the target's embeddings, its first `draft_layers`
 //    decoder layers (bit-identical), final norm and lm_head, with num_hidden_layers =
 //    draft_layers. Same vocabulary and tokenizer-free ids.
@@ -29,6 +30,12 @@
 namespace specrun {
 
 struct SyntheticSpec {
+  // "llama" (LlamaForCausalLM) or "qwen3" (Qwen3ForCausalLM: per-head q/k RMSNorm weights, drawn
+  // as 1 + N(0, norm_std) so that a graph that skips or swaps them is caught, and a head_dim
+  // given on its own).
+  std::string architecture = "llama";
+  int head_dim = 0;  // 0: hidden / heads
+  double norm_std = 0.2;
   int hidden = 256;
   int layers = 4;  // target layers
   int heads = 8;

@@ -5,6 +5,7 @@
 #include <limits>
 
 #include "common/error.h"
+#include "kernels/cpu/ops.h"
 
 namespace specrun {
 
@@ -104,11 +105,8 @@ int sample_from(const float* probs, int vocab, double u) {
 }
 
 int argmax(const float* logits, int vocab) {
-  int best = -1;
-  for (int i = 0; i < vocab; ++i) {
-    if (std::isnan(logits[i])) continue;
-    if (best < 0 || logits[i] > logits[best]) best = i;
-  }
+  SPEC_CHECK(vocab >= 1, "argmax over an empty row");
+  const int best = cpu::argmax(logits, vocab);
   SPEC_CHECK(best >= 0, "argmax over " << vocab << " logits found no non-NaN value");
   return best;
 }

@@ -47,7 +47,7 @@ void logits_to_probs(const float* logits, int vocab, const SamplingParams& param
 int sample_from(const float* probs, int vocab, double u);
 
 // Index of the largest logit; the lowest id wins ties. NaN entries are never chosen (throws if
-// all are NaN).
+// all are NaN). The kernel cpu::argmax with the all-NaN case made an error.
 int argmax(const float* logits, int vocab);
 
 }  // namespace specrun

@@ -2,8 +2,9 @@
 # The GPU check, in one script (about 5 minutes on one H200; budgeted for under 8):
 #   1. configure and build with CUDA (-DSPECRUN_CUDA=ON -DSPECRUN_WERROR=ON, -j16);
 #   2. run every gpu-labelled test: each CUDA op against the CPU reference (test_cuda_ops), the
-#      CUDA model against the CPU model and its cache invariants (test_cuda_transformer), the
-#      device self-test (test_cuda), and the end-to-end greedy equality speculative == baseline
+#      device token decisions against the CPU rules (test_cuda_sampling), the model graph on
+#      CUDA against the same graph on the CPU and its cache invariants (test_cuda_transformer),
+#      the device self-test (test_cuda), and the end-to-end greedy equality speculative == baseline
 #      under `mpirun -np 1 specrun run` (gpu_greedy_equality);
 #   3. the benchmark: decode and verify step times of a ~1.1B-parameter synthetic model and the
 #      achieved memory bandwidth against the measured copy bandwidth (test_cuda_bench), with a

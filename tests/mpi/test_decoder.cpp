@@ -13,8 +13,10 @@
 #include "dist/mpi_comm.h"
 #include "engine/decoder.h"
 #include "model/checkpoint.h"
+#include "model/model_factory.h"
 #include "model/synthetic.h"
-#include "model/transformer.h"
+#include "spec/model_drafter.h"
+#include "spec/token_ops.h"
 
 using namespace specrun;
 namespace fs = std::filesystem;
@@ -110,8 +112,20 @@ std::vector<SequenceRecord> decode_all(BatchDecoder& decoder, const std::string&
 struct Rig {
   std::unique_ptr<MpiComm> comm;
   std::unique_ptr<Checkpoint> target_ckpt, draft_ckpt;
-  std::unique_ptr<Transformer> target, draft;
+  std::unique_ptr<LanguageModel> target;
+  std::shared_ptr<LanguageModel> draft;
+  bool draft_sharded = false;
+  std::unique_ptr<TokenOps> ops = make_token_ops(BackendKind::kCpu, nullptr);
 };
+
+// The decoder of a rig for `opt`: the draft model as a drafter (drafts agreed through the tp
+// group when sharded). The drafter outlives the decoder through `drafter`.
+BatchDecoder make_decoder(Rig& s, const DecodeOptions& opt, std::unique_ptr<Drafter>& drafter) {
+  drafter = std::make_unique<ModelDrafter>(s.draft, s.target->config().vocab_size, *s.ops,
+                                           s.draft_sharded ? s.comm.get() : nullptr, opt.sampling,
+                                           opt.draft_len);
+  return BatchDecoder(*s.target, drafter.get(), *s.ops, *s.comm, opt);
+}
 
 // tp = the whole world (sharded target; draft sharded or replicated), or tp = 1 on this rank.
 Rig make_setup(const std::string& target_dir, const std::string& draft_dir, bool tp_world,
@@ -121,13 +135,10 @@ Rig make_setup(const std::string& target_dir, const std::string& draft_dir, bool
   static MpiComm self(MPI_COMM_SELF);
   s.target_ckpt = std::make_unique<Checkpoint>(target_dir);
   s.draft_ckpt = std::make_unique<Checkpoint>(draft_dir);
-  s.target =
-      std::make_unique<Transformer>(*s.target_ckpt, *s.comm, s.comm->rank(), s.comm->size(), 1);
-  if (draft_sharded)
-    s.draft =
-        std::make_unique<Transformer>(*s.draft_ckpt, *s.comm, s.comm->rank(), s.comm->size(), 1);
-  else
-    s.draft = std::make_unique<Transformer>(*s.draft_ckpt, self, 0, 1, 1);
+  s.target = load_cpu_model(*s.target_ckpt, *s.comm, 1);
+  s.draft =
+      load_cpu_model(*s.draft_ckpt, draft_sharded ? static_cast<Communicator&>(*s.comm) : self, 1);
+  s.draft_sharded = draft_sharded;
   return s;
 }
 
@@ -164,13 +175,13 @@ TEST(Decoder, GreedySpeculativeEqualsBaselineForAnyDraft) {
     opt.max_new_tokens = 20;
     opt.sampling.temperature = 0;
     opt.stop_at_eos = false;
-    opt.draft_sharded = c.sharded;
     // Every draft_len 1..8 for the main case, a spread for the others.
     std::vector<int> ks = {1, 3, 8};
     if (&c == &cases[0]) ks = {1, 2, 3, 4, 5, 6, 7, 8};
     for (int k : ks) {
       opt.draft_len = k;
-      BatchDecoder decoder(*s.target, s.draft.get(), *s.comm, opt);
+      std::unique_ptr<Drafter> drafter;
+      BatchDecoder decoder = make_decoder(s, opt, drafter);
       for (int batch : {1, 3}) {
         auto base = decode_all(decoder, kModeBaseline, prompts, batch);
         auto spec = decode_all(decoder, kModeSpeculative, prompts, batch);
@@ -203,18 +214,19 @@ TEST(Decoder, SampledTokensDoNotDependOnTpOrBatchSize) {
   opt.sampling.top_p = 0.95f;
   opt.seed = 42;
   Rig one = make_setup(pair + "/target", pair + "/draft", false, false);
-  BatchDecoder d1(*one.target, one.draft.get(), *one.comm, opt);
+  std::unique_ptr<Drafter> dr1, drw, drg;
+  BatchDecoder d1 = make_decoder(one, opt, dr1);
   auto spec1 = decode_all(d1, kModeSpeculative, prompts, 1);
   auto base1 = decode_all(d1, kModeBaseline, prompts, 1);
   Rig all = make_setup(pair + "/target", pair + "/draft", true, false);
-  BatchDecoder dw(*all.target, all.draft.get(), *all.comm, opt);
+  BatchDecoder dw = make_decoder(all, opt, drw);
   auto spec_w = decode_all(dw, kModeSpeculative, prompts, 4);
   auto base_w = decode_all(dw, kModeBaseline, prompts, 3);
   expect_same_outputs(spec1, spec_w, "speculative, tp=1 batch 1 vs tp=world batch 4");
   expect_same_outputs(base1, base_w, "baseline, tp=1 batch 1 vs tp=world batch 3");
   // Sampling really happened: the outputs are not the greedy ones.
   opt.sampling.temperature = 0;
-  BatchDecoder dg(*one.target, one.draft.get(), *one.comm, opt);
+  BatchDecoder dg = make_decoder(one, opt, drg);
   auto greedy = decode_all(dg, kModeBaseline, prompts, 4);
   int differ = 0;
   for (std::size_t i = 0; i < greedy.size(); ++i)
@@ -226,7 +238,8 @@ TEST(Decoder, DraftWithAnotherVocabularyIsRejected) {
   Rig s = make_setup(g_models->dir + "/pair/target", g_models->dir + "/wide/draft", false, false);
   DecodeOptions opt;
   try {
-    BatchDecoder decoder(*s.target, s.draft.get(), *s.comm, opt);
+    std::unique_ptr<Drafter> drafter;
+    BatchDecoder decoder = make_decoder(s, opt, drafter);
     FAIL() << "expected an error";
   } catch (const Error& e) {
     EXPECT_NE(std::string(e.what()).find(
@@ -241,7 +254,8 @@ TEST(Decoder, PromptLongerThanContextIsAClearError) {
   Rig s = make_setup(g_models->dir + "/pair/target", g_models->dir + "/pair/draft", false, false);
   DecodeOptions opt;
   opt.max_new_tokens = 100;
-  BatchDecoder decoder(*s.target, s.draft.get(), *s.comm, opt);
+  std::unique_ptr<Drafter> drafter;
+  BatchDecoder decoder = make_decoder(s, opt, drafter);
   Prompt p;
   p.index = 7;
   p.id = "long";

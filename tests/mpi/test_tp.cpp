@@ -16,7 +16,7 @@
 #include "dist/mpi_comm.h"
 #include "kernels/cpu/ops.h"
 #include "model/checkpoint.h"
-#include "model/transformer.h"
+#include "model/model_factory.h"
 
 namespace fs = std::filesystem;
 using namespace specrun;
@@ -46,10 +46,10 @@ struct Run {
 };
 
 // Prefill with all logits, then greedy decode of n_new tokens one at a time.
-Run run(Transformer& model, const std::vector<std::int32_t>& prompt, int n_new) {
+Run run(LanguageModel& model, const std::vector<std::int32_t>& prompt, int n_new) {
   Run r;
   auto cache = model.new_cache(static_cast<int>(prompt.size()) + n_new);
-  const int V = model.vocab_size();
+  const int V = model.config().vocab_size;
   SeqChunk chunk{cache.get(), prompt.data(), static_cast<int>(prompt.size())};
   model.forward({&chunk, 1}, true, r.prompt_logits);
   std::vector<float> logits(r.prompt_logits.end() - V, r.prompt_logits.end());
@@ -71,8 +71,8 @@ Run single_rank_run(const std::string& dir, const std::vector<std::int32_t>& pro
   if (rank == 0) {
     MpiComm self(MPI_COMM_SELF);
     Checkpoint checkpoint(dir);
-    Transformer model(checkpoint, self, 0, 1, 1);
-    r = run(model, prompt, n_new);
+    auto model = load_cpu_model(checkpoint, self, 1);
+    r = run(*model, prompt, n_new);
   }
   r.prompt_logits.resize(prompt.size() * vocab);
   r.greedy.resize(n_new);
@@ -86,10 +86,10 @@ void compare_with_single_rank(const std::string& model_name, const char* role, i
   const std::string dir = (shared_dir() / "models" / model_name).string();
   MpiComm world(MPI_COMM_WORLD);
   Checkpoint checkpoint(dir);
-  Transformer sharded(checkpoint, world, world.rank(), world.size(), 1);
+  auto sharded = load_cpu_model(checkpoint, world, 1);
   const auto prompt = prompt_tokens(k);
-  const int V = sharded.vocab_size();
-  Run tp_run = run(sharded, prompt, n_new);
+  const int V = sharded->config().vocab_size;
+  Run tp_run = run(*sharded, prompt, n_new);
   Run one = single_rank_run(dir, prompt, n_new, V);
 
   EXPECT_EQ(tp_run.greedy, one.greedy) << model_name << " prompt " << k << " tp " << world.size();
@@ -134,7 +134,7 @@ TEST(TensorParallel, DraftMatchesSingleRankOrNamesTheField) {
   }
   Checkpoint checkpoint((shared_dir() / "models" / "code-draft").string());
   try {
-    Transformer sharded(checkpoint, world, world.rank(), world.size(), 1);
+    auto sharded = load_cpu_model(checkpoint, world, 1);
     FAIL() << "code-draft has 4 attention heads; tp = " << world.size() << " must be refused";
   } catch (const Error& e) {
     EXPECT_EQ(e.exit_code(), kExitUsage);
@@ -151,11 +151,11 @@ TEST(TensorParallel, BatchedVerifyWindowsMatchSingleRank) {
   MpiComm world(MPI_COMM_WORLD);
   MpiComm self(MPI_COMM_SELF);
   Checkpoint checkpoint(dir);
-  Transformer sharded(checkpoint, world, world.rank(), world.size(), 1);
-  Transformer single(checkpoint, self, 0, 1, 1);
+  auto sharded = load_cpu_model(checkpoint, world, 1);
+  auto single = load_cpu_model(checkpoint, self, 1);
   const auto a = prompt_tokens(4), b = prompt_tokens(1);
   // Two sequences: prefill all but 4 tokens, then verify windows of 4 and 3 in one batch.
-  auto logits_of = [&](Transformer& model) {
+  auto logits_of = [&](LanguageModel& model) {
     auto ca = model.new_cache(300), cb = model.new_cache(300);
     std::vector<float> logits;
     std::vector<SeqChunk> prefill = {{ca.get(), a.data(), static_cast<int>(a.size()) - 4},
@@ -166,12 +166,42 @@ TEST(TensorParallel, BatchedVerifyWindowsMatchSingleRank) {
     model.forward(verify, true, logits);
     return logits;
   };
-  const auto got = logits_of(sharded);
-  const auto want = logits_of(single);
+  const auto got = logits_of(*sharded);
+  const auto want = logits_of(*single);
   ASSERT_EQ(got.size(), want.size());
-  ASSERT_EQ(got.size(), static_cast<std::size_t>(7) * sharded.vocab_size());
+  ASSERT_EQ(got.size(), static_cast<std::size_t>(7) * sharded->config().vocab_size);
   double worst = 0;
   for (std::size_t i = 0; i < got.size(); ++i)
     worst = std::max(worst, static_cast<double>(std::fabs(got[i] - want[i])));
   EXPECT_LT(worst, 1e-4) << "tp " << world.size();
+}
+
+// Hidden-state capture is full width on every rank of a tensor-parallel group and equals the
+// single-rank capture within float32 round-off (the residual stream is all-reduced).
+TEST(TensorParallel, CapturedHiddenStatesMatchSingleRank) {
+  if (!shared_models_present()) GTEST_SKIP() << "shared models not found at " << shared_dir();
+  const std::string dir = (shared_dir() / "models" / "code-target-f32").string();
+  MpiComm world(MPI_COMM_WORLD);
+  MpiComm self(MPI_COMM_SELF);
+  Checkpoint checkpoint(dir);
+  auto sharded = load_cpu_model(checkpoint, world, 1);
+  auto single = load_cpu_model(checkpoint, self, 1);
+  const int L = checkpoint.config().num_layers;
+  const std::vector<int> capture = {0, L / 2, L};
+  const auto tokens = prompt_tokens(2);
+  auto hidden_of = [&](LanguageModel& model) {
+    auto cache = model.new_cache(static_cast<int>(tokens.size()));
+    SeqChunk c{cache.get(), tokens.data(), static_cast<int>(tokens.size())};
+    const ForwardResult out = model.forward({&c, 1}, ForwardRequest{false, capture});
+    std::vector<float> h(static_cast<std::size_t>(out.hidden.rows) * out.hidden.width);
+    model.read(out.hidden, 0, out.hidden.rows, h.data());
+    return h;
+  };
+  const auto got = hidden_of(*sharded), want = hidden_of(*single);
+  ASSERT_EQ(got.size(), tokens.size() * capture.size() * checkpoint.config().hidden_size);
+  ASSERT_EQ(got.size(), want.size());
+  double worst = 0;
+  for (std::size_t i = 0; i < got.size(); ++i)
+    worst = std::max(worst, static_cast<double>(std::fabs(got[i] - want[i])));
+  EXPECT_LT(worst, 1e-4) << "tp " << world.size() << ", rank " << world.rank();
 }

@@ -10,6 +10,7 @@
 #include "common/error.h"
 #include "config/job_config.h"
 #include "config/option_table.h"
+#include "spec/drafter_registry.h"
 
 namespace specrun {
 namespace {
@@ -25,8 +26,9 @@ path = "models/draft"
 prompts = "prompts.h5"
 )";
 
+// Parsed as `specrun run` parses a job: with the drafter registry's checks of draft.* keys.
 JobConfig parse(const std::string& text, const std::vector<std::string>& overrides = {}) {
-  return parse_job_config(text, "job.toml", overrides, "/jobs");
+  return parse_job_config(text, "job.toml", overrides, "/jobs", validate_drafter_config);
 }
 
 // The message of the Error that `fn` throws; fails the test when it throws nothing or an error

@@ -33,13 +33,14 @@ TEST(CudaBench, RequiresCudaBuild) {
 #include <string>
 #include <vector>
 
+#include "backend/cuda_backend.h"
 #include "dist/mpi_comm.h"
 #include "dist/nccl_comm.h"
 #include "kernels/cuda/device_buffer.h"
 #include "kernels/cuda/device_context.h"
 #include "kernels/cuda/device_info.h"
 #include "model/checkpoint.h"
-#include "model/cuda_transformer.h"
+#include "model/model_factory.h"
 #include "model/synthetic.h"
 
 namespace fs = std::filesystem;
@@ -94,8 +95,8 @@ TEST(CudaBench, DecodeAndVerifyStepsAgainstCopyBandwidth) {
   nlohmann::json report;
   {
     MpiComm self(MPI_COMM_SELF);
-    cuda::DeviceContext ctx(0);
-    NcclComm nccl(self, 0, ctx.stream(), 300.0);
+    CudaContext cuda_ctx(0, self, self, 300.0);
+    cuda::DeviceContext& ctx = cuda_ctx.device();
     const double copy_gbs = copy_bandwidth_gbs(ctx);
 
     const fs::path dir = std::getenv("SPECRUN_BENCH_DIR")
@@ -115,17 +116,21 @@ TEST(CudaBench, DecodeAndVerifyStepsAgainstCopyBandwidth) {
     if (!fs::exists(dir / "target" / "config.json")) make_model_pair(spec, dir.string());
     const double make_s = std::chrono::duration<double>(Clock::now() - t_make).count();
     Checkpoint ckpt((dir / "target").string());
-    CudaTransformer model(ckpt, nccl, ctx, 0, 1);
+    auto owned = load_cuda_model(ckpt, cuda_ctx, cuda_ctx.tp());
+    LanguageModel& model = *owned;
     const ModelConfig& cfg = model.config();
+    double weight_bytes = 0;
+    for (const std::string& name : ckpt.names())
+      weight_bytes += static_cast<double>(ckpt.tensor(name).nbytes);
 
     report["device"] = ctx.description();
     report["copy_bandwidth_gbs"] = copy_gbs;
-    report["weight_bytes"] = model.weight_bytes();
+    report["weight_bytes"] = weight_bytes;
     report["model_make_s"] = make_s;
     std::cout << "device: " << ctx.description() << "\n"
               << "copy bandwidth (D2D, read+write): " << std::fixed << std::setprecision(1)
               << copy_gbs << " GB/s\n"
-              << "model: " << std::setprecision(2) << model.weight_bytes() / 1e9
+              << "model: " << std::setprecision(2) << weight_bytes / 1e9
               << " GB of BF16 weights, context 128 tokens\n"
               << "  batch  tokens/seq  step ms   achieved GB/s  % of copy\n";
 
@@ -157,8 +162,8 @@ TEST(CudaBench, DecodeAndVerifyStepsAgainstCopyBandwidth) {
         }
         const double t = median(times);
         const double kv_bytes = 2.0 * batch * cfg.num_layers * (context + window) *
-                                model.plan().kv_heads * cfg.head_dim * sizeof(float);
-        const double gbs = (static_cast<double>(model.weight_bytes()) + kv_bytes) / t / 1e9;
+                                model.kv_heads() * cfg.head_dim * sizeof(float);
+        const double gbs = (static_cast<double>(weight_bytes) + kv_bytes) / t / 1e9;
         std::cout << "  " << std::setw(5) << batch << "  " << std::setw(10) << window << "  "
                   << std::setw(7) << std::setprecision(3) << t * 1e3 << "  " << std::setw(14)
                   << std::setprecision(1) << gbs << "  " << std::setw(8) << 100.0 * gbs / copy_gbs

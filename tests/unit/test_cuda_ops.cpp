@@ -23,6 +23,7 @@ TEST(CudaOps, RequiresCudaBuild) {
 #include <vector>
 
 #include "cpu_test_data.h"
+#include "cuda_test_util.h"
 #include "kernels/cpu/ops.h"
 #include "kernels/cuda/device_buffer.h"
 #include "kernels/cuda/device_context.h"
@@ -34,20 +35,8 @@ using namespace specrun;
 namespace {
 
 cuda::DeviceContext* context() {
-  static std::unique_ptr<cuda::DeviceContext> ctx = [] {
-    std::unique_ptr<cuda::DeviceContext> c;
-    if (cuda::device_count() > 0) c = std::make_unique<cuda::DeviceContext>(0);
-    return c;
-  }();
-  return ctx.get();
+  return test::device_context();
 }
-
-#define REQUIRE_DEVICE()                                                              \
-  do {                                                                                \
-    std::string why;                                                                  \
-    if (cuda::device_count(&why) == 0)                                                \
-      GTEST_SKIP() << "no CUDA device visible (" << why << "): GPU op tests skipped"; \
-  } while (0)
 
 std::vector<float> random_floats(std::size_t n, std::uint32_t seed, float scale = 1.0f) {
   std::mt19937 rng(seed);
@@ -255,6 +244,28 @@ TEST(CudaOps, RopeMatchesCpuAtLargePositions) {
              dpos.as<std::int32_t>());
   // cos/sin of angles up to 3e4 rad: both libraries are within a few ulp of the exact value.
   expect_close("rope", expected, to_host<float>(dx, x.size()), 2e-5f, 2e-5f);
+}
+
+// The two-step form the model graph uses: one cos/sin table per forward, applied to q and k.
+TEST(CudaOps, RopeTableAndApplyMatchCpu) {
+  REQUIRE_DEVICE();
+  cuda::DeviceContext& ctx = *context();
+  const int n = 5, heads = 3, hd = 64, stride = heads * hd + 16;
+  auto x = random_floats(static_cast<std::size_t>(n) * stride, 19);
+  std::vector<float> inv(hd / 2);
+  for (int j = 0; j < hd / 2; ++j) inv[j] = std::pow(500000.0f, -2.0f * j / hd);
+  const std::vector<std::int32_t> pos = {0, 1, 17, 4095, 30000};
+  std::vector<float> table(static_cast<std::size_t>(n) * hd), expected = x;
+  cpu::rope_table(inv.data(), hd, pos.data(), n, table.data());
+  cpu::rope_apply(expected.data(), n, heads, hd, stride, table.data());
+  auto dx = to_device(x), dinv = to_device(inv), dpos = to_device(pos);
+  cuda::DeviceBuffer dtable(table.size() * sizeof(float));
+  CUDA_CHECK(cudaMemsetAsync(dtable.get(), 0xff, dtable.bytes(), ctx.stream()));  // NaN poison
+  cuda::rope_table(ctx.stream(), dinv.as<float>(), hd, dpos.as<std::int32_t>(), n,
+                   dtable.as<float>());
+  cuda::rope_apply(ctx.stream(), dx.as<float>(), n, heads, hd, stride, dtable.as<float>());
+  expect_close("rope_table", table, to_host<float>(dtable, table.size()), 2e-5f, 2e-5f);
+  expect_close("rope_apply", expected, to_host<float>(dx, x.size()), 2e-5f, 2e-5f);
 }
 
 TEST(CudaOps, KvAppendAndAttentionMatchCpuForTwoSequences) {

@@ -1,5 +1,6 @@
-// CudaTransformer against the CPU Transformer (the reference) on the same checkpoint, and the
-// cache invariants speculative decoding relies on, on one GPU (label "gpu"):
+// The Llama graph on the CUDA backend against the same graph on the CPU backend (the reference)
+// on the same checkpoint, and the cache invariants speculative decoding relies on, on one GPU
+// (label "gpu"):
 //  - logits of a prompt agree with the CPU's (F32 weights: float32 tolerance; BF16: argmax and
 //    a bf16-sized tolerance, since the prefill path rounds activations to BF16 for cuBLAS);
 //  - a verify window gives bit-identical logits to decoding the same tokens one by one, and
@@ -12,7 +13,7 @@
 #ifndef SPECRUN_HAVE_CUDA
 
 TEST(CudaTransformer, RequiresCudaBuild) {
-  GTEST_SKIP() << "built without CUDA (-DSPECRUN_CUDA=OFF): CudaTransformer is not compiled";
+  GTEST_SKIP() << "built without CUDA (-DSPECRUN_CUDA=OFF): the CUDA backend is not compiled";
 }
 
 #else
@@ -28,15 +29,16 @@ TEST(CudaTransformer, RequiresCudaBuild) {
 #include <string>
 #include <vector>
 
+#include "backend/cuda_backend.h"
+#include "cuda_test_util.h"
 #include "dist/mpi_comm.h"
 #include "dist/nccl_comm.h"
 #include "kernels/cpu/ops.h"
 #include "kernels/cuda/device_context.h"
 #include "kernels/cuda/device_info.h"
 #include "model/checkpoint.h"
-#include "model/cuda_transformer.h"
+#include "model/model_factory.h"
 #include "model/synthetic.h"
-#include "model/transformer.h"
 #include "single_rank_comm.h"
 
 namespace fs = std::filesystem;
@@ -69,18 +71,14 @@ class MpiEnvironment : public ::testing::Environment {
 // One device, its stream, and NCCL over MPI_COMM_SELF: what a tp = 1 rank has.
 struct GpuRank {
   MpiComm self{MPI_COMM_SELF};
-  cuda::DeviceContext device{0};
-  NcclComm nccl{self, 0, device.stream(), 120.0};
+  CudaContext context{0, self, self, 120.0};
+  NcclComm& nccl = context.tp();
+  std::unique_ptr<LanguageModel> load(const Checkpoint& ckpt) {
+    return load_cuda_model(ckpt, context, context.tp());
+  }
 };
 
 using test::SingleRankComm;
-
-#define REQUIRE_DEVICE()                                                                 \
-  do {                                                                                   \
-    std::string why;                                                                     \
-    if (cuda::device_count(&why) == 0)                                                   \
-      GTEST_SKIP() << "no CUDA device visible (" << why << "): GPU model tests skipped"; \
-  } while (0)
 
 // A synthetic pair written once per dtype under the temp directory.
 std::string synthetic_target(DType dtype) {
@@ -132,8 +130,10 @@ TEST(CudaTransformer, LogitsMatchCpuTransformer) {
   SingleRankComm cpu_comm;
   for (DType dt : {DType::kF32, DType::kBF16}) {
     Checkpoint ckpt(synthetic_target(dt));
-    Transformer cpu_model(ckpt, cpu_comm, 0, 1, 2);
-    CudaTransformer gpu_model(ckpt, rank.nccl, rank.device, 0, 1);
+    auto cpu_owned = load_cpu_model(ckpt, cpu_comm, 2);
+    auto gpu_owned = rank.load(ckpt);
+    LanguageModel& cpu_model = *cpu_owned;
+    LanguageModel& gpu_model = *gpu_owned;
     const int V = ckpt.config().vocab_size;
     // 40 tokens: the batch-invariant path; 150: the cuBLAS prefill path.
     for (int len : {40, 150}) {
@@ -161,7 +161,8 @@ TEST(CudaTransformer, VerifyWindowEqualsStepByStepDecodeBitwise) {
   REQUIRE_DEVICE();
   GpuRank rank;
   Checkpoint ckpt(synthetic_target(DType::kBF16));
-  CudaTransformer model(ckpt, rank.nccl, rank.device, 0, 1);
+  auto owned = rank.load(ckpt);
+  LanguageModel& model = *owned;
   const int V = ckpt.config().vocab_size;
   const auto context = prompt(100, V, 3);  // prefill through cuBLAS
   const auto next = prompt(5, V, 4);
@@ -206,8 +207,10 @@ TEST(CudaTransformer, GreedyContinuationEqualsCpu) {
     dirs.push_back((shared / "models" / "code-target-f32").string());
   for (const std::string& dir : dirs) {
     Checkpoint ckpt(dir);
-    Transformer cpu_model(ckpt, cpu_comm, 0, 1, 2);
-    CudaTransformer gpu_model(ckpt, rank.nccl, rank.device, 0, 1);
+    auto cpu_owned = load_cpu_model(ckpt, cpu_comm, 2);
+    auto gpu_owned = rank.load(ckpt);
+    LanguageModel& cpu_model = *cpu_owned;
+    LanguageModel& gpu_model = *gpu_owned;
     const int V = ckpt.config().vocab_size;
     auto cc = cpu_model.new_cache(128);
     auto gc = gpu_model.new_cache(128);
@@ -228,7 +231,7 @@ TEST(CudaTransformer, NcclTimingComesFromEventsWithoutExtraSync) {
   REQUIRE_DEVICE();
   GpuRank rank;
   cuda::DeviceBuffer buf(1 << 20);
-  CUDA_CHECK(cudaMemsetAsync(buf.get(), 0, 1 << 20, rank.device.stream()));
+  CUDA_CHECK(cudaMemsetAsync(buf.get(), 0, 1 << 20, rank.context.stream()));
   // A one-rank group has nothing to reduce: no collective, no time.
   rank.nccl.all_reduce_sum(buf.as<float>(), 1 << 18);
   rank.nccl.synchronize();
@@ -246,10 +249,12 @@ TEST(CudaTransformer, RejectsCachesOfAnotherBackend) {
   REQUIRE_DEVICE();
   GpuRank rank;
   Checkpoint ckpt(synthetic_target(DType::kBF16));
-  CudaTransformer model(ckpt, rank.nccl, rank.device, 0, 1);
-  KvCache host_cache(ckpt.config().num_layers, 16, model.plan().kv_heads, ckpt.config().head_dim,
-                     ckpt.config().max_position_embeddings);
-  EXPECT_THROW(run(model, host_cache, {1, 2}, false), Error);
+  auto owned = rank.load(ckpt);
+  LanguageModel& model = *owned;
+  SingleRankComm cpu_comm;
+  auto cpu_model = load_cpu_model(ckpt, cpu_comm, 1);
+  auto host_cache = cpu_model->new_cache(16);
+  EXPECT_THROW(run(model, *host_cache, {1, 2}, false), Error);
   auto cache = model.new_cache(4);
   EXPECT_THROW(run(model, *cache, {1, 2, 3, 4, 5}, false), Error);  // over capacity
   EXPECT_EQ(cache->length(), 0);

@@ -18,9 +18,10 @@
 #include "kernels/cpu/ops.h"
 #include "model/checkpoint.h"
 #include "model/llama2c.h"
+#include "model/model_factory.h"
 #include "model/safetensors.h"
-#include "model/transformer.h"
-#include "model/weights.h"
+#include "model/synthetic.h"
+#include "model/weight_schema.h"
 #include "single_rank_comm.h"
 
 namespace fs = std::filesystem;
@@ -57,14 +58,16 @@ std::vector<std::int32_t> prompt_tokens(int k) {
 struct Model {
   explicit Model(const std::string& name, int threads = 2)
       : checkpoint((shared_dir() / "models" / name).string()),
-        transformer(checkpoint, comm, 0, 1, threads) {}
+        owned(load_cpu_model(checkpoint, comm, threads)),
+        transformer(*owned) {}
   SingleRankComm comm;
   Checkpoint checkpoint;
-  Transformer transformer;
+  std::unique_ptr<LanguageModel> owned;
+  LanguageModel& transformer;
 };
 
 // Greedy continuation: prefill, then one token at a time, argmax with lowest id on ties.
-std::vector<std::int32_t> greedy(Transformer& model, const std::vector<std::int32_t>& prompt,
+std::vector<std::int32_t> greedy(LanguageModel& model, const std::vector<std::int32_t>& prompt,
                                  int n_new) {
   auto cache = model.new_cache(static_cast<int>(prompt.size()) + n_new);
   std::vector<float> logits;
@@ -72,7 +75,7 @@ std::vector<std::int32_t> greedy(Transformer& model, const std::vector<std::int3
   SeqChunk chunk{cache.get(), prompt.data(), static_cast<int>(prompt.size())};
   model.forward({&chunk, 1}, false, logits);
   for (int i = 0; i < n_new; ++i) {
-    out.push_back(cpu::argmax(logits.data(), model.vocab_size()));
+    out.push_back(cpu::argmax(logits.data(), model.config().vocab_size));
     if (i + 1 == n_new) break;
     SeqChunk step{cache.get(), &out.back(), 1};
     model.forward({&step, 1}, false, logits);
@@ -80,7 +83,7 @@ std::vector<std::int32_t> greedy(Transformer& model, const std::vector<std::int3
   return out;
 }
 
-std::vector<float> all_logits(Transformer& model, const std::vector<std::int32_t>& tokens) {
+std::vector<float> all_logits(LanguageModel& model, const std::vector<std::int32_t>& tokens) {
   auto cache = model.new_cache(static_cast<int>(tokens.size()));
   std::vector<float> logits;
   SeqChunk chunk{cache.get(), tokens.data(), static_cast<int>(tokens.size())};
@@ -103,7 +106,7 @@ double max_abs_diff(const float* a, const float* b, std::size_t n, std::size_t* 
 void check_reference_logits(const std::string& model_dir, const std::string& prefix) {
   Model m(model_dir);
   SafetensorsFile ref((shared_dir() / "models" / "reference_logits.safetensors").string());
-  const int V = m.transformer.vocab_size();
+  const int V = m.transformer.config().vocab_size;
   double overall = 0;
   for (std::size_t k = 0; k < reference()["prompts"].size(); ++k) {
     const auto tokens = prompt_tokens(static_cast<int>(k));
@@ -174,8 +177,8 @@ TEST(TransformerReference, Stories260KGreedyFromBosMatchesLlama2c) {
   {
     SingleRankComm comm;
     Checkpoint checkpoint(out.string());
-    Transformer model(checkpoint, comm, 0, 1, 2);
-    EXPECT_EQ(greedy(model, {1}, static_cast<int>(want.size())), want);
+    auto model = load_cpu_model(checkpoint, comm, 2);
+    EXPECT_EQ(greedy(*model, {1}, static_cast<int>(want.size())), want);
   }
   fs::remove_all(out);
 }
@@ -184,7 +187,7 @@ TEST(TransformerCache, IncrementalDecodeEqualsOneShot) {
   REQUIRE_SHARED_MODELS();
   Model m("code-target");
   const auto tokens = prompt_tokens(1);
-  const int V = m.transformer.vocab_size(), L = static_cast<int>(tokens.size());
+  const int V = m.transformer.config().vocab_size, L = static_cast<int>(tokens.size());
   const auto one_shot = all_logits(m.transformer, tokens);
 
   auto cache = m.transformer.new_cache(L);
@@ -208,7 +211,7 @@ TEST(TransformerCache, TruncateAndRedoEqualsNoRollback) {
   REQUIRE_SHARED_MODELS();
   Model m("code-draft");
   const auto tokens = prompt_tokens(2);
-  const int L = static_cast<int>(tokens.size()), V = m.transformer.vocab_size();
+  const int L = static_cast<int>(tokens.size()), V = m.transformer.config().vocab_size;
   const int prefix = L - 6;
   std::vector<float> logits, straight, redone;
 
@@ -238,7 +241,7 @@ TEST(TransformerCache, TruncateAndRedoEqualsNoRollback) {
 TEST(TransformerCache, BatchOfSequencesEqualsEachAlone) {
   REQUIRE_SHARED_MODELS();
   Model m("code-draft");
-  const int V = m.transformer.vocab_size();
+  const int V = m.transformer.config().vocab_size;
   // Sequence 0 prefills, 1 decodes one token, 2 verifies a window of 3.
   const auto p0 = prompt_tokens(3), p1 = prompt_tokens(4), p2 = prompt_tokens(5);
   std::vector<std::unique_ptr<KvCache>> caches;
@@ -270,7 +273,7 @@ TEST(TransformerCache, LastTokenLogitsAreBitwiseThoseOfTheFullPass) {
   REQUIRE_SHARED_MODELS();
   for (const char* dir : {"code-draft", "code-target-f32"}) {
     Model m(dir);
-    const int V = m.transformer.vocab_size();
+    const int V = m.transformer.config().vocab_size;
     const std::vector<std::vector<std::int32_t>> prompts = {prompt_tokens(3), prompt_tokens(4),
                                                             prompt_tokens(5)};
     // One sequence (a prefill), then three of different lengths, one of them a single token.
@@ -294,13 +297,17 @@ TEST(TransformerCache, LastTokenLogitsAreBitwiseThoseOfTheFullPass) {
         EXPECT_EQ(std::memcmp(&got[s * V], &want[(end - 1) * V], V * sizeof(float)), 0)
             << dir << ": sequence " << s << " of " << lengths.size();
         const KvCache& c = *last_only[s];
-        const std::size_t bytes =
-            static_cast<std::size_t>(lengths[s]) * c.n_kv_heads() * c.head_dim() * sizeof(float);
-        for (int layer = 0; layer < c.n_layers(); ++layer) {
-          EXPECT_EQ(std::memcmp(c.keys(layer), full[s]->keys(layer), bytes), 0)
-              << dir << ": keys of layer " << layer << ", sequence " << s;
-          EXPECT_EQ(std::memcmp(c.values(layer), full[s]->values(layer), bytes), 0)
-              << dir << ": values of layer " << layer << ", sequence " << s;
+        const std::size_t floats = static_cast<std::size_t>(lengths[s]) * m.transformer.kv_heads() *
+                                   m.transformer.config().head_dim;
+        std::vector<float> mine(floats), theirs(floats);
+        for (int layer = 0; layer < m.transformer.config().num_layers; ++layer) {
+          for (int which : {0, 1}) {
+            m.transformer.read_kv(c, layer, which, mine.data());
+            m.transformer.read_kv(*full[s], layer, which, theirs.data());
+            EXPECT_EQ(std::memcmp(mine.data(), theirs.data(), floats * sizeof(float)), 0)
+                << dir << ": " << (which ? "values" : "keys") << " of layer " << layer
+                << ", sequence " << s;
+          }
         }
       }
     }
@@ -330,12 +337,11 @@ TEST(TransformerErrors, ForeignCacheIsRejectedBeforeAnyChange) {
   Model m("code-draft");
   const auto tokens = prompt_tokens(0);
   auto good = m.transformer.new_cache(16);
-  // Shaped for another model (one layer more), and one over storage the CPU cannot write.
-  const ModelConfig& c = m.transformer.config();
-  KvCache other(c.num_layers + 1, 16, good->n_kv_heads(), c.head_dim, 1024);
-  std::shared_ptr<float> storage(new float[good->storage_floats()], std::default_delete<float[]>());
-  KvCache external(c.num_layers, 16, good->n_kv_heads(), c.head_dim, 1024, storage);
-  for (KvCache* bad : {&other, &external}) {
+  // Made by another model (one layer more), and by another instance of the same model.
+  Model target("code-target"), twin("code-draft");
+  auto other = target.transformer.new_cache(16);
+  auto twins = twin.transformer.new_cache(16);
+  for (KvCache* bad : {other.get(), twins.get()}) {
     std::vector<float> logits;
     const SeqChunk batch[2] = {{good.get(), tokens.data(), 2}, {bad, tokens.data(), 2}};
     try {
@@ -362,7 +368,8 @@ TEST(TransformerErrors, CapacityAndContextAreChecked) {
 
   // The model's context is 1024 positions (max_position_embeddings).
   ASSERT_EQ(m.transformer.config().max_position_embeddings, 1024);
-  KvCache big(1, 2000, 1, 4, 1024);
+  auto owned_big = m.transformer.new_cache(2000);
+  KvCache& big = *owned_big;
   big.set_sequence_id(3);
   big.advance(1020);
   try {
@@ -438,4 +445,70 @@ TEST(ShardPlan, IndivisibleShapesNameTheField) {
   c.intermediate_size = 384;
   c.vocab_size = 2047;
   EXPECT_NE(message(2).find("vocab_size"), std::string::npos);
+}
+
+// Hidden-state capture (ForwardRequest::capture): layer id i is the residual stream at the input
+// of layer i, num_layers the final norm's output, for every new token, in request order.
+TEST(HiddenCapture, LayerInputsAndFinalNormFollowTheConvention) {
+  const fs::path dir =
+      fs::temp_directory_path() / ("specrun_test_capture_" + std::to_string(::getpid()));
+  SyntheticSpec spec;
+  spec.dtype = DType::kF32;
+  spec.layers = 4;
+  spec.draft_layers = 2;
+  make_model_pair(spec, dir.string());
+  {
+    SingleRankComm comm;
+    Checkpoint target_ckpt((dir / "target").string()), draft_ckpt((dir / "draft").string());
+    auto target = load_cpu_model(target_ckpt, comm, 2);
+    auto draft = load_cpu_model(draft_ckpt, comm, 2);
+    const int H = spec.hidden, V = spec.vocab;
+    const std::vector<std::int32_t> a = {1, 17, 300, 42, 9}, b = {1, 250, 7};
+    auto run = [&](LanguageModel& m, std::vector<int> capture, bool all, std::vector<float>& hidden,
+                   std::vector<float>& logits) {
+      auto ca = m.new_cache(16), cb = m.new_cache(16);
+      const SeqChunk batch[2] = {{ca.get(), a.data(), 5}, {cb.get(), b.data(), 3}};
+      const ForwardResult out = m.forward(batch, ForwardRequest{all, capture});
+      EXPECT_EQ(out.hidden.rows, capture.empty() ? 0 : 8);
+      EXPECT_EQ(out.hidden.width, static_cast<int>(capture.size()) * H);
+      hidden.resize(static_cast<std::size_t>(out.hidden.rows) * out.hidden.width);
+      if (!capture.empty()) m.read(out.hidden, 0, out.hidden.rows, hidden.data());
+      logits.resize(static_cast<std::size_t>(out.logits.rows) * V);
+      m.read(out.logits, 0, out.logits.rows, logits.data());
+    };
+    // Target: the embeddings (layer 0), the input of the first layer the draft lacks, the final
+    // norm; in that order of columns for every one of the 8 tokens.
+    std::vector<float> hidden, logits, plain_hidden, plain_logits;
+    run(*target, {0, spec.draft_layers, spec.layers}, false, hidden, logits);
+    run(*target, {}, false, plain_hidden, plain_logits);
+    EXPECT_EQ(std::memcmp(logits.data(), plain_logits.data(), logits.size() * sizeof(float)), 0)
+        << "capturing changed the logits";
+    const TensorView& embed = target_ckpt.tensor("model.embed_tokens.weight");
+    const std::vector<std::int32_t> tokens = {1, 17, 300, 42, 9, 1, 250, 7};
+    for (int t = 0; t < 8; ++t)
+      EXPECT_EQ(std::memcmp(&hidden[static_cast<std::size_t>(t) * 3 * H],
+                            embed.data + static_cast<std::size_t>(tokens[t]) * H * sizeof(float),
+                            H * sizeof(float)),
+                0)
+          << "layer 0's input of token " << t << " is not its embedding";
+    // The draft is the target's first draft_layers layers with the same final norm: its final
+    // norm's output equals the target's residual at the input of layer draft_layers, normed.
+    std::vector<float> draft_hidden, draft_logits;
+    run(*draft, {spec.draft_layers}, true, draft_hidden, draft_logits);
+    std::vector<float> normed(H);
+    const TensorView& final_norm = target_ckpt.tensor("model.norm.weight");
+    for (int t = 0; t < 8; ++t) {
+      cpu::rmsnorm(&hidden[static_cast<std::size_t>(t) * 3 * H + H], 1, H, final_norm.data,
+                   final_norm.dtype, target_ckpt.config().rms_norm_eps, normed.data());
+      EXPECT_EQ(std::memcmp(normed.data(), &draft_hidden[static_cast<std::size_t>(t) * H],
+                            H * sizeof(float)),
+                0)
+          << "token " << t << ": the target's input of layer " << spec.draft_layers
+          << " is not the draft's last residual";
+    }
+    // The final norm's output (last column block) differs from the inputs (a real capture).
+    EXPECT_NE(std::memcmp(&hidden[2 * H], &hidden[H], H * sizeof(float)), 0);
+    EXPECT_THROW(run(*target, {spec.layers + 1}, false, hidden, logits), Error);
+  }
+  fs::remove_all(dir);
 }

@@ -1,0 +1,607 @@
+// Token decisions on the device (kernels/cuda/sampling.h): the sampling transforms, argmax over
+// selected rows, inverse-CDF sampling and the verification of speculative chains. Layout: logits
+// and probabilities are [*, vocab] float32 row-major, a row selected by an int32 index; chains
+// are ChainSpec arrays; every array is device memory. One block of kThreads threads per row
+// (or per chain: its rows are visited one after another); rows are read in strides, so any
+// vocabulary works (nothing assumes a row fits in shared memory). Greedy verification: one
+// thread per chain.
+//
+// logits_to_probs, per row (the output row serves as scratch for the exponentials):
+//   1. max and NaN check; e_i = exp((x_i - max) * (1 / T)), the argument in float32 like the
+//      CPU's, the exponential in double rounded to float (correctly rounded but for ~2^-28 of
+//      the arguments). glibc's expf is within 0.502 ulp, so e_i is the CPU's value except for
+//      about 0.06% of the arguments, where it differs in the last bit.
+//   2. top-k without sorting: logits map to order-preserving uint32 keys; a radix select
+//      (8-bit digits, 4 passes, block histograms with integer shared atomics, so exact and
+//      deterministic) finds the k-th largest key K. Tokens with key > K are kept; of those with
+//      key == K the lowest ids fill the remaining places (a block-wide count in id order finds
+//      the cut id).
+//   3. top-p over the top-k survivors: the boundary key P where mass(key > P) < threshold <=
+//      mass(key >= P), threshold = top_p * kept mass, by a radix search over the key with 4-bit
+//      digits (8 passes): each pass accumulates the mass of the 16 sub-ranges of the current
+//      range in double, each thread into its own shared-memory slots, summed in a fixed order
+//      (deterministic run to run). Tokens tied at P all have the same e, so the number of them
+//      to keep follows from the count; the lowest ids are kept (id-order cut as for top-k).
+//   4. renormalise: the kept mass summed in double, e_i * (1 / total) rounded to float; removed
+//      tokens exactly 0.
+// Where the result may differ from the CPU: the double sums (kept mass, top-p prefix masses,
+// total) are taken in another order than the CPU's, so they differ from it by rounding (about
+// 1e-16 relative): a token whose cumulative mass lies within that of the top-p threshold may be
+// kept on one side and not the other, and a probability may differ in its last bit.
+//
+// sample_rows / the residual and bonus samples: the total (double, fixed order), then chunked
+// block-wide prefix sums in double in id order (each thread owns kItems consecutive ids of a
+// chunk); the first id of positive weight where target = u * total < cumulative. Same rule as
+// sample_from; the cumulative sums are rounded in another order, so a uniform whose target lies
+// within rounding of a cumulative boundary may pick the neighbouring token. Weights that are not
+// > 0 (zero, negative, NaN) count as 0 (the CPU throws on negative or NaN weights); a row without
+// positive weight gives -1 (the CPU throws).
+//
+// Verification: a draft token outside [0, vocab) is rejected (the CPU's verify_sampling throws;
+// the greedy rule never matches it), and an argmax of -1 (an all-NaN row) matches no draft.
+#include <climits>
+#include <cmath>
+
+#include "kernels/cuda/device_util.cuh"
+#include "kernels/cuda/sampling.h"
+
+namespace specrun::cuda {
+namespace {
+
+constexpr int kThreads = 256;
+constexpr int kWarps = kThreads / detail::kWarp;
+constexpr unsigned kFullMask = 0xffffffffu;
+constexpr int kDigits = 16;  // top-p search: 4-bit digits
+constexpr int kItems = 8;    // sampling: consecutive ids per thread and chunk
+
+// ---- block-wide helpers (blockDim.x == kThreads) -------------------------------------------
+
+// Butterfly sum over a warp in a fixed order; every lane gets the result.
+template <typename T>
+__device__ __forceinline__ T warp_sum(T v) {
+#pragma unroll
+  for (int off = detail::kWarp / 2; off > 0; off >>= 1) v += __shfl_xor_sync(kFullMask, v, off);
+  return v;
+}
+
+// Block-wide sum; every thread gets the same value (warp sums, then the kWarps partial sums in
+// warp order). `shared` holds kWarps values.
+template <typename T>
+__device__ __forceinline__ T block_sum(T v, T* shared) {
+  const int lane = threadIdx.x % detail::kWarp, warp = threadIdx.x / detail::kWarp;
+  v = warp_sum(v);
+  __syncthreads();  // `shared` may still be read from a previous call
+  if (lane == 0) shared[warp] = v;
+  __syncthreads();
+  T total = 0;
+#pragma unroll
+  for (int w = 0; w < kWarps; ++w) total += shared[w];
+  return total;
+}
+
+// Block-wide min or max of an int; every thread gets the result.
+template <bool kMax>
+__device__ __forceinline__ int block_extreme(int v, int* shared) {
+  const int lane = threadIdx.x % detail::kWarp, warp = threadIdx.x / detail::kWarp;
+#pragma unroll
+  for (int off = detail::kWarp / 2; off > 0; off >>= 1) {
+    const int o = __shfl_xor_sync(kFullMask, v, off);
+    v = kMax ? max(v, o) : min(v, o);
+  }
+  __syncthreads();
+  if (lane == 0) shared[warp] = v;
+  __syncthreads();
+  int r = shared[0];
+#pragma unroll
+  for (int w = 1; w < kWarps; ++w) r = kMax ? max(r, shared[w]) : min(r, shared[w]);
+  return r;
+}
+
+// Block-wide exclusive prefix sum of one double per thread, in thread order; *total gets the
+// block's sum (the same value for every thread). `shared` holds kWarps doubles.
+__device__ __forceinline__ double block_exclusive_scan(double v, double* shared, double* total) {
+  const int lane = threadIdx.x % detail::kWarp, warp = threadIdx.x / detail::kWarp;
+  double inclusive = v;
+#pragma unroll
+  for (int off = 1; off < detail::kWarp; off <<= 1) {
+    const double o = __shfl_up_sync(kFullMask, inclusive, off);
+    if (lane >= off) inclusive += o;
+  }
+  double exclusive = __shfl_up_sync(kFullMask, inclusive, 1);
+  if (lane == 0) exclusive = 0.0;
+  __syncthreads();  // `shared` may still be read from a previous call
+  if (lane == detail::kWarp - 1) shared[warp] = inclusive;
+  __syncthreads();
+  double before = 0.0, sum = 0.0;
+#pragma unroll
+  for (int w = 0; w < kWarps; ++w) {
+    if (w == warp) before = sum;
+    sum += shared[w];
+  }
+  *total = sum;
+  return before + exclusive;
+}
+
+// The id of the n-th (1-based) i in [0, vocab) with pred(i), in id order; vocab when there are
+// fewer than n. Walks the row in chunks of kThreads ids with a block-wide count per chunk.
+// `counts` holds kWarps ints, `found` one.
+template <class Pred>
+__device__ int nth_index(int vocab, int n, Pred pred, int* counts, int* found) {
+  const int lane = threadIdx.x % detail::kWarp, warp = threadIdx.x / detail::kWarp;
+  int seen = 0;  // hits before this chunk (the same in every thread)
+  for (int base = 0; base < vocab; base += kThreads) {
+    const int i = base + static_cast<int>(threadIdx.x);
+    const bool hit = i < vocab && pred(i);
+    const unsigned ballot = __ballot_sync(kFullMask, hit);
+    __syncthreads();  // `counts` may still be read from the previous chunk
+    if (lane == 0) counts[warp] = __popc(ballot);
+    __syncthreads();
+    int before = seen, total = seen;
+#pragma unroll
+    for (int w = 0; w < kWarps; ++w) {
+      if (w < warp) before += counts[w];
+      total += counts[w];
+    }
+    if (total >= n) {  // the n-th hit is in this chunk (uniform: every thread sees the same total)
+      const int rank = before + __popc(ballot & ((1u << lane) - 1u));  // 0-based, among hits
+      if (hit && rank == n - 1) *found = i;
+      __syncthreads();
+      return *found;  // rewritten only by a later call, after its barriers
+    }
+    seen = total;
+  }
+  return vocab;
+}
+
+// ---- the sampling transforms ---------------------------------------------------------------
+
+// Order-preserving key of a non-NaN float: key(a) > key(b) iff a > b and key(a) == key(b) iff
+// a == b (so -0 and +0, which compare equal, share a key). -inf has the smallest key of any
+// non-NaN value.
+__device__ __forceinline__ std::uint32_t order_key(float x) {
+  const std::uint32_t b = __float_as_uint(x == 0.0f ? 0.0f : x);
+  return (b & 0x80000000u) != 0 ? ~b : (b | 0x80000000u);
+}
+
+// A cut of the order "larger logit first, lower id first on ties": token i (with key k_i) is
+// kept iff k_i > key, or k_i == key and i < id. {0, vocab} keeps every token.
+struct Cut {
+  std::uint32_t key;
+  int id;
+};
+
+__device__ __forceinline__ bool kept_by(const Cut& c, std::uint32_t key, int i) {
+  return key > c.key || (key == c.key && i < c.id);
+}
+
+struct TransformScratch {
+  double acc[kDigits][kThreads];  // top-p: each thread's mass per digit (32 KB)
+  double bucket[kDigits];         // top-p: the digits' masses
+  unsigned hist[256];             // top-k: the digits' counts
+  float red_f[detail::kWarp];
+  double red_d[kWarps];
+  int red_i[kWarps];
+  int found;
+  int pick[3];
+  double pick_d;
+};
+
+// Top-k cut: the k-th largest key K (1 <= k < vocab), by radix select over 8-bit digits from
+// the top, and the id cut among the tokens with key K.
+__device__ Cut top_k_cut(const float* x, int vocab, int k, TransformScratch& s) {
+  std::uint32_t prefix = 0, mask = 0;
+  int remaining = k;  // tokens still to place among those whose key matches `prefix`
+  int tied = 0;       // tokens whose key is the final prefix
+  for (int shift = 24; shift >= 0; shift -= 8) {
+    for (int d = threadIdx.x; d < 256; d += kThreads) s.hist[d] = 0;
+    __syncthreads();
+    for (int i = threadIdx.x; i < vocab; i += kThreads) {
+      const std::uint32_t key = order_key(x[i]);
+      if ((key & mask) == prefix) atomicAdd(&s.hist[(key >> shift) & 255u], 1u);
+    }
+    __syncthreads();
+    if (threadIdx.x == 0) {
+      // Invariant: remaining <= the tokens matching prefix, so digit 0 always suffices.
+      int d = 255;
+      while (d > 0 && remaining > static_cast<int>(s.hist[d])) remaining -= s.hist[d--];
+      s.pick[0] = d;
+      s.pick[1] = remaining;
+      s.pick[2] = static_cast<int>(s.hist[d]);
+    }
+    __syncthreads();
+    prefix |= static_cast<std::uint32_t>(s.pick[0]) << shift;
+    mask |= 255u << shift;
+    remaining = s.pick[1];
+    tied = s.pick[2];
+    // s.pick is rewritten only after the two barriers of the next pass.
+  }
+  Cut cut{prefix, vocab};
+  if (remaining < tied) {  // only the `remaining` lowest ids of the tied tokens are kept
+    const int nth = nth_index(
+        vocab, remaining, [x, prefix](int i) { return order_key(x[i]) == prefix; }, s.red_i,
+        &s.found);
+    cut.id = nth + 1;
+  }
+  return cut;
+}
+
+// Top-p cut among the tokens kept by `kcut` with exponentials e: the first token in the order
+// whose cumulative mass reaches `threshold` (> 0, at most the kept mass) is the last kept one.
+__device__ Cut top_p_cut(const float* x, const float* e, int vocab, const Cut& kcut,
+                         double threshold, TransformScratch& s) {
+  const int lane = threadIdx.x % detail::kWarp, warp = threadIdx.x / detail::kWarp;
+  std::uint32_t prefix = 0, mask = 0;
+  double above = 0.0;  // mass of the kept tokens with keys above the range `prefix` (< threshold)
+  for (int shift = 28; shift >= 0; shift -= 4) {
+    // Each thread sums its tokens of the current range by digit, in its own slots (the slots
+    // were last read before the two barriers at the end of the previous pass).
+#pragma unroll
+    for (int d = 0; d < kDigits; ++d) s.acc[d][threadIdx.x] = 0.0;
+    for (int i = threadIdx.x; i < vocab; i += kThreads) {
+      const std::uint32_t key = order_key(x[i]);
+      if ((key & mask) == prefix && kept_by(kcut, key, i))
+        s.acc[(key >> shift) & (kDigits - 1)][threadIdx.x] += e[i];
+    }
+    __syncthreads();
+    // Digit masses in a fixed order: warp w sums digits w, w + kWarps, ...
+    for (int d = warp; d < kDigits; d += kWarps) {
+      double v = 0.0;
+      for (int t = lane; t < kThreads; t += detail::kWarp) v += s.acc[d][t];
+      v = warp_sum(v);
+      if (lane == 0) s.bucket[d] = v;
+    }
+    __syncthreads();
+    if (threadIdx.x == 0) {
+      // The first digit from the top whose cumulative mass reaches the threshold. It has
+      // positive mass (the mass before it is < threshold); if rounding leaves every prefix
+      // short of the threshold (the range's digits sum to slightly less than the range's mass
+      // did one level up), the threshold lies at the end of the range: take its last digit of
+      // positive mass.
+      double cum = above;
+      int chosen = -1, last_positive = -1;
+      double before_last = above;
+      for (int d = kDigits - 1; d >= 0; --d) {
+        const double m = s.bucket[d];
+        if (!(m > 0.0)) continue;
+        if (cum + m >= threshold) {
+          chosen = d;
+          break;
+        }
+        last_positive = d;
+        before_last = cum;
+        cum += m;
+      }
+      if (chosen < 0) {
+        chosen = last_positive < 0 ? 0 : last_positive;  // last_positive >= 0 (see above)
+        cum = before_last;
+      }
+      s.pick[0] = chosen;
+      s.pick_d = cum;
+    }
+    __syncthreads();
+    prefix |= static_cast<std::uint32_t>(s.pick[0]) << shift;
+    mask |= static_cast<std::uint32_t>(kDigits - 1) << shift;
+    above = s.pick_d;
+    // s.pick is rewritten only after the barriers of the next pass (or of block_sum below).
+  }
+  // Tokens tied at the boundary key `prefix` share one exponential: count them and take it.
+  int count = 0;
+  float e_tied = 0.0f;
+  for (int i = threadIdx.x; i < vocab; i += kThreads) {
+    const std::uint32_t key = order_key(x[i]);
+    if (key == prefix && kept_by(kcut, key, i)) {
+      ++count;
+      e_tied = e[i];
+    }
+  }
+  count = block_sum(count, s.red_i);
+  e_tied = detail::block_reduce<true>(e_tied, s.red_f);
+  // Keep the smallest number j of them with above + j * e >= threshold (all when none does).
+  if (threadIdx.x == 0) {
+    const double e_d = e_tied;  // > 0: the boundary range has positive mass
+    double first_guess = e_d > 0.0 ? ceil((threshold - above) / e_d) : count;
+    first_guess = fmin(fmax(first_guess, 1.0), static_cast<double>(count));
+    int j = static_cast<int>(first_guess);
+    while (j > 1 && above + static_cast<double>(j - 1) * e_d >= threshold) --j;
+    while (j < count && above + static_cast<double>(j) * e_d < threshold) ++j;
+    s.pick[0] = j;
+  }
+  __syncthreads();
+  const int keep = s.pick[0];
+  Cut cut{prefix, vocab};
+  if (keep < count) {
+    const int nth = nth_index(
+        vocab, keep,
+        [x, kcut, prefix](int i) {
+          const std::uint32_t key = order_key(x[i]);
+          return key == prefix && kept_by(kcut, key, i);
+        },
+        s.red_i, &s.found);
+    cut.id = nth + 1;
+  }
+  return cut;
+}
+
+// One row per block: probs row dst_rows[b] = transform(logits row src_rows[b]). top_k is 0
+// when off (normalised by the launcher), top_p 1 when off.
+__global__ void __launch_bounds__(kThreads)
+    logits_to_probs_kernel(const float* __restrict__ logits, int vocab,
+                           const std::int32_t* __restrict__ src_rows,
+                           const std::int32_t* __restrict__ dst_rows, float inv_temperature,
+                           int top_k, float top_p, float* probs, int* error) {
+  __shared__ TransformScratch s;
+  const float* x = logits + static_cast<std::size_t>(src_rows[blockIdx.x]) * vocab;
+  float* e = probs + static_cast<std::size_t>(dst_rows[blockIdx.x]) * vocab;
+
+  // 1. Maximum (NaN-free rows only) and the exponentials, kept in the output row.
+  float m = -INFINITY;
+  int has_nan = 0;
+  for (int i = threadIdx.x; i < vocab; i += kThreads) {
+    const float v = x[i];
+    if (isnan(v))
+      has_nan = 1;
+    else
+      m = fmaxf(m, v);
+  }
+  has_nan = __syncthreads_or(has_nan);
+  m = detail::block_reduce<true>(m, s.red_f);
+  if (has_nan || !isfinite(m)) {
+    for (int i = threadIdx.x; i < vocab; i += kThreads) e[i] = 0.0f;
+    if (threadIdx.x == 0 && error != nullptr) *error = 1;
+    return;
+  }
+  for (int i = threadIdx.x; i < vocab; i += kThreads) {
+    // The argument rounded exactly as the CPU's float expression (no contraction).
+    const float arg = __fmul_rn(__fsub_rn(x[i], m), inv_temperature);
+    e[i] = static_cast<float>(exp(static_cast<double>(arg)));
+  }
+
+  // 2. Top-k, 3. top-p over the survivors (relative to their mass).
+  Cut kcut{0u, vocab}, pcut{0u, vocab};
+  if (top_k > 0) kcut = top_k_cut(x, vocab, top_k, s);
+  if (top_p < 1.0f) {
+    double mass = 0.0;
+    for (int i = threadIdx.x; i < vocab; i += kThreads)
+      if (kept_by(kcut, order_key(x[i]), i)) mass += e[i];
+    mass = block_sum(mass, s.red_d);
+    pcut = top_p_cut(x, e, vocab, kcut, static_cast<double>(top_p) * mass, s);
+  }
+
+  // 4. Renormalise over the survivors; removed tokens get exactly 0.
+  const bool filtered = top_k > 0 || top_p < 1.0f;
+  double total = 0.0;
+  for (int i = threadIdx.x; i < vocab; i += kThreads) {
+    if (filtered) {
+      const std::uint32_t key = order_key(x[i]);
+      if (!kept_by(kcut, key, i) || !kept_by(pcut, key, i)) continue;
+    }
+    total += e[i];
+  }
+  total = block_sum(total, s.red_d);
+  const double inv_total = 1.0 / total;  // total >= 1: the top token (e = 1) is always kept
+  for (int i = threadIdx.x; i < vocab; i += kThreads) {
+    bool keep = true;
+    if (filtered) {
+      const std::uint32_t key = order_key(x[i]);
+      keep = kept_by(kcut, key, i) && kept_by(pcut, key, i);
+    }
+    e[i] = keep ? static_cast<float>(e[i] * inv_total) : 0.0f;
+  }
+}
+
+// ---- inverse-CDF sampling ------------------------------------------------------------------
+
+struct SampleScratch {
+  double red_d[kWarps];
+  int red_i[kWarps];
+};
+
+// The inverse-CDF sample of the weights weight(0..vocab) with uniform u: the smallest i with
+// weight(i) > 0 and u * total < cumulative(i); the last id of positive weight when rounding
+// leaves u * total at or past every cumulative sum; -1 when no weight is > 0. Called by every
+// thread of the block; every thread gets the result.
+template <class Weight>
+__device__ int block_sample(int vocab, double u, Weight weight, SampleScratch& s) {
+  // Pass 1: the total (fixed order) and the last id of positive weight.
+  double local = 0.0;
+  int last = -1;
+  for (int i = threadIdx.x; i < vocab; i += kThreads) {
+    const float w = weight(i);
+    if (w > 0.0f) {
+      local += w;
+      last = i;
+    }
+  }
+  const double total = block_sum(local, s.red_d);
+  last = block_extreme<true>(last, s.red_i);
+  if (last < 0) return -1;
+  const double target = u * total;
+
+  // Pass 2: chunks of kThreads * kItems ids; thread t owns ids base + t * kItems + [0, kItems).
+  double running = 0.0;  // cumulative mass before the chunk (the same in every thread)
+  for (int base = 0; base < vocab; base += kThreads * kItems) {
+    const int first = base + static_cast<int>(threadIdx.x) * kItems;
+    float w[kItems];
+    double mine = 0.0;
+#pragma unroll
+    for (int j = 0; j < kItems; ++j) {
+      const int i = first + j;
+      w[j] = i < vocab ? weight(i) : 0.0f;
+      if (w[j] > 0.0f) mine += w[j];
+    }
+    double chunk_total;
+    double cum = running + block_exclusive_scan(mine, s.red_d, &chunk_total);
+    int hit = INT_MAX;
+#pragma unroll
+    for (int j = 0; j < kItems; ++j) {
+      if (hit == INT_MAX && w[j] > 0.0f) {
+        cum += w[j];
+        if (target < cum) hit = first + j;
+      }
+    }
+    hit = block_extreme<false>(hit, s.red_i);
+    if (hit != INT_MAX) return hit;
+    running += chunk_total;
+  }
+  return last;
+}
+
+struct RowWeight {
+  const float* w;
+  __device__ float operator()(int i) const { return w[i]; }
+};
+
+// max(0, p - q) in float, as the CPU's sample_residual (NaN differences count as 0).
+struct ResidualWeight {
+  const float* p;
+  const float* q;
+  __device__ float operator()(int i) const { return fmaxf(0.0f, __fsub_rn(p[i], q[i])); }
+};
+
+__global__ void __launch_bounds__(kThreads)
+    sample_rows_kernel(const float* __restrict__ probs, int vocab,
+                       const std::int32_t* __restrict__ rows, const double* __restrict__ u,
+                       std::int32_t* __restrict__ out) {
+  __shared__ SampleScratch s;
+  const float* w = probs + static_cast<std::size_t>(rows[blockIdx.x]) * vocab;
+  const int token = block_sample(vocab, u[blockIdx.x], RowWeight{w}, s);
+  if (threadIdx.x == 0) out[blockIdx.x] = token;
+}
+
+// ---- verification --------------------------------------------------------------------------
+
+__global__ void verify_greedy_kernel(const std::int32_t* __restrict__ target_argmax,
+                                     const ChainSpec* __restrict__ chains, int n_chains,
+                                     const std::int32_t* __restrict__ drafts,
+                                     std::int32_t* __restrict__ out) {
+  const int c = blockIdx.x * blockDim.x + threadIdx.x;
+  if (c >= n_chains) return;
+  const ChainSpec chain = chains[c];
+  int n = 0;
+  while (n < chain.k) {
+    const int a = target_argmax[chain.target_row + n];
+    if (a < 0 || drafts[chain.first_draft + n] != a) break;
+    ++n;
+  }
+  out[2 * c] = n;
+  out[2 * c + 1] = target_argmax[chain.target_row + n];
+}
+
+// The CPU's accept_draft_token (spec/verifier.h).
+__device__ __forceinline__ bool accept_draft_token(double u, float p_x, float q_x) {
+  if (!(p_x > 0.0f)) return false;
+  if (!(q_x > 0.0f)) return true;
+  return u <= static_cast<double>(p_x) / static_cast<double>(q_x);
+}
+
+// One chain per block. The acceptance decisions read a few scalars (every thread reads the same,
+// so the block takes the same branch); the residual or bonus sample is block-wide.
+__global__ void __launch_bounds__(kThreads)
+    verify_sampling_kernel(const float* __restrict__ target_probs,
+                           const float* __restrict__ draft_probs, int vocab,
+                           const ChainSpec* __restrict__ chains,
+                           const std::int32_t* __restrict__ drafts,
+                           const double* __restrict__ uniforms, std::int32_t* __restrict__ out) {
+  __shared__ SampleScratch s;
+  const ChainSpec chain = chains[blockIdx.x];
+  const double* u = uniforms + chain.first_uniform;  // accept[0..k), residual[0..k), bonus
+  int accepted = chain.k;
+  for (int i = 0; i < chain.k; ++i) {
+    const int x = drafts[chain.first_draft + i];
+    const float* p = target_probs + static_cast<std::size_t>(chain.target_row + i) * vocab;
+    const float* q = draft_probs + static_cast<std::size_t>(chain.q_row + i) * vocab;
+    if (x < 0 || x >= vocab || !accept_draft_token(u[i], p[x], q[x])) {
+      accepted = i;
+      break;
+    }
+  }
+  const float* p = target_probs + static_cast<std::size_t>(chain.target_row + accepted) * vocab;
+  int token;
+  if (accepted < chain.k) {
+    // Rejected: sample norm(max(0, p - q)), or p itself when that mass is 0.
+    const float* q = draft_probs + static_cast<std::size_t>(chain.q_row + accepted) * vocab;
+    const double ur = u[chain.k + accepted];
+    token = block_sample(vocab, ur, ResidualWeight{p, q}, s);
+    if (token < 0) token = block_sample(vocab, ur, RowWeight{p}, s);
+  } else {
+    token = block_sample(vocab, u[2 * chain.k], RowWeight{p}, s);
+  }
+  if (threadIdx.x == 0) {
+    out[2 * blockIdx.x] = accepted;
+    out[2 * blockIdx.x + 1] = token;
+  }
+}
+
+}  // namespace
+
+void logits_to_probs(cudaStream_t stream, const float* logits, int vocab,
+                     const std::int32_t* src_rows, const std::int32_t* dst_rows, int n_rows,
+                     const SamplingConfig& config, float* probs, int* error) {
+  CUDA_OP_CHECK("logits_to_probs", vocab >= 1 && n_rows >= 0,
+                "bad sizes: vocab " << vocab << ", rows " << n_rows);
+  CUDA_OP_CHECK("logits_to_probs", config.temperature > 0.0f && std::isfinite(config.temperature),
+                "temperature " << config.temperature
+                               << " must be > 0 and finite (greedy decoding uses argmax)");
+  CUDA_OP_CHECK("logits_to_probs", config.top_k >= 0,
+                "top_k " << config.top_k << " must be >= 0 (0 = off)");
+  CUDA_OP_CHECK("logits_to_probs", config.top_p > 0.0f && config.top_p <= 1.0f,
+                "top_p " << config.top_p << " must be in (0, 1] (1 = off)");
+  if (n_rows == 0) return;
+  CUDA_OP_CHECK("logits_to_probs",
+                logits != nullptr && probs != nullptr && src_rows != nullptr && dst_rows != nullptr,
+                "needs logits, probs, src_rows and dst_rows");
+  CUDA_OP_CHECK("logits_to_probs", static_cast<const void*>(probs) != logits,
+                "probs must not alias logits");
+  const int top_k = config.top_k < vocab ? config.top_k : 0;  // top_k >= vocab keeps everything
+  logits_to_probs_kernel<<<n_rows, kThreads, 0, stream>>>(logits, vocab, src_rows, dst_rows,
+                                                          1.0f / config.temperature, top_k,
+                                                          config.top_p, probs, error);
+  CUDA_CHECK_LAUNCH();
+}
+
+void sample_rows(cudaStream_t stream, const float* probs, int vocab, const std::int32_t* rows,
+                 int n_rows, const double* u, std::int32_t* out) {
+  CUDA_OP_CHECK("sample_rows", vocab >= 1 && n_rows >= 0,
+                "bad sizes: vocab " << vocab << ", rows " << n_rows);
+  if (n_rows == 0) return;
+  CUDA_OP_CHECK("sample_rows",
+                probs != nullptr && rows != nullptr && u != nullptr && out != nullptr,
+                "needs probs, rows, u and out");
+  sample_rows_kernel<<<n_rows, kThreads, 0, stream>>>(probs, vocab, rows, u, out);
+  CUDA_CHECK_LAUNCH();
+}
+
+void verify_chains_greedy(cudaStream_t stream, const std::int32_t* target_argmax,
+                          const ChainSpec* chains, int n_chains, const std::int32_t* drafts,
+                          std::int32_t* out) {
+  CUDA_OP_CHECK("verify_chains_greedy", n_chains >= 0, "bad chain count " << n_chains);
+  if (n_chains == 0) return;
+  // drafts may be nullptr when every chain has k == 0.
+  CUDA_OP_CHECK("verify_chains_greedy",
+                target_argmax != nullptr && chains != nullptr && out != nullptr,
+                "needs target_argmax, chains and out");
+  constexpr int kChainThreads = 128;
+  const int blocks = (n_chains + kChainThreads - 1) / kChainThreads;
+  verify_greedy_kernel<<<blocks, kChainThreads, 0, stream>>>(target_argmax, chains, n_chains,
+                                                             drafts, out);
+  CUDA_CHECK_LAUNCH();
+}
+
+void verify_chains_sampling(cudaStream_t stream, const float* target_probs,
+                            const float* draft_probs, int vocab, const ChainSpec* chains,
+                            int n_chains, const std::int32_t* drafts, const double* uniforms,
+                            std::int32_t* out) {
+  CUDA_OP_CHECK("verify_chains_sampling", vocab >= 1 && n_chains >= 0,
+                "bad sizes: vocab " << vocab << ", chains " << n_chains);
+  if (n_chains == 0) return;
+  // draft_probs and drafts may be nullptr when every chain has k == 0.
+  CUDA_OP_CHECK(
+      "verify_chains_sampling",
+      target_probs != nullptr && chains != nullptr && uniforms != nullptr && out != nullptr,
+      "needs target_probs, chains, uniforms and out");
+  verify_sampling_kernel<<<n_chains, kThreads, 0, stream>>>(target_probs, draft_probs, vocab,
+                                                            chains, drafts, uniforms, out);
+  CUDA_CHECK_LAUNCH();
+}
+
+}  // namespace specrun::cuda

@@ -1,0 +1,117 @@
+// The backend interface: what a model graph may ask of the hardware that runs it.
+//
+// A backend is a C++ type (CpuBackend, CudaBackend), not a string. A model graph is a template
+// over it (model/llama_model.h), so every buffer, weight and KV block it touches has the
+// backend's own type: handing a CUDA weight or a device pointer to a CPU op is a compile error.
+// Only the engine, which picks the backend at run time, sees backend-neutral handles
+// (LanguageModel, KvCache, LogitsView), and those are checked at run time.
+//
+// What a backend provides (the concept `Backend` below spells it out):
+//  - memory: typed pointers into float32 activation scratch (`F`, `CF`), weights prepared from
+//    host tensors once at load (`Weight`: matrices in the backend's layout, norm vectors,
+//    float32 biases; gate/up as one pair), one sequence's KV storage (`KvBlock`);
+//  - plain ops: embedding gather, linear layer, RMSNorm, residual add, RoPE table and rotation,
+//    KV append and causal attention over the staged batch, row moves, vocabulary unsharding;
+//  - fused ops, each an optional capability with a default composition of the plain ops
+//    (backend/default_ops.h): add+RMSNorm, several linears over one input, SwiGLU in the
+//    matmul. A backend that has a faster kernel overrides the default; the result must be
+//    bitwise what the composition gives on that backend.
+// Collectives are not the backend's: the graph calls the tensor-parallel Communicator with the
+// backend's raw pointers (MPI on host memory for the CPU, NCCL on device memory for CUDA).
+#pragma once
+
+#include <concepts>
+#include <cstddef>
+#include <cstdint>
+#include <string>
+#include <string_view>
+
+#include "kernels/cpu/dtype.h"
+
+namespace specrun {
+
+// Which backend a job, a model or a view of its outputs belongs to.
+enum class BackendKind { kCpu, kCuda };
+
+// "cpu" / "cuda".
+const char* backend_name(BackendKind kind);
+// Parses parallel.backend / --backend. Throws (exit code 2) naming `what` (e.g.
+// "parallel.backend") for an unknown name, and for "cuda" in a build without CUDA, with advice.
+BackendKind parse_backend(std::string_view name, std::string_view what);
+// True when this build has the CUDA backend.
+bool cuda_backend_built();
+
+// A pointer into one backend's memory. Space is the backend's tag type (HostSpace, CudaSpace),
+// so pointers of different backends are different types. Arithmetic as on T*.
+template <class Space, class T>
+class Ptr {
+ public:
+  Ptr() = default;
+  explicit Ptr(T* p) : p_(p) {}
+  T* get() const { return p_; }
+  Ptr operator+(std::ptrdiff_t n) const { return Ptr(p_ + n); }
+  // A pointer to T converts to a pointer to const T of the same space, never to another space.
+  template <class U>
+  requires std::same_as<const U, T> Ptr(const Ptr<Space, U>& o) : p_(o.get()) {}
+
+ private:
+  T* p_ = nullptr;
+};
+
+// A matrix or vector as the checkpoint loader hands it to a backend: host memory (a view of the
+// mapped file or a copy), row-major [rows, cols] in dtype (vectors: rows = 1).
+struct HostTensor {
+  const std::byte* data = nullptr;
+  DType dtype = DType::kF32;
+  int rows = 0, cols = 0;
+  std::size_t bytes() const {
+    return static_cast<std::size_t>(rows) * static_cast<std::size_t>(cols) * dtype_size(dtype);
+  }
+};
+
+// How a weight is used, so that a backend can lay it out for its kernels (CPU: packed blocks).
+enum class WeightUse {
+  kLinear,     // [out, in] operand of linear()
+  kGateUp,     // gate and up of a SwiGLU MLP, prepared together (prepare_pair)
+  kEmbedding,  // [vocab rows, dim] table of embed()
+  kVector,     // a norm weight [dim] in its dtype, or a bias widened to float32
+};
+
+// One sequence of a forward call as a backend sees it: its KV storage, the first position of
+// its new tokens (= tokens already in the cache) and how many there are. Rows of the batch's
+// activations are the sequences' tokens in order.
+template <class Block>
+struct SeqSpan {
+  Block* kv = nullptr;
+  int start = 0;
+  int n_tokens = 0;
+  int first_row = 0;
+};
+
+// The shape of every KV block of a model on one rank: [layers][K, V][capacity][row floats].
+struct KvShape {
+  int layers = 0;
+  int row_floats = 0;  // kv heads of this rank * head_dim
+};
+
+// The interface as a concept: a type is a backend when it has these members. The contracts are
+// those of the CPU reference (kernels/cpu/ops.h) and are written at CpuBackend's declarations.
+template <class B>
+concept Backend = requires(B b, const B cb, typename B::F f, typename B::CF cf,
+                           const typename B::Weight& w, typename B::KvBlock& kv,
+                           const HostTensor& h, int i, float eps, const std::int32_t* ids) {
+  { B::kKind } -> std::convertible_to<BackendKind>;
+  { b.prepare(h, WeightUse::kLinear) } -> std::same_as<typename B::Weight>;
+  { b.prepare_pair(h, h) } -> std::same_as<typename B::Weight>;
+  { b.new_kv_block(KvShape{}, i) } -> std::same_as<typename B::KvBlock>;
+  b.embed(w, i, ids, i, f);
+  b.linear(cf, i, w, static_cast<const typename B::Weight*>(nullptr), f);
+  b.rmsnorm(cf, i, i, w, eps, f);
+  b.add_rmsnorm(f, cf, i, i, w, eps, f);
+  b.add_inplace(f, cf, std::size_t{});
+  b.add_bias(f, w, i, i);
+  b.swiglu(cf, i, w, f);
+  b.attend(i, cf, i, false, f);
+};
+
+}  // namespace specrun

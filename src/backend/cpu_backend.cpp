@@ -1,0 +1,269 @@
+#include "backend/cpu_backend.h"
+
+#include <omp.h>
+#include <sys/mman.h>
+
+#include <algorithm>
+#include <cerrno>
+#include <cstring>
+
+#include "common/error.h"
+#include "kernels/cpu/ops.h"
+
+namespace specrun {
+namespace {
+
+constexpr std::size_t kAlign = 64;
+
+std::size_t aligned(std::size_t bytes) {
+  return (bytes + kAlign - 1) / kAlign * kAlign;
+}
+
+cpu::PackedWeights packed(const CpuBackend::Weight& w) {
+  SPEC_CHECK(w.layout != CpuBackend::Weight::Layout::kRowMajor,
+             "weight matrix [" << w.rows << ", " << w.cols
+                               << "] is not packed for the CPU kernels (prepare it as kLinear)");
+  return {w.data, w.dtype, w.rows, w.cols};
+}
+
+const float* bias_of(const CpuBackend::Weight* bias) {
+  if (bias == nullptr) return nullptr;
+  SPEC_CHECK(bias->dtype == DType::kF32, "biases are float32 on the CPU backend");
+  return reinterpret_cast<const float*>(bias->data);
+}
+
+}  // namespace
+
+CpuBackend::CpuBackend(int threads) : threads_(std::max(1, threads)) {}
+
+std::size_t CpuBackend::weight_bytes(const HostTensor& t, WeightUse use) const {
+  switch (use) {
+    case WeightUse::kLinear:
+      return aligned(cpu::packed_weight_bytes(t.dtype, t.rows, t.cols));
+    case WeightUse::kGateUp:
+      return aligned(2 * cpu::packed_weight_bytes(t.dtype, t.rows, t.cols));
+    case WeightUse::kEmbedding:
+    case WeightUse::kVector:
+      return aligned(t.bytes());
+  }
+  return 0;
+}
+
+// Why one arena: pages of a mapped file can be evicted while a decoder waits (the kernel's
+// reclaim sees them as page cache), and a 4 KiB-page mapping costs TLB misses on every pass;
+// decode streams all weights per token, so both show up directly as lost bandwidth.
+void CpuBackend::reserve_weights(std::size_t bytes) {
+  SPEC_CHECK(!arena_, "reserve_weights called twice");
+  if (bytes == 0) return;
+  void* p = ::mmap(nullptr, bytes, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+  SPEC_CHECK(p != MAP_FAILED, "cannot allocate "
+                                  << bytes / (1 << 20) << " MiB for the model weights: "
+                                  << std::strerror(errno) << " (free memory or use more tp ranks)");
+#ifdef MADV_HUGEPAGE
+  ::madvise(p, bytes, MADV_HUGEPAGE);  // a hint: without huge pages it still works
+#endif
+  arena_ = std::shared_ptr<std::byte>(static_cast<std::byte*>(p),
+                                      [bytes](std::byte* q) { ::munmap(q, bytes); });
+  arena_bytes_ = bytes;
+}
+
+std::byte* CpuBackend::carve(std::size_t bytes) {
+  SPEC_CHECK(arena_used_ + aligned(bytes) <= arena_bytes_,
+             "weight arena overflow: reserve_weights was given less than the weights need");
+  std::byte* p = arena_.get() + arena_used_;
+  arena_used_ += aligned(bytes);
+  return p;
+}
+
+CpuBackend::Weight CpuBackend::prepare(const HostTensor& t, WeightUse use) {
+  SPEC_CHECK(use != WeightUse::kGateUp, "gate/up weights are prepared with prepare_pair");
+  Weight w{nullptr, t.dtype, t.rows, t.cols, Weight::Layout::kRowMajor};
+  if (use == WeightUse::kLinear) {
+    std::byte* dst = carve(cpu::packed_weight_bytes(t.dtype, t.rows, t.cols));
+    cpu::pack_weights(t.data, t.dtype, t.rows, t.cols, dst);
+    w.data = dst;
+    w.layout = Weight::Layout::kPacked;
+  } else {
+    std::byte* dst = carve(t.bytes());
+    std::memcpy(dst, t.data, t.bytes());
+    w.data = dst;
+  }
+  return w;
+}
+
+CpuBackend::Weight CpuBackend::prepare_pair(const HostTensor& gate, const HostTensor& up) {
+  SPEC_CHECK(gate.rows == up.rows && gate.cols == up.cols && gate.dtype == up.dtype,
+             "gate_proj and up_proj differ in shape or dtype");
+  std::byte* dst = carve(2 * cpu::packed_weight_bytes(gate.dtype, gate.rows, gate.cols));
+  cpu::pack_weight_pairs(gate.data, up.data, gate.dtype, gate.rows, gate.cols, dst);
+  return Weight{dst, gate.dtype, gate.rows, gate.cols, Weight::Layout::kPackedPair};
+}
+
+CpuBackend::Weight CpuBackend::prepare_tied(const Weight& lm_head) const {
+  SPEC_CHECK(lm_head.layout == Weight::Layout::kPacked, "a tied embedding needs a packed lm_head");
+  return lm_head;  // gather_rows_packed reads the packed rows
+}
+
+CpuBackend::KvBlock CpuBackend::new_kv_block(const KvShape& shape, int capacity) const {
+  SPEC_CHECK(capacity > 0, "KV cache capacity must be positive, got " << capacity);
+  KvBlock b;
+  b.capacity = capacity;
+  b.row_floats = shape.row_floats;
+  b.data.resize(static_cast<std::size_t>(shape.layers) * 2 * static_cast<std::size_t>(capacity) *
+                static_cast<std::size_t>(shape.row_floats));
+  return b;
+}
+
+void CpuBackend::begin_forward(std::span<const SeqSpan<KvBlock>> seqs, const std::int32_t* tokens,
+                               const std::int32_t* positions, int n) {
+  omp_set_num_threads(threads_);
+  seqs_.assign(seqs.begin(), seqs.end());
+  tokens_ = tokens;
+  positions_ = positions;
+  n_ = n;
+  last_rows_.resize(seqs.size());
+  for (std::size_t b = 0; b < seqs.size(); ++b)
+    last_rows_[b] = seqs[b].first_row + seqs[b].n_tokens - 1;
+  direct_kv_ = seqs.size() == 1;
+}
+
+void CpuBackend::embed(const Weight& table, int vocab_begin, F x) {
+  if (table.layout == Weight::Layout::kPacked)  // tied to lm_head: one packed copy serves both
+    cpu::gather_rows_packed(packed(table), vocab_begin, tokens_, n_, x.get());
+  else
+    cpu::gather_rows(table.data, table.dtype, vocab_begin, table.rows, table.cols, tokens_, n_,
+                     x.get());
+}
+
+void CpuBackend::rope_table(const Floats& inv_freq, int head_dim, F table) {
+  cpu::rope_table(inv_freq.data(), head_dim, positions_, n_, table.get());
+}
+
+void CpuBackend::rope_apply(F x, int n, int heads, int head_dim, std::int64_t row_stride,
+                            CF table) {
+  cpu::rope_apply(x.get(), n, heads, head_dim, row_stride, table.get());
+}
+
+void CpuBackend::linear(CF x, int n, const Weight& w, const Weight* bias, F y) {
+  cpu::matmul(x.get(), n, packed(w), bias_of(bias), y.get());
+}
+
+void CpuBackend::linear_multi(CF x, int n, std::span<const LinearOut> outs) {
+  cpu::MatmulOutput out[4];
+  SPEC_CHECK(outs.size() <= 4, "linear_multi takes at most 4 outputs");
+  for (std::size_t i = 0; i < outs.size(); ++i)
+    out[i] = cpu::MatmulOutput{packed(*outs[i].w), bias_of(outs[i].bias), outs[i].y.get()};
+  cpu::matmul_multi(x.get(), n, out, static_cast<int>(outs.size()));
+}
+
+void CpuBackend::swiglu(CF x, int n, const Weight& gate_up, F y) {
+  SPEC_CHECK(gate_up.layout == Weight::Layout::kPackedPair, "swiglu needs a gate/up pair");
+  cpu::MatmulOutput out{
+      {gate_up.data, gate_up.dtype, gate_up.rows, gate_up.cols}, nullptr, y.get()};
+  out.swiglu = true;
+  cpu::matmul_multi(x.get(), n, &out, 1);
+}
+
+void CpuBackend::rmsnorm(CF x, int n, int dim, const Weight& w, float eps, F y) {
+  cpu::rmsnorm(x.get(), n, dim, w.data, w.dtype, eps, y.get());
+}
+
+void CpuBackend::add_rmsnorm(F x, CF delta, int n, int dim, const Weight& w, float eps, F y) {
+  cpu::add_rmsnorm(x.get(), delta.get(), n, dim, w.data, w.dtype, eps, y.get());
+}
+
+void CpuBackend::add_inplace(F y, CF x, std::size_t n) {
+  cpu::add_inplace(y.get(), x.get(), n);
+}
+
+void CpuBackend::add_bias(F y, const Weight& bias, int n, int dim) {
+  const float* b = bias_of(&bias);
+  for (int t = 0; t < n; ++t) cpu::add_inplace(y.get() + static_cast<std::size_t>(t) * dim, b, dim);
+}
+
+CpuBackend::KvRows CpuBackend::kv_rows(int layer, int row_floats) {
+  if (direct_kv_) {
+    // One sequence (prefill, decode, verify): straight to its place in the cache (same
+    // [token, row_floats] layout).
+    KvBlock& kv = *seqs_.front().kv;
+    const std::size_t row = static_cast<std::size_t>(seqs_.front().start) * row_floats;
+    return {F(kv.keys(layer) + row), F(kv.values(layer) + row)};
+  }
+  const std::size_t count = static_cast<std::size_t>(n_) * row_floats;
+  k_rows_ = k_.grow(count).get();
+  v_rows_ = v_.grow(count).get();
+  return {F(k_rows_), F(v_rows_)};
+}
+
+void CpuBackend::attend(int layer, CF q, int m, bool last_only, F out, int heads, int kv_heads,
+                        int head_dim) {
+  const std::size_t q_width = static_cast<std::size_t>(heads) * head_dim;
+  const std::size_t kv_width = static_cast<std::size_t>(kv_heads) * head_dim;
+  const int n_seqs = static_cast<int>(seqs_.size());
+  SPEC_CHECK(m == (last_only ? n_seqs : n_), "attend: " << m << " query rows for a batch of "
+                                                        << n_seqs << " sequences, " << n_
+                                                        << " tokens");
+  // Sequences are independent: several of them (batched decode) run on different threads, each
+  // attention call then single-threaded; one long sequence (prefill) splits its (token, head)
+  // pairs instead.
+  auto one = [&](int b) {
+    const SeqSpan<KvBlock>& s = seqs_[b];
+    KvBlock& kv = *s.kv;
+    const std::size_t off = static_cast<std::size_t>(s.first_row);
+    if (!direct_kv_) {
+      const std::size_t count = static_cast<std::size_t>(s.n_tokens) * kv_width;
+      std::memcpy(kv.keys(layer) + static_cast<std::size_t>(s.start) * kv_width,
+                  k_rows_ + off * kv_width, count * sizeof(float));
+      std::memcpy(kv.values(layer) + static_cast<std::size_t>(s.start) * kv_width,
+                  v_rows_ + off * kv_width, count * sizeof(float));
+    }
+    // last_only: one query, the last token's, at row b.
+    const std::size_t row = last_only ? static_cast<std::size_t>(b) : off;
+    cpu::attention(q.get() + row * q_width, last_only ? 1 : s.n_tokens, heads, kv_heads, head_dim,
+                   kv.keys(layer), kv.values(layer), last_only ? s.start + s.n_tokens - 1 : s.start,
+                   out.get() + row * q_width);
+  };
+  if (n_seqs == 1) {
+    one(0);
+  } else {
+#pragma omp parallel for schedule(dynamic, 1)
+    for (int b = 0; b < n_seqs; ++b) one(b);
+  }
+}
+
+void CpuBackend::keep_last_rows(F a, std::size_t width) {
+  // last_rows_ ascending and last[b] >= b: rows only move towards the front, so no row is
+  // overwritten before it is read.
+  for (std::size_t b = 0; b < last_rows_.size(); ++b)
+    if (last_rows_[b] != static_cast<int>(b))
+      std::memcpy(a.get() + width * b, a.get() + width * static_cast<std::size_t>(last_rows_[b]),
+                  width * sizeof(float));
+}
+
+void CpuBackend::copy_rows(F dst, std::size_t dst_stride, CF src, std::size_t src_stride, int rows,
+                           std::size_t width) {
+  for (int r = 0; r < rows; ++r)
+    std::memcpy(dst.get() + r * dst_stride, src.get() + r * src_stride, width * sizeof(float));
+}
+
+void CpuBackend::unshard_vocab(CF gathered, int rows, int tp, int v_local, F out) {
+  const std::size_t local = static_cast<std::size_t>(rows) * v_local;
+  const std::size_t V = static_cast<std::size_t>(tp) * v_local;
+  for (int r = 0; r < tp; ++r)
+    for (int t = 0; t < rows; ++t)
+      std::memcpy(
+          out.get() + static_cast<std::size_t>(t) * V + static_cast<std::size_t>(r) * v_local,
+          gathered.get() + r * local + static_cast<std::size_t>(t) * v_local,
+          sizeof(float) * v_local);
+}
+
+void CpuBackend::read(CF src, std::size_t count, float* host) const {
+  std::memcpy(host, src.get(), count * sizeof(float));
+}
+
+void CpuBackend::read_kv(KvBlock& kv, int layer, int which, int rows, float* host) const {
+  const float* p = which == 0 ? kv.keys(layer) : kv.values(layer);
+  std::memcpy(host, p, static_cast<std::size_t>(rows) * kv.row_floats * sizeof(float));
+}
+
+}  // namespace specrun

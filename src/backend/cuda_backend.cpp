@@ -1,0 +1,295 @@
+#include "backend/cuda_backend.h"
+
+#ifdef SPECRUN_HAVE_CUDA
+
+#include <algorithm>
+#include <cstring>
+#include <iomanip>
+
+#include "common/error.h"
+#include "kernels/cuda/cuda_check.h"
+
+namespace specrun {
+namespace {
+
+// Kept free for KV caches, scratch, cuBLAS and NCCL buffers when checking that weights fit.
+constexpr std::size_t kHeadroomBytes = std::size_t{1} << 30;
+constexpr std::size_t kAlign = 256;
+
+std::size_t aligned(std::size_t bytes) {
+  return (bytes + kAlign - 1) / kAlign * kAlign;
+}
+
+double gib(std::size_t bytes) {
+  return static_cast<double>(bytes) / (1024.0 * 1024.0 * 1024.0);
+}
+
+template <typename T>
+T* carve(std::byte*& at, std::size_t count) {
+  T* p = reinterpret_cast<T*>(at);
+  at += count * sizeof(T);
+  return p;
+}
+
+}  // namespace
+
+// ---- CudaContext ---------------------------------------------------------------------------
+
+CudaContext::CudaContext(int device, MpiComm& tp_group, MpiComm& self, double timeout_s)
+    : device_(std::make_unique<cuda::DeviceContext>(device)),
+      self_group_(self),
+      timeout_s_(timeout_s) {
+  tp_ = std::make_unique<NcclComm>(tp_group, device, device_->stream(), timeout_s);
+}
+
+// Communicators before the device context whose stream they use.
+CudaContext::~CudaContext() {
+  self_.reset();
+  tp_.reset();
+}
+
+NcclComm& CudaContext::self() {
+  if (!self_)
+    self_ =
+        std::make_unique<NcclComm>(self_group_, device_->device(), device_->stream(), timeout_s_);
+  return *self_;
+}
+
+void CudaContext::synchronize() {
+  tp_->synchronize();  // every communicator of the rank shares this stream
+  tp_->collect_timing();
+  if (self_) self_->collect_timing();
+}
+
+DeviceCopyProbe::DeviceCopyProbe(CudaContext& context, std::size_t bytes)
+    : ctx_(context), bytes_(bytes), a_(bytes), b_(bytes) {
+  CUDA_CHECK(cudaMemsetAsync(a_.get(), 1, bytes, ctx_.stream()));
+}
+
+void DeviceCopyProbe::pass() {
+  CUDA_CHECK(cudaMemcpyAsync(b_.get(), a_.get(), bytes_, cudaMemcpyDeviceToDevice, ctx_.stream()));
+  ctx_.synchronize();
+}
+
+// ---- CudaBackend ---------------------------------------------------------------------------
+
+CudaBackend::CudaBackend(CudaContext& context) : ctx_(&context), stream_(context.stream()) {}
+
+CudaBackend::Floats CudaBackend::upload_floats(const std::vector<float>& v) const {
+  cuda::DeviceBuffer buf(std::max<std::size_t>(v.size(), 1) * sizeof(float));
+  CUDA_CHECK(cudaMemcpy(buf.get(), v.data(), v.size() * sizeof(float), cudaMemcpyHostToDevice));
+  return Floats(std::move(buf), v.size());
+}
+
+void CudaBackend::check_fits(std::size_t need, int tp_rank, int tp, const std::string& dir) const {
+  const std::size_t free = ctx_->device().free_bytes();
+  SPEC_INPUT_CHECK(need + kHeadroomBytes <= free,
+                   "the shard of " << dir << " for tp rank " << tp_rank << " of " << tp << " needs "
+                                   << std::fixed << std::setprecision(2) << gib(need)
+                                   << " GiB of weights plus ~1 GiB of working memory"
+                                   << " but device " << ctx_->device().device() << " has "
+                                   << gib(free)
+                                   << " GiB free: raise parallel.tp, use a smaller model, or "
+                                      "free the GPU (nvidia-smi)");
+}
+
+void CudaBackend::finish() {
+  // Nothing may still read our buffers when they are freed; errors cannot be thrown here.
+  if (!cuda::unwinding()) (void)cudaStreamSynchronize(stream_);
+}
+
+std::size_t CudaBackend::weight_bytes(const HostTensor& t, WeightUse use) const {
+  return aligned(use == WeightUse::kGateUp ? 2 * t.bytes() : t.bytes());
+}
+
+void CudaBackend::reserve_weights(std::size_t bytes) {
+  weights_.grow(std::max<std::size_t>(bytes, 1));
+  weights_bytes_ = bytes;
+}
+
+CudaBackend::Weight CudaBackend::prepare(const HostTensor& t, WeightUse use) {
+  SPEC_CHECK(use != WeightUse::kGateUp, "gate/up weights are prepared with prepare_pair");
+  SPEC_CHECK(weights_used_ + aligned(t.bytes()) <= weights_bytes_, "weight allocation overflow");
+  std::byte* dst = weights_.as<std::byte>() + weights_used_;
+  CUDA_CHECK(cudaMemcpy(dst, t.data, t.bytes(), cudaMemcpyHostToDevice));
+  weights_used_ += aligned(t.bytes());
+  return Weight{dst, t.dtype, t.rows, t.cols, false};
+}
+
+CudaBackend::Weight CudaBackend::prepare_pair(const HostTensor& gate, const HostTensor& up) {
+  SPEC_CHECK(gate.rows == up.rows && gate.cols == up.cols && gate.dtype == up.dtype,
+             "gate_proj and up_proj differ in shape or dtype");
+  SPEC_CHECK(weights_used_ + aligned(2 * gate.bytes()) <= weights_bytes_,
+             "weight allocation overflow");
+  std::byte* dst = weights_.as<std::byte>() + weights_used_;
+  CUDA_CHECK(cudaMemcpy(dst, gate.data, gate.bytes(), cudaMemcpyHostToDevice));
+  CUDA_CHECK(cudaMemcpy(dst + gate.bytes(), up.data, up.bytes(), cudaMemcpyHostToDevice));
+  weights_used_ += aligned(2 * gate.bytes());
+  return Weight{dst, gate.dtype, gate.rows, gate.cols, true};
+}
+
+CudaBackend::KvBlock CudaBackend::new_kv_block(const KvShape& shape, int capacity) const {
+  SPEC_CHECK(capacity > 0, "KV cache capacity must be positive, got " << capacity);
+  const std::size_t bytes = static_cast<std::size_t>(shape.layers) * 2 *
+                            static_cast<std::size_t>(capacity) * shape.row_floats * sizeof(float);
+  KvBlock b;
+  b.capacity = capacity;
+  b.row_floats = shape.row_floats;
+  try {
+    b.data.grow(bytes);
+  } catch (const Error& e) {
+    (void)cudaGetLastError();
+    SPEC_FAIL("cannot allocate a KV cache of "
+              << std::fixed << std::setprecision(3) << gib(bytes) << " GiB (" << capacity
+              << " tokens) on device " << ctx_->device().device() << " (" << e.message()
+              << "): lower data.batch_size or decode.max_new_tokens, or raise parallel.tp");
+  }
+  return b;
+}
+
+void CudaBackend::begin_forward(std::span<const SeqSpan<KvBlock>> seqs, const std::int32_t* tokens,
+                                const std::int32_t* positions, int n) {
+  const int B = static_cast<int>(seqs.size());
+  n_ = n;
+  n_seqs_ = B;
+  const std::size_t staged = static_cast<std::size_t>(n + B) * sizeof(cuda::KvSlot) +
+                             (2 * static_cast<std::size_t>(n) + B) * sizeof(std::int32_t);
+  staging_host_.grow(staged);
+  staging_.grow(staged);
+  std::byte* at = staging_host_.as<std::byte>();
+  auto* slots = carve<cuda::KvSlot>(at, n);
+  auto* last_slots = carve<cuda::KvSlot>(at, B);
+  auto* tok = carve<std::int32_t>(at, n);
+  auto* pos = carve<std::int32_t>(at, n);
+  auto* last = carve<std::int32_t>(at, B);
+  for (int b = 0; b < B; ++b) {
+    const SeqSpan<KvBlock>& s = seqs[b];
+    for (int i = 0; i < s.n_tokens; ++i) {
+      const int t = s.first_row + i;
+      slots[t] = cuda::KvSlot{s.kv->data.as<float>(), s.kv->capacity, positions[t]};
+    }
+    last[b] = s.first_row + s.n_tokens - 1;
+    last_slots[b] = slots[last[b]];
+  }
+  std::memcpy(tok, tokens, sizeof(std::int32_t) * n);
+  std::memcpy(pos, positions, sizeof(std::int32_t) * n);
+  std::byte* dev = staging_.as<std::byte>();
+  slots_ = carve<cuda::KvSlot>(dev, n);
+  last_slots_ = carve<cuda::KvSlot>(dev, B);
+  tokens_ = carve<std::int32_t>(dev, n);
+  positions_ = carve<std::int32_t>(dev, n);
+  last_rows_ = carve<std::int32_t>(dev, B);
+  CUDA_CHECK(cudaMemcpyAsync(staging_.get(), staging_host_.get(), staged, cudaMemcpyHostToDevice,
+                             stream_));
+}
+
+void CudaBackend::embed(const Weight& table, int vocab_begin, F x) {
+  cuda::gather_rows(stream_, table.data, table.dtype, vocab_begin, table.rows, table.cols, tokens_,
+                    n_, x.get());
+}
+
+void CudaBackend::rope_table(const Floats& inv_freq, int head_dim, F table) {
+  cuda::rope_table(stream_, inv_freq.data(), head_dim, positions_, n_, table.get());
+}
+
+void CudaBackend::rope_apply(F x, int n, int heads, int head_dim, std::int64_t row_stride,
+                             CF table) {
+  cuda::rope_apply(stream_, x.get(), n, heads, head_dim, row_stride, table.get());
+}
+
+void CudaBackend::linear(CF x, int n, const Weight& w, const Weight* bias, F y) {
+  gemm_scratch_.grow(std::max<std::size_t>(cuda::matmul_scratch_bytes(n, w.cols, w.dtype), 1));
+  cuda::matmul(ctx_->device().cublas(), stream_, x.get(), n, w.cols, w.data, w.dtype, w.rows,
+               bias != nullptr ? static_cast<const float*>(bias->data) : nullptr, y.get(),
+               gemm_scratch_.get(), gemm_scratch_.bytes());
+}
+
+void CudaBackend::swiglu(CF x, int n, const Weight& gate_up, F y) {
+  SPEC_CHECK(gate_up.pair, "swiglu needs a gate/up pair");
+  Weight gate = gate_up, up = gate_up;
+  gate.pair = up.pair = false;
+  up.data = static_cast<const std::byte*>(gate_up.data) +
+            static_cast<std::size_t>(gate_up.rows) * gate_up.cols * dtype_size(gate_up.dtype);
+  const std::size_t count = static_cast<std::size_t>(n) * gate_up.rows;
+  compose_swiglu(*this, x, n, gate, up, g_.grow(count), u_.grow(count), y);
+}
+
+void CudaBackend::silu_mul(CF gate, CF up, F y, std::size_t n) {
+  cuda::silu_mul(stream_, gate.get(), up.get(), y.get(), n);
+}
+
+void CudaBackend::rmsnorm(CF x, int n, int dim, const Weight& w, float eps, F y) {
+  cuda::rmsnorm(stream_, x.get(), n, dim, w.data, w.dtype, eps, y.get());
+}
+
+void CudaBackend::add_inplace(F y, CF x, std::size_t n) {
+  cuda::add_inplace(stream_, y.get(), x.get(), n);
+}
+
+void CudaBackend::add_bias(F y, const Weight& bias, int n, int dim) {
+  cuda::add_bias(stream_, y.get(), static_cast<const float*>(bias.data), n, dim);
+}
+
+CudaBackend::KvRows CudaBackend::kv_rows(int, int row_floats) {
+  kv_row_floats_ = row_floats;
+  const std::size_t count = static_cast<std::size_t>(n_) * row_floats;
+  return {k_.grow(count), v_.grow(count)};
+}
+
+void CudaBackend::attend(int layer, CF q, int m, bool last_only, F out, int heads, int kv_heads,
+                         int head_dim) {
+  SPEC_CHECK(m == (last_only ? n_seqs_ : n_), "attend: " << m << " query rows for a batch of "
+                                                         << n_seqs_ << " sequences, " << n_
+                                                         << " tokens");
+  SPEC_CHECK(kv_row_floats_ == kv_heads * head_dim,
+             "attend: kv_rows was not called for this layer");
+  cuda::kv_append(stream_, k_.grow(0).get(), v_.grow(0).get(), n_, kv_heads, head_dim, slots_,
+                  layer);
+  cuda::attention(stream_, q.get(), m, heads, kv_heads, head_dim, last_only ? last_slots_ : slots_,
+                  layer, out.get());
+}
+
+void CudaBackend::keep_last_rows(F a, std::size_t width) {
+  const std::size_t count = static_cast<std::size_t>(n_seqs_) * width;
+  F tmp = moved_.grow(count);
+  cuda::select_rows(stream_, a.get(), static_cast<int>(width), last_rows_, n_seqs_, tmp.get());
+  CUDA_CHECK(cudaMemcpyAsync(a.get(), tmp.get(), count * sizeof(float), cudaMemcpyDeviceToDevice,
+                             stream_));
+}
+
+void CudaBackend::copy_rows(F dst, std::size_t dst_stride, CF src, std::size_t src_stride, int rows,
+                            std::size_t width) {
+  CUDA_CHECK(cudaMemcpy2DAsync(dst.get(), dst_stride * sizeof(float), src.get(),
+                               src_stride * sizeof(float), width * sizeof(float), rows,
+                               cudaMemcpyDeviceToDevice, stream_));
+}
+
+void CudaBackend::unshard_vocab(CF gathered, int rows, int tp, int v_local, F out) {
+  const std::size_t local = static_cast<std::size_t>(rows) * v_local;
+  const std::size_t V = static_cast<std::size_t>(tp) * v_local;
+  for (int r = 0; r < tp; ++r)
+    CUDA_CHECK(cudaMemcpy2DAsync(out.get() + static_cast<std::size_t>(r) * v_local,
+                                 V * sizeof(float), gathered.get() + r * local,
+                                 static_cast<std::size_t>(v_local) * sizeof(float),
+                                 static_cast<std::size_t>(v_local) * sizeof(float), rows,
+                                 cudaMemcpyDeviceToDevice, stream_));
+}
+
+void CudaBackend::read(CF src, std::size_t count, float* host) {
+  CUDA_CHECK(
+      cudaMemcpyAsync(host, src.get(), count * sizeof(float), cudaMemcpyDeviceToHost, stream_));
+  ctx_->synchronize();
+}
+
+void CudaBackend::read_kv(KvBlock& kv, int layer, int which, int rows, float* host) {
+  const std::size_t offset = (static_cast<std::size_t>(layer) * 2 + which) *
+                             static_cast<std::size_t>(kv.capacity) * kv.row_floats;
+  CUDA_CHECK(cudaMemcpyAsync(host, kv.data.as<float>() + offset,
+                             static_cast<std::size_t>(rows) * kv.row_floats * sizeof(float),
+                             cudaMemcpyDeviceToHost, stream_));
+  ctx_->synchronize();
+}
+
+}  // namespace specrun
+
+#endif  // SPECRUN_HAVE_CUDA

@@ -1,0 +1,199 @@
+// The CUDA backend: the backend interface (backend/backend.h) on one device. Ops launch
+// kernels/cuda on the rank's compute stream and never synchronise; weights stay in their
+// checkpoint dtype in one device allocation (gate and up concatenated as one [2I, H] matrix);
+// activations and KV caches are float32 in device memory. The fused ops use the default
+// compositions (backend/default_ops.h). Collectives of the graph run on NCCL on the same stream.
+//
+// CudaContext is the rank's device state (device, stream, cuBLAS, the NCCL communicators) made
+// once per process by the model factory; every CudaBackend of the rank and the token decisions
+// (spec/token_ops.h) share it. Built only with CUDA (SPECRUN_HAVE_CUDA).
+#pragma once
+
+#ifdef SPECRUN_HAVE_CUDA
+
+#include <cstddef>
+#include <cstdint>
+#include <memory>
+#include <span>
+#include <string>
+#include <vector>
+
+#include "backend/backend.h"
+#include "backend/default_ops.h"
+#include "dist/mpi_comm.h"
+#include "dist/nccl_comm.h"
+#include "kernels/cuda/device_buffer.h"
+#include "kernels/cuda/device_context.h"
+#include "kernels/cuda/ops.h"
+
+namespace specrun {
+
+struct CudaSpace {};
+
+class CudaContext {
+ public:
+  // Collective over tp_group (NCCL bootstrap). device: this rank's device (choose_device);
+  // timeout_s bounds every wait (parallel.comm_timeout_s). tp_group and self (MPI_COMM_SELF)
+  // must outlive the context.
+  CudaContext(int device, MpiComm& tp_group, MpiComm& self, double timeout_s);
+  ~CudaContext();
+  CudaContext(const CudaContext&) = delete;
+  CudaContext& operator=(const CudaContext&) = delete;
+
+  cuda::DeviceContext& device() { return *device_; }
+  cudaStream_t stream() const { return device_->stream(); }
+  NcclComm& tp() { return *tp_; }
+  // A one-rank communicator on the same stream (replicated models), made on first use.
+  NcclComm& self();
+  // Waits for the stream with the deadline of the NCCL communicators (a hung collective becomes
+  // an error naming the rank) and adds the finished collectives' time to their timing.
+  void synchronize();
+
+ private:
+  std::unique_ptr<cuda::DeviceContext> device_;
+  MpiComm& self_group_;
+  double timeout_s_;
+  std::unique_ptr<NcclComm> tp_, self_;
+};
+
+// The bandwidth reference on a device: a device-to-device copy of `bytes` bytes (read + write)
+// on the context's stream; pass() runs one and waits for it.
+class DeviceCopyProbe {
+ public:
+  DeviceCopyProbe(CudaContext& context, std::size_t bytes);
+  void pass();
+
+ private:
+  CudaContext& ctx_;
+  std::size_t bytes_;
+  cuda::DeviceBuffer a_, b_;
+};
+
+class CudaBackend {
+ public:
+  static constexpr BackendKind kKind = BackendKind::kCuda;
+  using F = Ptr<CudaSpace, float>;
+  using CF = Ptr<CudaSpace, const float>;
+
+  // A prepared weight in device memory (a view into the backend's weight allocation).
+  // Matrices [rows, cols] row-major in dtype; a kGateUp weight is gate's rows followed by up's
+  // (rows = rows of each); vectors keep their dtype (biases float32).
+  struct Weight {
+    const void* data = nullptr;
+    DType dtype = DType::kF32;
+    int rows = 0, cols = 0;
+    bool pair = false;
+  };
+
+  struct KvBlock {
+    cuda::DeviceBuffer data;
+    int capacity = 0;
+    int row_floats = 0;
+  };
+
+  class Scratch {
+   public:
+    F grow(std::size_t n) {
+      buf_.grow(std::max<std::size_t>(n, 1) * sizeof(float));
+      return F(buf_.as<float>());
+    }
+
+   private:
+    cuda::DeviceBuffer buf_;
+  };
+
+  class Floats {
+   public:
+    Floats() = default;
+    Floats(cuda::DeviceBuffer buf, std::size_t n) : buf_(std::move(buf)), n_(n) {}
+    const float* data() const { return buf_.as<float>(); }
+    std::size_t size() const { return n_; }
+
+   private:
+    cuda::DeviceBuffer buf_;
+    std::size_t n_ = 0;
+  };
+
+  struct LinearOut {
+    const Weight* w;
+    const Weight* bias;
+    F y;
+  };
+  struct KvRows {
+    F k, v;
+  };
+
+  // context must outlive the backend.
+  explicit CudaBackend(CudaContext& context);
+  CudaBackend(CudaBackend&&) = default;
+
+  Floats upload_floats(const std::vector<float>& v) const;
+  // Throws with advice when `bytes` of weights (the shard of tp rank tp_rank of the checkpoint
+  // in `dir`) plus ~1 GiB of working memory do not fit in the device's free memory.
+  void check_fits(std::size_t bytes, int tp_rank, int tp, const std::string& dir) const;
+  void finish();
+  void synchronize() { ctx_->synchronize(); }
+
+  std::size_t weight_bytes(const HostTensor& t, WeightUse use) const;
+  void reserve_weights(std::size_t bytes);
+  Weight prepare(const HostTensor& t, WeightUse use);
+  Weight prepare_pair(const HostTensor& gate, const HostTensor& up);
+  Weight prepare_tied(const Weight& lm_head) const { return lm_head; }
+  KvBlock new_kv_block(const KvShape& shape, int capacity) const;
+
+  void begin_forward(std::span<const SeqSpan<KvBlock>> seqs, const std::int32_t* tokens,
+                     const std::int32_t* positions, int n);
+  template <class Comm>
+  void end_forward(Comm&) {}
+
+  void embed(const Weight& table, int vocab_begin, F x);
+  void rope_table(const Floats& inv_freq, int head_dim, F table);
+  void rope_apply(F x, int n, int heads, int head_dim, std::int64_t row_stride, CF table);
+  void linear(CF x, int n, const Weight& w, const Weight* bias, F y);
+  void linear_multi(CF x, int n, std::span<const LinearOut> outs) {
+    compose_linear_multi(*this, x, n, outs);
+  }
+  void swiglu(CF x, int n, const Weight& gate_up, F y);
+  void silu_mul(CF gate, CF up, F y, std::size_t n);
+  void rmsnorm(CF x, int n, int dim, const Weight& w, float eps, F y);
+  void add_rmsnorm(F x, CF delta, int n, int dim, const Weight& w, float eps, F y) {
+    compose_add_rmsnorm(*this, x, delta, n, dim, w, eps, y);
+  }
+  void add_inplace(F y, CF x, std::size_t n);
+  void add_bias(F y, const Weight& bias, int n, int dim);
+  KvRows kv_rows(int layer, int row_floats);
+  void attend(int layer, CF q, int m, bool last_only, F out, int heads, int kv_heads, int head_dim);
+  void keep_last_rows(F a, std::size_t width);
+  void copy_rows(F dst, std::size_t dst_stride, CF src, std::size_t src_stride, int rows,
+                 std::size_t width);
+  void unshard_vocab(CF gathered, int rows, int tp, int v_local, F out);
+  void read(CF src, std::size_t count, float* host);
+  void read_kv(KvBlock& kv, int layer, int which, int rows, float* host);
+
+ private:
+  CudaContext* ctx_;
+  cudaStream_t stream_;
+  cuda::DeviceBuffer weights_;
+  std::size_t weights_bytes_ = 0, weights_used_ = 0;
+
+  // The staged forward call: [slots n][last slots B][tokens n][positions n][last rows B], one
+  // host-to-device copy from pinned memory.
+  cuda::PinnedBuffer staging_host_;
+  cuda::DeviceBuffer staging_;
+  cuda::KvSlot *slots_ = nullptr, *last_slots_ = nullptr;
+  std::int32_t *tokens_ = nullptr, *positions_ = nullptr, *last_rows_ = nullptr;
+  int n_ = 0, n_seqs_ = 0;
+  Scratch k_, v_, g_, u_, moved_;
+  cuda::DeviceBuffer gemm_scratch_;
+  int kv_row_floats_ = 0;
+};
+
+}  // namespace specrun
+
+#else  // no CUDA: the type exists (the model factory holds a null pointer to it), nothing else
+
+namespace specrun {
+class CudaContext {};
+}  // namespace specrun
+
+#endif  // SPECRUN_HAVE_CUDA

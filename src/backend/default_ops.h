@@ -1,0 +1,37 @@
+// Default compositions of the backend interface's fused ops (backend/backend.h). A backend
+// without a fused kernel implements the op by calling these; a backend with one must produce
+// bitwise what the composition produces on it (the CPU backend's tests check that).
+#pragma once
+
+#include <cstddef>
+#include <span>
+
+namespace specrun {
+
+// x += delta, then y = rmsnorm(x) with w.
+template <class B>
+void compose_add_rmsnorm(B& b, typename B::F x, typename B::CF delta, int n, int dim,
+                         const typename B::Weight& w, float eps, typename B::F y) {
+  b.add_inplace(x, delta, static_cast<std::size_t>(n) * dim);
+  b.rmsnorm(x, n, dim, w, eps, y);
+}
+
+// Each output on its own.
+template <class B>
+void compose_linear_multi(B& b, typename B::CF x, int n,
+                          std::span<const typename B::LinearOut> outs) {
+  for (const typename B::LinearOut& o : outs) b.linear(x, n, *o.w, o.bias, o.y);
+}
+
+// y = silu(x gate^T) * (x up^T) through two linears and silu_mul, gate and up products in the
+// scratch g and u ([n, rows] each).
+template <class B>
+void compose_swiglu(B& b, typename B::CF x, int n, const typename B::Weight& gate,
+                    const typename B::Weight& up, typename B::F g, typename B::F u,
+                    typename B::F y) {
+  b.linear(x, n, gate, nullptr, g);
+  b.linear(x, n, up, nullptr, u);
+  b.silu_mul(g, u, y, static_cast<std::size_t>(n) * gate.rows);
+}
+
+}  // namespace specrun

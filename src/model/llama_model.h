@@ -1,0 +1,287 @@
+// The Llama-family decoder (Llama, Mistral, Qwen2, Qwen3), one tensor-parallel rank's share of
+// it, written once against the backend interface (backend/backend.h) and compiled for every
+// backend: embedding, per layer RMSNorm -> attention (RoPE, GQA, KV cache; Qwen3: per-head
+// RMSNorm of q and k before RoPE) -> residual -> RMSNorm -> SwiGLU MLP -> residual, final norm,
+// lm_head. The sharding is the weight schema's (weight_schema.h).
+//
+// The graph in brief (n new tokens of all sequences, H hidden, one rank's heads):
+//   x = embed(tokens)                         [n, H]  (vocab-parallel: summed over the group)
+//   xn = rmsnorm(x, layer 0 input norm)
+//   per layer: q, k, v = xn Wq, xn Wk, xn Wv (+ biases); [q/k norms]; RoPE(q, k)
+//              attn = attention(q, cache + k, v); x += allreduce(attn Wo) (+ o bias)
+//              xn = rmsnorm(x, post-attention norm)
+//              x += allreduce(swiglu(xn Wgate, xn Wup) Wdown); xn = rmsnorm(x, next input norm)
+//   logits = gather_vocab(rmsnorm(x, final norm) Wlm_head)
+// The residual add and the next RMSNorm are one backend op (add_rmsnorm). When only each
+// sequence's last logits are wanted, the last layer computes keys and values for every token
+// (the cache needs them) and everything else for the wanted rows only: rows are independent and
+// attention's result for a query does not depend on the window it is in, so the logits are
+// bitwise those of the full computation.
+#pragma once
+
+#include <algorithm>
+#include <memory>
+#include <span>
+#include <vector>
+
+#include "common/error.h"
+#include "dist/communicator.h"
+#include "model/checkpoint.h"
+#include "model/language_model.h"
+#include "model/model_weights.h"
+
+namespace specrun {
+
+template <class B>
+class LlamaModel final : public LanguageModel, private KvStore {
+ public:
+  using F = typename B::F;
+  using CF = typename B::CF;
+  using Weight = typename B::Weight;
+
+  // Loads this rank's shard of `checkpoint` onto `backend` (the checkpoint is not needed
+  // afterwards). tp_comm: the tensor-parallel group (size tp, this rank's index in it), which
+  // must outlive the model and take the backend's buffers (MPI on host memory, NCCL on device
+  // memory). Throws naming the config.json field when tp does not fit the model's shapes.
+  LlamaModel(const Checkpoint& checkpoint, B backend, Communicator& tp_comm)
+      : config_(checkpoint.config()),
+        comm_(tp_comm),
+        tp_(tp_comm.size()),
+        b_(std::move(backend)),
+        inv_freq_(config_.rope_inv_freq()) {
+    SPEC_CHECK(static_cast<int>(inv_freq_.size()) == config_.head_dim / 2,
+               "rope_inv_freq returned " << inv_freq_.size() << " values for head_dim "
+                                         << config_.head_dim);
+    const HostWeights host = load_host_weights(checkpoint, tp_, tp_comm.rank());
+    // A tied lm_head is the embedding's rows: counted once.
+    const std::size_t bytes =
+        host.bytes() -
+        (config_.tie_word_embeddings ? host.model[static_cast<int>(Role::kEmbed)].bytes() : 0);
+    b_.check_fits(bytes, host.plan.tp_rank, host.plan.tp, checkpoint.dir());
+    weights_ = prepare_weights(b_, host, config_);
+    inv_freq_dev_ = b_.upload_floats(inv_freq_);
+  }
+  ~LlamaModel() override { b_.finish(); }
+
+  const ModelConfig& config() const override { return config_; }
+  BackendKind backend() const override { return B::kKind; }
+  const ShardPlan& plan() const { return weights_.plan; }
+  int vocab_size() const { return config_.vocab_size; }
+  int kv_heads() const override { return weights_.plan.kv_heads; }
+  B& backend_ops() { return b_; }
+  void synchronize() override { b_.synchronize(); }
+
+  std::unique_ptr<KvCache> new_cache(int capacity) override {
+    const KvShape shape{config_.num_layers, weights_.plan.kv_heads * config_.head_dim};
+    int slot;
+    if (!free_slots_.empty()) {
+      slot = free_slots_.back();
+      free_slots_.pop_back();
+      blocks_[slot] = b_.new_kv_block(shape, capacity);
+    } else {
+      slot = static_cast<int>(blocks_.size());
+      blocks_.push_back(b_.new_kv_block(shape, capacity));
+    }
+    return std::make_unique<KvCache>(static_cast<KvStore*>(this), slot, capacity,
+                                     config_.max_position_embeddings);
+  }
+
+  ForwardResult forward(std::span<const SeqChunk> batch, const ForwardRequest& request) override;
+
+  void read(const RowsView& view, int first, int count, float* host) override {
+    SPEC_CHECK(view.backend == B::kKind && first >= 0 && first + count <= view.rows,
+               "read: rows " << first << ".." << first + count << " of a view of " << view.rows);
+    b_.read(CF(view.row(first)), static_cast<std::size_t>(count) * view.width, host);
+  }
+  void read_kv(const KvCache& cache, int layer, int which, float* host) override {
+    SPEC_CHECK(cache.store() == this, "read_kv: the cache was not made by this model");
+    b_.read_kv(blocks_[cache.slot()], layer, which, cache.length(), host);
+  }
+
+ private:
+  void release(int slot) override {
+    blocks_[slot] = typename B::KvBlock();
+    free_slots_.push_back(slot);
+  }
+  void attention_block(int layer, int n, bool last_only);
+  void mlp_block(int layer, int n);
+  void capture(int slot, int n);
+
+  ModelConfig config_;
+  Communicator& comm_;
+  int tp_;
+  B b_;
+  ModelWeights<B> weights_;
+  std::vector<float> inv_freq_;
+  typename B::Floats inv_freq_dev_;
+  std::vector<typename B::KvBlock> blocks_;  // by KvCache slot
+  std::vector<int> free_slots_;
+
+  // Per-call state and scratch (grown, never shrunk: no allocation per step once warm).
+  std::vector<std::int32_t> tokens_, positions_;
+  std::vector<SeqSpan<typename B::KvBlock>> seqs_;
+  std::vector<int> capture_slot_;  // per layer id 0..num_layers: column block, or -1
+  int n_capture_ = 0;
+  typename B::Scratch x_, xn_, q_, attn_, proj_, act_, rope_, logits_, local_logits_, hidden_;
+};
+
+template <class B>
+ForwardResult LlamaModel<B>::forward(std::span<const SeqChunk> batch,
+                                     const ForwardRequest& request) {
+  const ShardPlan& plan = weights_.plan;
+  // Validate everything before any cache changes.
+  const int n = check_batch(batch, config_, this);
+  const int L = config_.num_layers, H = config_.hidden_size;
+  capture_slot_.assign(L + 1, -1);
+  n_capture_ = static_cast<int>(request.capture.size());
+  for (int c = 0; c < n_capture_; ++c) {
+    const int id = request.capture[c];
+    SPEC_CHECK(id >= 0 && id <= L && capture_slot_[id] < 0,
+               "capture: layer id " << id << " is outside 0.." << L << " or given twice");
+    capture_slot_[id] = c;
+  }
+
+  tokens_.resize(n);
+  positions_.resize(n);
+  seqs_.resize(batch.size());
+  for (int off = 0, b = 0; const SeqChunk& s : batch) {
+    std::copy(s.tokens, s.tokens + s.n_tokens, tokens_.begin() + off);
+    for (int i = 0; i < s.n_tokens; ++i) positions_[off + i] = s.cache->length() + i;
+    seqs_[b++] =
+        SeqSpan<typename B::KvBlock>{&blocks_[s.cache->slot()], s.cache->length(), s.n_tokens, off};
+    off += s.n_tokens;
+  }
+  b_.begin_forward(seqs_, tokens_.data(), positions_.data(), n);
+
+  // One cos/sin table per forward: every layer rotates q and k at the same positions.
+  b_.rope_table(inv_freq_dev_, config_.head_dim,
+                rope_.grow(static_cast<std::size_t>(n) * config_.head_dim));
+
+  F x = x_.grow(static_cast<std::size_t>(n) * H);
+  b_.embed(weights_.get(Role::kEmbed), plan.vocab_begin, x);
+  if (tp_ > 1) comm_.all_reduce_sum(x.get(), static_cast<std::size_t>(n) * H);
+  if (n_capture_ > 0) hidden_.grow(static_cast<std::size_t>(n) * n_capture_ * H);
+
+  // Each block leaves the residual stream in x and the next block's normed input in xn (the
+  // residual add and the next RMSNorm are one pass).
+  b_.rmsnorm(x, n, H, weights_.at(0, Role::kInputNorm), config_.rms_norm_eps,
+             xn_.grow(static_cast<std::size_t>(n) * H));
+  // Rows whose logits are wanted: all, or each sequence's last token (the final norm's output
+  // captured for every token needs all rows).
+  const bool all_rows = request.all_logits || capture_slot_[L] >= 0;
+  const int rows = all_rows ? n : static_cast<int>(batch.size());
+  for (int layer = 0; layer < L; ++layer) {
+    if (capture_slot_[layer] >= 0) capture(capture_slot_[layer], n);
+    const bool trim = rows < n && layer + 1 == L;
+    attention_block(layer, n, trim);
+    mlp_block(layer, trim ? rows : n);
+  }
+  for (const SeqChunk& s : batch) s.cache->advance(s.n_tokens);
+
+  // The residual stream now holds `rows` rows; normed into xn.
+  F xn = xn_.grow(0);
+  b_.rmsnorm(x, rows, H, weights_.get(Role::kFinalNorm), config_.rms_norm_eps, xn);
+  if (capture_slot_[L] >= 0) {
+    b_.copy_rows(hidden_.grow(0) + static_cast<std::ptrdiff_t>(capture_slot_[L]) * H,
+                 static_cast<std::size_t>(n_capture_) * H, xn, H, n, H);
+  }
+  if (request.all_logits == false && all_rows) b_.keep_last_rows(xn, H);
+  const int out_rows = request.all_logits ? n : static_cast<int>(batch.size());
+  const int V = config_.vocab_size, v_local = plan.vocab;
+  F logits = logits_.grow(static_cast<std::size_t>(out_rows) * V);
+  if (tp_ == 1) {
+    b_.linear(xn, out_rows, weights_.get(Role::kLmHead), nullptr, logits);
+  } else {
+    // Vocab-parallel lm_head: local [rows, V/tp], gathered to [tp][rows][V/tp], reordered.
+    const std::size_t local = static_cast<std::size_t>(out_rows) * v_local;
+    F mine = local_logits_.grow(local * (tp_ + 1));
+    F gathered = mine + static_cast<std::ptrdiff_t>(local);
+    b_.linear(xn, out_rows, weights_.get(Role::kLmHead), nullptr, mine);
+    comm_.all_gather(mine.get(), gathered.get(), local * sizeof(float));
+    b_.unshard_vocab(gathered, out_rows, tp_, v_local, logits);
+  }
+  b_.end_forward(comm_);
+  ForwardResult result;
+  result.logits = RowsView{B::kKind, logits.get(), out_rows, V};
+  if (n_capture_ > 0) result.hidden = RowsView{B::kKind, hidden_.grow(0).get(), n, n_capture_ * H};
+  return result;
+}
+
+template <class B>
+void LlamaModel<B>::capture(int slot, int n) {
+  const int H = config_.hidden_size;
+  b_.copy_rows(hidden_.grow(0) + static_cast<std::ptrdiff_t>(slot) * H,
+               static_cast<std::size_t>(n_capture_) * H, x_.grow(0), H, n, H);
+}
+
+template <class B>
+void LlamaModel<B>::attention_block(int layer, int n, bool last_only) {
+  const ShardPlan& plan = weights_.plan;
+  const int H = config_.hidden_size, hd = config_.head_dim;
+  const std::int64_t q_width = static_cast<std::int64_t>(plan.q_heads) * hd;
+  const std::int64_t kv_width = static_cast<std::int64_t>(plan.kv_heads) * hd;
+  const float eps = config_.rms_norm_eps;
+  F x = x_.grow(0);
+  F xn = xn_.grow(0);  // rmsnorm(x) with input_norm, from the previous block
+  const int n_seqs = static_cast<int>(seqs_.size());
+  F q = q_.grow(static_cast<std::size_t>(n) * q_width);
+  const typename B::KvRows kv = b_.kv_rows(layer, static_cast<int>(kv_width));
+  F attn = attn_.grow(static_cast<std::size_t>(n) * q_width);
+  F proj = proj_.grow(static_cast<std::size_t>(n) * H);
+  F rope = rope_.grow(0);
+
+  // q, k and v in one pass over the three weight matrices. last_only: keys and values for all
+  // n tokens, then q and the rest for each sequence's last token only, moved to row b (of xn,
+  // the residual stream x and the RoPE table; none of them is read at the other rows again in
+  // this forward pass).
+  const typename B::LinearOut qkv[3] = {
+      {&weights_.at(layer, Role::kQ), weights_.maybe(layer, Role::kQBias), q},
+      {&weights_.at(layer, Role::kK), weights_.maybe(layer, Role::kKBias), kv.k},
+      {&weights_.at(layer, Role::kV), weights_.maybe(layer, Role::kVBias), kv.v}};
+  const int m = last_only ? n_seqs : n;  // rows from q on
+  b_.linear_multi(
+      xn, n,
+      std::span<const typename B::LinearOut>(qkv).subspan(last_only ? 1 : 0, last_only ? 2 : 3));
+  if (const Weight* k_norm = weights_.maybe(layer, Role::kKNorm))  // Qwen3: per head
+    b_.rmsnorm(kv.k, n * plan.kv_heads, hd, *k_norm, eps, kv.k);
+  b_.rope_apply(kv.k, n, plan.kv_heads, hd, kv_width, rope);
+  if (last_only) {
+    b_.keep_last_rows(xn, H);
+    b_.keep_last_rows(x, H);
+    b_.keep_last_rows(rope, hd);
+    b_.linear_multi(xn, m, std::span<const typename B::LinearOut>(qkv, 1));
+  }
+  if (const Weight* q_norm = weights_.maybe(layer, Role::kQNorm))
+    b_.rmsnorm(q, m * plan.q_heads, hd, *q_norm, eps, q);
+  b_.rope_apply(q, m, plan.q_heads, hd, q_width, rope);
+
+  // Append each sequence's keys and values to its cache, then attend.
+  b_.attend(layer, q, m, last_only, attn, plan.q_heads, plan.kv_heads, hd);
+
+  // Row-parallel o_proj: partial sums over this rank's heads, then summed across the group.
+  b_.linear(attn, m, weights_.at(layer, Role::kO), nullptr, proj);
+  if (tp_ > 1) comm_.all_reduce_sum(proj.get(), static_cast<std::size_t>(m) * H);
+  if (const Weight* o_bias = weights_.maybe(layer, Role::kOBias)) b_.add_bias(proj, *o_bias, m, H);
+  b_.add_rmsnorm(x, proj, m, H, weights_.at(layer, Role::kPostAttentionNorm), eps, xn);
+}
+
+template <class B>
+void LlamaModel<B>::mlp_block(int layer, int n) {
+  const int H = config_.hidden_size, I = weights_.plan.intermediate;
+  F x = x_.grow(0);
+  F xn = xn_.grow(0);
+  F act = act_.grow(static_cast<std::size_t>(n) * I);
+  F proj = proj_.grow(0);
+
+  // silu(gate) * up in one pass over the paired gate/up weights where the backend fuses it.
+  b_.swiglu(xn, n, weights_.at(layer, Role::kGate), act);
+  b_.linear(act, n, weights_.at(layer, Role::kDown), nullptr, proj);
+  if (tp_ > 1) comm_.all_reduce_sum(proj.get(), static_cast<std::size_t>(n) * H);
+  if (layer + 1 < config_.num_layers)
+    b_.add_rmsnorm(x, proj, n, H, weights_.at(layer + 1, Role::kInputNorm), config_.rms_norm_eps,
+                   xn);
+  else
+    b_.add_inplace(x, proj, static_cast<std::size_t>(n) * H);  // the final norm follows
+}
+
+}  // namespace specrun

@@ -1,0 +1,71 @@
+// A model's weights prepared on a backend, laid out by the weight schema (weight_schema.h): one
+// backend Weight per role, model-level and per layer. Preparing walks the schema twice: once to
+// size the backend's weight memory (one allocation), once to prepare each tensor in it.
+#pragma once
+
+#include <array>
+#include <vector>
+
+#include "common/error.h"
+#include "model/weight_schema.h"
+
+namespace specrun {
+
+template <class B>
+struct ModelWeights {
+  ShardPlan plan;
+  std::array<typename B::Weight, kNumRoles> model{};
+  std::vector<std::array<typename B::Weight, kNumRoles>> layers;
+  std::array<bool, kNumRoles> has{};  // which roles exist (per layer roles: in every layer)
+
+  const typename B::Weight& get(Role r) const { return model[static_cast<int>(r)]; }
+  const typename B::Weight& at(int layer, Role r) const {
+    return layers[layer][static_cast<int>(r)];
+  }
+  // The weight, or nullptr when the model has no such tensor (biases, q/k norms).
+  const typename B::Weight* maybe(int layer, Role r) const {
+    return has[static_cast<int>(r)] ? &layers[layer][static_cast<int>(r)] : nullptr;
+  }
+  bool contains(Role r) const { return has[static_cast<int>(r)]; }
+};
+
+// Prepares `host` on backend `b`. gate and up become one kGateUp weight stored under
+// Role::kGate; a tied embedding reuses lm_head's prepared copy.
+template <class B>
+ModelWeights<B> prepare_weights(B& b, const HostWeights& host, const ModelConfig& config) {
+  ModelWeights<B> w;
+  w.plan = host.plan;
+  w.layers.resize(host.layers.size());
+  const auto schema = llama_schema();
+  auto tied = [&](const TensorSpec& s) {
+    return s.role == Role::kEmbed && config.tie_word_embeddings;
+  };
+  auto each = [&](auto&& fn) {
+    for (const TensorSpec& s : schema) {
+      if (!present(s, config) || s.role == Role::kUp) continue;  // up goes with gate
+      const int layers = s.per_layer ? static_cast<int>(host.layers.size()) : 1;
+      for (int layer = 0; layer < layers; ++layer) fn(s, layer);
+    }
+  };
+  std::size_t bytes = 0;
+  each([&](const TensorSpec& s, int layer) {
+    if (!tied(s)) bytes += b.weight_bytes(host.get(s, layer), s.use);
+  });
+  b.reserve_weights(bytes);
+  each([&](const TensorSpec& s, int layer) {
+    const int r = static_cast<int>(s.role);
+    typename B::Weight& dst = s.per_layer ? w.layers[layer][r] : w.model[r];
+    w.has[r] = true;
+    if (tied(s)) {
+      dst = b.prepare_tied(w.get(Role::kLmHead));
+    } else if (s.use == WeightUse::kGateUp) {
+      const HostTensor& up = host.layers[layer][static_cast<int>(Role::kUp)];
+      dst = b.prepare_pair(host.get(s, layer), up);
+    } else {
+      dst = b.prepare(host.get(s, layer), s.use);
+    }
+  });
+  return w;
+}
+
+}  // namespace specrun

@@ -1,0 +1,284 @@
+#include "model/weight_schema.h"
+
+#include <algorithm>
+#include <cstring>
+#include <filesystem>
+#include <sstream>
+
+#include "common/error.h"
+#include "model/checkpoint.h"
+
+namespace specrun {
+
+namespace {
+
+constexpr std::string_view kLayerPrefix = "model.layers.";
+
+// clang-format off
+constexpr TensorSpec kLlamaSchema[] = {
+  // role               name                                  layer  rows                 cols           split               part                 presence             use                   widen
+  {Role::kLmHead,       "lm_head.weight",                     false, Dim::kVocab,         Dim::kHidden,  Split::kRows,       Part::kVocab,        Presence::kAlways,   WeightUse::kLinear,    false,
+   "model.embed_tokens.weight"},
+  {Role::kEmbed,        "model.embed_tokens.weight",          false, Dim::kVocab,         Dim::kHidden,  Split::kRows,       Part::kVocab,        Presence::kAlways,   WeightUse::kEmbedding, false},
+  {Role::kFinalNorm,    "model.norm.weight",                  false, Dim::kHidden,        Dim::kNone,    Split::kReplicated, Part::kNone,         Presence::kAlways,   WeightUse::kVector,    false},
+  {Role::kInputNorm,    "input_layernorm.weight",             true,  Dim::kHidden,        Dim::kNone,    Split::kReplicated, Part::kNone,         Presence::kAlways,   WeightUse::kVector,    false},
+  {Role::kPostAttentionNorm, "post_attention_layernorm.weight", true, Dim::kHidden,       Dim::kNone,    Split::kReplicated, Part::kNone,         Presence::kAlways,   WeightUse::kVector,    false},
+  {Role::kQ,            "self_attn.q_proj.weight",            true,  Dim::kQWidth,        Dim::kHidden,  Split::kRows,       Part::kQHeads,       Presence::kAlways,   WeightUse::kLinear,    false},
+  {Role::kK,            "self_attn.k_proj.weight",            true,  Dim::kKvWidth,       Dim::kHidden,  Split::kRows,       Part::kKvHeads,      Presence::kAlways,   WeightUse::kLinear,    false},
+  {Role::kV,            "self_attn.v_proj.weight",            true,  Dim::kKvWidth,       Dim::kHidden,  Split::kRows,       Part::kKvHeads,      Presence::kAlways,   WeightUse::kLinear,    false},
+  {Role::kO,            "self_attn.o_proj.weight",            true,  Dim::kHidden,        Dim::kQWidth,  Split::kCols,       Part::kQHeads,       Presence::kAlways,   WeightUse::kLinear,    false},
+  {Role::kQBias,        "self_attn.q_proj.bias",              true,  Dim::kQWidth,        Dim::kNone,    Split::kRows,       Part::kQHeads,       Presence::kQkvBias,  WeightUse::kVector,    true},
+  {Role::kKBias,        "self_attn.k_proj.bias",              true,  Dim::kKvWidth,       Dim::kNone,    Split::kRows,       Part::kKvHeads,      Presence::kQkvBias,  WeightUse::kVector,    true},
+  {Role::kVBias,        "self_attn.v_proj.bias",              true,  Dim::kKvWidth,       Dim::kNone,    Split::kRows,       Part::kKvHeads,      Presence::kQkvBias,  WeightUse::kVector,    true},
+  {Role::kOBias,        "self_attn.o_proj.bias",              true,  Dim::kHidden,        Dim::kNone,    Split::kReplicated, Part::kNone,         Presence::kOBias,    WeightUse::kVector,    true},
+  {Role::kQNorm,        "self_attn.q_norm.weight",            true,  Dim::kHeadDim,       Dim::kNone,    Split::kReplicated, Part::kNone,         Presence::kQkNorm,   WeightUse::kVector,    false},
+  {Role::kKNorm,        "self_attn.k_norm.weight",            true,  Dim::kHeadDim,       Dim::kNone,    Split::kReplicated, Part::kNone,         Presence::kQkNorm,   WeightUse::kVector,    false},
+  {Role::kGate,         "mlp.gate_proj.weight",               true,  Dim::kIntermediate,  Dim::kHidden,  Split::kRows,       Part::kIntermediate, Presence::kAlways,   WeightUse::kGateUp,    false},
+  {Role::kUp,           "mlp.up_proj.weight",                 true,  Dim::kIntermediate,  Dim::kHidden,  Split::kRows,       Part::kIntermediate, Presence::kAlways,   WeightUse::kGateUp,    false},
+  {Role::kDown,         "mlp.down_proj.weight",               true,  Dim::kHidden,        Dim::kIntermediate, Split::kCols,  Part::kIntermediate, Presence::kAlways,   WeightUse::kLinear,    false},
+};
+// clang-format on
+
+std::int64_t dim_value(Dim d, const ModelConfig& c) {
+  switch (d) {
+    case Dim::kNone:
+      return 0;
+    case Dim::kHidden:
+      return c.hidden_size;
+    case Dim::kIntermediate:
+      return c.intermediate_size;
+    case Dim::kVocab:
+      return c.vocab_size;
+    case Dim::kQWidth:
+      return static_cast<std::int64_t>(c.num_heads) * c.head_dim;
+    case Dim::kKvWidth:
+      return static_cast<std::int64_t>(c.num_kv_heads) * c.head_dim;
+    case Dim::kHeadDim:
+      return c.head_dim;
+  }
+  return 0;
+}
+
+// "hidden_size = 256", "num_key_value_heads*head_dim = 4*32 = 128".
+std::string dim_text(Dim d, const ModelConfig& c) {
+  std::ostringstream os;
+  switch (d) {
+    case Dim::kNone:
+      break;
+    case Dim::kHidden:
+      os << "hidden_size = " << c.hidden_size;
+      break;
+    case Dim::kIntermediate:
+      os << "intermediate_size = " << c.intermediate_size;
+      break;
+    case Dim::kVocab:
+      os << "vocab_size = " << c.vocab_size;
+      break;
+    case Dim::kQWidth:
+      os << "num_attention_heads*head_dim = " << c.num_heads << "*" << c.head_dim << " = "
+         << dim_value(d, c);
+      break;
+    case Dim::kKvWidth:
+      os << "num_key_value_heads*head_dim = " << c.num_kv_heads << "*" << c.head_dim << " = "
+         << dim_value(d, c);
+      break;
+    case Dim::kHeadDim:
+      os << "head_dim = " << c.head_dim;
+      break;
+  }
+  return os.str();
+}
+
+std::vector<std::int64_t> spec_shape(const TensorSpec& s, const ModelConfig& c) {
+  if (s.cols == Dim::kNone) return {dim_value(s.rows, c)};
+  return {dim_value(s.rows, c), dim_value(s.cols, c)};
+}
+
+// The first index and count of a rank's range.
+std::pair<std::int64_t, std::int64_t> part_range(Part part, const ShardPlan& p, int head_dim) {
+  switch (part) {
+    case Part::kNone:
+      return {0, 0};
+    case Part::kQHeads:
+      return {static_cast<std::int64_t>(p.q_head_begin) * head_dim,
+              static_cast<std::int64_t>(p.q_heads) * head_dim};
+    case Part::kKvHeads:
+      return {static_cast<std::int64_t>(p.kv_head_begin) * head_dim,
+              static_cast<std::int64_t>(p.kv_heads) * head_dim};
+    case Part::kIntermediate:
+      return {p.intermediate_begin, p.intermediate};
+    case Part::kVocab:
+      return {p.vocab_begin, p.vocab};
+  }
+  return {0, 0};
+}
+
+void check_divides(int value, int tp, const char* field, const std::string& source) {
+  SPEC_INPUT_CHECK(value % tp == 0, source << ": " << field << " = " << value
+                                           << " is not divisible by tp = " << tp
+                                           << ": choose a tensor-parallel size that "
+                                              "divides it");
+}
+
+// Cuts a rank's shard of tensor `t` by `spec`; copies go to w.owned.
+HostTensor cut(const TensorView& t, const TensorSpec& spec, const ShardPlan& plan, int head_dim,
+               HostWeights& w) {
+  const std::size_t es = dtype_size(t.dtype);
+  const bool vector = spec.cols == Dim::kNone;
+  const std::int64_t rows = vector ? 1 : t.dim(0);
+  const std::int64_t cols = vector ? t.dim(0) : t.dim(1);
+  auto [begin, count] = part_range(spec.part, plan, head_dim);
+  HostTensor h{t.data, t.dtype, static_cast<int>(rows), static_cast<int>(cols)};
+  if (spec.split == Split::kRows && !vector) {  // a view of the rank's rows
+    h.data = t.data + static_cast<std::size_t>(begin) * static_cast<std::size_t>(cols) * es;
+    h.rows = static_cast<int>(count);
+  } else if (spec.split == Split::kRows || (spec.split == Split::kCols && count != cols)) {
+    // Columns (elements of a vector): copied unless all of them.
+    std::vector<std::byte> copy(static_cast<std::size_t>(rows) * count * es);
+    for (std::int64_t r = 0; r < rows; ++r)
+      std::memcpy(copy.data() + static_cast<std::size_t>(r * count) * es,
+                  t.data + static_cast<std::size_t>(r * cols + begin) * es,
+                  static_cast<std::size_t>(count) * es);
+    w.owned.push_back(std::move(copy));
+    h.data = w.owned.back().data();
+    h.cols = static_cast<int>(count);
+  }
+  if (spec.widen_f32 && h.dtype != DType::kF32) {
+    std::vector<std::byte> wide(static_cast<std::size_t>(h.rows) * h.cols * sizeof(float));
+    for (std::size_t i = 0; i < static_cast<std::size_t>(h.rows) * h.cols; ++i) {
+      std::uint16_t bits;
+      std::memcpy(&bits, h.data + i * 2, 2);
+      const float f = h.dtype == DType::kBF16 ? bf16_to_f32(bits) : f16_to_f32(bits);
+      std::memcpy(wide.data() + i * sizeof(float), &f, sizeof(float));
+    }
+    w.owned.push_back(std::move(wide));
+    h.data = w.owned.back().data();
+    h.dtype = DType::kF32;
+  }
+  return h;
+}
+
+}  // namespace
+
+ShardPlan ShardPlan::make(const ModelConfig& c, int tp, int tp_rank, const std::string& source) {
+  SPEC_INPUT_CHECK(tp >= 1, "tensor-parallel size must be at least 1, got " << tp);
+  SPEC_CHECK(tp_rank >= 0 && tp_rank < tp, "tp rank " << tp_rank << " outside 0.." << tp - 1);
+  check_divides(c.num_heads, tp, "num_attention_heads", source);
+  if (tp <= c.num_kv_heads) {
+    check_divides(c.num_kv_heads, tp, "num_key_value_heads", source);
+  } else {
+    SPEC_INPUT_CHECK(tp % c.num_kv_heads == 0,
+                     source << ": num_key_value_heads = " << c.num_kv_heads
+                            << " is smaller than tp = " << tp
+                            << " and does not divide it, so kv heads cannot be replicated evenly: "
+                               "choose a tp that divides or is a multiple of num_key_value_heads");
+  }
+  check_divides(c.intermediate_size, tp, "intermediate_size", source);
+  check_divides(c.vocab_size, tp, "vocab_size", source);
+
+  ShardPlan p;
+  p.tp = tp;
+  p.tp_rank = tp_rank;
+  p.q_heads = c.num_heads / tp;
+  p.q_head_begin = tp_rank * p.q_heads;
+  const int group = c.num_heads / c.num_kv_heads;  // query heads per kv head
+  p.kv_heads = std::max(1, c.num_kv_heads / tp);
+  p.kv_head_begin = p.q_head_begin / group;
+  p.intermediate = c.intermediate_size / tp;
+  p.intermediate_begin = tp_rank * p.intermediate;
+  p.vocab = c.vocab_size / tp;
+  p.vocab_begin = tp_rank * p.vocab;
+  return p;
+}
+
+std::span<const TensorSpec> llama_schema() {
+  return kLlamaSchema;
+}
+
+bool present(const TensorSpec& spec, const ModelConfig& c) {
+  switch (spec.presence) {
+    case Presence::kAlways:
+      return true;
+    case Presence::kQkvBias:
+      return c.qkv_bias;
+    case Presence::kOBias:
+      return c.o_bias;
+    case Presence::kQkNorm:
+      return c.qk_norm;
+  }
+  return false;
+}
+
+std::string tensor_name(const TensorSpec& spec, int layer) {
+  if (!spec.per_layer) return std::string(spec.name);
+  return std::string(kLayerPrefix) + std::to_string(layer) + "." + std::string(spec.name);
+}
+
+std::vector<std::int64_t> schema_shape(const ModelConfig& c, const std::string& name,
+                                       std::string* why) {
+  const TensorSpec* found = nullptr;
+  if (name.rfind(kLayerPrefix, 0) == 0) {
+    const std::string rest = name.substr(kLayerPrefix.size());
+    const std::size_t dot = rest.find('.');
+    if (dot == std::string::npos || dot == 0) return {};
+    const std::string digits = rest.substr(0, dot);
+    if (!std::all_of(digits.begin(), digits.end(),
+                     [](char ch) { return ch >= '0' && ch <= '9'; }) ||
+        digits.size() > 6 || std::stoi(digits) >= c.num_layers)
+      return {};
+    const std::string suffix = rest.substr(dot + 1);
+    for (const TensorSpec& s : kLlamaSchema)
+      if (s.per_layer && s.name == suffix) found = &s;
+  } else {
+    for (const TensorSpec& s : kLlamaSchema)
+      if (!s.per_layer && s.name == name) found = &s;
+  }
+  if (found == nullptr) return {};
+  if (why != nullptr) {
+    *why = "[" + dim_text(found->rows, c);
+    if (found->cols != Dim::kNone) *why += ", " + dim_text(found->cols, c);
+    *why += "]";
+  }
+  return spec_shape(*found, c);
+}
+
+std::size_t HostWeights::bytes() const {
+  std::size_t total = 0;
+  for (const HostTensor& t : model) total += t.bytes();
+  for (const auto& layer : layers)
+    for (const HostTensor& t : layer) total += t.bytes();
+  return total;
+}
+
+HostWeights load_host_weights(const Checkpoint& ckpt, int tp, int tp_rank) {
+  const ModelConfig& c = ckpt.config();
+  SPEC_INPUT_CHECK(c.num_kv_heads > 0 && c.num_heads % c.num_kv_heads == 0,
+                   "config.json: num_attention_heads = " << c.num_heads
+                                                         << " is not a multiple of "
+                                                            "num_key_value_heads = "
+                                                         << c.num_kv_heads);
+  HostWeights w;
+  w.plan =
+      ShardPlan::make(c, tp, tp_rank, (std::filesystem::path(ckpt.dir()) / "config.json").string());
+  w.layers.resize(c.num_layers);
+  // Every copy is made before any view into `owned` is taken: reserve so that it never moves.
+  std::size_t copies = 0;
+  for (const TensorSpec& s : kLlamaSchema)
+    if (present(s, c)) copies += (s.per_layer ? c.num_layers : 1) * 2;
+  w.owned.reserve(copies);
+  for (const TensorSpec& s : kLlamaSchema) {
+    if (!present(s, c)) continue;
+    for (int layer = 0; layer < (s.per_layer ? c.num_layers : 1); ++layer) {
+      const std::string name = c.tie_word_embeddings && !s.tied_source.empty()
+                                   ? std::string(s.tied_source)
+                                   : tensor_name(s, layer);
+      const TensorView& t = ckpt.tensor(name, spec_shape(s, c));
+      HostTensor h = cut(t, s, w.plan, c.head_dim, w);
+      (s.per_layer ? w.layers[layer][static_cast<int>(s.role)]
+                   : w.model[static_cast<int>(s.role)]) = h;
+    }
+  }
+  return w;
+}
+
+}  // namespace specrun

@@ -1,0 +1,147 @@
+// The one weight schema of the Llama family (Llama, Mistral, Qwen2, Qwen3): a table that says,
+// for every tensor, its checkpoint name, the shape config.json implies, when it is present, how
+// tensor parallelism splits it and how a backend uses it. Loading and slicing a rank's shard
+// (load_host_weights), counting bytes, preparing the weights on a backend (model_weights.h),
+// the shapes in Checkpoint's error messages and `schema_shape` for tests are all driven by it:
+// a new tensor is one new row.
+//
+// Tensor parallelism (Megatron style): q/k/v and gate/up are column-parallel (a rank holds the
+// output rows of its heads / its slice of the intermediate dimension); o and down are
+// row-parallel (the matching input columns; partial outputs are summed by an all-reduce);
+// embedding and lm_head are vocab-parallel (a contiguous range of vocabulary rows). Query heads
+// split evenly; a rank keeps the kv heads its query heads read, so kv heads are replicated when
+// tp > num_key_value_heads. Norm weights (and Qwen3's per-head q/k norms) are replicated.
+#pragma once
+
+#include <array>
+#include <cstddef>
+#include <cstdint>
+#include <span>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "backend/backend.h"
+#include "model/model_config.h"
+
+namespace specrun {
+
+class Checkpoint;
+
+// Which part of the model a rank holds. Pure arithmetic on the config, tested without MPI.
+struct ShardPlan {
+  int tp = 1, tp_rank = 0;
+  int q_heads = 0, q_head_begin = 0;    // this rank's query heads
+  int kv_heads = 0, kv_head_begin = 0;  // the kv heads they read
+  int intermediate = 0, intermediate_begin = 0;
+  int vocab = 0, vocab_begin = 0;
+
+  // Throws (exit code 2) naming the config.json field when tp does not divide
+  // num_attention_heads, num_key_value_heads (tp <= kv heads) or is not a multiple of it
+  // (tp > kv heads), intermediate_size or vocab_size. `source` names the config file.
+  static ShardPlan make(const ModelConfig& config, int tp, int tp_rank,
+                        const std::string& source = "config.json");
+};
+
+// What a tensor is in the graph. Model-level roles first, then per-layer ones.
+enum class Role : std::uint8_t {
+  kEmbed,
+  kLmHead,
+  kFinalNorm,
+  kInputNorm,
+  kPostAttentionNorm,
+  kQ,
+  kK,
+  kV,
+  kO,
+  kQBias,
+  kKBias,
+  kVBias,
+  kOBias,
+  kQNorm,
+  kKNorm,
+  kGate,  // gate and up are prepared together (WeightUse::kGateUp) and stored under kGate
+  kUp,
+  kDown,
+};
+inline constexpr int kNumRoles = static_cast<int>(Role::kDown) + 1;
+
+// A dimension of a tensor, as config.json gives it.
+enum class Dim : std::uint8_t {
+  kNone,          // (second dimension of a vector)
+  kHidden,        // hidden_size
+  kIntermediate,  // intermediate_size
+  kVocab,         // vocab_size
+  kQWidth,        // num_attention_heads * head_dim
+  kKvWidth,       // num_key_value_heads * head_dim
+  kHeadDim,       // head_dim
+};
+
+// How a rank's shard is cut from the full tensor.
+enum class Split : std::uint8_t {
+  kReplicated,  // the whole tensor on every rank
+  kRows,        // a range of rows (of elements, for a vector)
+  kCols,        // a range of columns (copied)
+};
+// Which range: the rank's query heads' rows, its kv heads', its intermediate slice, its vocab.
+enum class Part : std::uint8_t { kNone, kQHeads, kKvHeads, kIntermediate, kVocab };
+
+// When a tensor is in the checkpoint.
+enum class Presence : std::uint8_t {
+  kAlways,
+  kQkvBias,  // Qwen2, or attention_bias = true
+  kOBias,    // attention_bias = true
+  kQkNorm,   // Qwen3: per-head RMSNorm of q and k
+};
+
+struct TensorSpec {
+  Role role;
+  std::string_view name;  // full name, or the suffix after "model.layers.{i}." when per_layer
+  bool per_layer;
+  Dim rows, cols;  // cols = kNone: a vector [rows]
+  Split split;
+  Part part;
+  Presence presence;
+  WeightUse use;
+  bool widen_f32;  // biases are widened to float32 at load
+  // Read from this tensor instead when tie_word_embeddings is true (lm_head: the embedding).
+  std::string_view tied_source = {};
+};
+
+// The Llama family's table, model-level entries first; the lm_head entry precedes the embedding
+// (a tied embedding is prepared from lm_head's prepared copy).
+std::span<const TensorSpec> llama_schema();
+
+// True when config.json implies the tensor.
+bool present(const TensorSpec& spec, const ModelConfig& config);
+// The full checkpoint name of an entry ("model.layers.3.self_attn.k_proj.weight").
+std::string tensor_name(const TensorSpec& spec, int layer);
+
+// The shape config.json implies for a tensor name of the schema ({} for names it does not
+// know, or a layer past num_hidden_layers); `why` gets the fields, e.g.
+// "[num_key_value_heads*head_dim = 4*32 = 128, hidden_size = 256]".
+std::vector<std::int64_t> schema_shape(const ModelConfig& config, const std::string& name,
+                                       std::string* why = nullptr);
+
+// One rank's shard on the host, as the schema cuts it: row ranges view the mapped checkpoint,
+// column ranges and widened biases are copies owned here. The Checkpoint must outlive it.
+struct HostWeights {
+  ShardPlan plan;
+  std::array<HostTensor, kNumRoles> model{};              // model-level roles
+  std::vector<std::array<HostTensor, kNumRoles>> layers;  // per-layer roles
+  std::vector<std::vector<std::byte>> owned;              // the copies
+
+  const HostTensor& get(const TensorSpec& spec, int layer) const {
+    return spec.per_layer ? layers[layer][static_cast<int>(spec.role)]
+                          : model[static_cast<int>(spec.role)];
+  }
+  // Bytes of every tensor held (what a device upload needs).
+  std::size_t bytes() const;
+};
+
+// Loads this rank's shard of `checkpoint` for tensor parallelism tp (rank tp_rank); every
+// tensor is checked against the shape config.json implies (errors name the tensor, the file and
+// the config fields).
+HostWeights load_host_weights(const Checkpoint& checkpoint, int tp, int tp_rank);
+
+}  // namespace specrun
