@@ -11,7 +11,9 @@
 
 namespace {
 
-// The first "model name" of /proc/cpuinfo into `out` ("unknown" when absent).
+// The first "model name" of /proc/cpuinfo into `out` ("unknown" when absent). Not
+// cpu::cpu_model_name (isa.cpp): that is compiled for the baseline this check guards, and uses
+// std::string; this runs before it is known that the CPU can execute such code.
 void read_model_name(char* out, std::size_t size) {
   std::snprintf(out, size, "unknown");
   std::FILE* f = std::fopen("/proc/cpuinfo", "r");

@@ -1,8 +1,8 @@
 #include "dist/mpi_comm.h"
 
-#include <chrono>
 #include <climits>
 
+#include "common/clock.h"
 #include "common/error.h"
 
 namespace specrun {
@@ -10,14 +10,12 @@ namespace {
 
 class ScopedTimer {
  public:
-  explicit ScopedTimer(double* out) : out_(out), start_(std::chrono::steady_clock::now()) {}
-  ~ScopedTimer() {
-    *out_ = std::chrono::duration<double>(std::chrono::steady_clock::now() - start_).count();
-  }
+  explicit ScopedTimer(double* out) : out_(out), start_(SteadyClock::now()) {}
+  ~ScopedTimer() { *out_ = seconds_since(start_); }
 
  private:
   double* out_;
-  std::chrono::steady_clock::time_point start_;
+  SteadyClockPoint start_;
 };
 
 int checked_count(std::size_t n) {

@@ -92,6 +92,10 @@ BatchResult BatchDecoder::run(const std::string& mode, std::int64_t batch,
   result.batch = batch;
   result.n_ranks = 1;
   if (speculative) result.accepted_per_position.assign(options_.draft_len, 0);
+  // Records for the most steps the batch can take (one token each), so that no step allocates.
+  const std::size_t max_steps = static_cast<std::size_t>(options_.max_new_tokens);
+  result.steps.reserve(max_steps * prompts.size());
+  result.timings_ms.reserve(max_steps * kNumPhases);
   // The first token is the target's, exactly as in baseline mode.
   first_tokens();
   if (speculative) {

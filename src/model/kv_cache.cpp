@@ -23,11 +23,13 @@ void KvCache::truncate(int len) {
 }
 
 void KvCache::check_append(int n_new, int batch_index) const {
+  const std::int64_t new_length = static_cast<std::int64_t>(length_) + n_new;
+  if ((max_positions_ <= 0 || new_length <= max_positions_) && new_length <= capacity_) return;
+  // Only now the message (a step must not allocate when all is well).
   const std::string who = sequence_id_ >= 0 ? "sequence " + std::to_string(sequence_id_)
                           : batch_index >= 0
                               ? "sequence at batch index " + std::to_string(batch_index)
                               : std::string("a sequence");
-  const std::int64_t new_length = static_cast<std::int64_t>(length_) + n_new;
   SPEC_INPUT_CHECK(max_positions_ <= 0 || new_length <= max_positions_,
                    who << " would reach position " << new_length << " but the model's context is "
                        << max_positions_ << ": lower decode.max_new_tokens or use shorter prompts");
