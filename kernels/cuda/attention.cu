@@ -1,7 +1,9 @@
 // attention: causal grouped-query attention of new tokens over their sequences' KV caches.
 // Layout: q, out [n_tokens, n_heads * head_dim] float32; slots [n_tokens] (device) give each
 // token's cache (float32 [n_layers][2][capacity][n_kv_heads][head_dim]) and position p; the
-// token attends to positions 0..p of kv head h / (n_heads / n_kv_heads).
+// token attends to positions 0..p of kv head h / (n_heads / n_kv_heads), each read from its
+// slot (KvSlot: a token-tree node reads its ancestors' slots past the tree's start). A node's
+// keys are then exactly those of a sequential decode of its path, in the same order.
 //
 // One block of kWarps warps per (token, head). Warp w takes keys w, w + kWarps, ...; for each
 // key the lanes split head_dim (lane d, d + 32, ...), reduce the dot product with a butterfly
@@ -44,7 +46,9 @@ __global__ void __launch_bounds__(kWarps* kWarp)
   }
   float m = -INFINITY, l = 0.0f;
   for (int p = warp; p <= s.position; p += kWarps) {
-    const float* kp = k + static_cast<std::size_t>(p) * row;
+    // Position p's slot: itself in the chain, the path's entry in a token tree.
+    const int at = s.path == nullptr || p < s.tree_base ? p : s.path[p - s.tree_base];
+    const float* kp = k + static_cast<std::size_t>(at) * row;
     float dot = 0.0f;
 #pragma unroll
     for (int c = 0; c < kPerLane; ++c) {
@@ -56,7 +60,7 @@ __global__ void __launch_bounds__(kWarps* kWarp)
     const float correction = expf(m - m_new);
     const float weight = expf(score - m_new);
     l = l * correction + weight;
-    const float* vp = v + static_cast<std::size_t>(p) * row;
+    const float* vp = v + static_cast<std::size_t>(at) * row;
 #pragma unroll
     for (int c = 0; c < kPerLane; ++c) {
       const int d = lane + c * kWarp;

@@ -1,6 +1,6 @@
 // kv_append: writes the new tokens' keys and values of one layer into their sequences' KV
 // caches. Layout: k_new, v_new [n_tokens, n_kv_heads * head_dim] float32; slots [n_tokens]
-// (device) give each token's cache, capacity and position; a cache is float32
+// (device) give each token's cache, capacity and slot; a cache is float32
 // [n_layers][2 (K, V)][capacity][n_kv_heads][head_dim] (src/model/kv_cache.h). One thread per
 // element of one row of K and V.
 #include "kernels/cuda/device_util.cuh"
@@ -18,7 +18,7 @@ __global__ void kv_append_kernel(const float* __restrict__ k_new, const float* _
     const KvSlot s = slots[t];
     const std::size_t plane = static_cast<std::size_t>(s.capacity) * row;
     float* k = s.cache + static_cast<std::size_t>(layer) * 2 * plane;
-    const std::size_t at = static_cast<std::size_t>(s.position) * row + c;
+    const std::size_t at = static_cast<std::size_t>(s.slot) * row + c;
     k[at] = k_new[i];
     k[plane + at] = v_new[i];
   }

@@ -73,15 +73,22 @@ void rope_apply(cudaStream_t stream, float* x, int n_tokens, int n_heads, int he
                 std::int64_t row_stride, const float* cos_sin);
 
 // Where one new token's sequence keeps its KV cache (the KvCache layout, float32):
-//   cache [n_layers][2 (K, V)][capacity][n_kv_heads][head_dim]; the token sits at `position`
-//   and attends to positions 0..position. An array of KvSlot lives in device memory.
+//   cache [n_layers][2 (K, V)][capacity][n_kv_heads][head_dim]; the token's keys and values go
+//   to cache slot `slot`; it sits at `position` and attends to the keys of positions
+//   0..position, position p being stored in slot p (a chain: path == nullptr, slot ==
+//   position) or, for a token-tree node, slot p while p < tree_base and slot path[p - tree_base]
+//   from there on (path: device int32, its ancestors' slots from the tree's start and its own,
+//   position - tree_base + 1 entries). An array of KvSlot lives in device memory.
 struct KvSlot {
   float* cache;
   int capacity;
   int position;
+  int slot;
+  int tree_base;
+  const std::int32_t* path;
 };
 
-// Writes the new tokens' keys and values of `layer` into their caches at their positions.
+// Writes the new tokens' keys and values of `layer` into their caches at their slots.
 //   k_new, v_new [n_tokens, n_kv_heads * head_dim] float32; slots [n_tokens] (device).
 void kv_append(cudaStream_t stream, const float* k_new, const float* v_new, int n_tokens,
                int n_kv_heads, int head_dim, const KvSlot* slots, int layer);
@@ -93,6 +100,13 @@ void kv_append(cudaStream_t stream, const float* k_new, const float* v_new, int 
 inline constexpr int kMaxHeadDim = 256;
 void attention(cudaStream_t stream, const float* q, int n_tokens, int n_heads, int n_kv_heads,
                int head_dim, const KvSlot* slots, int layer, float* out);
+
+// Compaction after a verified token tree: in one sequence's cache (the KvSlot layout, `layers`
+// layers of row_floats-wide rows), slots first + rows[j] move to first + j for j < count, keys
+// and values of every layer. rows: device int32, ascending. scratch: layers * 2 * count *
+// row_floats floats (device); the moves go through it, so overlapping ranges are safe.
+void kv_keep(cudaStream_t stream, float* cache, int capacity, int layers, int row_floats, int first,
+             const std::int32_t* rows, int count, float* scratch);
 
 // SwiGLU: out[i] = silu(gate[i]) * up[i]; out may alias gate or up.
 void silu_mul(cudaStream_t stream, const float* gate, const float* up, float* out, std::size_t n);

@@ -1,10 +1,10 @@
 // Token decisions on the device (kernels/cuda/sampling.h): the sampling transforms, argmax over
-// selected rows, inverse-CDF sampling and the verification of speculative chains. Layout: logits
-// and probabilities are [*, vocab] float32 row-major, a row selected by an int32 index; chains
-// are ChainSpec arrays; every array is device memory. One block of kThreads threads per row
-// (or per chain: its rows are visited one after another); rows are read in strides, so any
-// vocabulary works (nothing assumes a row fits in shared memory). Greedy verification: one
-// thread per chain.
+// selected rows, inverse-CDF sampling, the verification of speculative chains and trees, and the
+// top-k of log-softmax. Layout: logits and probabilities are [*, vocab] float32 row-major, a row
+// selected by an int32 index; chains and trees are ChainSpec and TreeSpec arrays; every array
+// is device memory. One block of kThreads threads per row (or per chain or tree: its rows are
+// visited one after another); rows are read in strides, so any vocabulary works (nothing
+// assumes a row fits in shared memory).
 //
 // logits_to_probs, per row (the output row serves as scratch for the exponentials):
 //   1. max and NaN check; e_i = exp((x_i - max) * (1 / T)), the argument in float32 like the
@@ -37,8 +37,26 @@
 // > 0 (zero, negative, NaN) count as 0 (the CPU throws on negative or NaN weights); a row without
 // positive weight gives -1 (the CPU throws).
 //
-// Verification: a draft token outside [0, vocab) is rejected (the CPU's verify_sampling throws;
-// the greedy rule never matches it), and an argmax of -1 (an all-NaN row) matches no draft.
+// Chain verification: a draft token outside [0, vocab) is rejected (the CPU's verify_sampling
+// throws). Greedy verification of trees needs no kernel of its own: argmax_rows, then a walk
+// over a few dozen ids on the host (src/spec/cuda_token_ops.cpp).
+//
+// Tree verification (verify_trees_sampling): one tree per block, walking from the root: the
+// row after the current node is sampled as above (so a uniform within rounding of a cumulative
+// boundary may pick the neighbouring token there, and the walk goes on from another place), and
+// the first child in node order with that token is found by a block-wide minimum over the
+// tree's nodes. A sample of -1 (a row without mass) ends the walk and is emitted. A path never
+// exceeds the tree's n_nodes entries (or kMaxTreeDepth), so a malformed tree (a node its own
+// parent) cannot write past its share of `paths`.
+//
+// top_k_rows: the same radix select as the top-k transform, on keys that put every NaN below
+// every number (so NaN is chosen only when a row has fewer than k numbers: then the lowest NaN
+// ids, with logprob NaN), finds the cut; the k tokens it keeps are gathered into shared memory
+// and ranked (k threads, each counting the tokens before its own: exact, deterministic). The
+// log-sum-exp is the CPU's expression, max + log(sum of exp((double)x_i - max)) over the
+// non-NaN logits with max the first token's logit, summed in double in another order and with
+// the device's exp and log (within 1-2 ulp): logprobs agree with the CPU's to within rounding
+// (~1e-15 absolute in the double, then one rounding to float).
 #include <climits>
 #include <cmath>
 
@@ -51,8 +69,9 @@ namespace {
 constexpr int kThreads = 256;
 constexpr int kWarps = kThreads / detail::kWarp;
 constexpr unsigned kFullMask = 0xffffffffu;
-constexpr int kDigits = 16;  // top-p search: 4-bit digits
-constexpr int kItems = 8;    // sampling: consecutive ids per thread and chunk
+constexpr int kDigits = 16;        // top-p search: 4-bit digits
+constexpr int kItems = 8;          // sampling: consecutive ids per thread and chunk
+constexpr int kMaxTreeDepth = 64;  // spec/verifier.h's: the longest path a tree verdict holds
 
 // ---- block-wide helpers (blockDim.x == kThreads) -------------------------------------------
 
@@ -186,9 +205,17 @@ struct TransformScratch {
   double pick_d;
 };
 
+// Keys of a logit row for the transforms (the rows have no NaN).
+struct LogitKey {
+  const float* x;
+  __device__ std::uint32_t operator()(int i) const { return order_key(x[i]); }
+};
+
 // Top-k cut: the k-th largest key K (1 <= k < vocab), by radix select over 8-bit digits from
-// the top, and the id cut among the tokens with key K.
-__device__ Cut top_k_cut(const float* x, int vocab, int k, TransformScratch& s) {
+// the top, and the id cut among the tokens with key K. key_of(i) is token i's key; the scratch
+// has hist, pick, red_i and found as TransformScratch's.
+template <class KeyOf, class Scratch>
+__device__ Cut top_k_cut(KeyOf key_of, int vocab, int k, Scratch& s) {
   std::uint32_t prefix = 0, mask = 0;
   int remaining = k;  // tokens still to place among those whose key matches `prefix`
   int tied = 0;       // tokens whose key is the final prefix
@@ -196,7 +223,7 @@ __device__ Cut top_k_cut(const float* x, int vocab, int k, TransformScratch& s) 
     for (int d = threadIdx.x; d < 256; d += kThreads) s.hist[d] = 0;
     __syncthreads();
     for (int i = threadIdx.x; i < vocab; i += kThreads) {
-      const std::uint32_t key = order_key(x[i]);
+      const std::uint32_t key = key_of(i);
       if ((key & mask) == prefix) atomicAdd(&s.hist[(key >> shift) & 255u], 1u);
     }
     __syncthreads();
@@ -218,7 +245,7 @@ __device__ Cut top_k_cut(const float* x, int vocab, int k, TransformScratch& s) 
   Cut cut{prefix, vocab};
   if (remaining < tied) {  // only the `remaining` lowest ids of the tied tokens are kept
     const int nth = nth_index(
-        vocab, remaining, [x, prefix](int i) { return order_key(x[i]) == prefix; }, s.red_i,
+        vocab, remaining, [key_of, prefix](int i) { return key_of(i) == prefix; }, s.red_i,
         &s.found);
     cut.id = nth + 1;
   }
@@ -358,7 +385,7 @@ __global__ void __launch_bounds__(kThreads)
 
   // 2. Top-k, 3. top-p over the survivors (relative to their mass).
   Cut kcut{0u, vocab}, pcut{0u, vocab};
-  if (top_k > 0) kcut = top_k_cut(x, vocab, top_k, s);
+  if (top_k > 0) kcut = top_k_cut(LogitKey{x}, vocab, top_k, s);
   if (top_p < 1.0f) {
     double mass = 0.0;
     for (int i = threadIdx.x; i < vocab; i += kThreads)
@@ -470,23 +497,6 @@ __global__ void __launch_bounds__(kThreads)
 
 // ---- verification --------------------------------------------------------------------------
 
-__global__ void verify_greedy_kernel(const std::int32_t* __restrict__ target_argmax,
-                                     const ChainSpec* __restrict__ chains, int n_chains,
-                                     const std::int32_t* __restrict__ drafts,
-                                     std::int32_t* __restrict__ out) {
-  const int c = blockIdx.x * blockDim.x + threadIdx.x;
-  if (c >= n_chains) return;
-  const ChainSpec chain = chains[c];
-  int n = 0;
-  while (n < chain.k) {
-    const int a = target_argmax[chain.target_row + n];
-    if (a < 0 || drafts[chain.first_draft + n] != a) break;
-    ++n;
-  }
-  out[2 * c] = n;
-  out[2 * c + 1] = target_argmax[chain.target_row + n];
-}
-
 // The CPU's accept_draft_token (spec/verifier.h).
 __device__ __forceinline__ bool accept_draft_token(double u, float p_x, float q_x) {
   if (!(p_x > 0.0f)) return false;
@@ -532,6 +542,122 @@ __global__ void __launch_bounds__(kThreads)
   }
 }
 
+// Tree verification by sampling: one tree per block. At each node reached, the block samples
+// the row after it (block_sample) and looks for the first child with that token (a block-wide
+// minimum of the matching node indices).
+__global__ void __launch_bounds__(kThreads)
+    verify_trees_sampling_kernel(const float* __restrict__ probs, int vocab,
+                                 const TreeSpec* __restrict__ trees,
+                                 const std::int32_t* __restrict__ tokens,
+                                 const std::int32_t* __restrict__ parents,
+                                 const double* __restrict__ uniforms,
+                                 std::int32_t* __restrict__ out, std::int32_t* __restrict__ paths) {
+  __shared__ SampleScratch s;
+  const TreeSpec tree = trees[blockIdx.x];
+  // A path holds at most n_nodes nodes (each node at most once: children come after their
+  // parents) and kMaxTreeDepth; the bound only stops malformed trees.
+  const int max_path = min(tree.n_nodes, kMaxTreeDepth);
+  int node = -1, accepted = 0, token;
+  while (true) {
+    const float* p = probs + static_cast<std::size_t>(tree.first_row + 1 + node) * vocab;
+    token = block_sample(vocab, uniforms[tree.first_uniform + accepted], RowWeight{p}, s);
+    if (token < 0 || accepted == max_path) break;  // no mass: emit -1
+    int child = INT_MAX;
+    for (int i = threadIdx.x; i < tree.n_nodes; i += kThreads) {
+      if (parents[tree.first_node + i] == node && tokens[tree.first_node + i] == token) {
+        child = i;  // this thread's first match
+        break;
+      }
+    }
+    child = block_extreme<false>(child, s.red_i);
+    if (child == INT_MAX) break;
+    if (threadIdx.x == 0) paths[tree.first_path + accepted] = child;
+    ++accepted;
+    node = child;
+  }
+  if (threadIdx.x == 0) {
+    out[2 * blockIdx.x] = accepted;
+    out[2 * blockIdx.x + 1] = token;
+  }
+}
+
+// ---- top-k of log-softmax ------------------------------------------------------------------
+
+// top_k_rows' order: order_key for numbers, every NaN below them (key 0: order_key gives no
+// number that key, -inf has 0x007fffff), so NaN is chosen only when a row has fewer than k
+// numbers.
+struct RankKey {
+  const float* x;
+  __device__ std::uint32_t operator()(int i) const {
+    const float v = x[i];
+    return isnan(v) ? 0u : order_key(v);
+  }
+};
+
+struct TopKScratch {
+  unsigned hist[256];  // top_k_cut
+  int red_i[kWarps];
+  int found;
+  int pick[3];
+  double red_d[kWarps];
+  unsigned count;  // the chosen tokens, gathered in any order
+  std::uint32_t keys[kMaxTopK];
+  int ids[kMaxTopK];
+  float top;  // the largest logit
+};
+
+// One row per block: the cut of the k first tokens in the order (top_k_cut), the k tokens
+// gathered and ranked, then the log-sum-exp shifted by the largest logit.
+__global__ void __launch_bounds__(kThreads)
+    top_k_rows_kernel(const float* __restrict__ x_rows, int vocab,
+                      const std::int32_t* __restrict__ rows, int k,
+                      std::int32_t* __restrict__ out_ids, float* __restrict__ out_logprobs) {
+  __shared__ TopKScratch s;
+  const float* x = x_rows + static_cast<std::size_t>(rows[blockIdx.x]) * vocab;
+  const RankKey key_of{x};
+  const Cut cut = k < vocab ? top_k_cut(key_of, vocab, k, s) : Cut{0u, vocab};
+
+  // Exactly k tokens are kept by the cut: gather them, then each of the first k threads ranks
+  // one of them (its place in the order among the k).
+  if (threadIdx.x == 0) s.count = 0;
+  __syncthreads();
+  for (int i = threadIdx.x; i < vocab; i += kThreads) {
+    const std::uint32_t key = key_of(i);
+    if (kept_by(cut, key, i)) {
+      const unsigned slot = atomicAdd(&s.count, 1u);
+      if (slot < static_cast<unsigned>(kMaxTopK)) {
+        s.keys[slot] = key;
+        s.ids[slot] = i;
+      }
+    }
+  }
+  __syncthreads();
+  int id = -1, rank = 0;
+  if (static_cast<int>(threadIdx.x) < k) {
+    const std::uint32_t key = s.keys[threadIdx.x];
+    id = s.ids[threadIdx.x];
+    for (int j = 0; j < k; ++j) rank += s.keys[j] > key || (s.keys[j] == key && s.ids[j] < id);
+    if (rank == 0) s.top = x[id];
+  }
+  __syncthreads();
+
+  // logsumexp = max + log(sum of exp(x_i - max)) over the numbers, in double (max: the first
+  // token's logit, as the CPU's; NaN only when the row has no number).
+  const double m = s.top;
+  double sum = 0.0;
+  for (int i = threadIdx.x; i < vocab; i += kThreads) {
+    const float v = x[i];
+    if (!isnan(v)) sum += exp(static_cast<double>(v) - m);
+  }
+  sum = block_sum(sum, s.red_d);
+  const double lse = m + log(sum);
+  if (static_cast<int>(threadIdx.x) < k) {
+    const std::size_t at = static_cast<std::size_t>(blockIdx.x) * k + rank;
+    out_ids[at] = id;
+    out_logprobs[at] = static_cast<float>(static_cast<double>(x[id]) - lse);
+  }
+}
+
 }  // namespace
 
 void logits_to_probs(cudaStream_t stream, const float* logits, int vocab,
@@ -571,22 +697,6 @@ void sample_rows(cudaStream_t stream, const float* probs, int vocab, const std::
   CUDA_CHECK_LAUNCH();
 }
 
-void verify_chains_greedy(cudaStream_t stream, const std::int32_t* target_argmax,
-                          const ChainSpec* chains, int n_chains, const std::int32_t* drafts,
-                          std::int32_t* out) {
-  CUDA_OP_CHECK("verify_chains_greedy", n_chains >= 0, "bad chain count " << n_chains);
-  if (n_chains == 0) return;
-  // drafts may be nullptr when every chain has k == 0.
-  CUDA_OP_CHECK("verify_chains_greedy",
-                target_argmax != nullptr && chains != nullptr && out != nullptr,
-                "needs target_argmax, chains and out");
-  constexpr int kChainThreads = 128;
-  const int blocks = (n_chains + kChainThreads - 1) / kChainThreads;
-  verify_greedy_kernel<<<blocks, kChainThreads, 0, stream>>>(target_argmax, chains, n_chains,
-                                                             drafts, out);
-  CUDA_CHECK_LAUNCH();
-}
-
 void verify_chains_sampling(cudaStream_t stream, const float* target_probs,
                             const float* draft_probs, int vocab, const ChainSpec* chains,
                             int n_chains, const std::int32_t* drafts, const double* uniforms,
@@ -601,6 +711,36 @@ void verify_chains_sampling(cudaStream_t stream, const float* target_probs,
       "needs target_probs, chains, uniforms and out");
   verify_sampling_kernel<<<n_chains, kThreads, 0, stream>>>(target_probs, draft_probs, vocab,
                                                             chains, drafts, uniforms, out);
+  CUDA_CHECK_LAUNCH();
+}
+
+void top_k_rows(cudaStream_t stream, const float* x, int vocab, const std::int32_t* rows,
+                int n_rows, int k, std::int32_t* out_ids, float* out_logprobs) {
+  CUDA_OP_CHECK("top_k_rows", vocab >= 1 && n_rows >= 0,
+                "bad sizes: vocab " << vocab << ", rows " << n_rows);
+  CUDA_OP_CHECK("top_k_rows", k >= 1 && k <= kMaxTopK && k <= vocab,
+                "k " << k << " outside 1.." << (vocab < kMaxTopK ? vocab : kMaxTopK));
+  if (n_rows == 0) return;
+  CUDA_OP_CHECK("top_k_rows",
+                x != nullptr && rows != nullptr && out_ids != nullptr && out_logprobs != nullptr,
+                "needs x, rows, out_ids and out_logprobs");
+  top_k_rows_kernel<<<n_rows, kThreads, 0, stream>>>(x, vocab, rows, k, out_ids, out_logprobs);
+  CUDA_CHECK_LAUNCH();
+}
+
+void verify_trees_sampling(cudaStream_t stream, const float* probs, int vocab,
+                           const TreeSpec* trees, int n_trees, const std::int32_t* tokens,
+                           const std::int32_t* parents, const double* uniforms, std::int32_t* out,
+                           std::int32_t* paths) {
+  CUDA_OP_CHECK("verify_trees_sampling", vocab >= 1 && n_trees >= 0,
+                "bad sizes: vocab " << vocab << ", trees " << n_trees);
+  if (n_trees == 0) return;
+  // tokens, parents and paths may be nullptr when every tree has 0 nodes.
+  CUDA_OP_CHECK("verify_trees_sampling",
+                probs != nullptr && trees != nullptr && uniforms != nullptr && out != nullptr,
+                "needs probs, trees, uniforms and out");
+  verify_trees_sampling_kernel<<<n_trees, kThreads, 0, stream>>>(probs, vocab, trees, tokens,
+                                                                 parents, uniforms, out, paths);
   CUDA_CHECK_LAUNCH();
 }
 

@@ -64,13 +64,6 @@ struct ChainSpec {
   int first_uniform = 0;
 };
 
-// Greedy verification: with a = target_argmax (one id per target row, argmax_rows' output),
-// accepted = the longest prefix of drafts with x_i == a[target_row + i - 1], token =
-// a[target_row + accepted]. out[2c] = accepted, out[2c + 1] = token for chain c.
-void verify_chains_greedy(cudaStream_t stream, const std::int32_t* target_argmax,
-                          const ChainSpec* chains, int n_chains, const std::int32_t* drafts,
-                          std::int32_t* out);
-
 // Lossless sampling verification (the CPU's verify_sampling_with): for i = 0..k-1 with
 // x = drafts[first_draft + i], p = target_probs row target_row + i, q = draft_probs row
 // q_row + i: accept iff p[x] > 0 and (q[x] == 0 or u_accept[i] <= p[x] / q[x]) (the ratio in
@@ -81,5 +74,39 @@ void verify_chains_sampling(cudaStream_t stream, const float* target_probs,
                             const float* draft_probs, int vocab, const ChainSpec* chains,
                             int n_chains, const std::int32_t* drafts, const double* uniforms,
                             std::int32_t* out);
+
+// Top-k of log-softmax, for building draft trees: for each r < n_rows, the k largest logits
+// of row rows[r] of x (ties to the lower id; NaN never chosen), as ids out_ids[r * k + j]
+// (j = 0 the largest) and log-probabilities out_logprobs[r * k + j] = logit - logsumexp(row)
+// (the sum of exp(logit - max) accumulated in double, as the CPU's TokenOps::top_k does).
+// 1 <= k <= kMaxTopK and k <= vocab.
+inline constexpr int kMaxTopK = 64;
+void top_k_rows(cudaStream_t stream, const float* x, int vocab, const std::int32_t* rows,
+                int n_rows, int k, std::int32_t* out_ids, float* out_logprobs);
+
+// One drafted token tree to verify by sampling (src/spec/verifier.h verify_tree_sampling_with).
+//   n_nodes: nodes under the root; tokens/parents of node i at first_node + i (parents: node
+//            index within this tree, -1 for the root; parents before children);
+//   first_row: probs row of the distribution after the root; after node i: first_row + 1 + i;
+//   first_uniform: the uniform of path level l (0 = the root's) is uniforms[first_uniform + l],
+//                  for l = 0 .. depth of the tree (depth + 1 values);
+//   first_path: the accepted path (node indices, root first) goes to paths[first_path ..].
+struct TreeSpec {
+  int n_nodes = 0;
+  int first_node = 0;
+  int first_row = 0;
+  int first_uniform = 0;
+  int first_path = 0;
+};
+
+// For each tree: starting at the root, y = the inverse-CDF sample (sample_rows' rule) of the
+// probs row after the current node with the current level's uniform; if a child of the current
+// node (the first in node order) has token y, descend into it and go on; else stop and emit y.
+// out[2c] = accepted nodes, out[2c + 1] = the emitted token (-1 when a row had no mass).
+// probs: transformed distributions (logits_to_probs) [*, vocab].
+void verify_trees_sampling(cudaStream_t stream, const float* probs, int vocab,
+                           const TreeSpec* trees, int n_trees, const std::int32_t* tokens,
+                           const std::int32_t* parents, const double* uniforms, std::int32_t* out,
+                           std::int32_t* paths);
 
 }  // namespace specrun::cuda

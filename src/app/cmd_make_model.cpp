@@ -58,7 +58,9 @@ int cmd_make_model(CommandContext& ctx, const std::vector<std::string>& args) {
     std::ostringstream help;
     help << options
          << "\nWrites OUTDIR/target and OUTDIR/draft (config.json, generation_config.json,\n"
-            "model.safetensors). Weights are seeded and identical on every machine.";
+            "model.safetensors) and, for llama targets of 4+ layers, OUTDIR/eagle3: a hand-built\n"
+            "EAGLE-3 head for the target (draft.kind = \"eagle3\"). Weights are seeded and\n"
+            "identical on every machine.";
     log.info(help.str());
     return 0;
   }
@@ -69,9 +71,12 @@ int cmd_make_model(CommandContext& ctx, const std::vector<std::string>& args) {
   validate(s);
   if (!log.is_root()) return 0;
   make_model_pair(s, outdir);
+  const bool head = can_make_eagle3_head(s);
+  if (head) make_eagle3_head(s, outdir + "/eagle3");
   std::ostringstream msg;
-  msg << "wrote " << outdir << "/target (" << s.layers << " layers) and " << outdir << "/draft ("
-      << s.draft_layers << " layer" << (s.draft_layers == 1 ? "" : "s") << "): hidden " << s.hidden
+  msg << "wrote " << outdir << "/target (" << s.layers << " layers), " << outdir << "/draft ("
+      << s.draft_layers << " layer" << (s.draft_layers == 1 ? "" : "s") << ")"
+      << (head ? " and " + outdir + "/eagle3 (an EAGLE-3 head)" : "") << ": hidden " << s.hidden
       << ", heads " << s.heads << "/" << s.kv_heads << ", vocab " << s.vocab << ", " << dtype
       << ", " << s.architecture << ", seed " << s.seed;
   log.info(msg.str());

@@ -77,15 +77,23 @@ enum class WeightUse {
   kVector,     // a norm weight [dim] in its dtype, or a bias widened to float32
 };
 
-// One sequence of a forward call as a backend sees it: its KV storage, the first position of
-// its new tokens (= tokens already in the cache) and how many there are. Rows of the batch's
-// activations are the sequences' tokens in order.
+// One sequence of a forward call as a backend sees it: its KV storage, the first slot of its
+// new tokens (= slots already filled) and how many there are. Rows of the batch's activations
+// are the sequences' tokens in order.
+// A token tree (model/kv_cache.h): slots from tree_base on are tree nodes (tree_base >= start +
+// n_tokens when there is none), tree_parents[s - tree_base] the parent slot of slot s, for
+// every slot s in [tree_base, start + n_tokens) (host memory, valid during the call). A node's
+// keys are the chain's, slots [0, tree_base), then its ancestors' and its own, at positions
+// tree_base, tree_base + 1, ... (its position is tree_base + its depth in the region).
 template <class Block>
 struct SeqSpan {
   Block* kv = nullptr;
   int start = 0;
   int n_tokens = 0;
   int first_row = 0;
+  int tree_base = 0;
+  const std::int32_t* tree_parents = nullptr;
+  bool has_tree() const { return tree_base < start + n_tokens; }
 };
 
 // The shape of every KV block of a model on one rank: [layers][K, V][capacity][row floats].

@@ -124,7 +124,9 @@ void CpuBackend::begin_forward(std::span<const SeqSpan<KvBlock>> seqs, const std
   last_rows_.resize(seqs.size());
   for (std::size_t b = 0; b < seqs.size(); ++b)
     last_rows_[b] = seqs[b].first_row + seqs[b].n_tokens - 1;
-  direct_kv_ = seqs.size() == 1;
+  // Keys and values straight into the cache only for one sequence without a tree (tree
+  // attention rewrites slots of the tree region, so its rows stay in scratch until then).
+  direct_kv_ = seqs.size() == 1 && !seqs.front().has_tree();
 }
 
 void CpuBackend::embed(const Weight& table, int vocab_begin, F x) {
@@ -208,6 +210,10 @@ void CpuBackend::attend(int layer, CF q, int m, bool last_only, F out, int heads
   // pairs instead.
   auto one = [&](int b) {
     const SeqSpan<KvBlock>& s = seqs_[b];
+    if (s.has_tree()) {
+      attend_tree(layer, s, q, last_only ? b : -1, out, heads, kv_heads, head_dim);
+      return;
+    }
     KvBlock& kv = *s.kv;
     const std::size_t off = static_cast<std::size_t>(s.first_row);
     if (!direct_kv_) {
@@ -231,6 +237,83 @@ void CpuBackend::attend(int layer, CF q, int m, bool last_only, F out, int heads
   }
 }
 
+// Tree attention by paths: a node's keys are the chain's (slots [0, tree_base)) followed by its
+// ancestors' and its own at positions tree_base, tree_base + 1, ... For each query node the
+// path's rows are copied into exactly those cache slots and the node attends like a chain token
+// at its position (cpu::attention over slots 0..position). The keys it sees are then bitwise the
+// ones a sequential decode of the path would have, in the same order, so its output is bitwise
+// that decode's (attention's result does not depend on the window). The tree region's rows are
+// kept aside meanwhile and written back in slot order at the end.
+void CpuBackend::attend_tree(int layer, const SeqSpan<KvBlock>& s, CF q, int last_row, F out,
+                             int heads, int kv_heads, int head_dim) {
+  KvBlock& kv = *s.kv;
+  const std::size_t w = static_cast<std::size_t>(kv_heads) * head_dim;
+  const std::size_t q_width = static_cast<std::size_t>(heads) * head_dim;
+  const std::size_t off = static_cast<std::size_t>(s.first_row);
+  float* keys = kv.keys(layer);
+  float* values = kv.values(layer);
+  const int end = s.start + s.n_tokens;
+  // Chain tokens of this call come first: appended and attended as a chain.
+  const int n_chain = std::max(0, s.tree_base - s.start);
+  if (n_chain > 0) {
+    std::memcpy(keys + static_cast<std::size_t>(s.start) * w, k_rows_ + off * w,
+                n_chain * w * sizeof(float));
+    std::memcpy(values + static_cast<std::size_t>(s.start) * w, v_rows_ + off * w,
+                n_chain * w * sizeof(float));
+    if (last_row < 0)
+      cpu::attention(q.get() + off * q_width, n_chain, heads, kv_heads, head_dim, keys, values,
+                     s.start, out.get() + off * q_width);
+  }
+  // The whole region's rows, in slot order: earlier calls' nodes from the cache, this call's
+  // from scratch.
+  const int region = end - s.tree_base;
+  static thread_local std::vector<float> tk, tv;
+  static thread_local std::vector<int> path;
+  if (tk.size() < static_cast<std::size_t>(region) * w) {
+    tk.resize(static_cast<std::size_t>(region) * w);
+    tv.resize(tk.size());
+  }
+  for (int slot = s.tree_base; slot < end; ++slot) {
+    const std::size_t r = static_cast<std::size_t>(slot - s.tree_base) * w;
+    const bool fresh = slot >= s.start;
+    const float* ks = fresh ? k_rows_ + (off + (slot - s.start)) * w : keys + slot * w;
+    const float* vs = fresh ? v_rows_ + (off + (slot - s.start)) * w : values + slot * w;
+    std::memcpy(tk.data() + r, ks, w * sizeof(float));
+    std::memcpy(tv.data() + r, vs, w * sizeof(float));
+  }
+  const int first_node = std::max(s.start, s.tree_base);
+  for (int slot = first_node; slot < end; ++slot) {
+    const int i = slot - s.start;  // token of this call
+    if (last_row >= 0 && i != s.n_tokens - 1) continue;
+    path.clear();
+    for (int at = slot; at >= s.tree_base; at = s.tree_parents[at - s.tree_base])
+      path.push_back(at - s.tree_base);
+    const int depth = static_cast<int>(path.size()) - 1;
+    for (int j = 0; j <= depth; ++j) {
+      const std::size_t from = static_cast<std::size_t>(path[depth - j]) * w;
+      const std::size_t to = static_cast<std::size_t>(s.tree_base + j) * w;
+      std::memcpy(keys + to, tk.data() + from, w * sizeof(float));
+      std::memcpy(values + to, tv.data() + from, w * sizeof(float));
+    }
+    const std::size_t row = last_row >= 0 ? static_cast<std::size_t>(last_row) : off + i;
+    cpu::attention(q.get() + row * q_width, 1, heads, kv_heads, head_dim, keys, values,
+                   s.tree_base + depth, out.get() + row * q_width);
+  }
+  std::memcpy(keys + static_cast<std::size_t>(s.tree_base) * w, tk.data(),
+              static_cast<std::size_t>(region) * w * sizeof(float));
+  std::memcpy(values + static_cast<std::size_t>(s.tree_base) * w, tv.data(),
+              static_cast<std::size_t>(region) * w * sizeof(float));
+}
+
+void CpuBackend::kv_keep(KvBlock& kv, int layers, int first, std::span<const int> rows) const {
+  const std::size_t w = static_cast<std::size_t>(kv.row_floats);
+  for (int layer = 0; layer < layers; ++layer)
+    for (float* base : {kv.keys(layer), kv.values(layer)})
+      for (std::size_t j = 0; j < rows.size(); ++j)  // rows ascending, rows[j] >= j: no overlap
+        if (rows[j] != static_cast<int>(j))
+          std::memcpy(base + (first + j) * w, base + (first + rows[j]) * w, w * sizeof(float));
+}
+
 void CpuBackend::keep_last_rows(F a, std::size_t width) {
   // last_rows_ ascending and last[b] >= b: rows only move towards the front, so no row is
   // overwritten before it is read.
@@ -238,6 +321,12 @@ void CpuBackend::keep_last_rows(F a, std::size_t width) {
     if (last_rows_[b] != static_cast<int>(b))
       std::memcpy(a.get() + width * b, a.get() + width * static_cast<std::size_t>(last_rows_[b]),
                   width * sizeof(float));
+}
+
+void CpuBackend::gather_rows(CF src, std::size_t width, std::span<const int> rows, F dst) {
+  for (std::size_t i = 0; i < rows.size(); ++i)
+    std::memcpy(dst.get() + i * width, src.get() + static_cast<std::size_t>(rows[i]) * width,
+                width * sizeof(float));
 }
 
 void CpuBackend::copy_rows(F dst, std::size_t dst_stride, CF src, std::size_t src_stride, int rows,

@@ -129,8 +129,13 @@ class CpuBackend {
   // scratch), then causal attention of q [m, heads*hd] over the caches: m = all n rows, or
   // (last_only) one row per sequence, its last token's, at row b.
   void attend(int layer, CF q, int m, bool last_only, F out, int heads, int kv_heads, int head_dim);
+  // Keeps slots [0, first) of `kv` and moves slot first + rows[j] to first + j, every layer
+  // (LanguageModel::keep).
+  void kv_keep(KvBlock& kv, int layers, int first, std::span<const int> rows) const;
   // Moves row last[b] (each sequence's last token) of a [*, width] buffer to row b.
   void keep_last_rows(F a, std::size_t width);
+  // dst[i, :] = src[rows[i], :] ([*, width] buffers; rows: host indices).
+  void gather_rows(CF src, std::size_t width, std::span<const int> rows, F dst);
   // dst[r, :width] = src[r, :width] for r < rows, with row strides.
   void copy_rows(F dst, std::size_t dst_stride, CF src, std::size_t src_stride, int rows,
                  std::size_t width);
@@ -144,6 +149,9 @@ class CpuBackend {
 
  private:
   std::byte* carve(std::size_t bytes);
+  // attend() of a sequence with a token tree; last_row >= 0: only its last token, at that row.
+  void attend_tree(int layer, const SeqSpan<KvBlock>& s, CF q, int last_row, F out, int heads,
+                   int kv_heads, int head_dim);
 
   int threads_;
   std::shared_ptr<std::byte> arena_;

@@ -152,8 +152,22 @@ void CudaBackend::begin_forward(std::span<const SeqSpan<KvBlock>> seqs, const st
   const int B = static_cast<int>(seqs.size());
   n_ = n;
   n_seqs_ = B;
+  // Token-tree nodes read their ancestors' slots (KvSlot::path): one list per node.
+  paths_.clear();
+  path_at_.assign(n, -1);
+  for (const SeqSpan<KvBlock>& s : seqs) {
+    if (!s.has_tree()) continue;
+    for (int slot = std::max(s.start, s.tree_base); slot < s.start + s.n_tokens; ++slot) {
+      const std::size_t first = paths_.size();
+      for (int at = slot; at >= s.tree_base; at = s.tree_parents[at - s.tree_base])
+        paths_.push_back(at);
+      std::reverse(paths_.begin() + static_cast<std::ptrdiff_t>(first), paths_.end());
+      path_at_[s.first_row + (slot - s.start)] = static_cast<int>(first);
+    }
+  }
+  const std::size_t n_paths = paths_.size();
   const std::size_t staged = static_cast<std::size_t>(n + B) * sizeof(cuda::KvSlot) +
-                             (2 * static_cast<std::size_t>(n) + B) * sizeof(std::int32_t);
+                             (2 * static_cast<std::size_t>(n) + B + n_paths) * sizeof(std::int32_t);
   staging_host_.grow(staged);
   staging_.grow(staged);
   std::byte* at = staging_host_.as<std::byte>();
@@ -162,25 +176,48 @@ void CudaBackend::begin_forward(std::span<const SeqSpan<KvBlock>> seqs, const st
   auto* tok = carve<std::int32_t>(at, n);
   auto* pos = carve<std::int32_t>(at, n);
   auto* last = carve<std::int32_t>(at, B);
-  for (int b = 0; b < B; ++b) {
-    const SeqSpan<KvBlock>& s = seqs[b];
-    for (int i = 0; i < s.n_tokens; ++i) {
-      const int t = s.first_row + i;
-      slots[t] = cuda::KvSlot{s.kv->data.as<float>(), s.kv->capacity, positions[t]};
-    }
-    last[b] = s.first_row + s.n_tokens - 1;
-    last_slots[b] = slots[last[b]];
-  }
-  std::memcpy(tok, tokens, sizeof(std::int32_t) * n);
-  std::memcpy(pos, positions, sizeof(std::int32_t) * n);
+  auto* path = carve<std::int32_t>(at, n_paths);
   std::byte* dev = staging_.as<std::byte>();
   slots_ = carve<cuda::KvSlot>(dev, n);
   last_slots_ = carve<cuda::KvSlot>(dev, B);
   tokens_ = carve<std::int32_t>(dev, n);
   positions_ = carve<std::int32_t>(dev, n);
   last_rows_ = carve<std::int32_t>(dev, B);
+  const std::int32_t* dev_paths = carve<std::int32_t>(dev, n_paths);
+  for (int b = 0; b < B; ++b) {
+    const SeqSpan<KvBlock>& s = seqs[b];
+    for (int i = 0; i < s.n_tokens; ++i) {
+      const int t = s.first_row + i;
+      cuda::KvSlot& slot = slots[t];
+      slot = cuda::KvSlot{
+          s.kv->data.as<float>(), s.kv->capacity, positions[t], s.start + i, 0, nullptr};
+      if (path_at_[t] >= 0) {
+        slot.tree_base = s.tree_base;
+        slot.path = dev_paths + path_at_[t];
+      }
+    }
+    last[b] = s.first_row + s.n_tokens - 1;
+    last_slots[b] = slots[last[b]];
+  }
+  std::copy(paths_.begin(), paths_.end(), path);
+  std::memcpy(tok, tokens, sizeof(std::int32_t) * n);
+  std::memcpy(pos, positions, sizeof(std::int32_t) * n);
   CUDA_CHECK(cudaMemcpyAsync(staging_.get(), staging_host_.get(), staged, cudaMemcpyHostToDevice,
                              stream_));
+}
+
+void CudaBackend::kv_keep(KvBlock& kv, int layers, int first, std::span<const int> rows) {
+  if (rows.empty()) return;
+  // Pageable host memory: the copy is staged before cudaMemcpyAsync returns, so the vector may
+  // change afterwards.
+  keep_rows_.assign(rows.begin(), rows.end());
+  keep_rows_dev_.grow(keep_rows_.size() * sizeof(std::int32_t));
+  CUDA_CHECK(cudaMemcpyAsync(keep_rows_dev_.get(), keep_rows_.data(),
+                             keep_rows_.size() * sizeof(std::int32_t), cudaMemcpyHostToDevice,
+                             stream_));
+  F scratch = moved_.grow(static_cast<std::size_t>(layers) * 2 * rows.size() * kv.row_floats);
+  cuda::kv_keep(stream_, kv.data.as<float>(), kv.capacity, layers, kv.row_floats, first,
+                keep_rows_dev_.as<std::int32_t>(), static_cast<int>(rows.size()), scratch.get());
 }
 
 void CudaBackend::embed(const Weight& table, int vocab_begin, F x) {
@@ -255,6 +292,18 @@ void CudaBackend::keep_last_rows(F a, std::size_t width) {
   cuda::select_rows(stream_, a.get(), static_cast<int>(width), last_rows_, n_seqs_, tmp.get());
   CUDA_CHECK(cudaMemcpyAsync(a.get(), tmp.get(), count * sizeof(float), cudaMemcpyDeviceToDevice,
                              stream_));
+}
+
+void CudaBackend::gather_rows(CF src, std::size_t width, std::span<const int> rows, F dst) {
+  if (rows.empty()) return;
+  // Pageable host memory: staged before cudaMemcpyAsync returns (see kv_keep).
+  keep_rows_.assign(rows.begin(), rows.end());
+  keep_rows_dev_.grow(keep_rows_.size() * sizeof(std::int32_t));
+  CUDA_CHECK(cudaMemcpyAsync(keep_rows_dev_.get(), keep_rows_.data(),
+                             keep_rows_.size() * sizeof(std::int32_t), cudaMemcpyHostToDevice,
+                             stream_));
+  cuda::select_rows(stream_, src.get(), static_cast<int>(width), keep_rows_dev_.as<std::int32_t>(),
+                    static_cast<int>(rows.size()), dst.get());
 }
 
 void CudaBackend::copy_rows(F dst, std::size_t dst_stride, CF src, std::size_t src_stride, int rows,

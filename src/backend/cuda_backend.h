@@ -163,7 +163,10 @@ class CudaBackend {
   void add_bias(F y, const Weight& bias, int n, int dim);
   KvRows kv_rows(int layer, int row_floats);
   void attend(int layer, CF q, int m, bool last_only, F out, int heads, int kv_heads, int head_dim);
+  // LanguageModel::keep's move of the kept slots (kernels/cuda kv_keep).
+  void kv_keep(KvBlock& kv, int layers, int first, std::span<const int> rows);
   void keep_last_rows(F a, std::size_t width);
+  void gather_rows(CF src, std::size_t width, std::span<const int> rows, F dst);
   void copy_rows(F dst, std::size_t dst_stride, CF src, std::size_t src_stride, int rows,
                  std::size_t width);
   void unshard_vocab(CF gathered, int rows, int tp, int v_local, F out);
@@ -183,6 +186,9 @@ class CudaBackend {
   cuda::KvSlot *slots_ = nullptr, *last_slots_ = nullptr;
   std::int32_t *tokens_ = nullptr, *positions_ = nullptr, *last_rows_ = nullptr;
   int n_ = 0, n_seqs_ = 0;
+  std::vector<std::int32_t> paths_, keep_rows_;  // token-tree paths; kv_keep's / gather's rows
+  std::vector<int> path_at_;                     // per token: its path's first entry, or -1
+  cuda::DeviceBuffer keep_rows_dev_;
   Scratch k_, v_, g_, u_, moved_;
   cuda::DeviceBuffer gemm_scratch_;
   int kv_row_floats_ = 0;

@@ -46,6 +46,8 @@ struct DraftSection {
   std::string kind = "model";            // a registered drafter (spec/drafter_registry.h)
   ConfigPath path;                       // Hugging Face model directory when kind = model
   std::string placement = "replicated";  // sharded | replicated
+  int ngram_max = 4;                     // kind = ngram: longest suffix looked up
+  int ngram_min = 1;                     // kind = ngram: shortest suffix looked up
 };
 
 struct ParallelSection {
@@ -64,7 +66,10 @@ struct DataSection {
 struct DecodeSection {
   std::vector<std::string> modes = {"baseline", "speculative"};  // run in this order
   int max_new_tokens = 64;
-  int draft_len = 4;         // tokens the draft proposes per speculative step (k)
+  int draft_len = 4;         // tokens the draft proposes per speculative step (k), a chain
+  int tree_top_k = 1;        // draft trees: children per expanded node; 1 = a chain of draft_len
+  int tree_depth = 5;        // draft trees: most drafted tokens on one path
+  int tree_nodes = 15;       // draft trees: drafted nodes (root excluded)
   double temperature = 0.0;  // 0 = greedy
   int top_k = 0;             // 0 = off
   double top_p = 1.0;        // 1.0 = off

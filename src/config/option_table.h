@@ -114,6 +114,14 @@ void for_each_option(Config& config, Visitor&& visit) {
           "rank (no communication)."}
             .one_of({"sharded", "replicated"}),
         config.draft.placement);
+  visit(S{"draft", "ngram_max",
+          "kind = ngram: the longest suffix of the sequence looked up in its earlier tokens."}
+            .range(1, 64),
+        config.draft.ngram_max);
+  visit(
+      S{"draft", "ngram_min", "kind = ngram: the shortest suffix looked up (<= ngram_max)."}.range(
+          1, 64),
+      config.draft.ngram_min);
   // [parallel]
   visit(S{"parallel", "tp", "Tensor-parallel degree; the number of ranks must be a multiple of it."}
             .range(1, 1024),
@@ -150,6 +158,18 @@ void for_each_option(Config& config, Visitor&& visit) {
   visit(
       S{"decode", "draft_len", "Tokens the draft proposes per speculative step (k)."}.range(1, 16),
       config.decode.draft_len);
+  visit(S{"decode", "tree_top_k",
+          "Draft trees: children of each expanded node (EAGLE's top_k); 1 = a chain of draft_len."}
+            .range(1, 64),
+        config.decode.tree_top_k);
+  visit(S{"decode", "tree_depth",
+          "Draft trees: most drafted tokens on one path (SGLang's num_steps; EAGLE's depth + 1)."}
+            .range(1, 16),
+        config.decode.tree_depth);
+  visit(S{"decode", "tree_nodes",
+          "Draft trees: drafted nodes, root excluded (SGLang's num_draft_tokens - 1)."}
+            .range(1, 256),
+        config.decode.tree_nodes);
   visit(S{"decode", "temperature", "Sampling temperature; 0 = greedy (argmax)."}.range(0, 100),
         config.decode.temperature);
   visit(S{"decode", "top_k", "Keep only the k most likely tokens before sampling; 0 = off."}.range(

@@ -23,7 +23,8 @@ std::string encode_batch(const BatchResult& r, bool with_records) {
     j["seqs"] = std::move(seqs);
     nlohmann::json steps = nlohmann::json::array();
     for (const StepRecord& st : r.steps)
-      steps.push_back({st.batch, st.step, st.prompt_index, st.active, st.drafted, st.accepted});
+      steps.push_back({st.batch, st.step, st.prompt_index, st.active, st.drafted, st.accepted,
+                       st.depth, st.bonus, st.emitted});
     j["steps"] = std::move(steps);
   }
   std::vector<std::uint8_t> cbor = nlohmann::json::to_cbor(j);
@@ -55,7 +56,8 @@ BatchResult decode_batch(const std::string& bytes) {
       r.sequences.push_back(std::move(q));
     }
     for (const auto& s : j.at("steps"))
-      r.steps.push_back(StepRecord{s[0], s[1], s[2], s[3], s[4], s[5]});
+      r.steps.push_back(
+          StepRecord{s[0], s[1], s[2], s[3], s[4], s[5], s[6], s[7].get<std::int8_t>(), s[8]});
   }
   return r;
 }

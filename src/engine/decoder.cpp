@@ -43,7 +43,42 @@ void check_prompt_fits(const Prompt& p, const ModelConfig& config, int max_new_t
   }
 }
 
+// What the step records about a proposal: its deepest path, and whether the accepted path ends
+// at a leaf (so the emitted token is the bonus sample rather than a correction).
+struct ProposalShape {
+  std::int32_t depth = 0;
+  std::int8_t bonus = 0;
+};
+
+// `depth`: scratch (each node's depth).
+ProposalShape shape_of(const DraftTree& tree, const TreeVerdict& v,
+                       std::vector<std::int32_t>& depth) {
+  ProposalShape out;
+  if (tree.size() == 0) return out;
+  // Parents precede children, so one pass gives every node's depth.
+  depth.assign(tree.size(), 1);
+  for (int i = 0; i < tree.size(); ++i) {
+    if (tree.parents[i] >= 0) depth[i] = depth[tree.parents[i]] + 1;
+    out.depth = std::max(out.depth, depth[i]);
+  }
+  const int last = v.accepted > 0 ? v.path[v.accepted - 1] : -1;
+  out.bonus = 1;
+  for (int i = 0; i < tree.size(); ++i)
+    if (tree.parents[i] == last) out.bonus = 0;
+  return out;
+}
+
 }  // namespace
+
+DraftOptions draft_options(const DecodeOptions& d) {
+  DraftOptions o;
+  o.sampling = d.sampling;
+  o.draft_len = d.draft_len;
+  o.tree_top_k = d.tree_top_k;
+  o.tree_depth = d.tree_depth;
+  o.tree_nodes = d.tree_nodes;
+  return o;
+}
 
 BatchDecoder::BatchDecoder(LanguageModel& target, Drafter* drafter, TokenOps& ops,
                            Communicator& tp_comm, const DecodeOptions& options)
@@ -65,8 +100,9 @@ void BatchDecoder::agree(std::vector<std::int32_t>& values) {
     tp_comm_.broadcast(values.data(), values.size() * sizeof(std::int32_t), 0);
 }
 
-void BatchDecoder::append_tokens(Sequence& s, const std::int32_t* emitted, int count) {
-  for (int i = 0; i < count && !s.finished; ++i) {
+int BatchDecoder::append_tokens(Sequence& s, const std::int32_t* emitted, int count) {
+  int appended = 0;
+  for (int i = 0; i < count && !s.finished; ++i, ++appended) {
     s.tokens.push_back(emitted[i]);
     if (options_.stop_at_eos && target_.config().is_eos(emitted[i])) {
       s.finished = true;
@@ -77,6 +113,7 @@ void BatchDecoder::append_tokens(Sequence& s, const std::int32_t* emitted, int c
     }
   }
   if (s.finished) s.record.wall_s = seconds_since(t_batch_);
+  return appended;
 }
 
 BatchResult BatchDecoder::run(const std::string& mode, std::int64_t batch,
@@ -91,20 +128,29 @@ BatchResult BatchDecoder::run(const std::string& mode, std::int64_t batch,
   BatchResult result;
   result.batch = batch;
   result.n_ranks = 1;
-  if (speculative) result.accepted_per_position.assign(options_.draft_len, 0);
+  if (speculative) result.accepted_per_position.assign(options_.max_depth(), 0);
   // Records for the most steps the batch can take (one token each), so that no step allocates.
   const std::size_t max_steps = static_cast<std::size_t>(options_.max_new_tokens);
   result.steps.reserve(max_steps * prompts.size());
   result.timings_ms.reserve(max_steps * kNumPhases);
-  // The first token is the target's, exactly as in baseline mode.
-  first_tokens();
+  // The first token is the target's, exactly as in baseline mode (with the prompts' features
+  // when the drafter wants them).
+  const std::span<const int> capture =
+      speculative ? drafter_->target_capture() : std::span<const int>{};
+  const RowsView hidden = first_tokens(capture);
   if (speculative) {
     std::vector<DraftSequence> view(seqs_.size());
-    for (std::size_t i = 0; i < seqs_.size(); ++i)
-      view[i] =
-          DraftSequence{&seqs_[i].tokens, seqs_[i].prompt_len,
-                        seqs_[i].prompt_len + options_.max_new_tokens, seqs_[i].key(options_.seed)};
-    drafter_->begin_batch(view);
+    std::vector<SeqFeatures> features(seqs_.size());
+    std::vector<int> rows;
+    for (std::size_t i = 0; i < seqs_.size(); ++i) {
+      const Sequence& s = seqs_[i];
+      view[i] = DraftSequence{&s.tokens, s.prompt_len, capacity_of(s), s.key(options_.seed)};
+      for (int p = 0; p < s.prompt_len; ++p) rows.push_back(static_cast<int>(rows.size()));
+    }
+    for (std::size_t i = 0, at = 0; i < seqs_.size(); at += seqs_[i].prompt_len, ++i)
+      features[i] = SeqFeatures{0, std::span<const int>(rows.data() + at, seqs_[i].prompt_len)};
+    const TargetFeatures prefill{hidden, features};
+    drafter_->begin_batch(view, capture.empty() ? nullptr : &prefill);
   }
   for (std::int32_t step = 0; collect_active(); ++step) {
     if (speculative)
@@ -130,10 +176,10 @@ void BatchDecoder::start_batch(const std::vector<Prompt>& prompts) {
     s.tokens.reserve(prompts[i].tokens.size() + room);
     s.tokens = prompts[i].tokens;
     s.prompt_len = static_cast<int>(s.tokens.size());
-    s.cache = target_.new_cache(s.prompt_len + options_.max_new_tokens);
+    s.cache = target_.new_cache(capacity_of(s));
   }
   // Scratch for the largest step this batch can take.
-  const std::size_t B = prompts.size(), k = static_cast<std::size_t>(options_.draft_len);
+  const std::size_t B = prompts.size(), k = static_cast<std::size_t>(options_.max_nodes());
   active_.reserve(B);
   chunks_.reserve(B);
   decided_.reserve(2 * B);
@@ -141,14 +187,21 @@ void BatchDecoder::start_batch(const std::vector<Prompt>& prompts) {
   trees_.resize(std::max(trees_.size(), B));
 }
 
-void BatchDecoder::first_tokens() {
+RowsView BatchDecoder::first_tokens(std::span<const int> capture) {
   collect_active();  // every sequence
   chunks_.clear();
   for (Sequence& s : seqs_)
     chunks_.push_back(SeqChunk{s.cache.get(), s.tokens.data(), static_cast<int>(s.tokens.size())});
-  decide_next(target_.forward(chunks_, ForwardRequest{}).logits);
+  const ForwardResult fwd = target_.forward(chunks_, ForwardRequest{false, capture});
+  decide_next(fwd.logits);
   for (std::size_t r = 0; r < active_.size(); ++r)
     append_tokens(seqs_[active_[r]], &decided_[r], 1);
+  return fwd.hidden;
+}
+
+int BatchDecoder::capacity_of(const Sequence& s) const {
+  // A verify pass appends a whole proposal before the accepted path is kept.
+  return s.prompt_len + options_.max_new_tokens + options_.max_nodes();
 }
 
 void BatchDecoder::decide_next(const RowsView& logits) {
@@ -197,10 +250,10 @@ void BatchDecoder::baseline_step(std::int64_t batch, std::int32_t step, BatchRes
   timer.begin();
   for (std::size_t r = 0; r < n; ++r) {
     Sequence& s = seqs_[active_[r]];
-    append_tokens(s, &decided_[r], 1);
+    const int emitted = append_tokens(s, &decided_[r], 1);
     s.record.verify_steps += 1;
-    result.steps.push_back(
-        StepRecord{batch, step, s.prompt->index, static_cast<std::int32_t>(n), 0, 0});
+    result.steps.push_back(StepRecord{batch, step, s.prompt->index, static_cast<std::int32_t>(n), 0,
+                                      0, 0, 0, emitted});
   }
   timer.end(kPhaseOther);
   timer.finish(result.timings_ms);
@@ -210,92 +263,177 @@ void BatchDecoder::speculative_step(std::int64_t batch, std::int32_t step, Batch
   StepTimer timer(tp_comm_);
   const std::size_t n = active_.size();
 
-  // Draft: up to k tokens per sequence (fewer near max_new_tokens).
+  // Draft: a tree (a chain when tree_top_k is 1) per sequence, fewer nodes near the end.
   timer.begin();
-  max_nodes_.resize(n);
-  for (std::size_t r = 0; r < n; ++r)
-    max_nodes_[r] =
-        std::min(options_.draft_len, options_.max_new_tokens - seqs_[active_[r]].generated() - 1);
+  limits_.resize(n);
+  for (std::size_t r = 0; r < n; ++r) {
+    // At most the tokens still wanted minus the one every step emits anyway.
+    const int room = options_.max_new_tokens - seqs_[active_[r]].generated() - 1;
+    const int depth = std::min(options_.max_depth(), room);
+    limits_[r].depth = std::max(depth, 0);
+    limits_[r].nodes = depth <= 0 ? 0 : options_.tree() ? options_.max_nodes() : depth;
+  }
   std::span<DraftTree> trees(trees_.data(), n);
-  drafter_->propose(active_, max_nodes_, trees);
+  drafter_->propose(active_, limits_, trees);
   inject("draft");
   timer.end(kPhaseDraft);
 
-  // Verify: the target scores each sequence's uncommitted tokens and its drafts in one pass.
   timer.begin();
+  const ForwardResult fwd = verify_forward(trees);
+  inject("verify");
+  timer.end(kPhaseVerify);
+
+  timer.begin();
+  decide_verdicts(fwd.logits, trees);
+  inject("sample");
+  timer.end(kPhaseSample);
+
+  timer.begin();
+  commit(batch, step, trees, fwd.hidden, result);
+  timer.end(kPhaseOther);
+  timer.finish(result.timings_ms);
+}
+
+// The target scores each sequence's uncommitted tokens and its proposal in one pass: a chain of
+// the uncommitted tokens (the last is the tree's root), then the nodes with their parents'
+// slots (tree attention, kv_cache.h).
+ForwardResult BatchDecoder::verify_forward(std::span<const DraftTree> trees) {
+  const std::size_t n = active_.size();
   verify_tokens_.clear();
-  chains_.resize(n);
+  verify_parents_.clear();
+  to_verify_.resize(n);
+  verify_start_.resize(n);
   int row = 0;
   for (std::size_t r = 0; r < n; ++r) {
     Sequence& s = seqs_[active_[r]];
     const DraftTree& tree = trees[r];
-    SPEC_CHECK(tree.size() <= max_nodes_[r] && tree.is_chain(),
-               "the drafter proposed " << tree.size() << " tokens (at most " << max_nodes_[r]
-                                       << ", as a chain) for prompt " << s.prompt->index);
-    const int have = s.cache->length();
-    const int fed = static_cast<int>(s.tokens.size()) - have + tree.size();
-    verify_tokens_.insert(verify_tokens_.end(), s.tokens.begin() + have, s.tokens.end());
+    SPEC_CHECK(tree.size() <= limits_[r].nodes,
+               "the drafter proposed " << tree.size() << " tokens for prompt " << s.prompt->index
+                                       << ", at most " << limits_[r].nodes << " were asked for");
+    check_tree(TreeView{tree.tokens.data(), tree.parents.data(), tree.size()}, limits_[r].depth,
+               "the drafter");
+    const int start = s.cache->length();
+    const int uncommitted = static_cast<int>(s.tokens.size()) - start;
+    const int root_slot = start + uncommitted - 1;
+    verify_start_[r] = start;
+    verify_tokens_.insert(verify_tokens_.end(), s.tokens.begin() + start, s.tokens.end());
+    verify_parents_.insert(verify_parents_.end(), uncommitted, kChainParent);
     verify_tokens_.insert(verify_tokens_.end(), tree.tokens.begin(), tree.tokens.end());
-    // Rows of p_1..p_{k+1}: the last k+1 rows of this sequence's chunk.
-    ChainToVerify& c = chains_[r];
-    c.drafts = tree.tokens;
-    c.target_row = row + fed - (tree.size() + 1);
-    c.q_row = tree.q_row;
-    c.key = s.key(options_.seed);
-    c.first_position = static_cast<std::int64_t>(s.tokens.size());
-    row += fed;
+    for (int i = 0; i < tree.size(); ++i)
+      verify_parents_.push_back(tree.parents[i] < 0 ? root_slot : root_slot + 1 + tree.parents[i]);
+    TreeToVerify& v = to_verify_[r];
+    v.tree = TreeView{tree.tokens.data(), tree.parents.data(), tree.size()};
+    v.root_row = row + uncommitted - 1;
+    v.key = s.key(options_.seed);
+    v.first_position = static_cast<std::int64_t>(s.tokens.size());
+    row += uncommitted + tree.size();
   }
   chunks_.clear();
   for (std::size_t r = 0, at = 0; r < n; ++r) {
     Sequence& s = seqs_[active_[r]];
     const int fed = static_cast<int>(s.tokens.size()) - s.cache->length() + trees[r].size();
-    chunks_.push_back(SeqChunk{s.cache.get(), verify_tokens_.data() + at, fed});
+    chunks_.push_back(
+        SeqChunk{s.cache.get(), verify_tokens_.data() + at, fed, verify_parents_.data() + at});
     at += fed;
   }
-  const ForwardResult fwd = target_.forward(chunks_, ForwardRequest{true, {}});
-  inject("verify");
-  timer.end(kPhaseVerify);
+  return target_.forward(chunks_, ForwardRequest{true, drafter_->target_capture()});
+}
 
-  // Accept a prefix, emit one more token.
-  timer.begin();
+// Verification on the backend, then rank 0's verdicts broadcast: per sequence the accepted
+// count, the token after them and the accepted path.
+void BatchDecoder::decide_verdicts(const RowsView& logits, std::span<const DraftTree> trees) {
+  const std::size_t n = active_.size();
   verdicts_.resize(n);
-  if (options_.sampling.greedy())
-    ops_.verify_greedy(fwd.logits, chains_, verdicts_);
-  else
-    ops_.verify_sampling(fwd.logits, options_.sampling, chains_, verdicts_);
-  decided_.resize(2 * n);
-  for (std::size_t r = 0; r < n; ++r) {
-    decided_[2 * r] = verdicts_[r].accepted;
-    decided_[2 * r + 1] = verdicts_[r].token;
+  // A sampled chain with its draft distributions kept: rejection sampling with q; any other
+  // proposal under sampling: the target-only tree rule; greedy: the longest matching path.
+  const bool with_q = !options_.sampling.greedy() && n > 0 && trees[0].q_row >= 0;
+  if (options_.sampling.greedy()) {
+    ops_.verify_tree_greedy(logits, to_verify_, verdicts_);
+  } else if (!with_q) {
+    ops_.verify_tree_sampling(logits, options_.sampling, to_verify_, verdicts_);
+  } else {
+    chains_.resize(n);
+    for (std::size_t r = 0; r < n; ++r) {
+      SPEC_CHECK(trees[r].q_row >= 0 && trees[r].is_chain(),
+                 "a proposal with draft distributions must be a chain");
+      chains_[r] = ChainToVerify{trees[r].tokens, to_verify_[r].root_row, trees[r].q_row,
+                                 to_verify_[r].key, to_verify_[r].first_position};
+    }
+    chain_results_.resize(n);
+    ops_.verify_sampling(logits, options_.sampling, chains_, chain_results_);
+    for (std::size_t r = 0; r < n; ++r) {
+      verdicts_[r].accepted = chain_results_[r].accepted;
+      verdicts_[r].token = chain_results_[r].token;
+      for (int j = 0; j < chain_results_[r].accepted; ++j) verdicts_[r].path[j] = j;
+    }
   }
-  agree(decided_);
-  inject("sample");
-  timer.end(kPhaseSample);
+  if (tp_comm_.size() > 1) {
+    constexpr std::size_t kWords = 2 + kMaxTreeDepth;
+    decided_.resize(kWords * n);
+    for (std::size_t r = 0; r < n; ++r) {
+      decided_[kWords * r] = verdicts_[r].accepted;
+      decided_[kWords * r + 1] = verdicts_[r].token;
+      std::copy(verdicts_[r].path.begin(), verdicts_[r].path.end(), &decided_[kWords * r + 2]);
+    }
+    agree(decided_);
+    for (std::size_t r = 0; r < n; ++r) {
+      verdicts_[r].accepted = decided_[kWords * r];
+      verdicts_[r].token = decided_[kWords * r + 1];
+      std::copy(&decided_[kWords * r + 2], &decided_[kWords * r + 2] + kMaxTreeDepth,
+                verdicts_[r].path.begin());
+    }
+  }
+}
 
-  // Commit: append, roll the target cache back to what was accepted, tell the drafter.
-  timer.begin();
-  accepted_.resize(n);
+// Append the accepted path and the token after it, keep the path's keys and values in the
+// target cache (consecutive slots after the uncommitted tokens), tell the drafter (with the
+// target's features of the root and the path when it asked for them), record the step.
+void BatchDecoder::commit(std::int64_t batch, std::int32_t step, std::span<const DraftTree> trees,
+                          const RowsView& hidden, BatchResult& result) {
+  const std::size_t n = active_.size();
+  features_.resize(n);
+  feature_rows_.clear();
   for (std::size_t r = 0; r < n; ++r) {
     Sequence& s = seqs_[active_[r]];
     const DraftTree& tree = trees[r];
-    const int accepted = decided_[2 * r];
-    const int before = static_cast<int>(s.tokens.size());
-    emitted_.assign(tree.tokens.begin(), tree.tokens.begin() + accepted);
-    emitted_.push_back(decided_[2 * r + 1]);
-    append_tokens(s, emitted_.data(), static_cast<int>(emitted_.size()));
-    // The cache holds the sequence before this step plus x_1..x_k: keep x_1..x_n.
-    s.cache->truncate(before + accepted);
-    accepted_[r] = accepted;
+    const TreeVerdict& v = verdicts_[r];
+    // The cache before the verify pass appended the uncommitted tokens and the proposal.
+    const int start = verify_start_[r];
+    const int first_node = static_cast<int>(s.tokens.size()) - start;  // uncommitted count
+    // Features: the uncommitted tokens' rows, then the accepted nodes' rows.
+    // (positions start.., the span filled in once feature_rows_ has stopped growing)
+    const int root_row = to_verify_[r].root_row;
+    for (int i = 0; i < first_node; ++i) feature_rows_.push_back(root_row - first_node + 1 + i);
+    for (int j = 0; j < v.accepted; ++j) feature_rows_.push_back(root_row + 1 + v.path[j]);
+    features_[r].first_position = start;
+    features_[r].rows = std::span<const int>(feature_rows_.data(), first_node + v.accepted);
+    emitted_.clear();
+    path_rows_.clear();
+    for (int j = 0; j < v.accepted; ++j) {
+      emitted_.push_back(tree.tokens[v.path[j]]);
+      path_rows_.push_back(v.path[j]);
+    }
+    emitted_.push_back(v.token);
+    const int appended = append_tokens(s, emitted_.data(), static_cast<int>(emitted_.size()));
+    target_.keep(*s.cache, start + first_node, path_rows_);
     s.record.verify_steps += 1;
     s.record.drafted += tree.size();
-    s.record.accepted += accepted;
-    for (int j = 1; j <= accepted; ++j) result.accepted_per_position[j - 1] += 1;
+    s.record.accepted += v.accepted;
+    for (int j = 1; j <= v.accepted; ++j) result.accepted_per_position[j - 1] += 1;
+    const ProposalShape shape = shape_of(tree, v, node_depth_);
     result.steps.push_back(StepRecord{batch, step, s.prompt->index, static_cast<std::int32_t>(n),
-                                      tree.size(), accepted});
+                                      tree.size(), v.accepted, shape.depth, shape.bonus, appended});
   }
-  drafter_->accepted(active_, accepted_);
-  timer.end(kPhaseOther);
-  timer.finish(result.timings_ms);
+  if (hidden.width > 0) {
+    for (std::size_t r = 0, at = 0; r < n; ++r) {
+      features_[r].rows = std::span<const int>(feature_rows_.data() + at, features_[r].rows.size());
+      at += features_[r].rows.size();
+    }
+    const TargetFeatures f{hidden, features_};
+    drafter_->accepted(active_, verdicts_, &f);
+  } else {
+    drafter_->accepted(active_, verdicts_, nullptr);
+  }
 }
 
 void BatchDecoder::finish_batch(BatchResult& result) {

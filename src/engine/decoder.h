@@ -29,14 +29,27 @@ namespace specrun {
 
 struct DecodeOptions {
   int max_new_tokens = 64;
-  int draft_len = 4;        // k
+  int draft_len = 4;  // k: the chain's length when tree_top_k is 1
+  // Draft trees (tree_top_k > 1): children per node, most drafted tokens on one path, drafted
+  // nodes (root excluded).
+  int tree_top_k = 1;
+  int tree_depth = 4;
+  int tree_nodes = 8;
   SamplingParams sampling;  // temperature <= 0: greedy
   bool stop_at_eos = true;
   std::uint64_t seed = 0;
+
+  bool tree() const { return tree_top_k > 1; }
+  // The most nodes and the deepest path a proposal may have.
+  int max_nodes() const { return tree() ? tree_nodes : draft_len; }
+  int max_depth() const { return tree() ? tree_depth : draft_len; }
   // Test-only: sleep this long in `inject_phase` ("draft", "verify", "sample") every step.
   double inject_delay_ms = 0;
   std::string inject_phase = "none";
 };
+
+// The options a drafter shares with the decoder.
+DraftOptions draft_options(const DecodeOptions& decode);
 
 class BatchDecoder {
  public:
@@ -55,8 +68,11 @@ class BatchDecoder {
 
   // Sequences for `prompts` with their target caches; checks every prompt against the model.
   void start_batch(const std::vector<Prompt>& prompts);
-  // Target prefill and the first generated token of each sequence.
-  void first_tokens();
+  // Target prefill and the first generated token of each sequence; returns the prompts'
+  // captured hidden states (capture: the layer ids, may be empty).
+  RowsView first_tokens(std::span<const int> capture);
+  // KV cache room of a sequence: prompt, max new tokens, one proposal.
+  int capacity_of(const Sequence& s) const;
   // The sequences still decoding, as indices (active_); false when none is left.
   bool collect_active();
   // The next token of each active sequence from logits row r (greedy or sampled at its next
@@ -64,10 +80,17 @@ class BatchDecoder {
   void decide_next(const RowsView& logits);
   void baseline_step(std::int64_t batch, std::int32_t step, BatchResult& result);
   void speculative_step(std::int64_t batch, std::int32_t step, BatchResult& result);
+  // The speculative step's parts: the target's forward over the proposals, the verdicts
+  // (agreed through tp rank 0), the commit.
+  ForwardResult verify_forward(std::span<const DraftTree> trees);
+  void decide_verdicts(const RowsView& logits, std::span<const DraftTree> trees);
+  void commit(std::int64_t batch, std::int32_t step, std::span<const DraftTree> trees,
+              const RowsView& hidden, BatchResult& result);
   // Moves the sequences' records into `result`.
   void finish_batch(BatchResult& result);
-  // Appends emitted tokens to sequence i, stopping at EOS and max_new_tokens.
-  void append_tokens(Sequence& s, const std::int32_t* emitted, int count);
+  // Appends emitted tokens to sequence i, stopping at EOS and max_new_tokens; returns how many
+  // it appended.
+  int append_tokens(Sequence& s, const std::int32_t* emitted, int count);
   // Broadcasts `values` from tp rank 0 so every rank holds the same decisions.
   void agree(std::vector<std::int32_t>& values);
   void inject(const char* phase);
@@ -81,13 +104,19 @@ class BatchDecoder {
   SteadyClockPoint t_batch_;
 
   // Per-step scratch (grown, never shrunk: no allocation per step once warm).
-  std::vector<int> active_, rows_, max_nodes_, accepted_;
+  std::vector<int> active_, rows_;
+  std::vector<ProposalLimit> limits_;
   std::vector<SeqChunk> chunks_;
-  std::vector<std::int32_t> decided_, verify_tokens_, emitted_;
+  std::vector<std::int32_t> decided_, verify_tokens_, verify_parents_, emitted_;
+  std::vector<int> path_rows_, feature_rows_, verify_start_;
+  std::vector<std::int32_t> node_depth_;  // commit(): each proposal node's depth
   std::vector<double> u_;
   std::vector<DraftTree> trees_;
+  std::vector<TreeToVerify> to_verify_;
+  std::vector<TreeVerdict> verdicts_;
   std::vector<ChainToVerify> chains_;
-  std::vector<VerifyResult> verdicts_;
+  std::vector<VerifyResult> chain_results_;
+  std::vector<SeqFeatures> features_;
 };
 
 }  // namespace specrun

@@ -75,6 +75,7 @@ std::map<std::string, std::set<std::int64_t>> committed_batches(const JobConfig&
 void check_resumable(const JobConfig& config, const std::string& prompts_hash) {
   ResultReader reader(config.job.output.resolved);
   const ResultHeader& h = reader.info().header;
+  check_resume_schema(config.job.output.resolved, reader.info().schema_version, h.specrun_version);
   SPEC_INPUT_CHECK(h.config_hash == config_hash_hex(config),
                    "cannot resume " << config.job.output.resolved
                                     << ": the job configuration differs from the one recorded "
@@ -89,15 +90,25 @@ void check_resumable(const JobConfig& config, const std::string& prompts_hash) {
                                     << h.prompts_hash << ")");
 }
 
-// The result file, created (or reopened for --resume) by rank 0 before the models load, so that
-// a path that cannot be written fails fast. Rank 0 only; errors abort every rank through main.
+// Rank 0, before the models load, so that a bad job.output fails fast: the checks of creating
+// (or of resuming) the result file, touching nothing.
+void check_result_target(const JobConfig& config, const RunOptions& options,
+                         const std::string& prompts_hash) {
+  if (options.resume)
+    check_resumable(config, prompts_hash);
+  else
+    ResultWriter::check_creatable(config.job.output.resolved, config.job.overwrite);
+}
+
+// The result file, created (or reopened for --resume) by rank 0 once the models loaded, so that a
+// job whose drafter or model fails to load leaves an existing file (job.overwrite, --resume) as
+// it was. Rank 0 only; errors abort every rank through main.
 std::unique_ptr<ResultWriter> open_result(const JobConfig& config, const World& world,
                                           const RunOptions& options,
                                           const std::vector<ProvenanceRecord>& records,
                                           const std::string& prompts_hash, const Logger& log) {
   std::unique_ptr<ResultWriter> writer;
-  if (options.resume) {
-    check_resumable(config, prompts_hash);
+  if (options.resume) {  // checked by check_result_target
     writer = std::make_unique<ResultWriter>(ResultWriter::reopen(config.job.output.resolved));
   } else {
     ResultHeader header;
@@ -126,6 +137,9 @@ DecodeOptions decode_options(const JobConfig& config) {
   DecodeOptions decode;
   decode.max_new_tokens = config.decode.max_new_tokens;
   decode.draft_len = config.decode.draft_len;
+  decode.tree_top_k = config.decode.tree_top_k;
+  decode.tree_depth = config.decode.tree_depth;
+  decode.tree_nodes = config.decode.tree_nodes;
   decode.sampling.temperature = static_cast<float>(config.decode.temperature);
   decode.sampling.top_k = config.decode.top_k;
   decode.sampling.top_p = static_cast<float>(config.decode.top_p);
@@ -228,8 +242,8 @@ RankModels load_models(const JobConfig& config, BackendKind backend, MpiComm& tp
   m.ops = make_token_ops(backend, m.factory->cuda_context());
   if (config.uses_mode(kModeSpeculative)) {
     const DecodeOptions decode = decode_options(config);
-    DrafterContext context{*m.factory,           *m.target,       *m.ops,
-                           m.factory->tp_comm(), decode.sampling, decode.draft_len};
+    DrafterContext context{
+        *m.factory, *m.target, target_ckpt, *m.ops, m.factory->tp_comm(), draft_options(decode)};
     m.drafter = make_drafter(config, context);
   }
   return m;
@@ -314,21 +328,23 @@ int run_job(const JobConfig& config, MpiSession& mpi, const RunOptions& options)
   // Provenance: every rank's record, gathered before anything heavy happens.
   ProvenanceRecord local = collect_local_provenance(mpi);
   std::vector<ProvenanceRecord> records = gather_provenance(world_comm, local);
+  if (world.is_root()) check_result_target(config, options, prompts_hash);
+
+  const SteadyClockPoint t_load = SteadyClock::now();
+  RankModels models = load_models(config, backend, tp_comm, self_comm, world, threads);
+  const double load_s = seconds_since(t_load);
   std::unique_ptr<ResultWriter> writer;
   if (world.is_root()) writer = open_result(config, world, options, records, prompts_hash, log);
   world_comm.barrier();
   auto done = options.resume ? committed_batches(config, world_comm, world)
                              : std::map<std::string, std::set<std::int64_t>>{};
-
-  const SteadyClockPoint t_load = SteadyClock::now();
-  RankModels models = load_models(config, backend, tp_comm, self_comm, world, threads);
   {
     std::ostringstream line;
     line << "specrun run " << config.job.name << ": " << plan.n_prompts << " prompts in "
          << plan.n_batches << " batches of " << plan.batch_size << ", world " << world.size
          << " = dp " << world.dp << " x tp " << world.tp << ", " << threads
-         << " thread(s) per rank; models loaded in " << std::fixed << std::setprecision(2)
-         << seconds_since(t_load) << " s";
+         << " thread(s) per rank; models loaded in " << std::fixed << std::setprecision(2) << load_s
+         << " s";
     log.info(line.str());
   }
   if (backend != BackendKind::kCpu) log.info("backend: " + models.factory->description());

@@ -9,6 +9,7 @@
 #include <random>
 #include <sstream>
 
+#include "common/error.h"
 #include "io/result_file.h"
 
 namespace specrun {
@@ -195,7 +196,54 @@ std::vector<double> phase_per_step(const ModeData& data, int phase) {
   return out;
 }
 
+void check_identities(const ModeData& data) {
+  struct Sums {
+    std::int64_t steps = 0, drafted = 0, accepted = 0, emitted = 0;
+    bool emitted_known = true;
+  };
+  std::map<std::int64_t, Sums> by_prompt;
+  for (const StepRecord& st : data.steps) {
+    SPEC_INPUT_CHECK(0 <= st.accepted && st.accepted <= st.depth && st.depth <= st.drafted,
+                     data.mode << ": the step row of batch " << st.batch << ", step " << st.step
+                               << ", prompt " << st.prompt_index << " has drafted " << st.drafted
+                               << ", depth " << st.depth << ", accepted " << st.accepted
+                               << " (expected 0 <= accepted <= depth <= drafted)");
+    Sums& s = by_prompt[st.prompt_index];
+    s.steps += 1;
+    s.drafted += st.drafted;
+    s.accepted += st.accepted;
+    if (st.emitted < 0)
+      s.emitted_known = false;
+    else
+      s.emitted += st.emitted;
+  }
+  std::int64_t verify_steps = 0;
+  for (const SequenceRecord& q : data.sequences) {
+    auto it = by_prompt.find(q.prompt_index);
+    const Sums s = it == by_prompt.end() ? Sums{} : it->second;
+    if (it != by_prompt.end()) by_prompt.erase(it);
+    const std::int64_t from_prefill = q.generated > 0 ? 1 : 0;
+    SPEC_INPUT_CHECK(
+        s.steps == q.verify_steps && s.drafted == q.drafted && s.accepted == q.accepted &&
+            (!s.emitted_known || s.emitted + from_prefill == q.generated),
+        data.mode << ": prompt " << q.prompt_index << ": its step rows sum to " << s.steps
+                  << " verify steps, " << s.drafted << " drafted, " << s.accepted << " accepted, "
+                  << (s.emitted_known ? std::to_string(s.emitted) : "?")
+                  << " emitted, but its sequence row has " << q.verify_steps << ", " << q.drafted
+                  << ", " << q.accepted << " and " << q.generated
+                  << " generated (one from the prefill): the result file is inconsistent");
+    verify_steps += q.verify_steps;
+  }
+  SPEC_INPUT_CHECK(by_prompt.empty(), data.mode << ": step rows name prompt "
+                                                << by_prompt.begin()->first
+                                                << ", which has no sequence row");
+  SPEC_INPUT_CHECK(static_cast<std::int64_t>(data.steps.size()) == verify_steps,
+                   data.mode << ": the accepted-length histogram holds " << data.steps.size()
+                             << " steps but the sequences made " << verify_steps);
+}
+
 ModeSummary summarize_mode(const ModeData& data) {
+  check_identities(data);
   ModeSummary m;
   m.mode = data.mode;
   for (const SequenceRecord& s : data.sequences) {
@@ -237,13 +285,29 @@ ModeSummary summarize_mode(const ModeData& data) {
     m.categories[name] = out;
   }
 
-  // Per-position acceptance. offered[i]: steps that drafted >= i tokens; reached[i]: of those,
-  // steps that accepted >= i; prior[i]: of those, steps that accepted >= i-1.
+  // Acceptance by depth. offered[i]: steps whose proposal reached depth i; reached[i]: of
+  // those, steps that accepted >= i; prior[i]: of those, steps that accepted >= i-1.
   int k_max = 0;
-  for (const StepRecord& st : data.steps) k_max = std::max(k_max, st.drafted);
+  for (const StepRecord& st : data.steps) k_max = std::max(k_max, st.depth);
   std::vector<std::int64_t> offered(k_max + 1, 0), reached(k_max + 1, 0), prior(k_max + 1, 0);
+  if (m.drafted > 0) {
+    m.accepted_histogram.assign(k_max + 1, 0);
+    m.depth_histogram.assign(k_max + 1, 0);
+    std::int64_t nodes = 0, depth = 0;
+    for (const StepRecord& st : data.steps) {
+      ++m.nodes_histogram[st.drafted];
+      ++m.accepted_histogram[st.accepted];
+      ++m.depth_histogram[st.depth];
+      m.bonus_steps += st.bonus;
+      nodes += st.drafted;
+      depth += st.depth;
+    }
+    const double steps = static_cast<double>(std::max<std::size_t>(data.steps.size(), 1));
+    m.mean_nodes = static_cast<double>(nodes) / steps;
+    m.mean_depth = static_cast<double>(depth) / steps;
+  }
   for (const StepRecord& st : data.steps) {
-    for (int i = 1; i <= st.drafted; ++i) {
+    for (int i = 1; i <= st.depth; ++i) {
       ++offered[i];
       if (st.accepted >= i - 1) ++prior[i];
       if (st.accepted >= i) ++reached[i];
@@ -388,7 +452,17 @@ std::string format_summary(const RunSummary& run) {
   }
   for (const ModeSummary& m : run.modes) {
     if (m.acceptance_unconditional.empty()) continue;
-    out << "\nacceptance by draft position (" << m.mode << "):\n  position        ";
+    out << "\nproposals (" << m.mode << "): " << std::setprecision(2) << m.mean_nodes
+        << " nodes and depth " << m.mean_depth << " per step, bonus token in "
+        << std::setprecision(1)
+        << 100.0 * static_cast<double>(m.bonus_steps) /
+               static_cast<double>(std::max<std::int64_t>(m.verify_steps, 1))
+        << "% of steps\n  tree size (nodes: steps)  ";
+    for (const auto& [nodes, steps] : m.nodes_histogram) out << " " << nodes << ":" << steps;
+    out << "\n  accepted length (n: steps)";
+    for (std::size_t n = 0; n < m.accepted_histogram.size(); ++n)
+      if (m.accepted_histogram[n] > 0) out << " " << n << ":" << m.accepted_histogram[n];
+    out << "\nacceptance by depth (" << m.mode << "):\n  depth           ";
     for (std::size_t i = 0; i < m.acceptance_unconditional.size(); ++i)
       out << std::setw(7) << (i + 1);
     out << "\n  P(n>=i)         ";
@@ -480,6 +554,8 @@ nlohmann::json summary_to_json(const RunSummary& run) {
       per_rank[name] = nlohmann::json{{"ranks", ranks},
                                       {"ranks_differ", ranks_differ(m.phases_per_rank.at(name))}};
     }
+    nlohmann::json nodes = nlohmann::json::object();  // keys: node counts as text
+    for (const auto& [n, steps] : m.nodes_histogram) nodes[std::to_string(n)] = steps;
     nlohmann::json cats = nlohmann::json::object();
     for (const auto& [name, c] : m.categories)
       cats[name] = nlohmann::json{
@@ -498,6 +574,12 @@ nlohmann::json summary_to_json(const RunSummary& run) {
         {"alpha", m.alpha},
         {"acceptance_unconditional", m.acceptance_unconditional},
         {"acceptance_conditional", m.acceptance_conditional},
+        {"nodes_histogram", nodes},
+        {"accepted_histogram", m.accepted_histogram},
+        {"depth_histogram", m.depth_histogram},
+        {"bonus_steps", m.bonus_steps},
+        {"mean_nodes", m.mean_nodes},
+        {"mean_depth", m.mean_depth},
         {"phases_ms", phases},
         {"phases_ms_per_rank", per_rank},
         {"categories", cats},

@@ -4,9 +4,15 @@
 //   tau   = tokens emitted by verify steps / verify steps (bonus included; 1.0 = no gain); the
 //           first token of a sequence comes from the prefill and counts in neither
 //   alpha = accepted draft tokens / drafted tokens
-//   acceptance at position i: P(n >= i) over verify steps that drafted >= i tokens
+//   acceptance at depth i: P(n >= i) over verify steps whose proposal reached depth i
 //           (unconditional) and P(n >= i | n >= i-1) over those that also accepted i-1
-//           (conditional)
+//           (conditional); for a chain the depth is its length, so this is acceptance by
+//           draft position
+//   identities: every sequence's step rows sum to its row (steps, drafted, accepted, and the
+//           tokens emitted plus the prefill's to generated), every step has
+//           0 <= accepted <= depth <= drafted, and the accepted-length histogram sums to the
+//           verify steps. summarize_mode throws when one fails: a broken file is an error, not
+//           a number.
 //   tokens/s = generated tokens / batch seconds, where a batch's seconds are its slowest
 //           sequence's wall time (the throughput of one tensor-parallel group)
 //   speedup = baseline seconds per token / speculative seconds per token over paired prompts
@@ -59,8 +65,16 @@ struct ModeSummary {
   double tokens_per_s = 0;                       // generated / seconds (one tp group)
   double tau = 0;                                // emitted per verify step
   double alpha = 0;                              // accepted / drafted
-  std::vector<double> acceptance_unconditional;  // index i-1: P(n >= i)
+  std::vector<double> acceptance_unconditional;  // index i-1: P(n >= i), by depth i
   std::vector<double> acceptance_conditional;    // index i-1: P(n >= i | n >= i-1)
+  // Proposals (speculative steps): nodes -> steps drafting that many (the tree-size
+  // histogram), index n -> steps accepting n, index d -> steps whose proposal had depth d;
+  // steps whose emitted token was the bonus (the accepted path ended at a leaf).
+  std::map<int, std::int64_t> nodes_histogram;
+  std::vector<std::int64_t> accepted_histogram;
+  std::vector<std::int64_t> depth_histogram;
+  std::int64_t bonus_steps = 0;
+  double mean_nodes = 0, mean_depth = 0;  // per verify step
   // phase name -> per-step ms quantiles (over steps; a step's value is the mean over the ranks
   // that ran it)
   std::map<std::string, Quantiles> phases;
@@ -85,6 +99,9 @@ struct RunSummary {
   std::map<std::string, Interval> speedup_by_category;  // only with more than one category
 };
 
+// Throws (exit code 2) naming the mode and prompt when the records break an identity above.
+void check_identities(const ModeData& data);
+// Checks the identities, then derives the statistics.
 ModeSummary summarize_mode(const ModeData& data);
 // `greedy`: the job decoded at temperature 0. `seed` drives the bootstrap (deterministic).
 RunSummary summarize_run(const std::vector<ModeData>& modes, bool greedy, std::uint64_t seed = 1);

@@ -55,8 +55,13 @@ struct StepRecord {
   int32_t step = 0;          // step within the batch, from 0
   int64_t prompt_index = 0;  // which sequence
   int32_t active = 0;        // sequences still decoding in this step (batch occupancy)
-  int32_t drafted = 0;       // draft tokens proposed to this sequence in this step (k)
-  int32_t accepted = 0;      // of those, accepted (0..drafted); emitted = accepted + 1
+  int32_t drafted = 0;       // draft tokens (tree nodes, root excluded) proposed in this step
+  int32_t accepted = 0;      // of those, accepted: the accepted path's length (0..depth)
+  int32_t depth = 0;         // the proposal's deepest path (a chain of k: k; baseline: 0)
+  int8_t bonus = 0;          // 1: the accepted path ends at a leaf, so the emitted token is the
+                             // bonus sample (0: a correction, or no proposal)
+  int32_t emitted = -1;      // tokens appended to the output (accepted + 1, fewer when EOS or
+                             // max_new_tokens cut the step; -1: unknown, result schema 1)
 };
 
 // Everything one batch produced in one mode, gathered to rank 0.
@@ -68,8 +73,9 @@ struct BatchResult {
   int32_t n_ranks = 0;  // world size
   // [n_steps x n_ranks x kNumPhases] milliseconds, row-major: timings_ms[(s*n_ranks + r)*6 + p].
   std::vector<float> timings_ms;
-  // Length draft_len (empty in baseline mode): element i-1 counts the verify steps of this
-  // batch (over all sequences) in which at least i draft tokens were accepted, i = 1..draft_len.
+  // Length max_depth (draft_len for chains, tree_depth for trees; empty in baseline mode):
+  // element i-1 counts the verify steps of this batch (over all sequences) in which at least i
+  // draft tokens were accepted.
   std::vector<int64_t> accepted_per_position;
 };
 

@@ -1,8 +1,10 @@
 #include "io/result_file.h"
 
 #include <sys/stat.h>
+#include <unistd.h>
 
 #include <algorithm>
+#include <filesystem>
 #include <map>
 #include <optional>
 #include <set>
@@ -57,9 +59,41 @@ void validate_batch(const std::string& where, const BatchResult& b, int32_t worl
                where << ": prompt " << s.prompt_index << " has finish_reason "
                      << int{s.finish_reason} << " (0 = length, 1 = eos)");
   }
-  for (const StepRecord& s : b.steps)
+  // The step rows add up to the sequence rows (checked here so that a file never holds a batch
+  // whose tables disagree; report checks the whole file again, engine/summary.h).
+  struct Sums {
+    int64_t steps = 0, drafted = 0, accepted = 0, emitted = 0;
+  };
+  std::map<int64_t, Sums> sums;
+  for (const StepRecord& s : b.steps) {
     SPEC_CHECK(s.batch == b.batch,
                where << ": a step record of batch " << b.batch << " names batch " << s.batch);
+    SPEC_CHECK(0 <= s.accepted && s.accepted <= s.depth && s.depth <= s.drafted &&
+                   (s.bonus == 0 || s.bonus == 1) && 0 <= s.emitted && s.emitted <= s.accepted + 1,
+               where << ": batch " << b.batch << " step " << s.step << " of prompt "
+                     << s.prompt_index << " has drafted " << s.drafted << ", depth " << s.depth
+                     << ", accepted " << s.accepted << ", bonus " << int{s.bonus} << ", emitted "
+                     << s.emitted
+                     << " (expected 0 <= accepted <= depth <= drafted, emitted <= "
+                        "accepted + 1)");
+    Sums& m = sums[s.prompt_index];
+    m.steps += 1;
+    m.drafted += s.drafted;
+    m.accepted += s.accepted;
+    m.emitted += s.emitted;
+  }
+  for (const SequenceRecord& s : b.sequences) {
+    const Sums m = sums.count(s.prompt_index) ? sums.at(s.prompt_index) : Sums{};
+    const int64_t from_prefill = s.generated > 0 ? 1 : 0;
+    SPEC_CHECK(m.steps == s.verify_steps && m.drafted == s.drafted && m.accepted == s.accepted &&
+                   m.emitted + from_prefill == s.generated,
+               where << ": batch " << b.batch << ", prompt " << s.prompt_index
+                     << ": the step rows sum to " << m.steps << " steps, " << m.drafted
+                     << " drafted, " << m.accepted << " accepted, " << m.emitted
+                     << " emitted but the sequence row has " << s.verify_steps << " steps, "
+                     << s.drafted << " drafted, " << s.accepted << " accepted, " << s.generated
+                     << " generated (the first from the prefill)");
+  }
 }
 
 template <typename T, typename Row, typename Member>
@@ -97,12 +131,35 @@ ResultWriter::ResultWriter(ResultWriter&&) noexcept = default;
 ResultWriter& ResultWriter::operator=(ResultWriter&&) noexcept = default;
 ResultWriter::~ResultWriter() = default;
 
-ResultWriter ResultWriter::create(const std::string& path, const ResultHeader& h, bool overwrite) {
+void check_resume_schema(const std::string& path, int64_t version, const std::string& writer) {
+  SPEC_INPUT_CHECK(version == kResultSchemaVersion,
+                   "cannot resume " << path << ": it has result schema version " << version
+                                    << " (written by specrun " << writer
+                                    << "); --resume continues files of version "
+                                    << kResultSchemaVersion
+                                    << " only: run the job again with a new job.output (report "
+                                       "and compare still read this file)");
+}
+
+void ResultWriter::check_creatable(const std::string& path, bool overwrite) {
   SPEC_INPUT_CHECK(overwrite || !path_exists(path),
                    "result file " << path
                                   << " already exists; set job.overwrite = true (or --set "
                                      "job.overwrite=true) to replace it, run with --resume to "
                                      "continue it, or choose another job.output");
+  std::string dir = std::filesystem::path(path).parent_path().string();
+  if (dir.empty()) dir = ".";
+  struct stat st;
+  SPEC_INPUT_CHECK(::stat(dir.c_str(), &st) == 0 && S_ISDIR(st.st_mode),
+                   "cannot write result file " << path << ": directory " << dir
+                                               << " does not exist (job.output)");
+  SPEC_INPUT_CHECK(::access(dir.c_str(), W_OK) == 0, "cannot write result file "
+                                                         << path << ": directory " << dir
+                                                         << " is not writable (job.output)");
+}
+
+ResultWriter ResultWriter::create(const std::string& path, const ResultHeader& h, bool overwrite) {
+  check_creatable(path, overwrite);
   SPEC_CHECK(h.world_size >= 1 && h.tp >= 1 && h.dp >= 1 && h.tp * h.dp == h.world_size,
              "result header: world_size " << h.world_size << " != tp " << h.tp << " x dp " << h.dp);
   SPEC_CHECK(h.provenance.empty() || h.provenance.size() == static_cast<size_t>(h.world_size),
@@ -143,7 +200,7 @@ ResultWriter ResultWriter::reopen(const std::string& path) {
   impl->path = path;
   impl->file = h5::File::open(path, h5::File::Access::kReadWrite);
   h5::File& f = impl->file;
-  result_layout::check_schema(f);
+  check_resume_schema(path, result_layout::check_schema(f), f.attr_string("specrun_version"));
   impl->world_size = static_cast<int32_t>(f.attr_int("world_size"));
   for (const char* mode : {kModeBaseline, kModeSpeculative}) {
     if (!f.has(mode)) continue;
@@ -219,6 +276,9 @@ void ResultWriter::Impl::append(const std::string& mode, const BatchResult& b) {
   st.at("active").append(column<int32_t>(b.steps, &StepRecord::active));
   st.at("drafted").append(column<int32_t>(b.steps, &StepRecord::drafted));
   st.at("accepted").append(column<int32_t>(b.steps, &StepRecord::accepted));
+  st.at("depth").append(column<int32_t>(b.steps, &StepRecord::depth));
+  st.at("bonus").append(column<int8_t>(b.steps, &StepRecord::bonus));
+  st.at("emitted").append(column<int32_t>(b.steps, &StepRecord::emitted));
 
   t.timings.append(b.timings_ms.data(), b.n_steps);
   t.timings_batch.append(std::vector<int64_t>(static_cast<size_t>(b.n_steps), b.batch));
@@ -420,6 +480,24 @@ std::vector<StepRecord> ResultReader::steps(const std::string& mode) const {
   std::vector<StepRecord> out(static_cast<size_t>(n));
   for (size_t i = 0; i < out.size(); ++i)
     out[i] = StepRecord{batch[i], step[i], prompt_index[i], active[i], drafted[i], accepted[i]};
+  if (t->version >= 2) {
+    auto depth = st.at("depth").read<int32_t>(0, n);
+    auto bonus = st.at("bonus").read<int8_t>(0, n);
+    auto emitted = st.at("emitted").read<int32_t>(0, n);
+    for (size_t i = 0; i < out.size(); ++i) {
+      out[i].depth = depth[i];
+      out[i].bonus = bonus[i];
+      out[i].emitted = emitted[i];
+    }
+  } else {
+    // Version 1 recorded chains only: the depth is the chain's length and a bonus follows a
+    // fully accepted chain; the tokens a step emitted are unknown.
+    for (StepRecord& r : out) {
+      r.depth = r.drafted;
+      r.bonus = r.drafted > 0 && r.accepted == r.drafted ? 1 : 0;
+      r.emitted = -1;
+    }
+  }
   return out;
 }
 

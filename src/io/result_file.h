@@ -1,5 +1,5 @@
-// Result files (HDF5, schema "specrun.result" version 1; every dataset and attribute is described
-// in docs/file-formats.md).
+// Result files (HDF5, schema "specrun.result" version 2; every dataset and attribute is described
+// in docs/file-formats.md). Files of version 1 (no steps/depth, bonus, emitted) are read too.
 //
 // ResultWriter: rank 0 only. Creates the file with the job's header, then appends one batch at a
 // time (append_batch) and flushes after each. The batch's rows are written first and its commit
@@ -21,7 +21,7 @@
 namespace specrun {
 
 inline constexpr const char* kResultSchema = "specrun.result";
-inline constexpr int kResultSchemaVersion = 1;
+inline constexpr int kResultSchemaVersion = 2;
 
 // What the caller knows when the job starts.
 struct ResultHeader {
@@ -50,11 +50,20 @@ struct ResultInfo {
   int32_t resumes = 0;   // how many times ResultWriter::reopen continued the file
 };
 
+// --resume continues files of the current schema version only: throws (exit code 2) with
+// advice otherwise. `writer`: the file's specrun_version.
+void check_resume_schema(const std::string& path, int64_t version, const std::string& writer);
+
 class ResultWriter {
  public:
   // Creates `path` and writes the header (root attributes, /job, /provenance). An existing file
   // is an error (exit code 2, advice: job.overwrite or --resume) unless `overwrite`.
   static ResultWriter create(const std::string& path, const ResultHeader& header, bool overwrite);
+  // The checks create() starts with, touching nothing: `path` does not exist (unless
+  // `overwrite`) and its directory exists and is writable. Lets a job fail fast before it loads
+  // its models, and create the file only once they loaded (a model that fails to load then
+  // leaves an existing file as it was).
+  static void check_creatable(const std::string& path, bool overwrite);
   // Opens an existing result file to append more batches (--resume): removes rows past each
   // mode's last commit record, recomputes the running totals from committed batches, clears
   // `finished` and counts the resume. The caller checks the configuration first (ResultReader).

@@ -45,7 +45,18 @@ constexpr ColumnDef kStepColumns[] = {
     {"prompt_index", Kind::kI64, "", "sequence (prompt file row) this row describes"},
     {"active", Kind::kI32, "sequences", "sequences still decoding in this step"},
     {"drafted", Kind::kI32, "tokens", "draft tokens proposed to the sequence in this step"},
-    {"accepted", Kind::kI32, "tokens", "of those, accepted; emitted = accepted + 1"},
+    {"accepted", Kind::kI32, "tokens", "of those, accepted: the accepted path's length"},
+};
+
+// Step columns added in schema version 2 (draft trees).
+constexpr ColumnDef kStepColumnsV2[] = {
+    {"depth", Kind::kI32, "tokens", "the proposal's deepest path (a chain of k: k; baseline: 0)"},
+    {"bonus", Kind::kI8, "",
+     "1 when the accepted path ends at a leaf of the proposal (the emitted token is the bonus "
+     "sample), 0 for a correction or no proposal"},
+    {"emitted", Kind::kI32, "tokens",
+     "tokens appended to the output in this step (accepted + 1, fewer when EOS or "
+     "max_new_tokens cut it)"},
 };
 
 constexpr ColumnDef kBatchColumns[] = {
@@ -90,8 +101,8 @@ void describe(h5::Object& d, const char* unit, const char* description) {
 }
 
 template <size_t N>
-std::map<std::string, h5::Dataset> create_table(h5::Group& g, const ColumnDef (&defs)[N]) {
-  std::map<std::string, h5::Dataset> out;
+void create_table(h5::Group& g, const ColumnDef (&defs)[N],
+                  std::map<std::string, h5::Dataset>& out) {
   for (const ColumnDef& c : defs) {
     h5::RowsOptions o = uncompressed({});
     o.chunk_bytes = std::string(c.name) == "output_tokens" ? 64 * 1024 : 16 * 1024;
@@ -102,12 +113,18 @@ std::map<std::string, h5::Dataset> create_table(h5::Group& g, const ColumnDef (&
     describe(d, c.unit, c.description);
     out.emplace(c.name, std::move(d));
   }
+}
+
+template <size_t N>
+std::map<std::string, h5::Dataset> create_table(h5::Group& g, const ColumnDef (&defs)[N]) {
+  std::map<std::string, h5::Dataset> out;
+  create_table(g, defs, out);
   return out;
 }
 
 template <size_t N>
-std::map<std::string, h5::Dataset> open_table(const h5::Group& g, const ColumnDef (&defs)[N]) {
-  std::map<std::string, h5::Dataset> out;
+void open_table(const h5::Group& g, const ColumnDef (&defs)[N],
+                std::map<std::string, h5::Dataset>& out) {
   for (const ColumnDef& c : defs) {
     h5::Dataset d = g.dataset(c.name);
     bool ok =
@@ -117,6 +134,12 @@ std::map<std::string, h5::Dataset> open_table(const h5::Group& g, const ColumnDe
                                    << " dataset; it is " << d.rank() << "-D " << d.type_text());
     out.emplace(c.name, std::move(d));
   }
+}
+
+template <size_t N>
+std::map<std::string, h5::Dataset> open_table(const h5::Group& g, const ColumnDef (&defs)[N]) {
+  std::map<std::string, h5::Dataset> out;
+  open_table(g, defs, out);
   return out;
 }
 
@@ -151,6 +174,8 @@ ModeTables create_mode(h5::Group& root, const std::string& mode, int32_t draft_l
   t.seq.at("output_offsets").append(std::vector<int64_t>{0});
   h5::Group steps = t.group.create_group("steps");
   t.steps = create_table(steps, kStepColumns);
+  create_table(steps, kStepColumnsV2, t.steps);
+  t.version = kResultSchemaVersion;
 
   std::vector<std::string> phases(kPhaseNames.begin(), kPhaseNames.end());
   t.timings = h5::create_rows<float>(
@@ -181,7 +206,9 @@ ModeTables open_mode(const h5::Group& root, const std::string& mode) {
   t.group = root.group(mode);
   t.draft_len = static_cast<int32_t>(t.group.attr_int("draft_len"));
   t.seq = open_table(t.group.group("sequences"), kSequenceColumns);
+  t.version = check_schema(root);
   t.steps = open_table(t.group.group("steps"), kStepColumns);
+  if (t.version >= 2) open_table(t.group.group("steps"), kStepColumnsV2, t.steps);
   h5::Group batches = t.group.group("batches");
   t.batches = open_table(batches, kBatchColumns);
   h5::Dataset apos_rows = batches.dataset("accepted_per_position");

@@ -20,8 +20,9 @@ struct ModeTables {
   h5::Dataset timings;                         // [rows x ranks x phases] float32 ms
   h5::Dataset timings_batch;                   // [rows] int64
   h5::Dataset apos;                            // accepted_per_position totals [draft_len] int64
-  int32_t draft_len = 0;
+  int32_t draft_len = 0;  // length of accepted_per_position: the longest proposal path
   int32_t n_ranks = 0;
+  int64_t version = 0;  // the file's schema_version (steps/depth, bonus, emitted from 2)
 };
 
 // Committed row counts of a mode: what the last valid commit record (/<mode>/batches row) says.

@@ -39,7 +39,9 @@ bool ends_with(const std::string& s, const std::string& suffix) {
 
 }  // namespace
 
-Checkpoint::Checkpoint(const std::string& dir) : dir_(dir) {
+Checkpoint::Checkpoint(const std::string& dir) : Checkpoint(dir, ModelConfig::from_file) {}
+
+Checkpoint::Checkpoint(const std::string& dir, const ConfigReader& read_config) : dir_(dir) {
   SPEC_INPUT_CHECK(is_dir(dir), "model directory " << dir << " does not exist (or is not a "
                                                    << "directory)");
   const std::string config_path = dir + "/config.json";
@@ -47,7 +49,7 @@ Checkpoint::Checkpoint(const std::string& dir) : dir_(dir) {
                    "model directory " << dir << " has no config.json: expected a Hugging Face "
                                       << "layout (config.json + model.safetensors); for llama2.c "
                                       << ".bin files run `specrun import-llama2c` first");
-  config_ = ModelConfig::from_file(config_path);
+  config_ = read_config(config_path);
 
   const std::string single = dir + "/model.safetensors";
   const std::string index = dir + "/model.safetensors.index.json";
@@ -94,6 +96,13 @@ Checkpoint::Checkpoint(const std::string& dir) : dir_(dir) {
                            << " but that file does not contain it: the index and shards disagree");
     tensor_file_[it.key()] = found->second;
   }
+}
+
+const SafetensorsFile& Checkpoint::file_of(const std::string& name) const {
+  auto it = tensor_file_.find(name);
+  SPEC_INPUT_CHECK(it != tensor_file_.end(),
+                   "tensor '" << name << "' is missing from the checkpoint in " << dir_);
+  return *it->second;
 }
 
 bool Checkpoint::has(const std::string& name) const {

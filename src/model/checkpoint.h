@@ -2,6 +2,7 @@
 // model-0000x-of-0000y.safetensors files listed in model.safetensors.index.json.
 #pragma once
 
+#include <functional>
 #include <map>
 #include <memory>
 #include <string>
@@ -17,6 +18,9 @@ class Checkpoint {
   // Opens the directory: parses config.json (ModelConfig) and maps the safetensors file(s).
   // Clear errors for a missing directory, config.json, or weight file.
   explicit Checkpoint(const std::string& dir);
+  // The same with another config.json reader (an EAGLE-3 head's, eagle3_config.h).
+  using ConfigReader = std::function<ModelConfig(const std::string& config_json_path)>;
+  Checkpoint(const std::string& dir, const ConfigReader& read_config);
 
   const std::string& dir() const { return dir_; }
   const ModelConfig& config() const { return config_; }
@@ -32,6 +36,9 @@ class Checkpoint {
   std::vector<std::int64_t> config_shape(const std::string& name, std::string* why = nullptr) const;
   // All tensor names (sorted).
   std::vector<std::string> names() const;
+  // The file holding tensor `name` (for tensors of other dtypes: SafetensorsFile::get_other).
+  // Throws naming the tensor when it is not in the checkpoint.
+  const SafetensorsFile& file_of(const std::string& name) const;
   // The weight files opened (one, or one per shard).
   std::size_t num_files() const { return files_.size(); }
 

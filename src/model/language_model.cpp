@@ -21,6 +21,7 @@ int check_batch(std::span<const SeqChunk> batch, const ModelConfig& config, cons
     SPEC_CHECK(s.cache->store() == store,
                "batch entry " << b << ": KV cache was not made by this model (use new_cache)");
     s.cache->check_append(s.n_tokens, static_cast<int>(b));
+    s.cache->check_parents(s.parents, s.n_tokens, static_cast<int>(b));
     for (int i = 0; i < s.n_tokens; ++i) {
       const std::int32_t id = s.tokens[i];
       SPEC_INPUT_CHECK(id >= 0 && id < config.vocab_size,

@@ -20,11 +20,15 @@
 
 namespace specrun {
 
-// One sequence's new tokens in a forward call. Its start position is cache->length().
+// One sequence's new tokens in a forward call, appended at slots cache->length().. . parents:
+// nullptr for a chain (positions continue the cache's), or one entry per token: kChainParent,
+// or the cache slot of its parent (a token tree, kv_cache.h: a node sits at its parent's
+// position + 1 and attends to the chain and its own ancestors only).
 struct SeqChunk {
   KvCache* cache;
   const std::int32_t* tokens;
   int n_tokens;  // >= 1
+  const std::int32_t* parents = nullptr;
 };
 
 // float32 rows [rows, width] in a backend's memory (a host pointer on the CPU, a device pointer
@@ -66,6 +70,11 @@ class LanguageModel {
   // token id is outside the vocabulary, a cache belongs to another model, or a sequence would
   // exceed its cache or the model's context.
   virtual ForwardResult forward(std::span<const SeqChunk> batch, const ForwardRequest& request) = 0;
+
+  // Keeps the slots [0, first) of `cache` and, of the slots after them, first + rows[j] as
+  // first + j (their keys and values move): the accepted path of a verified token tree, or of
+  // a drafted one. rows: ascending, a path (KvCache::keep). The tree, if any, is gone after.
+  virtual void keep(KvCache& cache, int first, std::span<const int> rows) = 0;
 
   // Host copy of rows [first, first + count) of a view this model returned.
   virtual void read(const RowsView& view, int first, int count, float* host) = 0;

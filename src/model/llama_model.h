@@ -27,27 +27,31 @@
 #include "common/error.h"
 #include "dist/communicator.h"
 #include "model/checkpoint.h"
+#include "model/graph_base.h"
 #include "model/language_model.h"
 #include "model/model_weights.h"
 
 namespace specrun {
 
 template <class B>
-class LlamaModel final : public LanguageModel, private KvStore {
- public:
-  using F = typename B::F;
-  using CF = typename B::CF;
-  using Weight = typename B::Weight;
+class LlamaModel final : public LanguageModel, private GraphBase<B> {
+  using Base = GraphBase<B>;
+  using Base::b_;
+  using Base::seqs_;
+  using typename Base::CF;
+  using typename Base::F;
+  using typename Base::Weight;
 
+ public:
   // Loads this rank's shard of `checkpoint` onto `backend` (the checkpoint is not needed
   // afterwards). tp_comm: the tensor-parallel group (size tp, this rank's index in it), which
   // must outlive the model and take the backend's buffers (MPI on host memory, NCCL on device
   // memory). Throws naming the config.json field when tp does not fit the model's shapes.
   LlamaModel(const Checkpoint& checkpoint, B backend, Communicator& tp_comm)
-      : config_(checkpoint.config()),
+      : Base(std::move(backend)),
+        config_(checkpoint.config()),
         comm_(tp_comm),
         tp_(tp_comm.size()),
-        b_(std::move(backend)),
         inv_freq_(config_.rope_inv_freq()) {
     SPEC_CHECK(static_cast<int>(inv_freq_.size()) == config_.head_dim / 2,
                "rope_inv_freq returned " << inv_freq_.size() << " values for head_dim "
@@ -61,7 +65,6 @@ class LlamaModel final : public LanguageModel, private KvStore {
     weights_ = prepare_weights(b_, host, config_);
     inv_freq_dev_ = b_.upload_floats(inv_freq_);
   }
-  ~LlamaModel() override { b_.finish(); }
 
   const ModelConfig& config() const override { return config_; }
   BackendKind backend() const override { return B::kKind; }
@@ -72,37 +75,24 @@ class LlamaModel final : public LanguageModel, private KvStore {
   void synchronize() override { b_.synchronize(); }
 
   std::unique_ptr<KvCache> new_cache(int capacity) override {
-    const KvShape shape{config_.num_layers, weights_.plan.kv_heads * config_.head_dim};
-    int slot;
-    if (!free_slots_.empty()) {
-      slot = free_slots_.back();
-      free_slots_.pop_back();
-      blocks_[slot] = b_.new_kv_block(shape, capacity);
-    } else {
-      slot = static_cast<int>(blocks_.size());
-      blocks_.push_back(b_.new_kv_block(shape, capacity));
-    }
-    return std::make_unique<KvCache>(static_cast<KvStore*>(this), slot, capacity,
-                                     config_.max_position_embeddings);
+    return Base::make_cache(capacity,
+                            KvShape{config_.num_layers, weights_.plan.kv_heads * config_.head_dim},
+                            config_.max_position_embeddings);
   }
 
   ForwardResult forward(std::span<const SeqChunk> batch, const ForwardRequest& request) override;
 
+  void keep(KvCache& cache, int first, std::span<const int> rows) override {
+    Base::keep_path(cache, config_.num_layers, first, rows);
+  }
   void read(const RowsView& view, int first, int count, float* host) override {
-    SPEC_CHECK(view.backend == B::kKind && first >= 0 && first + count <= view.rows,
-               "read: rows " << first << ".." << first + count << " of a view of " << view.rows);
-    b_.read(CF(view.row(first)), static_cast<std::size_t>(count) * view.width, host);
+    Base::read_rows(view, first, count, host);
   }
   void read_kv(const KvCache& cache, int layer, int which, float* host) override {
-    SPEC_CHECK(cache.store() == this, "read_kv: the cache was not made by this model");
-    b_.read_kv(blocks_[cache.slot()], layer, which, cache.length(), host);
+    Base::read_cache(cache, layer, which, host);
   }
 
  private:
-  void release(int slot) override {
-    blocks_[slot] = typename B::KvBlock();
-    free_slots_.push_back(slot);
-  }
   void attention_block(int layer, int n, bool last_only);
   void mlp_block(int layer, int n);
   void capture(int slot, int n);
@@ -110,16 +100,11 @@ class LlamaModel final : public LanguageModel, private KvStore {
   ModelConfig config_;
   Communicator& comm_;
   int tp_;
-  B b_;
   ModelWeights<B> weights_;
   std::vector<float> inv_freq_;
   typename B::Floats inv_freq_dev_;
-  std::vector<typename B::KvBlock> blocks_;  // by KvCache slot
-  std::vector<int> free_slots_;
 
   // Per-call state and scratch (grown, never shrunk: no allocation per step once warm).
-  std::vector<std::int32_t> tokens_, positions_;
-  std::vector<SeqSpan<typename B::KvBlock>> seqs_;
   std::vector<int> capture_slot_;  // per layer id 0..num_layers: column block, or -1
   int n_capture_ = 0;
   typename B::Scratch x_, xn_, q_, attn_, proj_, act_, rope_, logits_, local_logits_, hidden_;
@@ -130,7 +115,7 @@ ForwardResult LlamaModel<B>::forward(std::span<const SeqChunk> batch,
                                      const ForwardRequest& request) {
   const ShardPlan& plan = weights_.plan;
   // Validate everything before any cache changes.
-  const int n = check_batch(batch, config_, this);
+  const int n = check_batch(batch, config_, static_cast<const KvStore*>(this));
   const int L = config_.num_layers, H = config_.hidden_size;
   capture_slot_.assign(L + 1, -1);
   n_capture_ = static_cast<int>(request.capture.size());
@@ -141,17 +126,7 @@ ForwardResult LlamaModel<B>::forward(std::span<const SeqChunk> batch,
     capture_slot_[id] = c;
   }
 
-  tokens_.resize(n);
-  positions_.resize(n);
-  seqs_.resize(batch.size());
-  for (int off = 0, b = 0; const SeqChunk& s : batch) {
-    std::copy(s.tokens, s.tokens + s.n_tokens, tokens_.begin() + off);
-    for (int i = 0; i < s.n_tokens; ++i) positions_[off + i] = s.cache->length() + i;
-    seqs_[b++] =
-        SeqSpan<typename B::KvBlock>{&blocks_[s.cache->slot()], s.cache->length(), s.n_tokens, off};
-    off += s.n_tokens;
-  }
-  b_.begin_forward(seqs_, tokens_.data(), positions_.data(), n);
+  Base::stage_batch(batch, n);
 
   // One cos/sin table per forward: every layer rotates q and k at the same positions.
   b_.rope_table(inv_freq_dev_, config_.head_dim,
@@ -176,7 +151,7 @@ ForwardResult LlamaModel<B>::forward(std::span<const SeqChunk> batch,
     attention_block(layer, n, trim);
     mlp_block(layer, trim ? rows : n);
   }
-  for (const SeqChunk& s : batch) s.cache->advance(s.n_tokens);
+  for (const SeqChunk& s : batch) s.cache->advance(s.n_tokens, s.parents);
 
   // The residual stream now holds `rows` rows; normed into xn.
   F xn = xn_.grow(0);

@@ -32,6 +32,8 @@ struct ModelConfig {
   bool qkv_bias = false;  // Qwen2, or attention_bias = true (then o_proj has a bias too)
   bool o_bias = false;
   bool qk_norm = false;  // Qwen3: per-head RMSNorm of q and k before RoPE
+  // EAGLE-3 heads only (eagle3_config.h): the target's hidden size; fc's input is 3x it.
+  int target_hidden_size = 0;
   int bos_token_id = 1;
   std::vector<int> eos_token_ids;  // may be empty
 

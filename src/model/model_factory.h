@@ -15,6 +15,7 @@
 #include "dist/communicator.h"
 #include "dist/mpi_comm.h"
 #include "dist/world.h"
+#include "model/draft_head.h"
 #include "model/language_model.h"
 
 namespace specrun {
@@ -38,6 +39,8 @@ class ModelFactory {
   // Loads a model: sharded over the tp group (all its ranks call), or replicated (a whole copy
   // on this rank, no communication). The checkpoint is not needed afterwards.
   std::unique_ptr<LanguageModel> load(const Checkpoint& checkpoint, bool sharded);
+  // Loads an EAGLE-3 head from `dir` for the target in `target` (replicated on every rank).
+  std::unique_ptr<DraftHead> load_head(const std::string& dir, const Checkpoint& target);
 
   // The tp group's communicator for the engine's decisions (host buffers). On CUDA it is the
   // NcclComm of the models, so its comm_seconds() also holds the NCCL time of forward passes.
@@ -63,12 +66,17 @@ class ModelFactory {
 // A CPU model outside a job (tests, tools): this rank's shard for the group `tp_comm`.
 std::unique_ptr<LanguageModel> load_cpu_model(const Checkpoint& checkpoint, Communicator& tp_comm,
                                               int threads);
+// An EAGLE-3 head on the CPU (config: Eagle3Config::from_file of the head for this target).
+std::unique_ptr<DraftHead> load_cpu_head(const Checkpoint& head, const Checkpoint& target,
+                                         const Eagle3Config& config, int threads);
 
 #ifdef SPECRUN_HAVE_CUDA
 class NcclComm;
 // A CUDA model on `context`'s device, sharded over `comm` (context.tp() or context.self()).
 std::unique_ptr<LanguageModel> load_cuda_model(const Checkpoint& checkpoint, CudaContext& context,
                                                NcclComm& comm);
+std::unique_ptr<DraftHead> load_cuda_head(const Checkpoint& head, const Checkpoint& target,
+                                          const Eagle3Config& config, CudaContext& context);
 #endif
 
 }  // namespace specrun

@@ -32,11 +32,11 @@ struct ModelWeights {
 // Prepares `host` on backend `b`. gate and up become one kGateUp weight stored under
 // Role::kGate; a tied embedding reuses lm_head's prepared copy.
 template <class B>
-ModelWeights<B> prepare_weights(B& b, const HostWeights& host, const ModelConfig& config) {
+ModelWeights<B> prepare_weights(B& b, const HostWeights& host, const ModelConfig& config,
+                                std::span<const TensorSpec> schema = llama_schema()) {
   ModelWeights<B> w;
   w.plan = host.plan;
   w.layers.resize(host.layers.size());
-  const auto schema = llama_schema();
   auto tied = [&](const TensorSpec& s) {
     return s.role == Role::kEmbed && config.tie_word_embeddings;
   };
@@ -59,7 +59,8 @@ ModelWeights<B> prepare_weights(B& b, const HostWeights& host, const ModelConfig
     if (tied(s)) {
       dst = b.prepare_tied(w.get(Role::kLmHead));
     } else if (s.use == WeightUse::kGateUp) {
-      const HostTensor& up = host.layers[layer][static_cast<int>(Role::kUp)];
+      const int up_role = static_cast<int>(Role::kUp);
+      const HostTensor& up = s.per_layer ? host.layers[layer][up_role] : host.model[up_role];
       dst = b.prepare_pair(host.get(s, layer), up);
     } else {
       dst = b.prepare(host.get(s, layer), s.use);

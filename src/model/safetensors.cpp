@@ -206,6 +206,9 @@ SafetensorsFile::SafetensorsFile(const std::string& path) : path_(path) {
         tensors_.emplace(name, std::move(view));
       } else {
         unsupported_dtype_[name] = dtype_str;
+        view.data = data + begin;
+        view.nbytes = static_cast<std::size_t>(end - begin);
+        other_.emplace(name, std::move(view));
       }
     }
 
@@ -255,6 +258,20 @@ const TensorView& SafetensorsFile::get(const std::string& name) const {
   }
   SPEC_INPUT_FAIL(path_ << ": tensor '" << name << "' not found (the file has "
                         << tensors_.size() + unsupported_dtype_.size() << " tensors)");
+}
+
+const TensorView& SafetensorsFile::get_other(const std::string& name,
+                                             const std::string& want) const {
+  auto it = other_.find(name);
+  if (it == other_.end()) {
+    SPEC_INPUT_CHECK(tensors_.count(name) == 0,
+                     path_ << ": tensor '" << name << "' has a float dtype, expected " << want);
+    SPEC_INPUT_FAIL(path_ << ": tensor '" << name << "' not found");
+  }
+  const std::string& dtype = unsupported_dtype_.at(name);
+  SPEC_INPUT_CHECK(dtype == want, path_ << ": tensor '" << name << "' has dtype " << dtype
+                                        << ", expected " << want);
+  return it->second;
 }
 
 std::vector<std::string> SafetensorsFile::names() const {

@@ -56,9 +56,15 @@ class SafetensorsFile {
   std::map<std::string, std::string> unsupported_dtype_;
   // The "__metadata__" map (string -> string), empty when absent.
   std::map<std::string, std::string> metadata_;
+  // The tensors of other dtypes (their view's dtype field is meaningless).
+  std::map<std::string, TensorView> other_;
 
  public:
   const std::map<std::string, std::string>& metadata() const { return metadata_; }
+  // A tensor of a non-float dtype (I64, BOOL, ... : EAGLE-3's d2t and t2d): its view (shape,
+  // bytes) and its dtype name in `dtype`. Throws naming the file and tensor when absent, or
+  // when its dtype is not `want`.
+  const TensorView& get_other(const std::string& name, const std::string& want) const;
 };
 
 // Writes tensors in safetensors format (used by make-model and import-llama2c). Tensors are

@@ -1,10 +1,12 @@
 // Synthetic target/draft pairs: see synthetic.h for the construction.
 #include "model/synthetic.h"
 
+#include <algorithm>
 #include <cmath>
 #include <cstring>
 #include <filesystem>
 #include <fstream>
+#include <nlohmann/json.hpp>
 #include <vector>
 
 #include "common/error.h"
@@ -196,6 +198,111 @@ void make_model_pair(const SyntheticSpec& spec, const std::string& outdir) {
   validate(spec);
   write_model(spec, false, outdir + "/target");
   write_model(spec, true, outdir + "/draft");
+}
+
+namespace {
+
+// A tensor holding `values` (row-major, converted to spec.dtype).
+TensorToWrite from_values(const SyntheticSpec& spec, const std::string& name,
+                          std::vector<std::int64_t> shape, const std::vector<float>& values) {
+  TensorToWrite t{name, spec.dtype, std::move(shape), {}};
+  t.bytes.resize(values.size() * dtype_size(spec.dtype));
+  for (std::size_t i = 0; i < values.size(); ++i) {
+    if (spec.dtype == DType::kF32) {
+      std::memcpy(t.bytes.data() + 4 * i, &values[i], 4);
+    } else {
+      const std::uint16_t b = f32_to_bf16(values[i]);
+      std::memcpy(t.bytes.data() + 2 * i, &b, 2);
+    }
+  }
+  return t;
+}
+
+// rows x cols, block [r0.., c0..] of size n x n = scale * identity, zero elsewhere.
+std::vector<float> identity_block(std::int64_t rows, std::int64_t cols, std::int64_t r0,
+                                  std::int64_t c0, std::int64_t n, float scale) {
+  std::vector<float> m(static_cast<std::size_t>(rows * cols), 0.0f);
+  for (std::int64_t i = 0; i < n; ++i)
+    m[static_cast<std::size_t>((r0 + i) * cols + c0 + i)] = scale;
+  return m;
+}
+
+}  // namespace
+
+bool can_make_eagle3_head(const SyntheticSpec& spec) {
+  const ModelConfig t = synthetic_config(spec, false);
+  return spec.architecture == "llama" && t.hidden_size % t.head_dim == 0 && t.num_layers >= 4;
+}
+
+void make_eagle3_head(const SyntheticSpec& spec, const std::string& dir) {
+  validate(spec);
+  SPEC_INPUT_CHECK(can_make_eagle3_head(spec),
+                   "make-model: a synthetic EAGLE-3 head needs --arch llama, a head dim that "
+                   "divides --hidden and at least 4 target layers");
+  const ModelConfig t = synthetic_config(spec, false);
+  const std::int64_t H = t.hidden_size, I = t.intermediate_size, V = t.vocab_size;
+  const std::int64_t heads = H / t.head_dim;  // q and kv widths = H
+  std::vector<TensorToWrite> w;
+  // fc passes the deepest captured layer through: hidden = f_high (its RMS is about 1).
+  w.push_back(from_values(spec, "fc.weight", {H, 3 * H}, identity_block(H, 3 * H, 0, 2 * H, H, 1)));
+  w.push_back(ones(spec, "midlayer.input_layernorm.weight", H));
+  w.push_back(ones(spec, "midlayer.hidden_norm.weight", H));
+  // Attention over [norm(embed), norm(hidden)]: q = k = 2 norm(embed), so each position attends
+  // to itself (a token's own q.k beats the others by ~5 sigma per head); v = norm(embed) -
+  // norm(hidden), so the output hidden + v is about norm(embed of the current token) whatever
+  // the hidden input was (the target's features, or the head's previous output).
+  w.push_back(from_values(spec, "midlayer.self_attn.q_proj.weight", {H, 2 * H},
+                          identity_block(H, 2 * H, 0, 0, H, 2)));
+  w.push_back(from_values(spec, "midlayer.self_attn.k_proj.weight", {H, 2 * H},
+                          identity_block(H, 2 * H, 0, 0, H, 2)));
+  std::vector<float> v = identity_block(H, 2 * H, 0, 0, H, 1);
+  for (std::int64_t i = 0; i < H; ++i) v[static_cast<std::size_t>(i * 2 * H + H + i)] = -1;
+  w.push_back(from_values(spec, "midlayer.self_attn.v_proj.weight", {H, 2 * H}, v));
+  w.push_back(from_values(spec, "midlayer.self_attn.o_proj.weight", {H, H},
+                          identity_block(H, H, 0, 0, H, 1)));
+  w.push_back(ones(spec, "midlayer.post_attention_layernorm.weight", H));
+  w.push_back(random_tensor(spec, "midlayer.mlp.gate_proj.weight", {I, H}, spec.weight_std));
+  w.push_back(random_tensor(spec, "midlayer.mlp.up_proj.weight", {I, H}, spec.weight_std));
+  w.push_back(random_tensor(spec, "midlayer.mlp.down_proj.weight", {H, I}, spec.weight_std / 4));
+  w.push_back(ones(spec, "norm.weight", H));
+  // The target's own lm_head (same name and seed: the same values): the head predicts what the
+  // target would after the current token with its layers' small contributions left out.
+  w.push_back(random_tensor(spec, "lm_head.weight", {V, H}, spec.lm_head_std));
+
+  nlohmann::ordered_json c;
+  c["architectures"] = {"LlamaForCausalLMEagle3"};
+  c["model_type"] = "llama";
+  c["hidden_act"] = "silu";
+  c["hidden_size"] = H;
+  c["intermediate_size"] = I;
+  c["num_hidden_layers"] = 1;
+  c["num_attention_heads"] = heads;
+  c["num_key_value_heads"] = heads;
+  c["head_dim"] = t.head_dim;
+  c["vocab_size"] = V;
+  c["draft_vocab_size"] = V;
+  c["max_position_embeddings"] = t.max_position_embeddings;
+  c["rms_norm_eps"] = static_cast<double>(t.rms_norm_eps);
+  c["rope_theta"] = t.rope_theta;
+  c["rope_scaling"] = nullptr;
+  c["tie_word_embeddings"] = false;
+  c["attention_bias"] = false;
+  c["mlp_bias"] = false;
+  c["bos_token_id"] = 1;
+  c["eos_token_id"] = 2;
+  // SGLang's ids (layer outputs; ascending, at most L - 2): the first layer's, one in the middle,
+  // the last but one's.
+  const int L = t.num_layers;
+  c["eagle_config"] = {{"eagle_aux_hidden_state_layer_ids", {0, std::max(1, (L - 2) / 2), L - 2}},
+                       {"use_aux_hidden_state", true}};
+
+  std::error_code ec;
+  std::filesystem::create_directories(dir, ec);
+  SPEC_INPUT_CHECK(!ec, "cannot create " << dir << ": " << ec.message());
+  write_safetensors(dir + "/model.safetensors", w);
+  std::ofstream cfg(dir + "/config.json");
+  cfg << c.dump(2) << "\n";
+  SPEC_INPUT_CHECK(cfg.good(), "cannot write " << dir << "/config.json");
 }
 
 }  // namespace specrun

@@ -64,6 +64,17 @@ ModelConfig synthetic_config(const SyntheticSpec& spec, bool draft);
 // (bos 1, eos 2) and model.safetensors. Creates the directories; overwrites existing files.
 void make_model_pair(const SyntheticSpec& spec, const std::string& outdir);
 
+// A synthetic EAGLE-3 head for the target of `spec` (SGLang layout: config.json with
+// LlamaForCausalLMEagle3, fc / midlayer.* / norm / lm_head; the draft vocabulary is the
+// target's, so no d2t). Hand-built rather than random so that it drafts usefully: fc passes the
+// deepest captured layer through, the midlayer's attention copies the current token's
+// normalised embedding into the output and cancels the hidden input, and lm_head is the
+// target's, so it predicts what the target would with its layers' small contributions left
+// out (the synthetic targets are embedding-dominated, see above). For the demo and tests; the
+// trained head for a trained target is shared/models/code-eagle3.
+bool can_make_eagle3_head(const SyntheticSpec& spec);  // llama, head dim | hidden, >= 4 layers
+void make_eagle3_head(const SyntheticSpec& spec, const std::string& dir);
+
 // The deterministic generator behind the weights, exposed for tests: splitmix64 stream.
 class SplitMix64 {
  public:

@@ -37,6 +37,21 @@ constexpr TensorSpec kLlamaSchema[] = {
   {Role::kUp,           "mlp.up_proj.weight",                 true,  Dim::kIntermediate,  Dim::kHidden,  Split::kRows,       Part::kIntermediate, Presence::kAlways,   WeightUse::kGateUp,    false},
   {Role::kDown,         "mlp.down_proj.weight",               true,  Dim::kHidden,        Dim::kIntermediate, Split::kCols,  Part::kIntermediate, Presence::kAlways,   WeightUse::kLinear,    false},
 };
+constexpr TensorSpec kEagle3Schema[] = {
+  {Role::kFc,           "fc.weight",                          false, Dim::kHidden,        Dim::kFcIn,    Split::kReplicated, Part::kNone,         Presence::kAlways,   WeightUse::kLinear,    false},
+  {Role::kInputNorm,    "midlayer.input_layernorm.weight",    false, Dim::kHidden,        Dim::kNone,    Split::kReplicated, Part::kNone,         Presence::kAlways,   WeightUse::kVector,    false},
+  {Role::kHiddenNorm,   "midlayer.hidden_norm.weight",        false, Dim::kHidden,        Dim::kNone,    Split::kReplicated, Part::kNone,         Presence::kAlways,   WeightUse::kVector,    false},
+  {Role::kQ,            "midlayer.self_attn.q_proj.weight",   false, Dim::kQWidth,        Dim::kTwoHidden, Split::kReplicated, Part::kNone,       Presence::kAlways,   WeightUse::kLinear,    false},
+  {Role::kK,            "midlayer.self_attn.k_proj.weight",   false, Dim::kKvWidth,       Dim::kTwoHidden, Split::kReplicated, Part::kNone,       Presence::kAlways,   WeightUse::kLinear,    false},
+  {Role::kV,            "midlayer.self_attn.v_proj.weight",   false, Dim::kKvWidth,       Dim::kTwoHidden, Split::kReplicated, Part::kNone,       Presence::kAlways,   WeightUse::kLinear,    false},
+  {Role::kO,            "midlayer.self_attn.o_proj.weight",   false, Dim::kHidden,        Dim::kQWidth,  Split::kReplicated, Part::kNone,         Presence::kAlways,   WeightUse::kLinear,    false},
+  {Role::kPostAttentionNorm, "midlayer.post_attention_layernorm.weight", false, Dim::kHidden, Dim::kNone, Split::kReplicated, Part::kNone,        Presence::kAlways,   WeightUse::kVector,    false},
+  {Role::kGate,         "midlayer.mlp.gate_proj.weight",      false, Dim::kIntermediate,  Dim::kHidden,  Split::kReplicated, Part::kNone,         Presence::kAlways,   WeightUse::kGateUp,    false},
+  {Role::kUp,           "midlayer.mlp.up_proj.weight",        false, Dim::kIntermediate,  Dim::kHidden,  Split::kReplicated, Part::kNone,         Presence::kAlways,   WeightUse::kGateUp,    false},
+  {Role::kDown,         "midlayer.mlp.down_proj.weight",      false, Dim::kHidden,        Dim::kIntermediate, Split::kReplicated, Part::kNone,    Presence::kAlways,   WeightUse::kLinear,    false},
+  {Role::kFinalNorm,    "norm.weight",                        false, Dim::kHidden,        Dim::kNone,    Split::kReplicated, Part::kNone,         Presence::kAlways,   WeightUse::kVector,    false},
+  {Role::kLmHead,       "lm_head.weight",                     false, Dim::kVocab,         Dim::kHidden,  Split::kReplicated, Part::kNone,         Presence::kAlways,   WeightUse::kLinear,    false},
+};
 // clang-format on
 
 std::int64_t dim_value(Dim d, const ModelConfig& c) {
@@ -55,6 +70,10 @@ std::int64_t dim_value(Dim d, const ModelConfig& c) {
       return static_cast<std::int64_t>(c.num_kv_heads) * c.head_dim;
     case Dim::kHeadDim:
       return c.head_dim;
+    case Dim::kTwoHidden:
+      return 2 * static_cast<std::int64_t>(c.hidden_size);
+    case Dim::kFcIn:
+      return 3 * static_cast<std::int64_t>(c.target_hidden_size);
   }
   return 0;
 }
@@ -84,6 +103,12 @@ std::string dim_text(Dim d, const ModelConfig& c) {
       break;
     case Dim::kHeadDim:
       os << "head_dim = " << c.head_dim;
+      break;
+    case Dim::kTwoHidden:
+      os << "2*hidden_size = " << dim_value(d, c);
+      break;
+    case Dim::kFcIn:
+      os << "3*target hidden_size = " << dim_value(d, c);
       break;
   }
   return os.str();
@@ -195,6 +220,10 @@ std::span<const TensorSpec> llama_schema() {
   return kLlamaSchema;
 }
 
+std::span<const TensorSpec> eagle3_schema() {
+  return kEagle3Schema;
+}
+
 bool present(const TensorSpec& spec, const ModelConfig& c) {
   switch (spec.presence) {
     case Presence::kAlways:
@@ -250,7 +279,8 @@ std::size_t HostWeights::bytes() const {
   return total;
 }
 
-HostWeights load_host_weights(const Checkpoint& ckpt, int tp, int tp_rank) {
+HostWeights load_host_weights(const Checkpoint& ckpt, int tp, int tp_rank,
+                              std::span<const TensorSpec> schema) {
   const ModelConfig& c = ckpt.config();
   SPEC_INPUT_CHECK(c.num_kv_heads > 0 && c.num_heads % c.num_kv_heads == 0,
                    "config.json: num_attention_heads = " << c.num_heads
@@ -263,10 +293,10 @@ HostWeights load_host_weights(const Checkpoint& ckpt, int tp, int tp_rank) {
   w.layers.resize(c.num_layers);
   // Every copy is made before any view into `owned` is taken: reserve so that it never moves.
   std::size_t copies = 0;
-  for (const TensorSpec& s : kLlamaSchema)
+  for (const TensorSpec& s : schema)
     if (present(s, c)) copies += (s.per_layer ? c.num_layers : 1) * 2;
   w.owned.reserve(copies);
-  for (const TensorSpec& s : kLlamaSchema) {
+  for (const TensorSpec& s : schema) {
     if (!present(s, c)) continue;
     for (int layer = 0; layer < (s.per_layer ? c.num_layers : 1); ++layer) {
       const std::string name = c.tie_word_embeddings && !s.tied_source.empty()

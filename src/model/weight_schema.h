@@ -63,8 +63,10 @@ enum class Role : std::uint8_t {
   kGate,  // gate and up are prepared together (WeightUse::kGateUp) and stored under kGate
   kUp,
   kDown,
+  kFc,          // EAGLE-3: the projection of the target's three hidden states
+  kHiddenNorm,  // EAGLE-3: the norm of the hidden input
 };
-inline constexpr int kNumRoles = static_cast<int>(Role::kDown) + 1;
+inline constexpr int kNumRoles = static_cast<int>(Role::kHiddenNorm) + 1;
 
 // A dimension of a tensor, as config.json gives it.
 enum class Dim : std::uint8_t {
@@ -75,6 +77,8 @@ enum class Dim : std::uint8_t {
   kQWidth,        // num_attention_heads * head_dim
   kKvWidth,       // num_key_value_heads * head_dim
   kHeadDim,       // head_dim
+  kTwoHidden,     // 2 * hidden_size (an EAGLE-3 head's attention input)
+  kFcIn,          // 3 * target_hidden_size (an EAGLE-3 head's fc input)
 };
 
 // How a rank's shard is cut from the full tensor.
@@ -111,6 +115,10 @@ struct TensorSpec {
 // The Llama family's table, model-level entries first; the lm_head entry precedes the embedding
 // (a tied embedding is prepared from lm_head's prepared copy).
 std::span<const TensorSpec> llama_schema();
+// An EAGLE-3 head's table (SafeAILab / SGLang names: fc, midlayer.*, norm, lm_head over the
+// draft vocabulary; all model-level, replicated). Its embedding is the target's and d2t / t2d
+// are not float tensors: neither is in the table (eagle3_model.h loads them).
+std::span<const TensorSpec> eagle3_schema();
 
 // True when config.json implies the tensor.
 bool present(const TensorSpec& spec, const ModelConfig& config);
@@ -142,6 +150,7 @@ struct HostWeights {
 // Loads this rank's shard of `checkpoint` for tensor parallelism tp (rank tp_rank); every
 // tensor is checked against the shape config.json implies (errors name the tensor, the file and
 // the config fields).
-HostWeights load_host_weights(const Checkpoint& checkpoint, int tp, int tp_rank);
+HostWeights load_host_weights(const Checkpoint& checkpoint, int tp, int tp_rank,
+                              std::span<const TensorSpec> schema = llama_schema());
 
 }  // namespace specrun

@@ -1,4 +1,6 @@
 // TokenOps on the CPU: the reference rules (spec/sampling.h, spec/verifier.h) on host rows.
+#include <algorithm>
+#include <cmath>
 #include <vector>
 
 #include "common/error.h"
@@ -54,17 +56,51 @@ class CpuTokenOps final : public TokenOps {
     if (draft_.size() < n) draft_.resize(n);
   }
 
-  void verify_greedy(const RowsView& logits, std::span<const ChainToVerify> chains,
-                     std::span<VerifyResult> out) override {
-    for (std::size_t c = 0; c < chains.size(); ++c) {
-      const ChainToVerify& ch = chains[c];
-      const int k = static_cast<int>(ch.drafts.size());
-      target_argmax_.resize(k + 1);
-      drafts_.assign(ch.drafts.begin(), ch.drafts.end());
-      for (int j = 0; j <= k; ++j)
-        target_argmax_[j] = specrun::argmax(logits.row(ch.target_row + j), logits.width);
-      out[c].accepted = greedy_accept(drafts_.data(), k, target_argmax_.data());
-      out[c].token = target_argmax_[out[c].accepted];
+  void verify_tree_greedy(const RowsView& logits, std::span<const TreeToVerify> trees,
+                          std::span<TreeVerdict> out) override {
+    for (std::size_t c = 0; c < trees.size(); ++c) {
+      const TreeToVerify& t = trees[c];
+      out[c] = verify_tree_greedy_with(t.tree, [&](int node) {
+        return specrun::argmax(logits.row(t.root_row + 1 + node), logits.width);
+      });
+    }
+  }
+
+  void verify_tree_sampling(const RowsView& logits, const SamplingParams& params,
+                            std::span<const TreeToVerify> trees,
+                            std::span<TreeVerdict> out) override {
+    probs_.resize(logits.width);
+    for (std::size_t c = 0; c < trees.size(); ++c) {
+      const TreeToVerify& t = trees[c];
+      out[c] = verify_tree_sampling_with(t.tree, [&](int node, int level) {
+        sampler_.logits_to_probs(logits.row(t.root_row + 1 + node), logits.width, params,
+                                 probs_.data());
+        return sample_from(probs_.data(), logits.width,
+                           t.key.uniform(t.first_position + level, RandPurpose::kTreeSample));
+      });
+    }
+  }
+
+  void top_k(const RowsView& logits, std::span<const int> rows, int k, std::span<std::int32_t> ids,
+             std::span<float> logprobs) override {
+    check(logits, rows, ids.size() / std::max(k, 1));
+    SPEC_CHECK(k >= 1 && k <= logits.width, "top_k: k = " << k << " for " << logits.width);
+    order_.resize(logits.width);
+    for (std::size_t r = 0; r < rows.size(); ++r) {
+      const float* x = logits.row(rows[r]);
+      for (int i = 0; i < logits.width; ++i) order_[i] = i;
+      std::partial_sort(order_.begin(), order_.begin() + k, order_.end(), [x](int a, int b) {
+        return x[a] > x[b] || (x[a] == x[b] && a < b) || (x[a] == x[a] && x[b] != x[b]);
+      });
+      const double max = x[order_[0]];
+      double sum = 0;
+      for (int i = 0; i < logits.width; ++i)
+        if (x[i] == x[i]) sum += std::exp(static_cast<double>(x[i]) - max);
+      const double lse = max + std::log(sum);
+      for (int j = 0; j < k; ++j) {
+        ids[r * k + j] = order_[j];
+        logprobs[r * k + j] = static_cast<float>(static_cast<double>(x[order_[j]]) - lse);
+      }
     }
   }
 
@@ -100,7 +136,7 @@ class CpuTokenOps final : public TokenOps {
   Sampler sampler_;
   std::vector<float> probs_, draft_;
   int draft_rows_ = 0, draft_vocab_ = 0;
-  std::vector<int> target_argmax_, drafts_;
+  std::vector<int> drafts_, order_;
 };
 
 }  // namespace

@@ -98,29 +98,108 @@ class CudaTokenOps final : public TokenOps {
     draft_.grow(std::max<std::size_t>(static_cast<std::size_t>(rows) * vocab * sizeof(float), 1));
   }
 
-  void verify_greedy(const RowsView& logits, std::span<const ChainToVerify> chains,
-                     std::span<VerifyResult> out) override {
+  // The argmax of every row on the device; the walk down each tree on the host (a few dozen
+  // ids).
+  void verify_tree_greedy(const RowsView& logits, std::span<const TreeToVerify> trees,
+                          std::span<TreeVerdict> out) override {
     SPEC_CHECK(logits.backend == BackendKind::kCuda, "CUDA token ops given a host view");
-    const int n_chains = static_cast<int>(chains.size());
-    int n_drafts = 0;
-    for (const ChainToVerify& c : chains) n_drafts += static_cast<int>(c.drafts.size());
     Staging s;
     const std::size_t at_rows = s.add<std::int32_t>(logits.rows);
     const std::size_t at_argmax = s.add<std::int32_t>(logits.rows);
-    const std::size_t at_chains = s.add<cuda::ChainSpec>(n_chains);
-    const std::size_t at_drafts = s.add<std::int32_t>(std::max(n_drafts, 1));
-    const std::size_t at_out = s.add<std::int32_t>(2 * n_chains);
     stage(s);
     for (int r = 0; r < logits.rows; ++r) host<std::int32_t>(at_rows)[r] = r;
-    fill_chains(chains, at_chains, at_drafts, /*uniform stride*/ nullptr);
     upload(s);
     cuda::argmax_rows(stream_, logits.data, logits.width, dev<std::int32_t>(at_rows), logits.rows,
                       dev<std::int32_t>(at_argmax));
-    cuda::verify_chains_greedy(stream_, dev<std::int32_t>(at_argmax),
-                               dev<cuda::ChainSpec>(at_chains), n_chains,
-                               dev<std::int32_t>(at_drafts), dev<std::int32_t>(at_out));
-    download(at_out, 2 * n_chains * sizeof(std::int32_t));
-    read_results(at_out, out, n_chains);
+    download(at_argmax, logits.rows * sizeof(std::int32_t));
+    const std::int32_t* argmax = host<std::int32_t>(at_argmax);
+    for (std::size_t c = 0; c < trees.size(); ++c) {
+      const TreeToVerify& t = trees[c];
+      out[c] = verify_tree_greedy_with(t.tree, [&](int node) {
+        const int id = argmax[t.root_row + 1 + node];
+        SPEC_CHECK(id >= 0, "argmax of logits row " << t.root_row + 1 + node << " is all NaN");
+        return id;
+      });
+    }
+  }
+
+  void verify_tree_sampling(const RowsView& logits, const SamplingParams& params,
+                            std::span<const TreeToVerify> trees,
+                            std::span<TreeVerdict> out) override {
+    SPEC_CHECK(logits.backend == BackendKind::kCuda, "CUDA token ops given a host view");
+    const int V = logits.width;
+    const int n_trees = static_cast<int>(trees.size());
+    int n_nodes = 0, n_rows = 0, n_uniforms = 0;
+    for (const TreeToVerify& t : trees) {
+      n_nodes += t.tree.n;
+      n_rows += t.tree.n + 1;
+      n_uniforms += t.tree.n + 1;  // one per level, depth <= n
+    }
+    Staging s;
+    const std::size_t at_src = s.add<std::int32_t>(n_rows), at_dst = s.add<std::int32_t>(n_rows);
+    const std::size_t at_trees = s.add<cuda::TreeSpec>(n_trees);
+    const std::size_t at_tokens = s.add<std::int32_t>(std::max(n_nodes, 1));
+    const std::size_t at_parents = s.add<std::int32_t>(std::max(n_nodes, 1));
+    const std::size_t at_u = s.add<double>(n_uniforms);
+    const std::size_t at_error = s.add<int>(1);
+    const std::size_t at_out = s.add<std::int32_t>(2 * n_trees);
+    const std::size_t at_paths = s.add<std::int32_t>(std::max(n_nodes, 1));
+    stage(s);
+    for (int c = 0, row = 0, node = 0, u = 0; c < n_trees; ++c) {
+      const TreeToVerify& t = trees[c];
+      host<cuda::TreeSpec>(at_trees)[c] = cuda::TreeSpec{t.tree.n, node, row, u, node};
+      for (int i = 0; i <= t.tree.n; ++i, ++row) {
+        host<std::int32_t>(at_src)[row] = t.root_row + i;
+        host<std::int32_t>(at_dst)[row] = row;
+      }
+      for (int i = 0; i < t.tree.n; ++i, ++node) {
+        host<std::int32_t>(at_tokens)[node] = t.tree.tokens[i];
+        host<std::int32_t>(at_parents)[node] = t.tree.parents[i];
+      }
+      for (int level = 0; level <= t.tree.n; ++level, ++u)
+        host<double>(at_u)[u] = t.key.uniform(t.first_position + level, RandPurpose::kTreeSample);
+    }
+    host<int>(at_error)[0] = 0;
+    upload(s);
+    probs_.grow(static_cast<std::size_t>(n_rows) * V * sizeof(float));
+    cuda::logits_to_probs(stream_, logits.data, V, dev<std::int32_t>(at_src),
+                          dev<std::int32_t>(at_dst), n_rows, config(params), probs_.as<float>(),
+                          dev<int>(at_error));
+    cuda::verify_trees_sampling(stream_, probs_.as<float>(), V, dev<cuda::TreeSpec>(at_trees),
+                                n_trees, dev<std::int32_t>(at_tokens),
+                                dev<std::int32_t>(at_parents), dev<double>(at_u),
+                                dev<std::int32_t>(at_out), dev<std::int32_t>(at_paths));
+    download(at_error, s.bytes() - at_error);
+    SPEC_CHECK(host<int>(at_error)[0] == 0,
+               "verify_tree_sampling: a target logit row has a NaN or no finite maximum");
+    for (int c = 0, node = 0; c < n_trees; node += trees[c].tree.n, ++c) {
+      TreeVerdict& v = out[c];
+      v.accepted = host<std::int32_t>(at_out)[2 * c];
+      v.token = host<std::int32_t>(at_out)[2 * c + 1];
+      SPEC_CHECK(v.token >= 0 && v.accepted <= kMaxTreeDepth,
+                 "tree verification of sequence " << c << " found no token to emit");
+      for (int j = 0; j < v.accepted; ++j) v.path[j] = host<std::int32_t>(at_paths)[node + j];
+    }
+  }
+
+  void top_k(const RowsView& logits, std::span<const int> rows, int k, std::span<std::int32_t> ids,
+             std::span<float> logprobs) override {
+    check(logits, rows);
+    SPEC_CHECK(k >= 1 && k <= cuda::kMaxTopK && k <= logits.width,
+               "top_k: k = " << k << " outside 1.." << std::min(cuda::kMaxTopK, logits.width));
+    const int n = static_cast<int>(rows.size());
+    Staging s;
+    const std::size_t at_rows = s.add<std::int32_t>(n);
+    const std::size_t at_ids = s.add<std::int32_t>(static_cast<std::size_t>(n) * k);
+    const std::size_t at_lp = s.add<float>(static_cast<std::size_t>(n) * k);
+    stage(s);
+    copy_ints(at_rows, rows);
+    upload(s);
+    cuda::top_k_rows(stream_, logits.data, logits.width, dev<std::int32_t>(at_rows), n, k,
+                     dev<std::int32_t>(at_ids), dev<float>(at_lp));
+    download(at_ids, s.bytes() - at_ids);
+    std::copy(host<std::int32_t>(at_ids), host<std::int32_t>(at_ids) + n * k, ids.begin());
+    std::copy(host<float>(at_lp), host<float>(at_lp) + n * k, logprobs.begin());
   }
 
   void verify_sampling(const RowsView& logits, const SamplingParams& params,
@@ -209,8 +288,8 @@ class CudaTokenOps final : public TokenOps {
     }
   }
 
-  // ChainSpecs and drafts (and, when uniforms != nullptr, each chain's 2k + 1 uniforms: accept,
-  // residual, bonus, keyed exactly as verify_sampling keys them).
+  // ChainSpecs (target rows renumbered as transformed into probs_, in chain order), drafts and
+  // each chain's 2k + 1 uniforms: accept, residual, bonus, keyed as verify_sampling keys them.
   void fill_chains(std::span<const ChainToVerify> chains, std::size_t at_chains,
                    std::size_t at_drafts, double* uniforms) {
     int draft = 0, uniform = 0, row = 0;
@@ -219,19 +298,17 @@ class CudaTokenOps final : public TokenOps {
       const int k = static_cast<int>(ch.drafts.size());
       cuda::ChainSpec spec;
       spec.k = k;
-      spec.target_row = uniforms != nullptr ? row : ch.target_row;
+      spec.target_row = row;
       spec.q_row = ch.q_row;
       spec.first_draft = draft;
       spec.first_uniform = uniform;
       host<cuda::ChainSpec>(at_chains)[c] = spec;
       for (int i = 0; i < k; ++i) host<std::int32_t>(at_drafts)[draft + i] = ch.drafts[i];
-      if (uniforms != nullptr) {
-        for (int i = 0; i < k; ++i) {
-          uniforms[uniform + i] = ch.key.uniform(ch.first_position + i, RandPurpose::kAccept);
-          uniforms[uniform + k + i] = ch.key.uniform(ch.first_position + i, RandPurpose::kResidual);
-        }
-        uniforms[uniform + 2 * k] = ch.key.uniform(ch.first_position + k, RandPurpose::kBonus);
+      for (int i = 0; i < k; ++i) {
+        uniforms[uniform + i] = ch.key.uniform(ch.first_position + i, RandPurpose::kAccept);
+        uniforms[uniform + k + i] = ch.key.uniform(ch.first_position + i, RandPurpose::kResidual);
       }
+      uniforms[uniform + 2 * k] = ch.key.uniform(ch.first_position + k, RandPurpose::kBonus);
       draft += k;
       uniform += 2 * k + 1;
       row += k + 1;

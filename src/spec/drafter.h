@@ -15,7 +15,10 @@
 #include <span>
 #include <vector>
 
+#include "model/language_model.h"
 #include "spec/rng.h"
+#include "spec/sampling.h"
+#include "spec/verifier.h"
 
 namespace specrun {
 
@@ -55,24 +58,62 @@ struct DraftTree {
   }
 };
 
+// Hidden states the target computed for one sequence (when the drafter asked for them,
+// Drafter::target_capture): the captured layers of consecutive positions first_position,
+// first_position + 1, ... of the sequence, at rows `rows` of TargetFeatures::hidden.
+struct SeqFeatures {
+  int first_position = 0;
+  std::span<const int> rows;
+};
+struct TargetFeatures {
+  RowsView hidden;                    // [*, capture ids x hidden], on the target's backend
+  std::span<const SeqFeatures> seqs;  // parallel to the call's sequences
+};
+
+// The decode options every drafter may need (decode.*).
+struct DraftOptions {
+  SamplingParams sampling;  // temperature <= 0: greedy
+  int draft_len = 4;        // a chain's length (tree_top_k == 1)
+  int tree_top_k = 1;       // children per expanded node; 1: a chain
+  int tree_depth = 4;       // most tokens on one path
+  int tree_nodes = 8;       // drafted nodes, root excluded
+  bool tree() const { return tree_top_k > 1; }
+};
+
+// How large a proposal may be.
+struct ProposalLimit {
+  int nodes = 0;  // drafted nodes (root excluded)
+  int depth = 0;  // tokens on the longest path
+};
+
 class Drafter {
  public:
   virtual ~Drafter() = default;
 
-  // A new batch: its sequences, in batch order (the index of a sequence in `seqs` names it in
-  // the calls below). Called after the target's prefill, before the first propose. All ranks
-  // of the tp group call every method with the same arguments.
-  virtual void begin_batch(std::span<const DraftSequence> seqs) = 0;
+  // The target layers whose hidden states this drafter needs (LanguageModel capture ids, in
+  // the order wanted), or none. The engine captures them in the target's prefill and verify
+  // passes and hands them over in begin_batch and accepted.
+  virtual std::span<const int> target_capture() const { return {}; }
 
-  // Proposes for the sequences `active` (indices into the batch): at most max_nodes[i] nodes
-  // for active[i], into out[i] (cleared by the drafter). max_nodes[i] may be 0.
-  virtual void propose(std::span<const int> active, std::span<const int> max_nodes,
+  // A new batch: its sequences, in batch order (the index of a sequence in `seqs` names it in
+  // the calls below). Called after the target's prefill and its first token, before the first
+  // propose; features: the prompts' positions (nullptr when none were asked for). All ranks of
+  // the tp group call every method with the same arguments.
+  virtual void begin_batch(std::span<const DraftSequence> seqs, const TargetFeatures* features) = 0;
+
+  // Proposes for the sequences `active` (indices into the batch): for active[i] at most
+  // limits[i].nodes nodes on paths of at most limits[i].depth tokens, into out[i] (cleared by
+  // the drafter). Limits may be 0 (near max_new_tokens).
+  virtual void propose(std::span<const int> active, std::span<const ProposalLimit> limits,
                        std::span<DraftTree> out) = 0;
 
-  // What the target accepted for each of the sequences of the last propose: accepted[i] nodes
-  // of out[i], a path from the root (for a chain, its first accepted[i] tokens). Called after
-  // the engine has appended the emitted tokens to the sequences' `tokens`.
-  virtual void accepted(std::span<const int> active, std::span<const int> accepted) = 0;
+  // What the target accepted for each of the sequences of the last propose: verdicts[i].accepted
+  // nodes of out[i] along verdicts[i].path (node indices from the root), then the token
+  // emitted after them. Called after the engine has appended the accepted tokens and that token
+  // to the sequences' `tokens`. features (when asked for): the positions the target committed
+  // in this step (its uncommitted tokens, then the accepted nodes).
+  virtual void accepted(std::span<const int> active, std::span<const TreeVerdict> verdicts,
+                        const TargetFeatures* features) = 0;
 
   // The batch is done; per-sequence state may go.
   virtual void end_batch() = 0;

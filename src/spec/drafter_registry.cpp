@@ -5,7 +5,9 @@
 #include "common/error.h"
 #include "model/checkpoint.h"
 #include "model/model_factory.h"
+#include "spec/eagle3_drafter.h"
 #include "spec/model_drafter.h"
+#include "spec/ngram_drafter.h"
 
 namespace specrun {
 namespace {
@@ -39,9 +41,47 @@ void validate_model(const JobConfig& c) {
 std::unique_ptr<Drafter> make_model(const JobConfig& c, DrafterContext& ctx) {
   const bool sharded = c.draft.placement == "sharded";
   Checkpoint checkpoint(c.draft.path.resolved);
-  return std::make_unique<ModelDrafter>(
-      ctx.factory.load(checkpoint, sharded), ctx.target.config().vocab_size, ctx.ops,
-      sharded ? &ctx.tp_comm : nullptr, ctx.sampling, ctx.max_draft);
+  return std::make_unique<ModelDrafter>(ctx.factory.load(checkpoint, sharded),
+                                        ctx.target.config().vocab_size, ctx.ops,
+                                        sharded ? &ctx.tp_comm : nullptr, ctx.options);
+}
+
+// ---- eagle3: an EAGLE-3 head over the target's hidden states -----------------------------
+
+void validate_eagle3(const JobConfig& c) {
+  if (!c.uses_mode("speculative")) return;
+  SPEC_INPUT_CHECK(!c.draft.path.empty(),
+                   "draft.kind = \"eagle3\" needs draft.path, the head's directory (config.json "
+                   "and model.safetensors in the SafeAILab / SGLang layout)");
+  SPEC_INPUT_CHECK(c.draft.placement == "replicated",
+                   "draft.placement = \""
+                       << c.draft.placement << "\" (" << c.origin("draft.placement")
+                       << "): an EAGLE-3 head is replicated on every rank (it is "
+                          "small and reads the target's full-width features); "
+                          "set draft.placement = \"replicated\"");
+}
+
+std::unique_ptr<Drafter> make_eagle3(const JobConfig& c, DrafterContext& ctx) {
+  return std::make_unique<Eagle3Drafter>(
+      ctx.factory.load_head(c.draft.path.resolved, ctx.target_checkpoint), ctx.ops, ctx.options);
+}
+
+// ---- ngram: prompt lookup, no model -------------------------------------------------------
+
+void validate_ngram(const JobConfig& c) {
+  SPEC_INPUT_CHECK(
+      c.draft.ngram_min <= c.draft.ngram_max,
+      "draft.ngram_min = " << c.draft.ngram_min << " (" << c.origin("draft.ngram_min")
+                           << ") is larger than draft.ngram_max = " << c.draft.ngram_max << " ("
+                           << c.origin("draft.ngram_max") << ")");
+  SPEC_INPUT_CHECK(c.decode.tree_top_k == 1,
+                   "draft.kind = \"ngram\" proposes chains but decode.tree_top_k = "
+                       << c.decode.tree_top_k << " (" << c.origin("decode.tree_top_k")
+                       << "): set decode.tree_top_k = 1 (the chain's length is decode.draft_len)");
+}
+
+std::unique_ptr<Drafter> make_ngram(const JobConfig& c, DrafterContext&) {
+  return std::make_unique<NgramDrafter>(c.draft.ngram_min, c.draft.ngram_max, c.decode.draft_len);
 }
 
 constexpr DrafterKind kKinds[] = {
@@ -49,6 +89,14 @@ constexpr DrafterKind kKinds[] = {
      "a small causal LM of the target's vocabulary drafts a chain (draft.path, "
      "draft.placement)",
      validate_model, make_model},
+    {"eagle3",
+     "an EAGLE-3 head (draft.path) drafts from the target's hidden states, a chain or "
+     "a tree (decode.tree_top_k / tree_depth / tree_nodes)",
+     validate_eagle3, make_eagle3},
+    {"ngram",
+     "prompt lookup: the continuation of the latest earlier occurrence of the last "
+     "n tokens (draft.ngram_max .. draft.ngram_min), up to decode.draft_len; no model",
+     validate_ngram, make_ngram},
     {"none", "no drafter: baseline mode only", validate_none, make_none},
 };
 

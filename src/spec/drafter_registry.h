@@ -16,16 +16,17 @@
 
 namespace specrun {
 
+class Checkpoint;
 class ModelFactory;
 
 // What a drafter may use to build itself. All references outlive the drafter.
 struct DrafterContext {
-  ModelFactory& factory;        // loads draft models on the job's backend
-  const LanguageModel& target;  // the target (its vocabulary, config)
-  TokenOps& ops;                // token decisions on the backend
-  Communicator& tp_comm;        // the tensor-parallel group (for sharded drafters)
-  SamplingParams sampling;      // decode.temperature / top_k / top_p
-  int max_draft = 0;            // decode.draft_len: the longest chain a step asks for
+  ModelFactory& factory;                // loads draft models on the job's backend
+  const LanguageModel& target;          // the target (its vocabulary, config)
+  const Checkpoint& target_checkpoint;  // its files (an EAGLE-3 head reads its embedding)
+  TokenOps& ops;                        // token decisions on the backend
+  Communicator& tp_comm;                // the tensor-parallel group (for sharded drafters)
+  DraftOptions options;                 // the decode options drafters share (sampling, chain, tree)
 };
 
 struct DrafterKind {

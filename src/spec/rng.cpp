@@ -73,6 +73,8 @@ const char* rand_purpose_name(RandPurpose purpose) {
       return "bonus";
     case RandPurpose::kTargetSample:
       return "target_sample";
+    case RandPurpose::kTreeSample:
+      return "tree_sample";
   }
   return "unknown";
 }

@@ -27,8 +27,9 @@ enum class RandPurpose : std::uint32_t {
   kResidual = 2,      // the correction token ~ norm(max(0, p - q)) after a rejection
   kBonus = 3,         // the bonus token ~ p_{k+1} when all k draft tokens were accepted
   kTargetSample = 4,  // plain target sampling (baseline mode)
+  kTreeSample = 5,    // the target's sample at a node of a verified token tree (verifier.h)
 };
-inline constexpr int kNumRandPurposes = 5;
+inline constexpr int kNumRandPurposes = 6;
 
 // Philox4x32-10 block function: 10 rounds over a 128-bit counter with a 64-bit key. Returns
 // four independent 32-bit words. Pure; safe from any thread.

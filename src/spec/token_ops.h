@@ -24,7 +24,16 @@ namespace specrun {
 
 class CudaContext;
 
-// One drafted chain to verify against a target forward pass.
+// One drafted token tree to verify against a target forward pass (a chain being parents
+// -1, 0, 1, ...).
+struct TreeToVerify {
+  TreeView tree;
+  int root_row = 0;                 // logits row after the root; after node i: root_row + 1 + i
+  SeqRandKey key;                   // the sequence's random stream
+  std::int64_t first_position = 0;  // sequence position of the nodes under the root
+};
+
+// One drafted chain to verify against its kept draft distributions (lossless sampling with q).
 struct ChainToVerify {
   std::span<const std::int32_t> drafts;  // x_1..x_k (k may be 0)
   int target_row = 0;  // logits row of p_1; p_1..p_{k+1} are rows target_row..target_row + k
@@ -57,14 +66,26 @@ class TokenOps {
   // Room for `rows` kept distributions of `vocab` tokens (grows, never shrinks).
   virtual void reserve_draft(int rows, int vocab) = 0;
 
-  // Greedy verification of each chain (greedy_accept over the target's argmax).
-  virtual void verify_greedy(const RowsView& logits, std::span<const ChainToVerify> chains,
-                             std::span<VerifyResult> out) = 0;
+  // Greedy verification of each tree (verify_tree_greedy_with over the target's argmax rows).
+  virtual void verify_tree_greedy(const RowsView& logits, std::span<const TreeToVerify> trees,
+                                  std::span<TreeVerdict> out) = 0;
+  // Sampling verification of each tree of deterministic drafts (verify_tree_sampling_with: the
+  // target's sample at each reached node, a fresh uniform per level keyed by the position it
+  // decides, RandPurpose::kTreeSample).
+  virtual void verify_tree_sampling(const RowsView& logits, const SamplingParams& params,
+                                    std::span<const TreeToVerify> trees,
+                                    std::span<TreeVerdict> out) = 0;
   // Lossless sampling verification of each chain against its kept draft distributions
   // (verify_sampling: accept with min(1, p/q), residual or bonus sample).
   virtual void verify_sampling(const RowsView& logits, const SamplingParams& params,
                                std::span<const ChainToVerify> chains,
                                std::span<VerifyResult> out) = 0;
+
+  // For building draft trees: the k largest logits of each row rows[r] (ties to the lower id),
+  // ids[r * k + j] in descending order, and their log-probabilities logit - logsumexp(row)
+  // (no temperature: the draft's own ranking).
+  virtual void top_k(const RowsView& logits, std::span<const int> rows, int k,
+                     std::span<std::int32_t> ids, std::span<float> logprobs) = 0;
 };
 
 // The decisions of `backend`; `cuda` is the rank's CUDA state (nullptr for the CPU).

@@ -62,6 +62,27 @@ VerifyResult verify_sampling(const int* draft_tokens, int k, const float* draft_
                               });
 }
 
+int child_with_token(const TreeView& tree, int node, int token) {
+  for (int i = 0; i < tree.n; ++i)
+    if (tree.parents[i] == node && tree.tokens[i] == token) return i;
+  return -1;
+}
+
+void check_tree(const TreeView& tree, int max_depth, const char* who) {
+  SPEC_CHECK(max_depth <= kMaxTreeDepth, "trees deeper than " << kMaxTreeDepth << " nodes");
+  int depth[kMaxTreeDepth * 8];
+  SPEC_CHECK(tree.n <= static_cast<int>(sizeof(depth) / sizeof(depth[0])),
+             who << " proposed " << tree.n << " nodes, more than a tree may hold");
+  for (int i = 0; i < tree.n; ++i) {
+    const int p = tree.parents[i];
+    SPEC_CHECK(p >= -1 && p < i, who << " proposed node " << i << " with parent " << p
+                                     << ": parents must come before their children");
+    depth[i] = p < 0 ? 1 : depth[p] + 1;
+    SPEC_CHECK(depth[i] <= max_depth,
+               who << " proposed a path of " << depth[i] << " tokens, deeper than " << max_depth);
+  }
+}
+
 int tokens_until_eos(const int* tokens, int count, int eos_id) {
   if (eos_id < 0) return count;
   for (int i = 0; i < count; ++i) {

@@ -13,6 +13,7 @@
 // would have stopped there, so the truncated output has the baseline's distribution.
 #pragma once
 
+#include <array>
 #include <cstdint>
 
 #include "spec/rng.h"
@@ -86,6 +87,78 @@ VerifyResult verify_sampling_with(const int* draft_tokens, int k, const float* d
 VerifyResult verify_sampling(const int* draft_tokens, int k, const float* draft_probs,
                              const float* target_probs, int vocab, const SeqRandKey& key,
                              std::int64_t first_position);
+
+// ---- token trees (a chain being parents -1, 0, 1, ...) ------------------------------------
+// A tree under a root (the last committed token): node i has token tokens[i] and parent
+// parents[i] (another node's index, or -1 for the root), parents before children.
+struct TreeView {
+  const std::int32_t* tokens = nullptr;
+  const std::int32_t* parents = nullptr;
+  int n = 0;
+};
+
+inline constexpr int kMaxTreeDepth = 64;
+
+// The outcome of verifying a tree: the accepted path (node indices, root first) and the token
+// emitted after it (the correction, or the bonus when the path ends in a leaf).
+struct TreeVerdict {
+  int accepted = 0;
+  int token = -1;
+  std::array<int, kMaxTreeDepth> path{};
+};
+
+// The child of `node` (-1: the root) whose token is `token`, or -1. Children are searched in
+// node order, so with duplicate tokens the first sibling wins.
+int child_with_token(const TreeView& tree, int node, int token);
+
+// Greedy: from the root, descend into the child whose token is the target's argmax at the
+// current node, while there is one; the token emitted is the argmax at the last node reached.
+// argmax_at(node) gives the target's argmax after node (-1: the root). For a chain this is
+// greedy_accept.
+template <class ArgmaxAt>
+TreeVerdict verify_tree_greedy_with(const TreeView& tree, ArgmaxAt&& argmax_at) {
+  TreeVerdict v;
+  int node = -1;
+  while (true) {
+    const int t = argmax_at(node);
+    const int child = child_with_token(tree, node, t);
+    if (child < 0 || v.accepted == kMaxTreeDepth) {
+      v.token = t;
+      return v;
+    }
+    v.path[v.accepted++] = child;
+    node = child;
+  }
+}
+
+// Sampling against a tree of deterministic drafts (top-k children, n-gram continuations: no
+// draft distribution q): at each node reached, sample y from the target's distribution p after
+// it (sample_at(node, level): inverse-CDF sampling of the transformed row with a uniform keyed
+// by the position of the token decided, level = path length so far); descend into the child
+// whose token is y if there is one, else emit y. Each emitted token is a sample of the target's
+// distribution given the tokens before it, so the output is distributed as target sampling
+// (lossless). This is SGLang's target-only tree sampling with its thresholds at 1 and, in
+// distribution, EAGLE's rule for deterministic drafts (model-formats.md 4.2-4.3): a child x is
+// accepted with probability p(x), whichever sibling order.
+template <class SampleAt>
+TreeVerdict verify_tree_sampling_with(const TreeView& tree, SampleAt&& sample_at) {
+  TreeVerdict v;
+  int node = -1;
+  while (true) {
+    const int y = sample_at(node, v.accepted);
+    const int child = child_with_token(tree, node, y);
+    if (child < 0 || v.accepted == kMaxTreeDepth) {
+      v.token = y;
+      return v;
+    }
+    v.path[v.accepted++] = child;
+    node = child;
+  }
+}
+
+// Checks a proposal's shape: n nodes, every parent -1 or an earlier node, depth at most
+// max_depth. Throws naming `who` (the drafter) otherwise.
+void check_tree(const TreeView& tree, int max_depth, const char* who);
 
 // How many of tokens[0..count) to keep: up to and including the first eos_id, or all of them
 // when there is none or eos_id < 0.

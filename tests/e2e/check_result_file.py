@@ -36,7 +36,8 @@ SEQ_DTYPES = {
     "output_tokens": "int32", "output_offsets": "int64",
 }
 STEP_DTYPES = {"batch": "int64", "step": "int32", "prompt_index": "int64", "active": "int32",
-               "drafted": "int32", "accepted": "int32"}
+               "drafted": "int32", "accepted": "int32", "depth": "int32", "bonus": "int8",
+               "emitted": "int32"}
 BATCH_DTYPES = {"batch": "int64", "sequences_end": "int64", "steps_end": "int64",
                 "timing_rows_end": "int64", "output_tokens_end": "int64",
                 "accepted_per_position": "int64"}
@@ -51,22 +52,28 @@ def check(cond, what):
 
 
 def make_batch(b, draft_len, ranks):
-    seqs = []
+    n_steps = 2 + b % 3
+    seqs, steps = [], []
     for j in range(SEQS_PER_BATCH):
         idx = b * SEQS_PER_BATCH + j
-        gen = 1 + idx % 5
+        eos = idx % 2
+        mine = []
+        for s in range(n_steps):
+            accepted = (s + j) % (draft_len + 1)
+            mine.append({"batch": b, "step": s, "prompt_index": idx, "active": SEQS_PER_BATCH,
+                         "drafted": draft_len, "accepted": accepted, "depth": draft_len,
+                         "bonus": int(draft_len > 0 and accepted == draft_len),
+                         "emitted": 1 if eos and s == n_steps - 1 else accepted + 1})
+        steps += mine
+        gen = 1 + sum(m["emitted"] for m in mine)
         seqs.append({
             "batch": b, "prompt_index": idx, "prompt_id": f"p{idx}",
             "category": "code" if j % 2 == 0 else "chat", "prompt_len": 5 + j,
-            "generated": gen, "verify_steps": gen, "drafted": draft_len * gen,
-            "accepted": idx % 3 if draft_len > 0 else 0, "finish_reason": idx % 2,
+            "generated": gen, "verify_steps": n_steps, "drafted": draft_len * n_steps,
+            "accepted": sum(m["accepted"] for m in mine), "finish_reason": eos,
             "wall_s": 0.5 + idx, "tokens": [(idx * 7 + t) % 1000 for t in range(gen)],
         })
-    n_steps = 2 + b % 3
-    steps = [{"batch": b, "step": s, "prompt_index": b * SEQS_PER_BATCH + j,
-              "active": SEQS_PER_BATCH, "drafted": draft_len,
-              "accepted": (s + j) % (draft_len + 1)}
-             for s in range(n_steps) for j in range(SEQS_PER_BATCH)]
+    steps.sort(key=lambda m: m["step"])  # step order, sequences interleaved (stable)
     timings = np.array([[[b * 1000 + s * 100 + r * 10 + p for p in range(6)]
                          for r in range(ranks)] for s in range(n_steps)], dtype=np.float32)
     apos = [b + i for i in range(draft_len)]
@@ -212,7 +219,7 @@ def main():
     with h5py.File(args.file, "r") as f:  # a plain open: no SWMR flag, no h5clear
         a = f.attrs
         check(a["schema"] == "specrun.result", f"schema {a['schema']!r}")
-        check(int(a["schema_version"]) == 1, "schema_version")
+        check(int(a["schema_version"]) == 2, "schema_version")
         for k, v in HEADER.items():
             check(a[k] == v, f"root attribute {k}: {a[k]!r} != {v!r}")
         check(a["git_dirty"].dtype == np.bool_ and bool(a["git_dirty"]), "git_dirty is bool True")

@@ -34,7 +34,8 @@ SEQ = {"batch": "int64", "prompt_index": "int64", "prompt_id": "str", "category"
        "accepted": "int64", "finish_reason": "int8", "wall_s": "float64",
        "output_tokens": "int32", "output_offsets": "int64"}
 STEP = {"batch": "int64", "step": "int32", "prompt_index": "int64", "active": "int32",
-        "drafted": "int32", "accepted": "int32"}
+        "drafted": "int32", "accepted": "int32", "depth": "int32", "bonus": "int8",
+        "emitted": "int32"}
 BATCH = {"batch": "int64", "sequences_end": "int64", "steps_end": "int64",
          "timing_rows_end": "int64", "output_tokens_end": "int64",
          "accepted_per_position": "int64"}
@@ -75,7 +76,7 @@ def check_layout(f, world, draft_len):
         if check(name in f.attrs, f"root attribute {name} missing"):
             check(attr_dtype_ok(f, name, want), f"root attribute {name}: not {want}")
     check(f.attrs.get("schema") == "specrun.result", "schema is not specrun.result")
-    check(int(f.attrs.get("schema_version", 0)) == 1, "schema_version is not 1")
+    check(int(f.attrs.get("schema_version", 0)) == 2, "schema_version is not 2")
     for name in JOB_ATTRS:
         if check(name in f["job"].attrs, f"/job attribute {name} missing"):
             check(attr_dtype_ok(f["job"], name, "str"), f"/job attribute {name}: not a string")
@@ -159,9 +160,19 @@ def check_counts(mode, d, n_prompts, world, tp, k):
         check(int(rows.sum()) == int(d["verify_steps"][i]),
               f"{mode} prompt {p}: {rows.sum()} step rows, verify_steps {d['verify_steps'][i]}")
         check(len(d["outputs"][i]) == int(d["generated"][i]), f"{mode} prompt {p}: output length")
-        # Tokens: the prefill's one plus accepted + 1 per step, unless max_new_tokens cut them.
-        check(int(d["generated"][i]) <= 1 + int((st["accepted"][rows] + 1).sum()),
-              f"{mode} prompt {p}: generated exceeds what the steps emitted")
+        # Tokens: the prefill's one plus what every step emitted (accepted + 1, unless EOS or
+        # max_new_tokens cut it).
+        check(int(d["generated"][i]) == 1 + int(st["emitted"][rows].sum()),
+              f"{mode} prompt {p}: generated is not 1 + the steps' emitted tokens")
+        check(bool((st["emitted"][rows] <= st["accepted"][rows] + 1).all()),
+              f"{mode} prompt {p}: a step emitted more than accepted + 1")
+        check(bool(((0 <= st["accepted"][rows]) & (st["accepted"][rows] <= st["depth"][rows]) &
+                    (st["depth"][rows] <= st["drafted"][rows])).all()),
+              f"{mode} prompt {p}: a step without 0 <= accepted <= depth <= drafted")
+        chains = st["depth"][rows] == st["drafted"][rows]
+        full = chains & (st["drafted"][rows] > 0) & (st["accepted"][rows] == st["drafted"][rows])
+        check(bool((st["bonus"][rows][chains] == full[chains]).all()),
+              f"{mode} prompt {p}: a chain step's bonus flag is not 'all accepted'")
         check(int(st["drafted"][rows].sum()) == int(d["drafted"][i]), f"{mode} prompt {p}: drafted")
         check(int(st["accepted"][rows].sum()) == int(d["accepted"][i]), f"{mode} prompt {p}: accepted")
     # One timing row per (batch, step), in commit order.
@@ -202,16 +213,21 @@ def expected_mode(d):
     out["seconds"] = sum(walls.values())
     out["tokens_per_s"] = gen.sum() / out["seconds"]
     st = d["steps"]
-    kmax = int(st["drafted"].max()) if len(st["drafted"]) else 0
+    kmax = int(st["depth"].max()) if len(st["depth"]) else 0
     unc, cond = [], []
     for i in range(1, kmax + 1):
-        offered = st["drafted"] >= i
+        offered = st["depth"] >= i
         reached = offered & (st["accepted"] >= i)
         prior = offered & (st["accepted"] >= i - 1)
-        unc.append(reached.sum() / offered.sum())
-        cond.append(reached.sum() / prior.sum())
+        unc.append(reached.sum() / offered.sum() if offered.sum() else 0.0)
+        cond.append(reached.sum() / prior.sum() if prior.sum() else 0.0)
     out["acceptance_unconditional"] = unc
     out["acceptance_conditional"] = cond
+    if out["drafted"]:
+        out["accepted_histogram"] = np.bincount(st["accepted"], minlength=kmax + 1).tolist()
+        out["nodes_histogram"] = {str(n): int((st["drafted"] == n).sum())
+                                  for n in sorted(set(st["drafted"].tolist()))}
+        out["bonus_steps"] = int(st["bonus"].sum())
     t = d["timings"]
     out["phases_ms"] = {p: quantiles(np.nanmean(t[:, :, i], axis=1)) for i, p in enumerate(PHASES)}
     out["phases_rank_mean"] = {
@@ -231,6 +247,9 @@ def check_report(rep, data, unfinished):
         exp, got = expected_mode(d), rep["modes"][mode]
         for key in ("prompts", "generated", "batches", "verify_steps", "drafted", "accepted"):
             check(got[key] == exp[key], f"report {mode} {key}: {got[key]} != {exp[key]}")
+        for key in ("accepted_histogram", "nodes_histogram", "bonus_steps"):
+            if key in exp:
+                check(got[key] == exp[key], f"report {mode} {key}: {got[key]} != {exp[key]}")
         for key in ("tau", "alpha", "seconds", "tokens_per_s"):
             check(close(got[key], exp[key]), f"report {mode} {key}: {got[key]} != {exp[key]}")
         for key in ("acceptance_unconditional", "acceptance_conditional"):

@@ -16,7 +16,7 @@ grep -q 'greedy outputs identical: 14 / 14 prompts' run.log || fail "run summary
 
 "$SPECRUN_BIN" report out.h5 >report.txt
 cat report.txt
-for want in 'world 4 = dp 2 x tp 2' '^speculative +14 +4 ' 'acceptance by draft position' \
+for want in 'world 4 = dp 2 x tp 2' '^speculative +14 +4 ' 'acceptance by depth' \
   'P\(n>=i\|n>=i-1\)' 'speedup \(speculative vs baseline\): [0-9.]+x +\[95% CI' \
   'greedy outputs identical: 14 / 14' 'speculative verify ' 'by category'; do
   grep -qE -- "$want" report.txt || fail "report lacks /$want/"

@@ -84,8 +84,8 @@ grep -qE "running: mpirun -np 8" mpirun.log || fail "mpirun.log: not launched by
   CUDA_VISIBLE_DEVICES='<unset>' OMPI_COMM_WORLD_RANK='<rank>' "SLURM_JOB_ID=$job_mpirun" ||
   fail "mpirun: the environment did not reach every rank"
 
-# 4. The sweep: draft_len 1 and 3 at temperature 0, one array task each.
-sweep=$(SPECRUN_SWEEP_DRAFT_LENS="1 3" SPECRUN_SWEEP_TEMPERATURES="0.0" \
+# 4. The sweep: a chain of 1 and a tree 3/2/4 at temperature 0, one array task each.
+sweep=$(SPECRUN_SWEEP_DRAFT_LENS="1 3/2/4" SPECRUN_SWEEP_TEMPERATURES="0.0" \
   SPECRUN_SWEEP_DIR=sweep-out SPECRUN_SET="data.max_prompts=8" SPECRUN_ENV_CHECK=0 \
   sbatch --parsable --array=0-1 --gpus-per-node=0 --output=sweep-%a.log \
   --export=ALL,SPECRUN_SBATCH="$SRC/slurm/specrun.sbatch" "$SRC/slurm/sweep.sbatch")
@@ -95,8 +95,9 @@ slurm_wait_job_gone "$sweep" 120 || {
   fail "sweep $sweep did not finish within 120 s"
 }
 cat sweep-0.log
-for k in 1 3; do
-  f=sweep-out/draft_len${k}_temp0.0.h5
+for shape in draft_len1:1 tree3-2-4:2; do  # file name: draft_len attribute (the longest path)
+  f=sweep-out/${shape%:*}_temp0.0.h5
+  k=${shape#*:}
   [[ -f $f ]] || {
     cat sweep-*.log
     fail "sweep: $f missing"

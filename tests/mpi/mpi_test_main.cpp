@@ -15,6 +15,7 @@ int main(int argc, char** argv) {
   int failed = RUN_ALL_TESTS() != 0 ? 1 : 0;
   int any_failed = 0;
   MPI_Allreduce(&failed, &any_failed, 1, MPI_INT, MPI_MAX, MPI_COMM_WORLD);
-  if (mpi.rank() == 0 && any_failed && !failed) std::fprintf(stderr, "a test failed on another rank\n");
+  if (mpi.rank() == 0 && any_failed && !failed)
+    std::fprintf(stderr, "a test failed on another rank\n");
   return any_failed;
 }

@@ -10,6 +10,7 @@
 #include <random>
 
 #include "common/error.h"
+#include "decode_test_util.h"
 #include "dist/mpi_comm.h"
 #include "engine/decoder.h"
 #include "model/checkpoint.h"
@@ -19,30 +20,10 @@
 #include "spec/token_ops.h"
 
 using namespace specrun;
+using namespace specrun::test;
 namespace fs = std::filesystem;
 
 namespace {
-
-int world_rank() {
-  int r = 0;
-  MPI_Comm_rank(MPI_COMM_WORLD, &r);
-  return r;
-}
-
-// Rank 0 writes the models; every rank learns the directory.
-std::string shared_dir(const std::string& tag) {
-  std::string dir;
-  if (world_rank() == 0) {
-    char tmpl[] = "/tmp/specrun-decoder-XXXXXX";
-    dir = mkdtemp(tmpl);
-    dir += "/" + tag;
-  }
-  int n = static_cast<int>(dir.size());
-  MPI_Bcast(&n, 1, MPI_INT, 0, MPI_COMM_WORLD);
-  dir.resize(n);
-  MPI_Bcast(dir.data(), n, MPI_CHAR, 0, MPI_COMM_WORLD);
-  return dir;
-}
 
 SyntheticSpec small_spec(std::uint64_t seed) {
   SyntheticSpec s;
@@ -81,34 +62,6 @@ class Models : public ::testing::Environment {
 };
 Models* g_models = nullptr;
 
-std::vector<Prompt> make_prompts(int n, int vocab, std::uint64_t seed) {
-  std::mt19937_64 rng(seed);
-  std::vector<Prompt> out;
-  for (int i = 0; i < n; ++i) {
-    Prompt p;
-    p.index = 100 + i;
-    p.id = "p" + std::to_string(i);
-    int len = 3 + static_cast<int>(rng() % 20);
-    p.tokens.push_back(1);
-    for (int j = 1; j < len; ++j) p.tokens.push_back(3 + static_cast<int>(rng() % (vocab - 3)));
-    out.push_back(p);
-  }
-  return out;
-}
-
-// Decodes all prompts in batches of batch_size; returns outputs by prompt order.
-std::vector<SequenceRecord> decode_all(BatchDecoder& decoder, const std::string& mode,
-                                       const std::vector<Prompt>& prompts, int batch_size) {
-  std::vector<SequenceRecord> out;
-  for (std::size_t first = 0; first < prompts.size(); first += batch_size) {
-    std::vector<Prompt> batch(prompts.begin() + first,
-                              prompts.begin() + std::min(prompts.size(), first + batch_size));
-    BatchResult r = decoder.run(mode, static_cast<std::int64_t>(first / batch_size), batch);
-    for (auto& s : r.sequences) out.push_back(std::move(s));
-  }
-  return out;
-}
-
 struct Rig {
   std::unique_ptr<MpiComm> comm;
   std::unique_ptr<Checkpoint> target_ckpt, draft_ckpt;
@@ -121,9 +74,9 @@ struct Rig {
 // The decoder of a rig for `opt`: the draft model as a drafter (drafts agreed through the tp
 // group when sharded). The drafter outlives the decoder through `drafter`.
 BatchDecoder make_decoder(Rig& s, const DecodeOptions& opt, std::unique_ptr<Drafter>& drafter) {
-  drafter = std::make_unique<ModelDrafter>(s.draft, s.target->config().vocab_size, *s.ops,
-                                           s.draft_sharded ? s.comm.get() : nullptr, opt.sampling,
-                                           opt.draft_len);
+  drafter =
+      std::make_unique<ModelDrafter>(s.draft, s.target->config().vocab_size, *s.ops,
+                                     s.draft_sharded ? s.comm.get() : nullptr, draft_options(opt));
   return BatchDecoder(*s.target, drafter.get(), *s.ops, *s.comm, opt);
 }
 
@@ -140,16 +93,6 @@ Rig make_setup(const std::string& target_dir, const std::string& draft_dir, bool
       load_cpu_model(*s.draft_ckpt, draft_sharded ? static_cast<Communicator&>(*s.comm) : self, 1);
   s.draft_sharded = draft_sharded;
   return s;
-}
-
-void expect_same_outputs(const std::vector<SequenceRecord>& a, const std::vector<SequenceRecord>& b,
-                         const std::string& what) {
-  ASSERT_EQ(a.size(), b.size()) << what;
-  for (std::size_t i = 0; i < a.size(); ++i) {
-    EXPECT_EQ(a[i].prompt_index, b[i].prompt_index) << what;
-    EXPECT_EQ(a[i].output_tokens, b[i].output_tokens)
-        << what << ": prompt " << a[i].prompt_index << " differs";
-  }
 }
 
 }  // namespace
@@ -198,6 +141,42 @@ TEST(Decoder, GreedySpeculativeEqualsBaselineForAnyDraft) {
           EXPECT_EQ(accepted, drafted) << what;
         else
           EXPECT_LT(accepted, drafted) << what;
+      }
+    }
+  }
+}
+
+// Draft trees (top-k expansion of the draft model, verified with tree attention in one target
+// pass): greedy output still equals baseline output token for token.
+TEST(Decoder, GreedyTreesEqualBaseline) {
+  const std::string pair = g_models->dir + "/pair";
+  const std::string other = g_models->dir + "/other";
+  auto prompts = make_prompts(5, 256, 17);
+  struct Shape {
+    int top_k, depth, nodes;
+  };
+  for (const Shape shape : {Shape{4, 5, 15}, Shape{8, 6, 31}, Shape{2, 3, 4}, Shape{3, 1, 3}}) {
+    for (const char* draft : {"/draft", "other"}) {
+      const bool good = std::string(draft) == "/draft";
+      Rig s = make_setup(pair + "/target", good ? pair + "/draft" : other + "/target", true, false);
+      DecodeOptions opt;
+      opt.max_new_tokens = 20;
+      opt.stop_at_eos = false;
+      opt.sampling.temperature = 0;
+      opt.tree_top_k = shape.top_k;
+      opt.tree_depth = shape.depth;
+      opt.tree_nodes = shape.nodes;
+      std::unique_ptr<Drafter> drafter;
+      BatchDecoder decoder = make_decoder(s, opt, drafter);
+      for (int batch : {1, 3}) {
+        auto base = decode_all(decoder, kModeBaseline, prompts, batch);
+        auto spec = decode_all(decoder, kModeSpeculative, prompts, batch);
+        const std::string what = std::string(good ? "good" : "random") + " draft, tree " +
+                                 std::to_string(shape.top_k) + "/" + std::to_string(shape.depth) +
+                                 "/" + std::to_string(shape.nodes) + ", batch " +
+                                 std::to_string(batch);
+        expect_same_outputs(base, spec, what);
+        for (const auto& r : spec) EXPECT_EQ(r.generated - 1, r.accepted + r.verify_steps) << what;
       }
     }
   }

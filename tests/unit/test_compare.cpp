@@ -45,7 +45,8 @@ ModeData make_mode(const std::string& mode, const Synthetic& s, std::uint64_t se
       r.wall_s = s.seq_wall_s * (1.0 + s.noise * unit(rng));
       d.sequences.push_back(r);
       for (int st = 0; st < 10; ++st)
-        d.steps.push_back(StepRecord{b, st, r.prompt_index, 4, spec ? 4 : 0, spec ? 2 : 0});
+        d.steps.push_back(
+            StepRecord{b, st, r.prompt_index, 4, spec ? 4 : 0, spec ? 2 : 0, spec ? 4 : 0});
     }
     for (int st = 0; st < 10; ++st) {
       for (int k = 0; k < 2; ++k) {

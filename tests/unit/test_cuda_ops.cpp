@@ -289,7 +289,8 @@ TEST(CudaOps, KvAppendAndAttentionMatchCpuForTwoSequences) {
     }
     for (int s = 0, t = 0; s < 2; ++s)
       for (int i = 0; i < fresh[s]; ++i, ++t)
-        slots.push_back({dev_cache[s].as<float>(), cap[s], cached[s] + i});
+        slots.push_back(
+            {dev_cache[s].as<float>(), cap[s], cached[s] + i, cached[s] + i, 0, nullptr});
     auto dk = to_device(k_new), dv = to_device(v_new), dq = to_device(q), dslots = to_device(slots);
     cuda::DeviceBuffer out(q.size() * sizeof(float));
     cuda::kv_append(ctx.stream(), dk.as<float>(), dv.as<float>(), n, kv_heads, hd,
@@ -325,6 +326,69 @@ TEST(CudaOps, KvAppendAndAttentionMatchCpuForTwoSequences) {
   }
 }
 
+// A token-tree node reads its ancestors' slots past the tree's start: its output is bitwise
+// that of the same keys laid out as a chain (what a sequential decode of its path sees).
+TEST(CudaOps, TreeNodeAttentionEqualsItsPathAsAChain) {
+  REQUIRE_DEVICE();
+  cuda::DeviceContext& ctx = *context();
+  const int heads = 4, kv_heads = 2, hd = 64, row = kv_heads * hd, cap = 64, base = 20;
+  // Tree slots base.. : nodes 0..5 with parents (in slots) base-1, base-1, base, base+1, base+3,
+  // base+2. Node 4 (slot base+4) has the path base+1, base+3, base+4 (depth 2).
+  const std::vector<std::int32_t> path = {base + 1, base + 3, base + 4};
+  const auto host = random_floats(2 * static_cast<std::size_t>(cap) * row, 40);
+  auto tree_cache = to_device(host);
+  std::vector<float> chain_host = host;  // the path's rows moved to slots base, base+1, ...
+  for (std::size_t j = 0; j < path.size(); ++j)
+    for (int which = 0; which < 2; ++which)
+      std::memcpy(chain_host.data() + (which * cap + base + j) * row,
+                  host.data() + (which * cap + path[j]) * row, row * sizeof(float));
+  auto chain_cache = to_device(chain_host);
+  auto dpath = to_device(path);
+  const int position = base + 2;
+  const std::vector<cuda::KvSlot> tree_slot = {
+      {tree_cache.as<float>(), cap, position, base + 4, base, dpath.as<std::int32_t>()}};
+  const std::vector<cuda::KvSlot> chain_slot = {
+      {chain_cache.as<float>(), cap, position, position, 0, nullptr}};
+  auto dtree = to_device(tree_slot), dchain = to_device(chain_slot);
+  const auto q = random_floats(static_cast<std::size_t>(heads) * hd, 41);
+  auto dq = to_device(q);
+  cuda::DeviceBuffer a(q.size() * sizeof(float)), b(q.size() * sizeof(float));
+  cuda::attention(ctx.stream(), dq.as<float>(), 1, heads, kv_heads, hd, dtree.as<cuda::KvSlot>(), 0,
+                  a.as<float>());
+  cuda::attention(ctx.stream(), dq.as<float>(), 1, heads, kv_heads, hd, dchain.as<cuda::KvSlot>(),
+                  0, b.as<float>());
+  const auto ra = to_host<float>(a, q.size()), rb = to_host<float>(b, q.size());
+  EXPECT_EQ(0, std::memcmp(ra.data(), rb.data(), ra.size() * sizeof(float)));
+  // And against the CPU reference on the chain layout.
+  std::vector<float> expected(q.size());
+  cpu::attention(q.data(), 1, heads, kv_heads, hd, chain_host.data(), chain_host.data() + cap * row,
+                 position, expected.data());
+  expect_close("tree attention", expected, ra, 2e-5f, 1e-4f);
+}
+
+// Compaction: the kept slots' rows land at first, first + 1, ... in every layer, K and V.
+TEST(CudaOps, KvKeepMovesTheKeptRows) {
+  REQUIRE_DEVICE();
+  cuda::DeviceContext& ctx = *context();
+  const int layers = 3, cap = 32, row = 48, first = 10;
+  const std::vector<std::int32_t> rows = {1, 2, 5, 9};  // relative to first, ascending
+  const auto host = random_floats(static_cast<std::size_t>(layers) * 2 * cap * row, 42);
+  auto cache = to_device(host);
+  auto drows = to_device(rows);
+  cuda::DeviceBuffer scratch(static_cast<std::size_t>(layers) * 2 * rows.size() * row *
+                             sizeof(float));
+  cuda::kv_keep(ctx.stream(), cache.as<float>(), cap, layers, row, first, drows.as<std::int32_t>(),
+                static_cast<int>(rows.size()), scratch.as<float>());
+  std::vector<float> expected = host;
+  for (int plane = 0; plane < layers * 2; ++plane)
+    for (std::size_t j = 0; j < rows.size(); ++j)
+      std::memcpy(expected.data() + (static_cast<std::size_t>(plane) * cap + first + j) * row,
+                  host.data() + (static_cast<std::size_t>(plane) * cap + first + rows[j]) * row,
+                  row * sizeof(float));
+  const auto got = to_host<float>(cache, host.size());
+  EXPECT_EQ(0, std::memcmp(got.data(), expected.data(), got.size() * sizeof(float)));
+}
+
 TEST(CudaOps, AttentionIsBatchInvariant) {
   REQUIRE_DEVICE();
   cuda::DeviceContext& ctx = *context();
@@ -333,7 +397,8 @@ TEST(CudaOps, AttentionIsBatchInvariant) {
   const auto q = random_floats(static_cast<std::size_t>(n) * heads * hd, 31);
   auto dq = to_device(q);
   std::vector<cuda::KvSlot> window;
-  for (int i = 0; i < n; ++i) window.push_back({cache.as<float>(), cap, start + i});
+  for (int i = 0; i < n; ++i)
+    window.push_back({cache.as<float>(), cap, start + i, start + i, 0, nullptr});
   auto dwin = to_device(window);
   cuda::DeviceBuffer out(q.size() * sizeof(float)), one(heads * hd * sizeof(float));
   cuda::attention(ctx.stream(), dq.as<float>(), n, heads, kv_heads, hd, dwin.as<cuda::KvSlot>(), 0,

@@ -7,6 +7,7 @@
 // A deliberately wrong residual must fail the same test by a wide margin (the test has power).
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cmath>
 #include <cstdint>
 #include <cstdio>
@@ -304,5 +305,152 @@ TEST(Lossless, WrongResidualFailsTheSameTest) {
           << what << " (top_k " << params.top_k << "): chi-square " << o.joint12.statistic
           << " vs critical " << critical;
     }
+  }
+}
+
+// ---- token trees ------------------------------------------------------------------------------
+// The tree verifier (verify_tree_sampling_with) against trees of deterministic drafts: at every
+// node the children are the draft model's top-k tokens after it, as an EAGLE or draft-model tree
+// drafter builds them. The same chi-square test on the first four emitted tokens; its power is
+// checked with the naive rule that tries each child in order with probability p(child) and falls
+// back to sampling p itself (a rule that ignores that the tried children were already passed over).
+namespace {
+
+enum class TreeRule { kCorrect, kWrongSiblingsThenP };
+
+// A full tree of branching `top_k` and `depth` under `context`: breadth-first, parents first.
+struct Tree {
+  std::vector<std::int32_t> tokens, parents;
+};
+
+Tree build_tree(const Model& draft, int context, int top_k, int depth) {
+  Tree tree;
+  std::vector<int> frontier = {-1};
+  for (int level = 0; level < depth; ++level) {
+    std::vector<int> next;
+    for (int node : frontier) {
+      const int after = node < 0 ? context : tree.tokens[node];
+      std::vector<int> order(kVocab);
+      std::iota(order.begin(), order.end(), 0);
+      std::stable_sort(order.begin(), order.end(),
+                       [&](int a, int b) { return draft[after][a] > draft[after][b]; });
+      for (int j = 0; j < top_k; ++j) {
+        tree.tokens.push_back(order[j]);
+        tree.parents.push_back(node);
+        next.push_back(static_cast<int>(tree.tokens.size()) - 1);
+      }
+    }
+    frontier = std::move(next);
+  }
+  return tree;
+}
+
+specrun::TreeVerdict verify_tree(const ModelPair& models, const Tree& tree, int context,
+                                 const SeqRandKey& key, std::int64_t first, TreeRule rule) {
+  const specrun::TreeView view{tree.tokens.data(), tree.parents.data(),
+                               static_cast<int>(tree.tokens.size())};
+  auto after = [&](int node) { return node < 0 ? context : tree.tokens[node]; };
+  if (rule == TreeRule::kCorrect) {
+    return specrun::verify_tree_sampling_with(view, [&](int node, int level) {
+      return specrun::sample_from(models.target[after(node)].data(), kVocab,
+                                  key.uniform(first + level, RandPurpose::kTreeSample));
+    });
+  }
+  specrun::TreeVerdict v;
+  int node = -1;
+  while (true) {
+    const std::vector<float>& p = models.target[after(node)];
+    const std::int64_t position = first + v.accepted;
+    int chosen = -1;
+    for (int c = 0, draw = 0; c < view.n; ++c) {
+      if (tree.parents[c] != node) continue;
+      const double u =
+          key.uniform(position, RandPurpose::kAccept, static_cast<std::uint32_t>(draw++));
+      if (u < p[tree.tokens[c]]) {
+        chosen = c;
+        break;
+      }
+    }
+    if (chosen < 0) {
+      v.token =
+          specrun::sample_from(p.data(), kVocab, key.uniform(position, RandPurpose::kResidual));
+      return v;
+    }
+    v.path[v.accepted++] = chosen;
+    node = chosen;
+  }
+}
+
+std::vector<int> tree_generate(const ModelPair& models, int top_k, int depth, int n,
+                               const SeqRandKey& key, TreeRule rule,
+                               std::vector<int>* accepted_counts) {
+  std::vector<int> sequence = {kPromptToken};
+  while (static_cast<int>(sequence.size()) - 1 < n) {
+    const std::int64_t first = static_cast<std::int64_t>(sequence.size());
+    const int context = sequence.back();
+    const Tree tree = build_tree(models.draft, context, top_k, depth);
+    const specrun::TreeVerdict v = verify_tree(models, tree, context, key, first, rule);
+    if (accepted_counts) ++(*accepted_counts)[v.accepted];
+    for (int i = 0; i < v.accepted; ++i) sequence.push_back(tree.tokens[v.path[i]]);
+    sequence.push_back(v.token);
+  }
+  return std::vector<int>(sequence.begin() + 1, sequence.begin() + 1 + n);
+}
+
+Outcome run_tree_trials(const ModelPair& models, int top_k, int depth, TreeRule rule,
+                        std::uint64_t seed) {
+  std::vector<long> joint(kVocab * kVocab, 0), m3(kVocab, 0), m4(kVocab, 0);
+  Outcome out;
+  out.accepted_counts.assign(depth + 1, 0);
+  for (int trial = 0; trial < kTrials; ++trial) {
+    const SeqRandKey key{seed, static_cast<std::uint64_t>(trial)};
+    const std::vector<int> t =
+        tree_generate(models, top_k, depth, 4, key, rule, &out.accepted_counts);
+    ++joint[t[0] * kVocab + t[1]];
+    ++m3[t[2]];
+    ++m4[t[3]];
+  }
+  const Exact ex = exact_target(models.target);
+  out.joint12 = chi_square(joint, ex.joint12, kTrials);
+  out.marginal3 = chi_square(m3, ex.marginal3, kTrials);
+  out.marginal4 = chi_square(m4, ex.marginal4, kTrials);
+  return out;
+}
+
+}  // namespace
+
+TEST(LosslessTree, TopThreeDepthThree) {
+  const ModelPair models = make_pair(SamplingParams{1.0f, 0, 1.0f});
+  const Outcome o = run_tree_trials(models, 3, 3, TreeRule::kCorrect, kSeed + 10);
+  expect_rejection_was_exercised(o, 3);
+  expect_matches_target(o.joint12, "tree 3x3: joint of tokens 1-2");
+  expect_matches_target(o.marginal3, "tree 3x3: marginal of token 3");
+  expect_matches_target(o.marginal4, "tree 3x3: marginal of token 4");
+}
+
+TEST(LosslessTree, TopKTopPAndAChainOfOne) {
+  // Top-k 6 / top-p 0.9 at T = 1.3 (children the target cannot produce), branching 2 depth 2;
+  // and the degenerate tree top_k = 1, depth 1.
+  const ModelPair models = make_pair(SamplingParams{1.3f, 6, 0.9f});
+  const Outcome o = run_tree_trials(models, 2, 2, TreeRule::kCorrect, kSeed + 11);
+  expect_rejection_was_exercised(o, 2);
+  expect_matches_target(o.joint12, "tree 2x2 top-k/top-p: joint 1-2");
+  expect_matches_target(o.marginal4, "tree 2x2 top-k/top-p: marginal 4");
+  const Outcome chain = run_tree_trials(models, 1, 1, TreeRule::kCorrect, kSeed + 12);
+  expect_rejection_was_exercised(chain, 1);
+  expect_matches_target(chain.joint12, "tree 1x1 top-k/top-p: joint 1-2");
+}
+
+TEST(LosslessTree, NaiveSiblingRuleFailsTheSameTest) {
+  for (const SamplingParams& params :
+       {SamplingParams{1.0f, 0, 1.0f}, SamplingParams{1.3f, 6, 0.9f}}) {
+    const ModelPair models = make_pair(params);
+    const Outcome o = run_tree_trials(models, 3, 3, TreeRule::kWrongSiblingsThenP, kSeed + 10);
+    const double critical = chi2_critical_001(o.joint12.df);
+    std::printf("  naive sibling rule  top_k %d  chi2 %9.2f  df %2d  critical(0.001) %7.2f\n",
+                params.top_k, o.joint12.statistic, o.joint12.df, critical);
+    EXPECT_GT(o.joint12.statistic, 10.0 * critical)
+        << "naive sibling rule (top_k " << params.top_k << "): chi-square " << o.joint12.statistic
+        << " vs critical " << critical;
   }
 }

@@ -52,28 +52,36 @@ BatchResult make_batch(int64_t b, int32_t draft_len) {
   r.batch = b;
   r.n_ranks = kRanks;
   r.n_steps = static_cast<int32_t>(2 + b % 3);
+  // Every sequence takes part in every step; its row is the sum of its step rows (the writer
+  // checks that), the first token coming from the prefill. Odd prompts end at EOS, which cuts
+  // their last step to one emitted token.
   for (int j = 0; j < kSeqsPerBatch; ++j) {
     int64_t idx = b * kSeqsPerBatch + j;
-    SequenceRecord s;
-    s.prompt_index = idx;
-    s.prompt_id = "p" + std::to_string(idx);
-    s.category = j % 2 == 0 ? "code" : "chat";
-    s.prompt_len = 5 + j;
-    int32_t gen = static_cast<int32_t>(1 + idx % 5);
-    for (int32_t t = 0; t < gen; ++t)
-      s.output_tokens.push_back(static_cast<int32_t>((idx * 7 + t) % 1000));
-    s.generated = gen;
-    s.verify_steps = gen;
-    s.drafted = int64_t{draft_len} * gen;
-    s.accepted = draft_len > 0 ? idx % 3 : 0;
-    s.finish_reason = static_cast<int8_t>(idx % 2);
-    s.wall_s = 0.5 + static_cast<double>(idx);
-    r.sequences.push_back(s);
+    SequenceRecord q;
+    q.prompt_index = idx;
+    q.prompt_id = "p" + std::to_string(idx);
+    q.category = j % 2 == 0 ? "code" : "chat";
+    q.prompt_len = 5 + j;
+    q.generated = 1;
+    q.finish_reason = static_cast<int8_t>(idx % 2);
+    for (int32_t s = 0; s < r.n_steps; ++s) {
+      StepRecord st{b, s, idx, kSeqsPerBatch, draft_len, (s + j) % (draft_len + 1), draft_len};
+      st.bonus = draft_len > 0 && st.accepted == draft_len ? 1 : 0;
+      st.emitted = q.finish_reason == 1 && s == r.n_steps - 1 ? 1 : st.accepted + 1;
+      r.steps.push_back(st);
+      q.verify_steps += 1;
+      q.drafted += st.drafted;
+      q.accepted += st.accepted;
+      q.generated += st.emitted;
+    }
+    for (int32_t t = 0; t < q.generated; ++t)
+      q.output_tokens.push_back(static_cast<int32_t>((idx * 7 + t) % 1000));
+    q.wall_s = 0.5 + static_cast<double>(idx);
+    r.sequences.push_back(q);
   }
-  for (int32_t s = 0; s < r.n_steps; ++s)
-    for (int j = 0; j < kSeqsPerBatch; ++j)
-      r.steps.push_back(StepRecord{b, s, b * kSeqsPerBatch + j, kSeqsPerBatch, draft_len,
-                                   (s + j) % (draft_len + 1)});
+  // Step rows in step order, sequences interleaved.
+  std::stable_sort(r.steps.begin(), r.steps.end(),
+                   [](const StepRecord& a, const StepRecord& c) { return a.step < c.step; });
   for (int32_t s = 0; s < r.n_steps; ++s)
     for (int32_t rank = 0; rank < kRanks; ++rank)
       for (int p = 0; p < kNumPhases; ++p)
@@ -149,6 +157,9 @@ void expect_batches_match(const ResultReader& r, const std::string& mode, int32_
       EXPECT_EQ(g.active, w.active);
       EXPECT_EQ(g.drafted, w.drafted);
       EXPECT_EQ(g.accepted, w.accepted);
+      EXPECT_EQ(g.depth, w.depth);
+      EXPECT_EQ(g.bonus, w.bonus);
+      EXPECT_EQ(g.emitted, w.emitted);
     }
     for (int32_t s = 0; s < want.n_steps; ++s, ++row) {
       ASSERT_LT(row, timings.rows);
@@ -296,6 +307,20 @@ TEST(ResultFile, InvalidBatchIsRejectedBeforeAnythingIsWritten) {
   bad.steps[0].batch = 9;
   EXPECT_NE(error_of([&] { w.append_batch(kModeSpeculative, bad); }).find("names batch 9"),
             std::string::npos);
+  // Step rows that do not add up to their sequence's row, or an impossible step.
+  bad = make_batch(1, kDraftLen);
+  bad.steps[2].accepted = (bad.steps[2].accepted + 1) % (kDraftLen + 1);
+  EXPECT_NE(error_of([&] { w.append_batch(kModeSpeculative, bad); }).find("step rows sum to"),
+            std::string::npos);
+  bad = make_batch(1, kDraftLen);
+  bad.steps[0].emitted -= 1;
+  EXPECT_NE(error_of([&] { w.append_batch(kModeSpeculative, bad); }).find("emitted but"),
+            std::string::npos);
+  bad = make_batch(1, kDraftLen);
+  bad.steps[0].depth = kDraftLen + 1;
+  EXPECT_NE(
+      error_of([&] { w.append_batch(kModeSpeculative, bad); }).find("accepted <= depth <= drafted"),
+      std::string::npos);
   EXPECT_NE(error_of([&] {
               w.append_batch(kModeSpeculative, make_batch(0, kDraftLen));
             }).find("already committed"),
@@ -397,6 +422,28 @@ TEST(ResultFile, RejectsFilesThatAreNotResults) {
   EXPECT_NE(msg.find("version 9"), std::string::npos) << msg;
 }
 
+// A file of result schema 1 (tests/golden, written by specrun 836c867): read with the tree
+// columns derived (chains), but not resumed.
+TEST(ResultFile, SchemaOneFilesAreReadButNotResumed) {
+  TempDir dir;
+  const std::string path = dir.file("v1.h5");
+  fs::copy_file(SPECRUN_SOURCE_DIR "/tests/golden/result-v1-836c867.h5", path);
+  {
+    ResultReader r(path);
+    EXPECT_EQ(r.info().schema_version, 1);
+    const std::vector<StepRecord> steps = r.steps(kModeSpeculative);
+    ASSERT_FALSE(steps.empty());
+    for (const StepRecord& st : steps) {
+      EXPECT_EQ(st.depth, st.drafted);
+      EXPECT_EQ(st.bonus, st.drafted > 0 && st.accepted == st.drafted ? 1 : 0);
+      EXPECT_EQ(st.emitted, -1);
+    }
+  }
+  const std::string msg = error_of([&] { ResultWriter::reopen(path); });
+  EXPECT_NE(msg.find("has result schema version 1 (written by specrun 0.1.0)"), std::string::npos)
+      << msg;
+}
+
 // A child process appends batches as fast as it can and reports each commit through a pipe; the
 // parent kills it with SIGKILL after a random delay. The file must open (here and in h5py), hold
 // at least every batch reported committed, with exactly the expected contents, and accept more
@@ -488,8 +535,14 @@ TEST(ResultFile, SurvivesSigkillAtRandomMoments) {
 TEST(H5Errors, NameTheFileQuoteHdf5AndKeepStderrQuiet) {
   TempDir dir;
   std::string path = dir.file("no/such/dir/r.h5");
-  testing::internal::CaptureStderr();
+  // ResultWriter checks the directory itself, before HDF5 is asked.
   std::string msg = error_of([&] { ResultWriter::create(path, make_header(), false); });
+  EXPECT_NE(msg.find("cannot write result file " + path + ": directory " + dir.file("no/such/dir") +
+                     " does not exist (job.output)"),
+            std::string::npos)
+      << msg;
+  testing::internal::CaptureStderr();
+  msg = error_of([&] { h5::File::create(path, false); });
   std::string printed = testing::internal::GetCapturedStderr();
   EXPECT_NE(msg.find("cannot create HDF5 file " + path), std::string::npos) << msg;
   EXPECT_NE(msg.find("HDF5 says: "), std::string::npos) << msg;

@@ -69,7 +69,7 @@ TEST(StepAllocations, AWarmStepAllocatesNothing) {
           opt.draft_len = 3;
           opt.stop_at_eos = false;
           opt.sampling.temperature = temperature;
-          ModelDrafter drafter(draft, spec.vocab, *ops, nullptr, opt.sampling, opt.draft_len);
+          ModelDrafter drafter(draft, spec.vocab, *ops, nullptr, draft_options(opt));
           BatchDecoder decoder(*target, &drafter, *ops, comm, opt);
           decoder.run(mode, 0, prompts);  // warm-up: scratch grows to its size
           const long before = g_allocations.load();

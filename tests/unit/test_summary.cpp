@@ -8,6 +8,7 @@
 #include <nlohmann/json.hpp>
 #include <random>
 
+#include "common/error.h"
 #include "engine/summary.h"
 
 using namespace specrun;
@@ -30,8 +31,12 @@ SequenceRecord seq(int64_t index, const std::string& category, int generated, in
   return s;
 }
 
+// A chain step: depth = drafted, bonus after a fully accepted chain, accepted + 1 emitted.
 StepRecord step(int64_t batch, int32_t step, int64_t index, int32_t drafted, int32_t accepted) {
-  return StepRecord{batch, step, index, 2, drafted, accepted};
+  StepRecord st{batch, step, index, 2, drafted, accepted, drafted};
+  st.bonus = drafted > 0 && accepted == drafted ? 1 : 0;
+  st.emitted = accepted + 1;
+  return st;
 }
 
 // Batch 0 (batch_size 2): prompt 0 ("A", code) with steps (k, n) = (4,4) (4,2) (4,0): emitted
@@ -86,6 +91,97 @@ TEST(Summary, HandMadeTauAlphaAcceptance) {
   EXPECT_EQ(m.categories.at("code").prompts, 2);
   EXPECT_DOUBLE_EQ(m.categories.at("code").tau, 19.0 / 6.0);
   EXPECT_DOUBLE_EQ(m.categories.at("chat").tau, 0.0);
+}
+
+// Trees: prompt 0 drafts trees (nodes, depth, accepted) = (15,5,3) (15,4,4 ending at a leaf)
+// (9,3,0); prompt 2 finishes at EOS in the middle of its second step's accepted path: steps
+// (15,5,2) (15,5,5; bonus; 6 tokens verified, EOS cut it to 2). Generated: 1 + 4+5+1 = 11 and
+// 1 + 3+2 = 6.
+ModeData tree_made() {
+  ModeData d;
+  d.mode = kModeSpeculative;
+  d.batch_size = 3;
+  auto tree_step = [](int32_t s, int64_t index, int32_t nodes, int32_t depth, int32_t accepted,
+                      int8_t bonus, int32_t emitted) {
+    StepRecord st{0, s, index, 2, nodes, accepted, depth};
+    st.bonus = bonus;
+    st.emitted = emitted;
+    return st;
+  };
+  d.steps = {tree_step(0, 0, 15, 5, 3, 0, 4), tree_step(0, 2, 15, 5, 2, 0, 3),
+             tree_step(1, 0, 15, 4, 4, 1, 5), tree_step(1, 2, 15, 5, 5, 1, 2),
+             tree_step(2, 0, 9, 3, 0, 0, 1)};
+  d.sequences = {seq(0, "code", 11, 3, 39, 7, 1.0), seq(2, "code", 6, 2, 30, 7, 1.0)};
+  d.n_ranks = 1;
+  d.timings_ms.assign(3 * kNumPhases, 1.0f);
+  return d;
+}
+
+TEST(Summary, TreeMetricsAndAcceptanceByDepth) {
+  const ModeSummary m = summarize_mode(tree_made());
+  EXPECT_EQ(m.verify_steps, 5);
+  EXPECT_DOUBLE_EQ(m.tau, (11.0 + 6.0 - 2.0) / 5.0);
+  EXPECT_DOUBLE_EQ(m.alpha, 14.0 / 69.0);
+  EXPECT_EQ(m.nodes_histogram, (std::map<int, std::int64_t>{{9, 1}, {15, 4}}));
+  EXPECT_EQ(m.accepted_histogram, (std::vector<std::int64_t>{1, 0, 1, 1, 1, 1}));
+  EXPECT_EQ(m.depth_histogram, (std::vector<std::int64_t>{0, 0, 0, 1, 1, 3}));
+  EXPECT_EQ(m.bonus_steps, 2);
+  EXPECT_DOUBLE_EQ(m.mean_nodes, 69.0 / 5.0);
+  EXPECT_DOUBLE_EQ(m.mean_depth, 22.0 / 5.0);
+  // Depth 4 was offered by the 4 steps of depth >= 4, of which those accepting >= 4: 2.
+  // Depth 5: offered by 3 (depths 5, 5, 5), reached by 1; conditional: of those 3 with n >= 4
+  // there is only the one with n = 5.
+  ASSERT_EQ(m.acceptance_unconditional.size(), 5u);
+  EXPECT_DOUBLE_EQ(m.acceptance_unconditional[0], 4.0 / 5.0);
+  EXPECT_DOUBLE_EQ(m.acceptance_unconditional[3], 2.0 / 4.0);
+  EXPECT_DOUBLE_EQ(m.acceptance_unconditional[4], 1.0 / 3.0);
+  EXPECT_DOUBLE_EQ(m.acceptance_conditional[4], 1.0);
+  const std::string text = format_summary(summarize_run({tree_made()}, true));
+  EXPECT_NE(text.find("tree size (nodes: steps)   9:1 15:4"), std::string::npos) << text;
+  EXPECT_NE(text.find("accepted length (n: steps) 0:1 2:1 3:1 4:1 5:1"), std::string::npos) << text;
+  EXPECT_NE(text.find("bonus token in 40.0% of steps"), std::string::npos) << text;
+  const nlohmann::json j = summary_to_json(summarize_run({tree_made()}, true));
+  EXPECT_EQ(j["modes"]["speculative"]["nodes_histogram"]["15"], 4);
+  EXPECT_EQ(j["modes"]["speculative"]["accepted_histogram"].size(), 6u);
+}
+
+TEST(Summary, BrokenIdentitiesAreErrors) {
+  auto message = [](const ModeData& d) {
+    try {
+      summarize_mode(d);
+    } catch (const Error& e) {
+      return std::string(e.what());
+    }
+    return std::string("no error");
+  };
+  ModeData d = tree_made();
+  d.sequences[0].accepted += 1;
+  EXPECT_NE(message(d).find("prompt 0: its step rows sum to 3 verify steps, 39 drafted, 7 "
+                            "accepted, 10 emitted, but its sequence row has 3, 39, 8 and 11"),
+            std::string::npos)
+      << message(d);
+  d = tree_made();
+  d.sequences[1].generated += 1;
+  d.sequences[1].output_tokens.push_back(0);
+  EXPECT_NE(message(d).find("prompt 2:"), std::string::npos) << message(d);
+  d = tree_made();
+  d.steps[0].depth = 16;
+  EXPECT_NE(message(d).find("expected 0 <= accepted <= depth <= drafted"), std::string::npos)
+      << message(d);
+  d = tree_made();
+  d.steps[4].prompt_index = 9;
+  EXPECT_NE(message(d).find("prompt 0:"), std::string::npos) << message(d);
+  d = tree_made();
+  d.sequences.pop_back();
+  EXPECT_NE(message(d).find("step rows name prompt 2, which has no sequence row"),
+            std::string::npos)
+      << message(d);
+  // Unknown emitted counts (result schema 1) skip that one identity.
+  d = tree_made();
+  for (StepRecord& st : d.steps) st.emitted = -1;
+  d.sequences[1].generated = 9;
+  d.sequences[1].output_tokens.resize(9);
+  EXPECT_EQ(message(d), "no error");
 }
 
 TEST(Summary, ThroughputUsesBatchWallTime) {

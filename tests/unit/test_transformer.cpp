@@ -10,6 +10,7 @@
 #include <filesystem>
 #include <fstream>
 #include <nlohmann/json.hpp>
+#include <random>
 #include <string>
 #include <vector>
 
@@ -511,4 +512,165 @@ TEST(HiddenCapture, LayerInputsAndFinalNormFollowTheConvention) {
     EXPECT_THROW(run(*target, {spec.layers + 1}, false, hidden, logits), Error);
   }
   fs::remove_all(dir);
+}
+
+// Token trees: a tree verified in one forward pass gives every node bitwise the logits of a
+// sequential decode of its path, and keeping an accepted path leaves the cache bitwise that of a
+// plain prefill of the same tokens (the KV-compaction invariant).
+namespace {
+
+struct Tree {
+  std::vector<std::int32_t> tokens, parents;  // parents: index of the parent node, -1 = root
+};
+
+// A tree of n nodes under the root, made of up to `top_k` children per node, parents first.
+Tree random_tree(int n, int top_k, int vocab, unsigned seed) {
+  std::mt19937 rng(seed);
+  Tree t;
+  for (int i = 0; i < n; ++i) {
+    int parent;
+    while (true) {
+      parent = static_cast<int>(rng() % (i + 1)) - 1;
+      int count = 0;
+      for (int j = 0; j < i; ++j) count += t.parents[j] == parent;
+      if (count < top_k) break;
+    }
+    t.parents.push_back(parent);
+    t.tokens.push_back(3 + static_cast<std::int32_t>(rng() % (vocab - 3)));
+  }
+  return t;
+}
+
+// Logits [vocab] of the last token of `tokens` decoded from scratch, prefill then one by one.
+std::vector<float> sequential_last(LanguageModel& m, const std::vector<std::int32_t>& tokens,
+                                   int prefill) {
+  auto cache = m.new_cache(static_cast<int>(tokens.size()));
+  std::vector<float> logits;
+  SeqChunk p{cache.get(), tokens.data(), prefill};
+  m.forward({&p, 1}, false, logits);
+  for (std::size_t i = prefill; i < tokens.size(); ++i) {
+    SeqChunk s{cache.get(), &tokens[i], 1};
+    m.forward({&s, 1}, false, logits);
+  }
+  return logits;
+}
+
+}  // namespace
+
+TEST(TreeAttention, EveryNodeGetsTheLogitsOfItsPathDecodedAlone) {
+  REQUIRE_SHARED_MODELS();
+  // Also a synthetic model with head_dim 16 (the decoder tests' shape).
+  const fs::path synthetic =
+      fs::temp_directory_path() / ("specrun_test_tree_" + std::to_string(::getpid()));
+  SyntheticSpec spec;
+  spec.hidden = 128;
+  spec.layers = 3;
+  spec.heads = 8;
+  spec.kv_heads = 4;
+  spec.intermediate = 256;
+  spec.vocab = 2048;
+  make_model_pair(spec, synthetic.string());
+  for (const std::string& dir : {std::string("code-target-f32"), std::string("code-target"),
+                                 (synthetic / "target").string()}) {
+    Model m(dir);
+    const int V = m.transformer.config().vocab_size;
+    const auto prompt = prompt_tokens(2);
+    const Tree tree = random_tree(15, 4, V, 7);
+    const int P = static_cast<int>(prompt.size());
+    // Cache: the prompt but its last token (the root is fed with the tree, as in a verify
+    // step: uncommitted chain tokens first, then the nodes).
+    auto cache = m.transformer.new_cache(P + 16);
+    std::vector<float> logits;
+    SeqChunk pre{cache.get(), prompt.data(), P - 1};
+    m.transformer.forward({&pre, 1}, false, logits);
+    std::vector<std::int32_t> tokens = {prompt.back()}, parents = {kChainParent};
+    for (std::size_t i = 0; i < tree.tokens.size(); ++i) {
+      tokens.push_back(tree.tokens[i]);
+      parents.push_back(tree.parents[i] < 0 ? P - 1 : P + tree.parents[i]);
+    }
+    SeqChunk verify{cache.get(), tokens.data(), static_cast<int>(tokens.size()), parents.data()};
+    m.transformer.forward({&verify, 1}, true, logits);
+    ASSERT_EQ(logits.size(), tokens.size() * V);
+    EXPECT_EQ(cache->tree_base(), P);
+    for (std::size_t i = 0; i <= tree.tokens.size(); ++i) {
+      std::vector<std::int32_t> path_tokens;
+      for (int at = static_cast<int>(i) - 1; at >= 0; at = tree.parents[at])
+        path_tokens.insert(path_tokens.begin(), tree.tokens[at]);
+      std::vector<std::int32_t> seq = prompt;
+      seq.insert(seq.end(), path_tokens.begin(), path_tokens.end());
+      EXPECT_EQ(cache->position_of(P - 1 + static_cast<int>(i)),
+                P - 1 + static_cast<int>(path_tokens.size()));
+      const auto want = sequential_last(m.transformer, seq, P);
+      EXPECT_EQ(std::memcmp(&logits[i * V], want.data(), V * sizeof(float)), 0)
+          << dir << ": node " << i << " (depth " << path_tokens.size() << ")";
+    }
+  }
+  fs::remove_all(synthetic);
+}
+
+TEST(TreeAttention, KeepingAPathEqualsAPlainPrefill) {
+  REQUIRE_SHARED_MODELS();
+  Model m("code-target-f32");
+  const int V = m.transformer.config().vocab_size;
+  const auto prompt = prompt_tokens(3), other = prompt_tokens(4);
+  const int P = static_cast<int>(prompt.size());
+  const Tree tree = random_tree(12, 3, V, 11);
+  // The deepest node's path is the "accepted" one.
+  int deepest = 0, best_depth = -1;
+  for (int i = 0; i < static_cast<int>(tree.tokens.size()); ++i) {
+    int d = 0;
+    for (int at = i; at >= 0; at = tree.parents[at]) ++d;
+    if (d > best_depth) best_depth = d, deepest = i;
+  }
+  std::vector<int> path;  // node indices, root-first
+  for (int at = deepest; at >= 0; at = tree.parents[at]) path.insert(path.begin(), at);
+
+  auto cache = m.transformer.new_cache(P + 16);
+  auto bystander = m.transformer.new_cache(static_cast<int>(other.size()) + 4);
+  std::vector<float> logits;
+  SeqChunk pre{cache.get(), prompt.data(), P};
+  m.transformer.forward({&pre, 1}, false, logits);
+  // The tree in two calls, as a drafter grows one level at a time, batched with a chain
+  // sequence in the second call.
+  std::vector<std::int32_t> parents(tree.tokens.size());
+  for (std::size_t i = 0; i < tree.tokens.size(); ++i)
+    parents[i] = tree.parents[i] < 0 ? P - 1 : P + tree.parents[i];
+  const int half = 5;
+  SeqChunk first{cache.get(), tree.tokens.data(), half, parents.data()};
+  m.transformer.forward({&first, 1}, true, logits);
+  const SeqChunk second[2] = {{cache.get(), tree.tokens.data() + half,
+                               static_cast<int>(tree.tokens.size()) - half, parents.data() + half},
+                              {bystander.get(), other.data(), static_cast<int>(other.size())}};
+  m.transformer.forward(second, true, logits);
+  std::vector<int> rows;
+  for (int node : path) rows.push_back(node);
+  m.transformer.keep(*cache, P, rows);
+  EXPECT_EQ(cache->length(), P + static_cast<int>(path.size()));
+  EXPECT_EQ(cache->tree_base(), cache->length());
+
+  std::vector<std::int32_t> seq = prompt;
+  for (int node : path) seq.push_back(tree.tokens[node]);
+  auto plain = m.transformer.new_cache(static_cast<int>(seq.size()) + 1);
+  SeqChunk all{plain.get(), seq.data(), static_cast<int>(seq.size())};
+  m.transformer.forward({&all, 1}, false, logits);
+  const std::size_t floats =
+      seq.size() * m.transformer.kv_heads() * m.transformer.config().head_dim;
+  std::vector<float> a(floats), b(floats);
+  for (int layer = 0; layer < m.transformer.config().num_layers; ++layer)
+    for (int which : {0, 1}) {
+      m.transformer.read_kv(*cache, layer, which, a.data());
+      m.transformer.read_kv(*plain, layer, which, b.data());
+      EXPECT_EQ(std::memcmp(a.data(), b.data(), floats * sizeof(float)), 0)
+          << (which ? "values" : "keys") << " of layer " << layer << " after keep";
+    }
+  // The next step's logits agree too (stated tolerance: bitwise).
+  const std::int32_t next = 77;
+  std::vector<float> la, lb;
+  SeqChunk sa{cache.get(), &next, 1}, sb{plain.get(), &next, 1};
+  m.transformer.forward({&sa, 1}, false, la);
+  m.transformer.forward({&sb, 1}, false, lb);
+  EXPECT_EQ(std::memcmp(la.data(), lb.data(), V * sizeof(float)), 0);
+  // A path that is not one is refused before anything moves.
+  std::vector<int> broken = {0, 0};
+  EXPECT_THROW(m.transformer.keep(*cache, P, broken), Error);
 }

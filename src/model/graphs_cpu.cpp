@@ -1,15 +1,22 @@
-// The Llama-family graph compiled for the CPU backend.
+// The model graphs compiled for the CPU backend.
 #include "backend/cpu_backend.h"
+#include "model/eagle3_model.h"
 #include "model/llama_model.h"
 #include "model/model_factory.h"
 
 namespace specrun {
 
 template class LlamaModel<CpuBackend>;
+template class Eagle3Model<CpuBackend>;
 
 std::unique_ptr<LanguageModel> load_cpu_model(const Checkpoint& checkpoint, Communicator& tp_comm,
                                               int threads) {
   return std::make_unique<LlamaModel<CpuBackend>>(checkpoint, CpuBackend(threads), tp_comm);
+}
+
+std::unique_ptr<DraftHead> load_cpu_head(const Checkpoint& head, const Checkpoint& target,
+                                         const Eagle3Config& config, int threads) {
+  return std::make_unique<Eagle3Model<CpuBackend>>(head, target, config, CpuBackend(threads));
 }
 
 }  // namespace specrun

@@ -1,13 +1,15 @@
-// The Llama-family graph compiled for the CUDA backend (the same graph file as the CPU's).
+// The model graphs compiled for the CUDA backend (the same graph files as the CPU's).
 #ifdef SPECRUN_HAVE_CUDA
 
 #include "backend/cuda_backend.h"
+#include "model/eagle3_model.h"
 #include "model/llama_model.h"
 #include "model/model_factory.h"
 
 namespace specrun {
 
 template class LlamaModel<CudaBackend>;
+template class Eagle3Model<CudaBackend>;
 
 std::unique_ptr<LanguageModel> load_cuda_model(const Checkpoint& checkpoint, CudaContext& context,
                                                NcclComm& comm) {
@@ -16,6 +18,15 @@ std::unique_ptr<LanguageModel> load_cuda_model(const Checkpoint& checkpoint, Cud
                        << "/config.json: head_dim " << checkpoint.config().head_dim
                        << " exceeds the CUDA attention kernel's limit of " << cuda::kMaxHeadDim);
   return std::make_unique<LlamaModel<CudaBackend>>(checkpoint, CudaBackend(context), comm);
+}
+
+std::unique_ptr<DraftHead> load_cuda_head(const Checkpoint& head, const Checkpoint& target,
+                                          const Eagle3Config& config, CudaContext& context) {
+  SPEC_INPUT_CHECK(config.head.head_dim <= cuda::kMaxHeadDim,
+                   head.dir() << "/config.json: head_dim " << config.head.head_dim
+                              << " exceeds the CUDA attention kernel's limit of "
+                              << cuda::kMaxHeadDim);
+  return std::make_unique<Eagle3Model<CudaBackend>>(head, target, config, CudaBackend(context));
 }
 
 }  // namespace specrun

@@ -1,0 +1,193 @@
+// The EAGLE-3 draft head (SafeAILab/EAGLE cnets.py `Model`, one midlayer; SGLang
+// llama_eagle3.py), written once against the backend interface like the target's graph:
+//
+//   hin = fc(cat(f_low, f_mid, f_high))        the target's features (3 x H_t)
+//       | the head's previous output h          (width H: fc skipped)
+//   x   = cat(input_layernorm(embed(token)), hidden_norm(hin))    [n, 2H], embedding first
+//   h   = residual + o_proj(attn(q_proj(x), k_proj(x), v_proj(x)))  residual = hin, or
+//                                               hidden_norm(hin) with norm_before_residual
+//   h   = h + down(silu(gate(n)) * up(n)),  n = post_attention_layernorm(h)
+//   out = h (the next input);  logits = lm_head(norm(h)) over the draft vocabulary
+//
+// RoPE, GQA and the KV cache (token trees included) as in the Llama graph, at the head's own
+// positions and rope settings. The embedding is the target's (its model.embed_tokens.weight,
+// whole, on this backend); the head is replicated on every tensor-parallel rank (it is small,
+// and every rank holds the target's features at full width), so it never communicates.
+#pragma once
+
+#include <vector>
+
+#include "model/checkpoint.h"
+#include "model/draft_head.h"
+#include "model/graph_base.h"
+#include "model/model_weights.h"
+
+namespace specrun {
+
+template <class B>
+class Eagle3Model final : public DraftHead, private GraphBase<B> {
+  using Base = GraphBase<B>;
+  using Base::b_;
+  using Base::seqs_;
+  using typename Base::CF;
+  using typename Base::F;
+  using typename Base::Weight;
+
+ public:
+  // head: the head's directory, opened with Eagle3Config's reader; target: the target's
+  // checkpoint (its embedding is read); config: the parsed head config. Neither checkpoint is
+  // needed afterwards.
+  Eagle3Model(const Checkpoint& head, const Checkpoint& target, const Eagle3Config& config,
+              B backend)
+      : Base(std::move(backend)), config_(config), inv_freq_(config.head.rope_inv_freq()) {
+    const ModelConfig& c = config_.head;
+    HostWeights host = load_host_weights(head, 1, 0, eagle3_schema());
+    // The target's embedding, whole (replicated).
+    const TensorView& embed =
+        target.tensor("model.embed_tokens.weight", {config_.target_vocab, c.hidden_size});
+    const HostTensor embed_host{embed.data, embed.dtype, static_cast<int>(embed.dim(0)),
+                                static_cast<int>(embed.dim(1))};
+    host.model[static_cast<int>(Role::kEmbed)] = embed_host;
+    b_.check_fits(host.bytes(), 0, 1, head.dir());
+    weights_ = prepare_weights(b_, host, c, with_embedding());
+    inv_freq_dev_ = b_.upload_floats(inv_freq_);
+    load_d2t(head);
+    check_config_ = c;
+    check_config_.vocab_size = config_.target_vocab;  // inputs are target ids
+  }
+
+  const Eagle3Config& config() const override { return config_; }
+  BackendKind backend() const override { return B::kKind; }
+
+  std::unique_ptr<KvCache> new_cache(int capacity) override {
+    const ModelConfig& c = config_.head;
+    return Base::make_cache(capacity, KvShape{1, c.num_kv_heads * c.head_dim},
+                            c.max_position_embeddings);
+  }
+  void keep(KvCache& cache, int first, std::span<const int> rows) override {
+    Base::keep_path(cache, 1, first, rows);
+  }
+  std::span<const std::int32_t> draft_to_target() const override { return d2t_; }
+
+  ForwardResult forward(std::span<const SeqChunk> batch, const RowsView& source,
+                        std::span<const int> rows, bool all_logits) override;
+
+ private:
+  // The schema plus the target's embedding (kEmbed), prepared row-major.
+  static std::span<const TensorSpec> with_embedding() {
+    static const std::vector<TensorSpec> table = [] {
+      std::vector<TensorSpec> t(eagle3_schema().begin(), eagle3_schema().end());
+      t.push_back(TensorSpec{Role::kEmbed, "model.embed_tokens.weight (target)", false, Dim::kVocab,
+                             Dim::kHidden, Split::kReplicated, Part::kNone, Presence::kAlways,
+                             WeightUse::kEmbedding, false});
+      return t;
+    }();
+    return table;
+  }
+
+  // d2t (I64 offsets) as target ids, checked; the identity without one.
+  void load_d2t(const Checkpoint& head) {
+    const int draft_vocab = config_.head.vocab_size;
+    d2t_.resize(draft_vocab);
+    if (!head.has("d2t")) {
+      SPEC_INPUT_CHECK(draft_vocab == config_.target_vocab,
+                       head.dir() << ": no d2t tensor, but draft_vocab_size " << draft_vocab
+                                  << " differs from vocab_size " << config_.target_vocab);
+      for (int i = 0; i < draft_vocab; ++i) d2t_[i] = i;
+      return;
+    }
+    const TensorView& t = head.file_of("d2t").get_other("d2t", "I64");
+    SPEC_INPUT_CHECK(
+        t.shape == std::vector<std::int64_t>{draft_vocab},
+        head.dir() << ": d2t has " << t.numel() << " entries, draft_vocab_size is " << draft_vocab);
+    for (int i = 0; i < draft_vocab; ++i) {
+      std::int64_t offset;
+      std::memcpy(&offset, t.data + 8 * static_cast<std::size_t>(i), 8);
+      const std::int64_t id = i + offset;
+      SPEC_INPUT_CHECK(id >= 0 && id < config_.target_vocab,
+                       head.dir() << ": d2t[" << i << "] = " << offset << " maps draft id " << i
+                                  << " to " << id << ", outside the target vocabulary");
+      d2t_[i] = static_cast<std::int32_t>(id);
+    }
+  }
+
+  Eagle3Config config_;
+  ModelConfig check_config_;
+  std::vector<float> inv_freq_;
+  typename B::Floats inv_freq_dev_;
+  ModelWeights<B> weights_;
+  std::vector<std::int32_t> d2t_;
+  typename B::Scratch in_, hin_, e_, a_, tmp_, x_, q_, attn_, proj_, act_, xn_, logits_;
+};
+
+template <class B>
+ForwardResult Eagle3Model<B>::forward(std::span<const SeqChunk> batch, const RowsView& source,
+                                      std::span<const int> rows, bool all_logits) {
+  const ModelConfig& c = config_.head;
+  const int n = check_batch(batch, check_config_, static_cast<const KvStore*>(this));
+  const int H = c.hidden_size, hd = c.head_dim;
+  const bool from_target = source.width == 3 * c.target_hidden_size;
+  SPEC_CHECK(source.backend == B::kKind && (from_target || source.width == H) &&
+                 static_cast<int>(rows.size()) == n,
+             "EAGLE-3 head: hidden inputs of width " << source.width << " for " << rows.size()
+                                                     << " of " << n << " tokens");
+  for (int r : rows)
+    SPEC_CHECK(r >= 0 && r < source.rows, "EAGLE-3 head: input row " << r << " of " << source.rows);
+  Base::stage_batch(batch, n);
+  const float eps = c.rms_norm_eps;
+  const std::size_t N = static_cast<std::size_t>(n);
+
+  // The hidden inputs (gathered first: `source` may be this head's previous output).
+  F in = in_.grow(N * source.width);
+  b_.gather_rows(CF(source.data), source.width, rows, in);
+  F hin = in;
+  if (from_target) b_.linear(in, n, weights_.get(Role::kFc), nullptr, hin = hin_.grow(N * H));
+  // x = cat(input_layernorm(embed(token)), hidden_norm(hin)).
+  F e = e_.grow(N * H), a = a_.grow(N * 2 * H), tmp = tmp_.grow(N * H);
+  b_.embed(weights_.get(Role::kEmbed), 0, e);
+  b_.rmsnorm(e, n, H, weights_.get(Role::kInputNorm), eps, tmp);
+  b_.copy_rows(a, 2 * H, tmp, H, n, H);
+  b_.rmsnorm(hin, n, H, weights_.get(Role::kHiddenNorm), eps, tmp);
+  b_.copy_rows(a + H, 2 * H, tmp, H, n, H);
+  // The residual stream starts as hin (or its norm).
+  F x = x_.grow(N * H);
+  b_.copy_rows(x, H, config_.norm_before_residual ? CF(tmp) : CF(hin), H, n, H);
+
+  // Attention over 2H inputs, one layer (layer 0 of the head's cache).
+  const std::int64_t q_width = static_cast<std::int64_t>(c.num_heads) * hd;
+  const std::int64_t kv_width = static_cast<std::int64_t>(c.num_kv_heads) * hd;
+  F rope = tmp_.grow(std::max(N * H, N * hd));
+  b_.rope_table(inv_freq_dev_, hd, rope);
+  F q = q_.grow(N * q_width);
+  const typename B::KvRows kv = b_.kv_rows(0, static_cast<int>(kv_width));
+  const typename B::LinearOut qkv[3] = {{&weights_.get(Role::kQ), nullptr, q},
+                                        {&weights_.get(Role::kK), nullptr, kv.k},
+                                        {&weights_.get(Role::kV), nullptr, kv.v}};
+  b_.linear_multi(a, n, qkv);
+  b_.rope_apply(kv.k, n, c.num_kv_heads, hd, kv_width, rope);
+  b_.rope_apply(q, n, c.num_heads, hd, q_width, rope);
+  F attn = attn_.grow(N * q_width);
+  b_.attend(0, q, n, false, attn, c.num_heads, c.num_kv_heads, hd);
+  F proj = proj_.grow(N * H);
+  b_.linear(attn, n, weights_.get(Role::kO), nullptr, proj);
+  F xn = xn_.grow(N * H);
+  b_.add_rmsnorm(x, proj, n, H, weights_.get(Role::kPostAttentionNorm), eps, xn);
+  F act = act_.grow(N * c.intermediate_size);
+  b_.swiglu(xn, n, weights_.get(Role::kGate), act);
+  b_.linear(act, n, weights_.get(Role::kDown), nullptr, proj);
+  b_.add_inplace(x, proj, N * H);
+  for (const SeqChunk& s : batch) s.cache->advance(s.n_tokens, s.parents);
+
+  // Logits over the draft vocabulary: every token's, or each sequence's last.
+  b_.rmsnorm(x, n, H, weights_.get(Role::kFinalNorm), eps, xn);
+  if (!all_logits) b_.keep_last_rows(xn, H);
+  const int out_rows = all_logits ? n : static_cast<int>(batch.size());
+  F logits = logits_.grow(static_cast<std::size_t>(out_rows) * c.vocab_size);
+  b_.linear(xn, out_rows, weights_.get(Role::kLmHead), nullptr, logits);
+  ForwardResult result;
+  result.logits = RowsView{B::kKind, logits.get(), out_rows, c.vocab_size};
+  result.hidden = RowsView{B::kKind, x.get(), n, H};
+  return result;
+}
+
+}  // namespace specrun
