@@ -4,7 +4,7 @@
 usage: scripts/plot_results.py RESULT.h5 OUTDIR
 
 Writes, from the committed rows only (docs/file-formats.md, "Commit protocol"):
-  OUTDIR/acceptance.png  per-position acceptance of the speculative mode: P(n >= i)
+  OUTDIR/acceptance.png  acceptance by depth of the speculative mode: P(n >= i)
                          (unconditional) and P(n >= i | n >= i-1) (conditional)
   OUTDIR/phases.png      mean ms per step of each phase, stacked, per rank, one panel per mode
   OUTDIR/tau.png         tau over decoding steps: tokens emitted per sequence in each step
@@ -42,8 +42,11 @@ def load(path):
                 continue
             g = f[mode]
             ns, nt = committed(g)
+            steps = {k: g["steps/" + k][:ns] for k in ("batch", "step", "drafted", "accepted")}
+            # Schema 2 records each proposal's depth; a schema-1 file's chains have depth = drafted.
+            steps["depth"] = g["steps/depth"][:ns] if "depth" in g["steps"] else steps["drafted"]
             modes[mode] = {
-                "steps": {k: g["steps/" + k][:ns] for k in ("batch", "step", "drafted", "accepted")},
+                "steps": steps,
                 "timings": g["timings"][:nt].astype(np.float64),
                 "phases": [str(p) for p in g["timings"].attrs["phases"]],
             }
@@ -54,14 +57,14 @@ def load(path):
 def plot_acceptance(modes, title, out):
     fig, ax = plt.subplots(figsize=(7, 4.5))
     st = modes.get("speculative", {}).get("steps")
-    if st is None or len(st["drafted"]) == 0 or st["drafted"].max() == 0:
+    if st is None or len(st["depth"]) == 0 or st["depth"].max() == 0:
         ax.text(0.5, 0.5, "no speculative steps in this file", ha="center", va="center")
     else:
-        k = int(st["drafted"].max())
+        k = int(st["depth"].max())
         pos = np.arange(1, k + 1)
         unc, cond = [], []
         for i in pos:
-            offered = st["drafted"] >= i
+            offered = st["depth"] >= i
             reached = offered & (st["accepted"] >= i)
             prior = offered & (st["accepted"] >= i - 1)
             unc.append(reached.sum() / max(1, offered.sum()))
@@ -73,9 +76,9 @@ def plot_acceptance(modes, title, out):
         ax.set_xticks(pos)
         ax.set_ylim(0, 1.1)
         ax.legend(loc="lower left")
-    ax.set_xlabel("draft position i")
+    ax.set_xlabel("depth i (draft position, for chains)")
     ax.set_ylabel("acceptance")
-    ax.set_title("per-position acceptance (speculative)\n" + title, fontsize=10)
+    ax.set_title("acceptance by depth (speculative)\n" + title, fontsize=10)
     fig.tight_layout()
     fig.savefig(out, dpi=100)
     plt.close(fig)
@@ -124,8 +127,8 @@ def plot_tau(modes, title, out):
         x = np.arange(len(per_step))
         ax.plot(x, per_step, ".", alpha=0.5, label="tokens per sequence in the step")
         ax.plot(x, running, "-", label="running tau")
-        k = int(st["drafted"].max())
-        ax.axhline(k + 1, color="gray", ls=":", label=f"maximum (k + 1 = {k + 1})")
+        k = int(st["depth"].max())
+        ax.axhline(k + 1, color="gray", ls=":", label=f"maximum (depth + 1 = {k + 1})")
         ax.set_ylim(0, k + 1.5)
         ax.legend(loc="lower right", fontsize=8)
     ax.set_xlabel("decoding step (commit order)")

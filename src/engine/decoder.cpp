@@ -291,6 +291,12 @@ void BatchDecoder::speculative_step(std::int64_t batch, std::int32_t step, Batch
   timer.begin();
   commit(batch, step, trees, fwd.hidden, result);
   timer.end(kPhaseOther);
+
+  // The drafter's share of the step after the verdicts (EAGLE-3 extends its head over the
+  // accepted positions) is drafting work.
+  timer.begin();
+  tell_drafter(fwd.hidden);
+  timer.end(kPhaseDraft);
   timer.finish(result.timings_ms);
 }
 
@@ -319,8 +325,14 @@ ForwardResult BatchDecoder::verify_forward(std::span<const DraftTree> trees) {
     verify_tokens_.insert(verify_tokens_.end(), s.tokens.begin() + start, s.tokens.end());
     verify_parents_.insert(verify_parents_.end(), uncommitted, kChainParent);
     verify_tokens_.insert(verify_tokens_.end(), tree.tokens.begin(), tree.tokens.end());
-    for (int i = 0; i < tree.size(); ++i)
-      verify_parents_.push_back(tree.parents[i] < 0 ? root_slot : root_slot + 1 + tree.parents[i]);
+    if (tree.is_chain()) {
+      // A chain needs no tree mask: plain causal attention over consecutive slots.
+      verify_parents_.insert(verify_parents_.end(), tree.size(), kChainParent);
+    } else {
+      for (int i = 0; i < tree.size(); ++i)
+        verify_parents_.push_back(tree.parents[i] < 0 ? root_slot
+                                                      : root_slot + 1 + tree.parents[i]);
+    }
     TreeToVerify& v = to_verify_[r];
     v.tree = TreeView{tree.tokens.data(), tree.parents.data(), tree.size()};
     v.root_row = row + uncommitted - 1;
@@ -386,8 +398,8 @@ void BatchDecoder::decide_verdicts(const RowsView& logits, std::span<const Draft
 }
 
 // Append the accepted path and the token after it, keep the path's keys and values in the
-// target cache (consecutive slots after the uncommitted tokens), tell the drafter (with the
-// target's features of the root and the path when it asked for them), record the step.
+// target cache (consecutive slots after the uncommitted tokens), gather the rows of the target's
+// features the drafter gets (tell_drafter), record the step.
 void BatchDecoder::commit(std::int64_t batch, std::int32_t step, std::span<const DraftTree> trees,
                           const RowsView& hidden, BatchResult& result) {
   const std::size_t n = active_.size();
@@ -424,16 +436,21 @@ void BatchDecoder::commit(std::int64_t batch, std::int32_t step, std::span<const
     result.steps.push_back(StepRecord{batch, step, s.prompt->index, static_cast<std::int32_t>(n),
                                       tree.size(), v.accepted, shape.depth, shape.bonus, appended});
   }
-  if (hidden.width > 0) {
-    for (std::size_t r = 0, at = 0; r < n; ++r) {
-      features_[r].rows = std::span<const int>(feature_rows_.data() + at, features_[r].rows.size());
-      at += features_[r].rows.size();
-    }
-    const TargetFeatures f{hidden, features_};
-    drafter_->accepted(active_, verdicts_, &f);
-  } else {
+}
+
+// The verdicts (and, when the drafter asked for them, the target's features of the uncommitted
+// tokens and the accepted path) to the drafter.
+void BatchDecoder::tell_drafter(const RowsView& hidden) {
+  if (hidden.width == 0) {
     drafter_->accepted(active_, verdicts_, nullptr);
+    return;
   }
+  for (std::size_t r = 0, at = 0; r < active_.size(); ++r) {
+    features_[r].rows = std::span<const int>(feature_rows_.data() + at, features_[r].rows.size());
+    at += features_[r].rows.size();
+  }
+  const TargetFeatures f{hidden, features_};
+  drafter_->accepted(active_, verdicts_, &f);
 }
 
 void BatchDecoder::finish_batch(BatchResult& result) {

@@ -86,6 +86,7 @@ class BatchDecoder {
   void decide_verdicts(const RowsView& logits, std::span<const DraftTree> trees);
   void commit(std::int64_t batch, std::int32_t step, std::span<const DraftTree> trees,
               const RowsView& hidden, BatchResult& result);
+  void tell_drafter(const RowsView& hidden);
   // Moves the sequences' records into `result`.
   void finish_batch(BatchResult& result);
   // Appends emitted tokens to sequence i, stopping at EOS and max_new_tokens; returns how many
