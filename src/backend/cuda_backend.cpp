@@ -206,8 +206,7 @@ void CudaBackend::begin_forward(std::span<const SeqSpan<KvBlock>> seqs, const st
                              stream_));
 }
 
-void CudaBackend::kv_keep(KvBlock& kv, int layers, int first, std::span<const int> rows) {
-  if (rows.empty()) return;
+const std::int32_t* CudaBackend::upload_rows(std::span<const int> rows) {
   // Pageable host memory: the copy is staged before cudaMemcpyAsync returns, so the vector may
   // change afterwards.
   keep_rows_.assign(rows.begin(), rows.end());
@@ -215,9 +214,15 @@ void CudaBackend::kv_keep(KvBlock& kv, int layers, int first, std::span<const in
   CUDA_CHECK(cudaMemcpyAsync(keep_rows_dev_.get(), keep_rows_.data(),
                              keep_rows_.size() * sizeof(std::int32_t), cudaMemcpyHostToDevice,
                              stream_));
+  return keep_rows_dev_.as<std::int32_t>();
+}
+
+void CudaBackend::kv_keep(KvBlock& kv, int layers, int first, std::span<const int> rows) {
+  if (rows.empty()) return;
+  const std::int32_t* dev_rows = upload_rows(rows);
   F scratch = moved_.grow(static_cast<std::size_t>(layers) * 2 * rows.size() * kv.row_floats);
-  cuda::kv_keep(stream_, kv.data.as<float>(), kv.capacity, layers, kv.row_floats, first,
-                keep_rows_dev_.as<std::int32_t>(), static_cast<int>(rows.size()), scratch.get());
+  cuda::kv_keep(stream_, kv.data.as<float>(), kv.capacity, layers, kv.row_floats, first, dev_rows,
+                static_cast<int>(rows.size()), scratch.get());
 }
 
 void CudaBackend::embed(const Weight& table, int vocab_begin, F x) {
@@ -296,13 +301,7 @@ void CudaBackend::keep_last_rows(F a, std::size_t width) {
 
 void CudaBackend::gather_rows(CF src, std::size_t width, std::span<const int> rows, F dst) {
   if (rows.empty()) return;
-  // Pageable host memory: staged before cudaMemcpyAsync returns (see kv_keep).
-  keep_rows_.assign(rows.begin(), rows.end());
-  keep_rows_dev_.grow(keep_rows_.size() * sizeof(std::int32_t));
-  CUDA_CHECK(cudaMemcpyAsync(keep_rows_dev_.get(), keep_rows_.data(),
-                             keep_rows_.size() * sizeof(std::int32_t), cudaMemcpyHostToDevice,
-                             stream_));
-  cuda::select_rows(stream_, src.get(), static_cast<int>(width), keep_rows_dev_.as<std::int32_t>(),
+  cuda::select_rows(stream_, src.get(), static_cast<int>(width), upload_rows(rows),
                     static_cast<int>(rows.size()), dst.get());
 }
 

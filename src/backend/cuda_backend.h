@@ -186,6 +186,8 @@ class CudaBackend {
   cuda::KvSlot *slots_ = nullptr, *last_slots_ = nullptr;
   std::int32_t *tokens_ = nullptr, *positions_ = nullptr, *last_rows_ = nullptr;
   int n_ = 0, n_seqs_ = 0;
+  // `rows` copied to the device (keep_rows_dev_), valid until the next call.
+  const std::int32_t* upload_rows(std::span<const int> rows);
   std::vector<std::int32_t> paths_, keep_rows_;  // token-tree paths; kv_keep's / gather's rows
   std::vector<int> path_at_;                     // per token: its path's first entry, or -1
   cuda::DeviceBuffer keep_rows_dev_;

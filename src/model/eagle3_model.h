@@ -11,12 +11,17 @@
 //
 // RoPE, GQA and the KV cache (token trees included) as in the Llama graph, at the head's own
 // positions and rope settings. The embedding is the target's (its model.embed_tokens.weight,
-// whole, on this backend); the head is replicated on every tensor-parallel rank (it is small,
-// and every rank holds the target's features at full width), so it never communicates.
+// whole, on this backend). Under tensor parallelism the head is either replicated (every rank
+// holds all of it and the target's features at full width, so it never communicates), or
+// sharded like the target: each rank has its query / kv heads, an intermediate slice and a
+// slice of the draft vocabulary; o_proj and down_proj are summed across the group and the
+// logits gathered, so every rank gets the same full-width outputs. fc and the norms are whole
+// on every rank.
 #pragma once
 
 #include <vector>
 
+#include "dist/communicator.h"
 #include "model/checkpoint.h"
 #include "model/draft_head.h"
 #include "model/graph_base.h"
@@ -35,20 +40,26 @@ class Eagle3Model final : public DraftHead, private GraphBase<B> {
 
  public:
   // head: the head's directory, opened with Eagle3Config's reader; target: the target's
-  // checkpoint (its embedding is read); config: the parsed head config. Neither checkpoint is
-  // needed afterwards.
+  // checkpoint (its embedding is read); config: the parsed head config; tp_comm: the
+  // tensor-parallel group to shard over (it must outlive the head), or nullptr for a whole head
+  // on this rank. Neither checkpoint is needed afterwards.
   Eagle3Model(const Checkpoint& head, const Checkpoint& target, const Eagle3Config& config,
-              B backend)
-      : Base(std::move(backend)), config_(config), inv_freq_(config.head.rope_inv_freq()) {
+              B backend, Communicator* tp_comm)
+      : Base(std::move(backend)),
+        config_(config),
+        comm_(tp_comm),
+        tp_(tp_comm != nullptr ? tp_comm->size() : 1),
+        inv_freq_(config.head.rope_inv_freq()) {
     const ModelConfig& c = config_.head;
-    HostWeights host = load_host_weights(head, 1, 0, eagle3_schema());
+    HostWeights host =
+        load_host_weights(head, tp_, tp_comm != nullptr ? tp_comm->rank() : 0, eagle3_schema());
     // The target's embedding, whole (replicated).
     const TensorView& embed =
         target.tensor("model.embed_tokens.weight", {config_.target_vocab, c.hidden_size});
     const HostTensor embed_host{embed.data, embed.dtype, static_cast<int>(embed.dim(0)),
                                 static_cast<int>(embed.dim(1))};
     host.model[static_cast<int>(Role::kEmbed)] = embed_host;
-    b_.check_fits(host.bytes(), 0, 1, head.dir());
+    b_.check_fits(host.bytes(), host.plan.tp_rank, host.plan.tp, head.dir());
     weights_ = prepare_weights(b_, host, c, with_embedding());
     inv_freq_dev_ = b_.upload_floats(inv_freq_);
     load_d2t(head);
@@ -61,7 +72,7 @@ class Eagle3Model final : public DraftHead, private GraphBase<B> {
 
   std::unique_ptr<KvCache> new_cache(int capacity) override {
     const ModelConfig& c = config_.head;
-    return Base::make_cache(capacity, KvShape{1, c.num_kv_heads * c.head_dim},
+    return Base::make_cache(capacity, KvShape{1, weights_.plan.kv_heads * c.head_dim},
                             c.max_position_embeddings);
   }
   void keep(KvCache& cache, int first, std::span<const int> rows) override {
@@ -112,18 +123,22 @@ class Eagle3Model final : public DraftHead, private GraphBase<B> {
   }
 
   Eagle3Config config_;
+  Communicator* comm_;  // nullptr: replicated
+  int tp_;
   ModelConfig check_config_;
   std::vector<float> inv_freq_;
   typename B::Floats inv_freq_dev_;
   ModelWeights<B> weights_;
   std::vector<std::int32_t> d2t_;
-  typename B::Scratch in_, hin_, e_, a_, tmp_, x_, q_, attn_, proj_, act_, xn_, logits_;
+  typename B::Scratch in_, hin_, e_, a_, tmp_, x_, q_, attn_, proj_, act_, xn_, logits_,
+      local_logits_;
 };
 
 template <class B>
 ForwardResult Eagle3Model<B>::forward(std::span<const SeqChunk> batch, const RowsView& source,
                                       std::span<const int> rows, bool all_logits) {
   const ModelConfig& c = config_.head;
+  const ShardPlan& plan = weights_.plan;
   const int n = check_batch(batch, check_config_, static_cast<const KvStore*>(this));
   const int H = c.hidden_size, hd = c.head_dim;
   const bool from_target = source.width == 3 * c.target_hidden_size;
@@ -154,8 +169,8 @@ ForwardResult Eagle3Model<B>::forward(std::span<const SeqChunk> batch, const Row
   b_.copy_rows(x, H, config_.norm_before_residual ? CF(tmp) : CF(hin), H, n, H);
 
   // Attention over 2H inputs, one layer (layer 0 of the head's cache).
-  const std::int64_t q_width = static_cast<std::int64_t>(c.num_heads) * hd;
-  const std::int64_t kv_width = static_cast<std::int64_t>(c.num_kv_heads) * hd;
+  const std::int64_t q_width = static_cast<std::int64_t>(plan.q_heads) * hd;
+  const std::int64_t kv_width = static_cast<std::int64_t>(plan.kv_heads) * hd;
   F rope = tmp_.grow(std::max(N * H, N * hd));
   b_.rope_table(inv_freq_dev_, hd, rope);
   F q = q_.grow(N * q_width);
@@ -164,17 +179,20 @@ ForwardResult Eagle3Model<B>::forward(std::span<const SeqChunk> batch, const Row
                                         {&weights_.get(Role::kK), nullptr, kv.k},
                                         {&weights_.get(Role::kV), nullptr, kv.v}};
   b_.linear_multi(a, n, qkv);
-  b_.rope_apply(kv.k, n, c.num_kv_heads, hd, kv_width, rope);
-  b_.rope_apply(q, n, c.num_heads, hd, q_width, rope);
+  b_.rope_apply(kv.k, n, plan.kv_heads, hd, kv_width, rope);
+  b_.rope_apply(q, n, plan.q_heads, hd, q_width, rope);
   F attn = attn_.grow(N * q_width);
-  b_.attend(0, q, n, false, attn, c.num_heads, c.num_kv_heads, hd);
+  b_.attend(0, q, n, false, attn, plan.q_heads, plan.kv_heads, hd);
+  // Row-parallel o_proj and down_proj when sharded: partial sums, summed across the group.
   F proj = proj_.grow(N * H);
   b_.linear(attn, n, weights_.get(Role::kO), nullptr, proj);
+  if (tp_ > 1) comm_->all_reduce_sum(proj.get(), N * H);
   F xn = xn_.grow(N * H);
   b_.add_rmsnorm(x, proj, n, H, weights_.get(Role::kPostAttentionNorm), eps, xn);
-  F act = act_.grow(N * c.intermediate_size);
+  F act = act_.grow(N * plan.intermediate);
   b_.swiglu(xn, n, weights_.get(Role::kGate), act);
   b_.linear(act, n, weights_.get(Role::kDown), nullptr, proj);
+  if (tp_ > 1) comm_->all_reduce_sum(proj.get(), N * H);
   b_.add_inplace(x, proj, N * H);
   for (const SeqChunk& s : batch) s.cache->advance(s.n_tokens, s.parents);
 
@@ -183,7 +201,18 @@ ForwardResult Eagle3Model<B>::forward(std::span<const SeqChunk> batch, const Row
   if (!all_logits) b_.keep_last_rows(xn, H);
   const int out_rows = all_logits ? n : static_cast<int>(batch.size());
   F logits = logits_.grow(static_cast<std::size_t>(out_rows) * c.vocab_size);
-  b_.linear(xn, out_rows, weights_.get(Role::kLmHead), nullptr, logits);
+  if (tp_ == 1) {
+    b_.linear(xn, out_rows, weights_.get(Role::kLmHead), nullptr, logits);
+  } else {
+    // Vocab-parallel lm_head, as the target's: local rows, gathered, reordered.
+    const std::size_t local = static_cast<std::size_t>(out_rows) * plan.vocab;
+    F mine = local_logits_.grow(local * (tp_ + 1));
+    F gathered = mine + static_cast<std::ptrdiff_t>(local);
+    b_.linear(xn, out_rows, weights_.get(Role::kLmHead), nullptr, mine);
+    comm_->all_gather(mine.get(), gathered.get(), local * sizeof(float));
+    b_.unshard_vocab(gathered, out_rows, tp_, plan.vocab, logits);
+  }
+  if (comm_ != nullptr) b_.end_forward(*comm_);
   ForwardResult result;
   result.logits = RowsView{B::kKind, logits.get(), out_rows, c.vocab_size};
   result.hidden = RowsView{B::kKind, x.get(), n, H};

@@ -15,8 +15,10 @@ std::unique_ptr<LanguageModel> load_cpu_model(const Checkpoint& checkpoint, Comm
 }
 
 std::unique_ptr<DraftHead> load_cpu_head(const Checkpoint& head, const Checkpoint& target,
-                                         const Eagle3Config& config, int threads) {
-  return std::make_unique<Eagle3Model<CpuBackend>>(head, target, config, CpuBackend(threads));
+                                         const Eagle3Config& config, int threads,
+                                         Communicator* tp_comm) {
+  return std::make_unique<Eagle3Model<CpuBackend>>(head, target, config, CpuBackend(threads),
+                                                   tp_comm);
 }
 
 }  // namespace specrun

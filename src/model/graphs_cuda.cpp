@@ -21,12 +21,14 @@ std::unique_ptr<LanguageModel> load_cuda_model(const Checkpoint& checkpoint, Cud
 }
 
 std::unique_ptr<DraftHead> load_cuda_head(const Checkpoint& head, const Checkpoint& target,
-                                          const Eagle3Config& config, CudaContext& context) {
+                                          const Eagle3Config& config, CudaContext& context,
+                                          NcclComm* tp_comm) {
   SPEC_INPUT_CHECK(config.head.head_dim <= cuda::kMaxHeadDim,
                    head.dir() << "/config.json: head_dim " << config.head.head_dim
                               << " exceeds the CUDA attention kernel's limit of "
                               << cuda::kMaxHeadDim);
-  return std::make_unique<Eagle3Model<CudaBackend>>(head, target, config, CudaBackend(context));
+  return std::make_unique<Eagle3Model<CudaBackend>>(head, target, config, CudaBackend(context),
+                                                    tp_comm);
 }
 
 }  // namespace specrun

@@ -44,14 +44,14 @@ std::unique_ptr<LanguageModel> ModelFactory::load(const Checkpoint& checkpoint, 
                         threads_);
 }
 
-std::unique_ptr<DraftHead> ModelFactory::load_head(const std::string& dir,
-                                                   const Checkpoint& target) {
+std::unique_ptr<DraftHead> ModelFactory::load_head(const std::string& dir, const Checkpoint& target,
+                                                   bool sharded) {
   const Eagle3Config config = Eagle3Config::from_file(dir + "/config.json", target.config());
   const Checkpoint head(dir, [&](const std::string&) { return config.head; });
 #ifdef SPECRUN_HAVE_CUDA
-  if (cuda_) return load_cuda_head(head, target, config, *cuda_);
+  if (cuda_) return load_cuda_head(head, target, config, *cuda_, sharded ? &cuda_->tp() : nullptr);
 #endif
-  return load_cpu_head(head, target, config, threads_);
+  return load_cpu_head(head, target, config, threads_, sharded ? &tp_mpi_ : nullptr);
 }
 
 Communicator& ModelFactory::tp_comm() {

@@ -39,8 +39,10 @@ class ModelFactory {
   // Loads a model: sharded over the tp group (all its ranks call), or replicated (a whole copy
   // on this rank, no communication). The checkpoint is not needed afterwards.
   std::unique_ptr<LanguageModel> load(const Checkpoint& checkpoint, bool sharded);
-  // Loads an EAGLE-3 head from `dir` for the target in `target` (replicated on every rank).
-  std::unique_ptr<DraftHead> load_head(const std::string& dir, const Checkpoint& target);
+  // Loads an EAGLE-3 head from `dir` for the target in `target`: sharded over the tp group like
+  // the target (all its ranks call), or replicated (a whole copy on this rank).
+  std::unique_ptr<DraftHead> load_head(const std::string& dir, const Checkpoint& target,
+                                       bool sharded);
 
   // The tp group's communicator for the engine's decisions (host buffers). On CUDA it is the
   // NcclComm of the models, so its comm_seconds() also holds the NCCL time of forward passes.
@@ -66,9 +68,11 @@ class ModelFactory {
 // A CPU model outside a job (tests, tools): this rank's shard for the group `tp_comm`.
 std::unique_ptr<LanguageModel> load_cpu_model(const Checkpoint& checkpoint, Communicator& tp_comm,
                                               int threads);
-// An EAGLE-3 head on the CPU (config: Eagle3Config::from_file of the head for this target).
+// An EAGLE-3 head on the CPU (config: Eagle3Config::from_file of the head for this target),
+// sharded over tp_comm, or whole when it is nullptr.
 std::unique_ptr<DraftHead> load_cpu_head(const Checkpoint& head, const Checkpoint& target,
-                                         const Eagle3Config& config, int threads);
+                                         const Eagle3Config& config, int threads,
+                                         Communicator* tp_comm = nullptr);
 
 #ifdef SPECRUN_HAVE_CUDA
 class NcclComm;
@@ -76,7 +80,8 @@ class NcclComm;
 std::unique_ptr<LanguageModel> load_cuda_model(const Checkpoint& checkpoint, CudaContext& context,
                                                NcclComm& comm);
 std::unique_ptr<DraftHead> load_cuda_head(const Checkpoint& head, const Checkpoint& target,
-                                          const Eagle3Config& config, CudaContext& context);
+                                          const Eagle3Config& config, CudaContext& context,
+                                          NcclComm* tp_comm = nullptr);
 #endif
 
 }  // namespace specrun

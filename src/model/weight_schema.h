@@ -116,8 +116,10 @@ struct TensorSpec {
 // (a tied embedding is prepared from lm_head's prepared copy).
 std::span<const TensorSpec> llama_schema();
 // An EAGLE-3 head's table (SafeAILab / SGLang names: fc, midlayer.*, norm, lm_head over the
-// draft vocabulary; all model-level, replicated). Its embedding is the target's and d2t / t2d
-// are not float tensors: neither is in the table (eagle3_model.h loads them).
+// draft vocabulary; all model-level). The midlayer and lm_head split like the target's layers
+// when the head is sharded (draft.placement = "sharded"); loaded with tp = 1 it is whole (the
+// replicated head). fc and the norms are always whole. Its embedding is the target's and
+// d2t / t2d are not float tensors: neither is in the table (eagle3_model.h loads them).
 std::span<const TensorSpec> eagle3_schema();
 
 // True when config.json implies the tensor.

@@ -53,17 +53,15 @@ void validate_eagle3(const JobConfig& c) {
   SPEC_INPUT_CHECK(!c.draft.path.empty(),
                    "draft.kind = \"eagle3\" needs draft.path, the head's directory (config.json "
                    "and model.safetensors in the SafeAILab / SGLang layout)");
-  SPEC_INPUT_CHECK(c.draft.placement == "replicated",
-                   "draft.placement = \""
-                       << c.draft.placement << "\" (" << c.origin("draft.placement")
-                       << "): an EAGLE-3 head is replicated on every rank (it is "
-                          "small and reads the target's full-width features); "
-                          "set draft.placement = \"replicated\"");
 }
 
+// draft.placement: "replicated" (the whole head on every rank, no communication) or "sharded"
+// (split over the tp group like the target; the same tokens, less memory per rank).
 std::unique_ptr<Drafter> make_eagle3(const JobConfig& c, DrafterContext& ctx) {
   return std::make_unique<Eagle3Drafter>(
-      ctx.factory.load_head(c.draft.path.resolved, ctx.target_checkpoint), ctx.ops, ctx.options);
+      ctx.factory.load_head(c.draft.path.resolved, ctx.target_checkpoint,
+                            c.draft.placement == "sharded"),
+      ctx.ops, ctx.options);
 }
 
 // ---- ngram: prompt lookup, no model -------------------------------------------------------

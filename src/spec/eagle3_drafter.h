@@ -11,9 +11,11 @@
 //    one tree-attention forward of the head per depth; draft ids map to target ids with d2t;
 //  - after verification the head's cache returns to the committed positions and only the
 //    accepted positions' features are extended (the root and the accepted path).
-// The head is replicated on every rank and the target's features are full width everywhere,
-// so every rank drafts the same tree without communicating. Proposals are deterministic
-// (top-k): sampling verifies them with the target-only tree rule (verifier.h).
+// The target's features are full width on every rank and the head's outputs too (replicated:
+// the whole head on every rank, no communication; sharded: split like the target, its partial
+// sums reduced and its logits gathered inside forward), so every rank drafts the same tree.
+// Proposals are deterministic (top-k): sampling verifies them with the target-only tree rule
+// (verifier.h).
 #pragma once
 
 #include <memory>

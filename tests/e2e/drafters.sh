@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # The drafters end to end on a synthetic 4-layer pair and its EAGLE-3 head (make-model):
-#  1. EAGLE-3 trees (4/5/15) on 4 ranks (dp 2 x tp 2) and n-gram chains on 2 ranks: greedy
+#  1. EAGLE-3 trees (4/5/15) on 4 ranks (dp 2 x tp 2), the head replicated and sharded, and
+#     n-gram chains on 2 ranks: greedy
 #     outputs equal baseline's, the result file (schema 2: steps/depth, bonus, emitted) read
 #     with h5py satisfies every identity, and `report --json` agrees with numbers recomputed
 #     from the raw datasets (check_run_result.py); the text report shows the tree metrics.
@@ -44,6 +45,13 @@ m = json.load(open(sys.argv[1]))["modes"]["speculative"]
 print(f"eagle3 tree: tau {m['tau']:.3f}, mean nodes {m['mean_nodes']:.2f}")
 assert m["tau"] > 1.5 and 10 <= m["mean_nodes"] <= 15, m
 PY
+
+# The same head sharded like the target (draft.placement = "sharded"): the same greedy tokens.
+run eagle3_sharded 4 --set draft.kind=eagle3 --set draft.path=models/eagle3 \
+  --set draft.placement=sharded --set decode.tree_top_k=4 --set decode.tree_depth=5 \
+  --set decode.tree_nodes=15
+"$PY" "$E2E_DIR/check_run_result.py" eagle3_sharded.h5 --prompts 10 --world 4 --tp 2 \
+  --draft-len 5 --report-json eagle3_sharded.json
 
 # n-gram chains of up to 4 (the prompts repeat no text, but generated text does).
 run ngram 2 --set draft.kind=ngram --set draft.ngram_max=3 --set draft.ngram_min=1

@@ -63,7 +63,7 @@ std::vector<Prompt> code_prompts() {
   return out;
 }
 
-// The target sharded over the world, its head replicated, CPU.
+// The target sharded over the world, its head replicated (or sharded), CPU.
 struct Eagle3Rig {
   MpiComm comm{MPI_COMM_WORLD};
   Checkpoint target_ckpt{(shared_models() / "code-target").string()};
@@ -74,9 +74,11 @@ struct Eagle3Rig {
                        [this](const std::string&) { return head_config.head; }};
   std::unique_ptr<TokenOps> ops = make_token_ops(BackendKind::kCpu, nullptr);
 
-  std::unique_ptr<Drafter> eagle3(const DecodeOptions& opt) {
-    return std::make_unique<Eagle3Drafter>(load_cpu_head(head_ckpt, target_ckpt, head_config, 1),
-                                           *ops, draft_options(opt));
+  // sharded: the head split over the world like the target; else whole on every rank.
+  std::unique_ptr<Drafter> eagle3(const DecodeOptions& opt, bool sharded = false) {
+    return std::make_unique<Eagle3Drafter>(
+        load_cpu_head(head_ckpt, target_ckpt, head_config, 1, sharded ? &comm : nullptr), *ops,
+        draft_options(opt));
   }
 };
 
@@ -152,6 +154,38 @@ TEST(Eagle3Decoder, GreedyChainsAndTreesEqualBaseline) {
       if (opt.draft_len >= 2 || opt.tree()) {
         EXPECT_GT(tau(spec), 1.5) << what;
       }
+    }
+  }
+}
+
+// The head sharded like the target (draft.placement = "sharded"): the same tokens as baseline
+// (and so as the replicated head), and the same acceptance within float rounding of the
+// reduced sums (a rare top-k order flip may change a tree).
+TEST(Eagle3Decoder, ShardedHeadGivesTheSameTokens) {
+  REQUIRE_SHARED();
+  const auto prompts = code_prompts();
+  Eagle3Rig rig;
+  const int max_new = 40;
+  DecodeOptions base_opt = greedy(max_new);
+  BatchDecoder base_decoder(*rig.target, nullptr, *rig.ops, rig.comm, base_opt);
+  const auto base = decode_all(base_decoder, kModeBaseline, prompts, 3);
+  DecodeOptions chain = greedy(max_new), tree = greedy(max_new);
+  chain.draft_len = 4;
+  tree.tree_top_k = 4;
+  tree.tree_depth = 5;
+  tree.tree_nodes = 15;
+  for (const DecodeOptions& opt : {chain, tree}) {
+    std::unique_ptr<Drafter> whole = rig.eagle3(opt, false), split = rig.eagle3(opt, true);
+    BatchDecoder dw(*rig.target, whole.get(), *rig.ops, rig.comm, opt);
+    BatchDecoder ds(*rig.target, split.get(), *rig.ops, rig.comm, opt);
+    for (int batch : {1, 3}) {
+      const std::string what =
+          "EAGLE-3 " + shape_name(opt) + ", batch " + std::to_string(batch) + ", sharded head";
+      const auto w = decode_all(dw, kModeSpeculative, prompts, batch);
+      const auto s = decode_all(ds, kModeSpeculative, prompts, batch);
+      expect_same_outputs(base, s, what);
+      expect_same_outputs(w, s, what + " vs replicated");
+      EXPECT_NEAR(tau(s), tau(w), 0.05 * tau(w)) << what;
     }
   }
 }
