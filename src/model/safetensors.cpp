@@ -296,11 +296,12 @@ void write_safetensors(const std::string& path, const std::vector<TensorToWrite>
                                               << "' has a negative dimension");
       numel *= static_cast<std::uint64_t>(d);
     }
-    SPEC_CHECK(numel * dtype_size(t.dtype) == t.bytes.size(),
+    const bool other = !t.other_dtype.empty();
+    const std::size_t size = other ? t.other_size : dtype_size(t.dtype);
+    SPEC_CHECK(numel * size == t.bytes.size(),
                "write_safetensors " << path << ": tensor '" << t.name << "' has " << t.bytes.size()
-                                    << " bytes, its shape and dtype need "
-                                    << numel * dtype_size(t.dtype));
-    header[t.name] = {{"dtype", dtype_name(t.dtype)},
+                                    << " bytes, its shape and dtype need " << numel * size);
+    header[t.name] = {{"dtype", other ? t.other_dtype : std::string(dtype_name(t.dtype))},
                       {"shape", t.shape},
                       {"data_offsets", {offset, offset + t.bytes.size()}}};
     offset += t.bytes.size();

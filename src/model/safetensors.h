@@ -74,6 +74,10 @@ struct TensorToWrite {
   DType dtype;
   std::vector<std::int64_t> shape;
   std::vector<std::byte> bytes;  // already in dtype
+  // A non-float tensor instead ("I64", "BOOL": EAGLE-3's d2t and t2d): its safetensors dtype
+  // name and its element size; `dtype` is then ignored.
+  std::string other_dtype = {};
+  std::size_t other_size = 0;
 };
 void write_safetensors(const std::string& path, const std::vector<TensorToWrite>& tensors);
 
