@@ -162,7 +162,9 @@ TEST(TreeBuilder, SelectsTheBestScoredNodesWithParentsFirst) {
       }
       auto a = got.begin();
       for (auto e = expected.begin(); e != expected.end(); ++e, ++a) EXPECT_NEAR(*a, *e, 1e-9);
-      if (s.top_k == 1) EXPECT_TRUE(tree.is_chain());
+      if (s.top_k == 1) {
+        EXPECT_TRUE(tree.is_chain());
+      }
     }
   }
 }
