@@ -163,6 +163,28 @@ Id string_type() {
   return type;
 }
 
+namespace {
+
+// A 16-bit little-endian float: fields as H5Tset_fields (sign, exponent, mantissa positions).
+Id float16_with(size_t exponent_bits, size_t mantissa_bits, size_t bias) {
+  Id type(H5C(H5Tcopy(H5T_IEEE_F32LE), "H5Tcopy(H5T_IEEE_F32LE)"));
+  H5C(H5Tset_fields(type.get(), 15, mantissa_bits, exponent_bits, 0, mantissa_bits),
+      "H5Tset_fields");
+  H5C(H5Tset_size(type.get(), 2), "H5Tset_size(2)");
+  H5C(H5Tset_ebias(type.get(), bias), "H5Tset_ebias");
+  return type;
+}
+
+}  // namespace
+
+Id bfloat16_type() {
+  return float16_with(8, 7, 127);
+}
+
+Id float16_type() {
+  return float16_with(5, 10, 15);
+}
+
 Id bool_type() {
   Id type(H5C(H5Tenum_create(H5T_NATIVE_INT8), "H5Tenum_create"));
   int8_t v = 0;
@@ -529,13 +551,57 @@ Dataset create_rows(Group& parent, const std::string& name, hid_t file_type,
   Id dcpl(H5C(H5Pcreate(H5P_DATASET_CREATE), "H5Pcreate(H5P_DATASET_CREATE)"));
   H5C(H5Pset_chunk(dcpl.get(), rank, chunk.data()), "cannot set the chunk shape of " << where);
   if (options.compress) {
-    // Filters run in the order added: shuffle first so deflate sees grouped bytes.
+    // Filters run in the order added: shuffle first so the codec sees grouped bytes.
     H5C(H5Pset_shuffle(dcpl.get()), "cannot add the shuffle filter to " << where);
-    H5C(H5Pset_deflate(dcpl.get(), 4), "cannot add the deflate filter to " << where);
+    if (options.codec == Codec::kGzip) {
+      H5C(H5Pset_deflate(dcpl.get(), static_cast<unsigned>(options.level)),
+          "cannot add the deflate filter to " << where);
+    } else {
+      constexpr H5Z_filter_t kLz4 = 32004;
+      SPEC_INPUT_CHECK(H5Zfilter_avail(kLz4) > 0,
+                       where << ": the HDF5 lz4 filter plugin is not installed (Debian: "
+                                "hdf5-filter-plugin; or set HDF5_PLUGIN_PATH), or use gzip");
+      H5C(H5Pset_filter(dcpl.get(), kLz4, H5Z_FLAG_MANDATORY, 0, nullptr),
+          "cannot add the lz4 filter to " << where);
+    }
   }
   Id d(H5C(H5Dcreate2(parent.id(), name.c_str(), file_type, space.get(), H5P_DEFAULT, dcpl.get(),
                       H5P_DEFAULT),
            "cannot create dataset " << where));
+  return Dataset(std::move(d), where, parent.file_path());
+}
+
+Dataset create_virtual_rows(Group& parent, const std::string& name, hid_t file_type,
+                            const std::vector<hsize_t>& row_shape,
+                            const std::vector<VirtualSource>& sources) {
+  std::string where =
+      parent.file_path() + ":" + (parent.name() == "/" ? "/" + name : parent.name() + "/" + name);
+  const int rank = 1 + static_cast<int>(row_shape.size());
+  std::vector<hsize_t> dims(static_cast<size_t>(rank));
+  for (size_t i = 0; i < row_shape.size(); ++i) dims[i + 1] = row_shape[i];
+  for (const VirtualSource& src : sources) dims[0] += src.rows;
+  Id space(
+      H5C(H5Screate_simple(rank, dims.data(), nullptr), "cannot make the dataspace of " << where));
+  Id dcpl(H5C(H5Pcreate(H5P_DATASET_CREATE), "H5Pcreate(H5P_DATASET_CREATE)"));
+  hsize_t at = 0;
+  for (const VirtualSource& src : sources) {
+    if (src.rows == 0) continue;
+    std::vector<hsize_t> src_dims = dims, start(dims.size(), 0);
+    src_dims[0] = src.rows;
+    start[0] = at;
+    Id src_space(H5C(H5Screate_simple(rank, src_dims.data(), nullptr), "H5Screate_simple"));
+    H5C(H5Sselect_hyperslab(space.get(), H5S_SELECT_SET, start.data(), nullptr, src_dims.data(),
+                            nullptr),
+        "cannot select rows of " << where);
+    H5C(H5Pset_virtual(dcpl.get(), space.get(), src.file.c_str(), src.path.c_str(),
+                       src_space.get()),
+        "cannot map " << src.file << ":" << src.path << " into " << where);
+    at += src.rows;
+  }
+  H5C(H5Sselect_all(space.get()), "H5Sselect_all");
+  Id d(H5C(H5Dcreate2(parent.id(), name.c_str(), file_type, space.get(), H5P_DEFAULT, dcpl.get(),
+                      H5P_DEFAULT),
+           "cannot create virtual dataset " << where));
   return Dataset(std::move(d), where, parent.file_path());
 }
 
@@ -591,13 +657,17 @@ Dataset create_string_scalar(Group& parent, const std::string& name, const std::
 
 File::File(Id id, const std::string& path) : Group(std::move(id), path + ":/", path, "/") {}
 
-File File::create(const std::string& path, bool truncate) {
+File File::create(const std::string& path, bool truncate, Format format) {
   silence_error_printing();
   SPEC_INPUT_CHECK(truncate || !file_exists(path),
                    path << " already exists; refusing to overwrite it");
   Id fapl(H5C(H5Pcreate(H5P_FILE_ACCESS), "H5Pcreate(H5P_FILE_ACCESS)"));
-  H5C(H5Pset_libver_bounds(fapl.get(), H5F_LIBVER_V18, H5F_LIBVER_V18),
-      "H5Pset_libver_bounds(V18, V18)");
+  if (format == Format::kV18)
+    H5C(H5Pset_libver_bounds(fapl.get(), H5F_LIBVER_V18, H5F_LIBVER_V18),
+        "H5Pset_libver_bounds(V18, V18)");
+  else
+    H5C(H5Pset_libver_bounds(fapl.get(), H5F_LIBVER_V110, H5F_LIBVER_V110),
+        "H5Pset_libver_bounds(V110, V110)");
   const unsigned flags = truncate ? H5F_ACC_TRUNC : H5F_ACC_EXCL;
   Id f(H5C_INPUT(
       H5Fcreate(path.c_str(), flags, H5P_DEFAULT, fapl.get()),

@@ -90,6 +90,11 @@ struct TypeOf<double> {
 
 // A new variable-length UTF-8 string type.
 Id string_type();
+// A new 16-bit float type: bfloat16 (sign, 8-bit exponent, 7-bit mantissa; the top half of an
+// IEEE float32) or IEEE half (5-bit exponent, 10-bit mantissa). HDF5 converts either to and from
+// float32 on read and write, so h5py reads them as float32 (bfloat16) and float16.
+Id bfloat16_type();
+Id float16_type();
 // A new 8-bit enum type {FALSE = 0, TRUE = 1}: the type h5py uses for numpy.bool_.
 Id bool_type();
 
@@ -151,6 +156,16 @@ class Dataset : public Object {
   bool is_string() const { return type_class() == H5T_STRING; }
   // "int32", "uint8", "float64", "string", "compound", ... for error messages.
   std::string type_text() const;
+
+  // Appends n_rows rows of elements of HDF5 memory type mem_type (any type HDF5 converts to the
+  // stored one, e.g. bfloat16_type() bits for a bfloat16 dataset).
+  void append_typed(hid_t mem_type, const void* data, int64_t n_rows) {
+    append_raw(mem_type, data, n_rows);
+  }
+  // Reads rows [first, first + n_rows) converted to mem_type.
+  void read_typed(hid_t mem_type, int64_t first, int64_t n_rows, void* out) const {
+    read_raw(mem_type, first, n_rows, out);
+  }
 
   // Appends n_rows rows (n_rows * row_size() values) at the end along axis 0.
   template <typename T>
@@ -230,12 +245,18 @@ class Group : public Object {
   std::string name_;
 };
 
+// Compression of a row table's chunks. gzip is HDF5's own deflate; lz4 (filter 32004) is a
+// plugin (Debian: hdf5-filter-plugin), which h5py uses too (or python3-hdf5plugin's copy).
+enum class Codec { kGzip, kLz4 };
+
 // Creation options of a row table (see create_rows).
 struct RowsOptions {
   std::vector<hsize_t> row_shape;  // trailing dimensions; empty for a 1-D dataset
   hsize_t chunk_rows = 0;          // rows per chunk; 0 = about chunk_bytes per chunk
   size_t chunk_bytes = 64 * 1024;  // target chunk size when chunk_rows is 0
-  bool compress = true;            // shuffle + deflate(4)
+  bool compress = true;            // byte shuffle, then `codec`
+  Codec codec = Codec::kGzip;
+  int level = 4;  // gzip level 1..9
 };
 
 // Options with a given chunk length (rows) and row shape, compressed.
@@ -263,6 +284,20 @@ Dataset create_rows(Group& parent, const std::string& name, const RowsOptions& o
 // 1-D variable-length UTF-8 string row table.
 Dataset create_string_rows(Group& parent, const std::string& name, const RowsOptions& options = {});
 
+// One source of a virtual dataset: rows [0, rows) of dataset `path` in file `file` (a name
+// relative to the virtual dataset's file, or absolute), placed at the next rows of the virtual
+// dataset.
+struct VirtualSource {
+  std::string file;
+  std::string path;
+  hsize_t rows = 0;
+};
+// A virtual dataset [sum of rows, row_shape...] of file_type concatenating `sources` along axis 0
+// (the file must use the 1.10 format: File::Format::kV110).
+Dataset create_virtual_rows(Group& parent, const std::string& name, hid_t file_type,
+                            const std::vector<hsize_t>& row_shape,
+                            const std::vector<VirtualSource>& sources);
+
 // Fixed-shape contiguous dataset holding `data` (product(dims) values; dims may contain 0).
 template <typename T>
 Dataset create_fixed(Group& parent, const std::string& name, const std::vector<hsize_t>& dims,
@@ -276,13 +311,15 @@ Dataset create_string_scalar(Group& parent, const std::string& name, const std::
 class File : public Group {
  public:
   enum class Access { kReadOnly, kReadWrite };
+  enum class Format { kV18, kV110 };
   File() = default;
 
   // Creates `path`. Fails (naming the path) when it exists, unless truncate. The format is
   // pinned to HDF5 1.8 objects (H5Pset_libver_bounds V18..V18): readable by HDF5 >= 1.8, large
   // attributes allowed, and no 1.10 superblock status flags, so a file whose writer was killed
-  // still opens in h5py without `h5clear -s`.
-  static File create(const std::string& path, bool truncate);
+  // still opens in h5py without `h5clear -s`. kV110 (needed by virtual datasets) is for files
+  // written at once and closed, never appended to by a job that may be killed.
+  static File create(const std::string& path, bool truncate, Format format = Format::kV18);
   static File open(const std::string& path, Access access);
 
   // H5Fflush(H5F_SCOPE_GLOBAL): everything written so far reaches the OS.
