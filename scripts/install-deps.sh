@@ -7,6 +7,7 @@ PACKAGES=(build-essential cmake git ccache pkg-config
   libhdf5-dev hdf5-tools
   libtomlplusplus-dev libboost-program-options-dev libgtest-dev nlohmann-json3-dev
   python3 python3-h5py python3-numpy python3-matplotlib
+  python3-torch python3-sentencepiece hdf5-filter-plugin
   clang-format qemu-user)
 missing=()
 for p in "${PACKAGES[@]}"; do

@@ -14,6 +14,8 @@ const std::vector<Command>& commands() {
       {"make-model", "write a synthetic target/draft pair in Hugging Face layout", cmd_make_model},
       {"import-llama2c", "convert a llama2.c checkpoint to Hugging Face layout",
        cmd_import_llama2c},
+      {"verify-data", "re-run the target on a dataset's sequences and compare what is stored",
+       cmd_verify_data},
       {"bench", "CPU decode/verify/prefill speed vs measured memory bandwidth", cmd_bench},
   };
   return table;

@@ -35,5 +35,6 @@ int cmd_prepare(CommandContext& ctx, const std::vector<std::string>& args);
 int cmd_report(CommandContext& ctx, const std::vector<std::string>& args);
 int cmd_compare(CommandContext& ctx, const std::vector<std::string>& args);
 int cmd_bench(CommandContext& ctx, const std::vector<std::string>& args);
+int cmd_verify_data(CommandContext& ctx, const std::vector<std::string>& args);
 
 }  // namespace specrun

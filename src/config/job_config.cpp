@@ -296,6 +296,30 @@ void check_option(const OptionSpec& spec, const std::vector<std::string>& v,
 
 // Rules that relate several options (the drafter's keys are its kind's: spec/drafter_registry).
 void validate_cross_rules(const JobConfig& c, const Origins& origins) {
+  SPEC_INPUT_CHECK(!c.uses_mode("dataset") || c.decode.modes.size() == 1,
+                   "decode.modes (" << origin_of(origins, "decode.modes")
+                                    << ") combines \"dataset\" with other modes: a dataset job "
+                                       "runs alone (decode.modes = [\"dataset\"])");
+  // hidden_layers: a keyword or a list of ids; the ids are checked against the model at start.
+  const std::string& layers = c.dataset.hidden_layers;
+  if (layers != "eagle3" && layers != "none") {
+    std::size_t at = 0;
+    while (at <= layers.size()) {
+      const std::size_t comma = std::min(layers.find(',', at), layers.size());
+      std::string item = layers.substr(at, comma - at);
+      item.erase(0, item.find_first_not_of(' '));
+      item.erase(item.find_last_not_of(' ') + 1);
+      SPEC_INPUT_CHECK(item == "final" || (item == "eagle3" && at == 0) ||
+                           (!item.empty() && item.size() <= 6 &&
+                            item.find_first_not_of("0123456789") == std::string::npos),
+                       "dataset.hidden_layers = \""
+                           << layers << "\" (" << origin_of(origins, "dataset.hidden_layers")
+                           << "): '" << item
+                           << "' is not a layer id; write eagle3, none, or ids such as "
+                              "\"2,3,4,final\"");
+      at = comma + 1;
+    }
+  }
   SPEC_INPUT_CHECK(c.debug.inject_delay_ms == 0 || c.debug.inject_phase != "none",
                    "debug.inject_delay_ms = " << format_number(c.debug.inject_delay_ms) << " ("
                                               << origin_of(origins, "debug.inject_delay_ms")

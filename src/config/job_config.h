@@ -76,6 +76,20 @@ struct DecodeSection {
   bool stop_at_eos = true;
 };
 
+// What a generation job (decode.modes = ["dataset"]) keeps; io/dataset_file.h, docs/datasets.md.
+struct DatasetSection {
+  std::string hidden_layers = "eagle3";  // eagle3 | none | comma list of layer ids and "final"
+  std::string positions = "all";         // all | prompt | generated
+  std::string dtype = "bf16";            // bf16 | f16 | f32: hidden states on disk
+  int topk = 0;                          // keep the target's top-k next tokens; 0 = none
+  std::string topk_dtype = "f16";        // f16 | f32 | bf16: their probabilities on disk
+  std::string compression = "gzip";      // gzip | lz4 | none
+  int level = 1;                         // gzip level
+  int chunk_rows = 256;                  // positions per chunk of the hidden-state datasets
+  bool continuous = true;                // continuous batching (false: static batches)
+  double commit_s = 120.0;               // seal the open part file this often (seconds)
+};
+
 // Test-only knobs: they make a run slower on purpose so that tests of timing analysis
 // (`specrun compare`) have a known regression to find. Never set them in real jobs.
 struct DebugSection {
@@ -90,6 +104,7 @@ struct JobConfig {
   ParallelSection parallel;
   DataSection data;
   DecodeSection decode;
+  DatasetSection dataset;
   DebugSection debug;
 
   // Not options (not in the dumps or the hash): where the job came from, for the result file.

@@ -77,8 +77,8 @@ inline const char* option_type_name(const std::vector<std::string>&) {
 
 // Section names in table order.
 inline const std::vector<std::string>& config_sections() {
-  static const std::vector<std::string> kSections = {"job",  "target", "draft", "parallel",
-                                                     "data", "decode", "debug"};
+  static const std::vector<std::string> kSections = {"job",  "target", "draft",   "parallel",
+                                                     "data", "decode", "dataset", "debug"};
   return kSections;
 }
 
@@ -148,8 +148,9 @@ void for_each_option(Config& config, Visitor&& visit) {
         config.data.max_prompts);
   // [decode]
   visit(S{"decode", "modes",
-          "Modes to run on the same prompts, in order: baseline (target only), speculative."}
-            .one_of({"baseline", "speculative"})
+          "Modes to run on the same prompts, in order: baseline (target only), speculative; or "
+          "dataset alone (a generation job writing hidden states: [dataset])."}
+            .one_of({"baseline", "speculative", "dataset"})
             .required(),
         config.decode.modes);
   visit(S{"decode", "max_new_tokens", "Tokens to generate per prompt (fewer when EOS stops it)."}
@@ -180,6 +181,44 @@ void for_each_option(Config& config, Visitor&& visit) {
         config.decode.top_p);
   visit(S{"decode", "stop_at_eos", "Finish a sequence when it emits the EOS token."},
         config.decode.stop_at_eos);
+  // [dataset]
+  visit(S{"dataset", "hidden_layers",
+          "Layers whose hidden states a dataset job keeps: eagle3 (EAGLE-3's three), none, ids "
+          "\"2,3,4,final\" (id i = the input of layer i; final = the final norm's output), or "
+          "\"eagle3,final\" (the training data of scripts/train_eagle3.py)."}
+            .required(),
+        config.dataset.hidden_layers);
+  visit(S{"dataset", "positions",
+          "Positions kept: all, prompt (rows predicting prompt tokens), generated."}
+            .one_of({"all", "prompt", "generated"}),
+        config.dataset.positions);
+  visit(S{"dataset", "dtype", "Hidden states on disk: bf16, f16 or f32."}.one_of(
+            {"bf16", "f16", "f32"}),
+        config.dataset.dtype);
+  visit(S{"dataset", "topk", "Keep the target's k most likely next tokens per position; 0 = none."}
+            .range(0, 1024),
+        config.dataset.topk);
+  visit(S{"dataset", "topk_dtype", "Their probabilities on disk: f16, bf16 or f32."}.one_of(
+            {"f16", "bf16", "f32"}),
+        config.dataset.topk_dtype);
+  visit(S{"dataset", "compression",
+          "Chunk compression: gzip (HDF5's own; default, level 1), lz4 (HDF5 plugin) or none."}
+            .one_of({"gzip", "lz4", "none"}),
+        config.dataset.compression);
+  visit(S{"dataset", "level", "gzip level (1 = fastest, 9 = smallest)."}.range(1, 9),
+        config.dataset.level);
+  visit(S{"dataset", "chunk_rows", "Positions per compressed chunk of the hidden states."}.range(
+            1, 1 << 20),
+        config.dataset.chunk_rows);
+  visit(S{"dataset", "continuous",
+          "Continuous batching: a finished sequence's slot takes the next prompt at once "
+          "(false: static batches, for comparison)."},
+        config.dataset.continuous);
+  visit(S{"dataset", "commit_s",
+          "Seconds between commits: the open part file of each shard is sealed (closed, renamed) "
+          "this often; a kill loses at most this much work per group."}
+            .range(0, 86400),
+        config.dataset.commit_s);
   // [debug]
   visit(S{"debug", "inject_delay_ms",
           "TEST ONLY: milliseconds to sleep in inject_phase on every step (fakes a slowdown)."}

@@ -24,8 +24,6 @@ struct BatchDecoder::Sequence {
   }
 };
 
-namespace {
-
 void check_prompt_fits(const Prompt& p, const ModelConfig& config, int max_new_tokens) {
   SPEC_INPUT_CHECK(!p.tokens.empty(), "prompt " << p.index << " (id '" << p.id << "') is empty");
   std::int64_t need = static_cast<std::int64_t>(p.tokens.size()) + max_new_tokens;
@@ -42,6 +40,8 @@ void check_prompt_fits(const Prompt& p, const ModelConfig& config, int max_new_t
                                << config.vocab_size << " tokens)");
   }
 }
+
+namespace {
 
 // What the step records about a proposal: its deepest path, and whether the accepted path ends
 // at a leaf (so the emitted token is the bonus sample rather than a correction).

@@ -51,6 +51,10 @@ struct DecodeOptions {
 // The options a drafter shares with the decoder.
 DraftOptions draft_options(const DecodeOptions& decode);
 
+// Throws (exit code 2, naming the prompt's index and id) when the prompt is empty, holds a token
+// outside the vocabulary, or cannot grow by max_new_tokens within the model's context.
+void check_prompt_fits(const Prompt& p, const ModelConfig& config, int max_new_tokens);
+
 class BatchDecoder {
  public:
   // target: sharded over `tp_comm`; drafter: nullptr for baseline-only jobs; ops: the token

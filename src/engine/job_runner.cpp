@@ -18,7 +18,9 @@
 #include "dist/gather.h"
 #include "dist/mpi_comm.h"
 #include "engine/batch_codec.h"
+#include "engine/dataset_job.h"
 #include "engine/decoder.h"
+#include "engine/job_parts.h"
 #include "engine/stop_request.h"
 #include "engine/summary.h"
 #include "io/prompt_file.h"
@@ -36,19 +38,6 @@ int choose_threads(const JobConfig& config, const World& world) {
   if (config.parallel.threads > 0) return config.parallel.threads;
   unsigned hw = std::max(1u, std::thread::hardware_concurrency());
   return std::max(1, static_cast<int>(hw) / std::max(1, world.local_size));
-}
-
-void check_dtype(const JobConfig& config, const Checkpoint& ckpt, const char* section) {
-  const std::string& want = config.target.dtype;
-  if (want == "auto") return;
-  const TensorView& t = ckpt.tensor("model.embed_tokens.weight");
-  std::string have = dtype_name(t.dtype);
-  std::string want_upper = want == "f32" ? "F32" : want == "bf16" ? "BF16" : "F16";
-  SPEC_INPUT_CHECK(have == want_upper,
-                   section << ".dtype = \"" << want << "\" but the checkpoint " << ckpt.dir()
-                           << " stores " << have
-                           << " weights; specrun keeps weights in their checkpoint dtype: set "
-                           << section << ".dtype = \"auto\" or convert the checkpoint");
 }
 
 // Which batches each mode has already committed (--resume), known on every rank.
@@ -235,7 +224,7 @@ RankModels load_models(const JobConfig& config, BackendKind backend, MpiComm& tp
                        MpiComm& self_comm, const World& world, int threads) {
   RankModels m;
   Checkpoint target_ckpt(config.target.path.resolved);
-  check_dtype(config, target_ckpt, "target");
+  check_target_dtype(config, target_ckpt);
   m.factory = std::make_unique<ModelFactory>(backend, tp_comm, self_comm, world, threads,
                                              config.parallel.comm_timeout_s);
   m.target = m.factory->load(target_ckpt, /*sharded=*/true);
@@ -300,6 +289,20 @@ bool decode_rounds(const JobConfig& config, const World& world, MpiComm& world_c
 
 }  // namespace
 
+void check_target_dtype(const JobConfig& config, const Checkpoint& ckpt) {
+  const std::string& want = config.target.dtype;
+  if (want == "auto") return;
+  const TensorView& t = ckpt.tensor("model.embed_tokens.weight");
+  std::string have = dtype_name(t.dtype);
+  std::string want_upper = want == "f32" ? "F32" : want == "bf16" ? "BF16" : "F16";
+  SPEC_INPUT_CHECK(have == want_upper, "target.dtype = \""
+                                           << want << "\" but the checkpoint " << ckpt.dir()
+                                           << " stores " << have
+                                           << " weights; specrun keeps weights in their checkpoint "
+                                              "dtype: set target.dtype = \"auto\" or convert the "
+                                              "checkpoint");
+}
+
 int run_job(const JobConfig& config, MpiSession& mpi, const RunOptions& options) {
   // Everything that can be checked before loading models is checked first.
   const World world = mpi.world(config.parallel.tp);
@@ -328,6 +331,10 @@ int run_job(const JobConfig& config, MpiSession& mpi, const RunOptions& options)
   // Provenance: every rank's record, gathered before anything heavy happens.
   ProvenanceRecord local = collect_local_provenance(mpi);
   std::vector<ProvenanceRecord> records = gather_provenance(world_comm, local);
+  if (config.uses_mode(kModeDataset))
+    return run_dataset_job(config, options,
+                           DatasetJobInputs{world, world_comm, tp_comm, self_comm, threads, prompts,
+                                            prompts_hash, records, log});
   if (world.is_root()) check_result_target(config, options, prompts_hash);
 
   const SteadyClockPoint t_load = SteadyClock::now();

@@ -13,6 +13,8 @@ namespace specrun {
 // Decoding modes, which are also the result file's top-level group names.
 inline constexpr const char* kModeBaseline = "baseline";
 inline constexpr const char* kModeSpeculative = "speculative";
+// A generation job's only mode (engine/dataset_job.h): writes a dataset, not a result file.
+inline constexpr const char* kModeDataset = "dataset";
 
 // True for "baseline" and "speculative".
 inline bool is_known_mode(const std::string& mode) {

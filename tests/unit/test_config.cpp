@@ -357,7 +357,7 @@ TEST(JobConfig, HelpListsEveryKeyWithTypeDefaultAndHelp) {
   EXPECT_CONTAINS(help, "parallel.backend  (string in cpu, cuda; default \"cpu\")");
   EXPECT_CONTAINS(help, "target.path  (path, required; default (none))");
   EXPECT_CONTAINS(help,
-                  "decode.modes  (list of strings in baseline, speculative, required; "
+                  "decode.modes  (list of strings in baseline, speculative, dataset, required; "
                   "default [\"baseline\", \"speculative\"])");
   EXPECT_CONTAINS(help, "TEST ONLY");
 }

@@ -1,0 +1,49 @@
+// A generation job: `specrun run JOB.toml` with decode.modes = ["dataset"] (run_job hands over to
+// run_dataset_job once the job is parsed and the ranks' provenance is gathered).
+//
+// Every dp group decodes its stream of prompts (prompt i belongs to group i % dp, in prompt
+// order) with continuous batching (engine/dataset_generator.h) and its tp rank 0 writes the
+// group's shard (io/dataset_file.h); no step is synchronised across groups. When every group is
+// done, rank 0 writes the top-level file job.output over the shards. Before anything is loaded,
+// rank 0 estimates the bytes the job will write and refuses to start when the output's file
+// system lacks them. SIGUSR1/SIGTERM stop every group after its current step (committed
+// sequences stay; exit code 75); `run --resume` continues each shard from its last commit.
+#pragma once
+
+#include <string>
+#include <vector>
+
+#include "common/log.h"
+#include "config/job_config.h"
+#include "dist/mpi_comm.h"
+#include "dist/world.h"
+#include "io/prompt_file.h"
+#include "io/provenance.h"
+#include "model/model_config.h"
+
+namespace specrun {
+
+struct RunOptions;
+
+// What run_job prepared.
+struct DatasetJobInputs {
+  const World& world;
+  MpiComm& world_comm;
+  MpiComm& tp_comm;
+  MpiComm& self_comm;
+  int threads;
+  PromptReader& prompts;
+  const std::string& prompts_hash;  // rank 0 only
+  const std::vector<ProvenanceRecord>& records;
+  const Logger& log;
+};
+
+int run_dataset_job(const JobConfig& config, const RunOptions& options, const DatasetJobInputs& in);
+
+// The capture ids of dataset.hidden_layers for a target of `config` (eagle3: {2, N/2, N-3},
+// made strictly ascending within [1, N-1] for shallow targets: {2, 3, 4} for N = 6, {1, 2, 3}
+// for N = 4; "final" is id N). Throws (exit code 2) naming the key.
+std::vector<int> dataset_capture_layers(const std::string& hidden_layers,
+                                        const ModelConfig& config);
+
+}  // namespace specrun

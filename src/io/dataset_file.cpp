@@ -1,0 +1,882 @@
+#include "io/dataset_file.h"
+
+#include <fcntl.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <cstring>
+#include <deque>
+#include <filesystem>
+#include <fstream>
+#include <iomanip>
+#include <map>
+#include <sstream>
+
+#include "common/clock.h"
+#include "common/error.h"
+#include "common/hash.h"
+#include "kernels/cpu/dtype.h"
+
+namespace specrun {
+
+namespace fs = std::filesystem;
+
+StoreType parse_store_type(const std::string& name) {
+  if (name == "bf16") return StoreType::kBF16;
+  if (name == "f16") return StoreType::kF16;
+  if (name == "f32") return StoreType::kF32;
+  SPEC_INPUT_FAIL("storage type '" << name << "': expected bf16, f16 or f32");
+}
+
+const char* store_type_name(StoreType t) {
+  switch (t) {
+    case StoreType::kBF16:
+      return "bf16";
+    case StoreType::kF16:
+      return "f16";
+    case StoreType::kF32:
+      return "f32";
+  }
+  return "?";
+}
+
+std::size_t store_type_size(StoreType t) {
+  return t == StoreType::kF32 ? 4 : 2;
+}
+
+std::size_t DatasetLayout::row_bytes() const {
+  return layers.size() * static_cast<std::size_t>(hidden_size) * store_type_size(dtype) +
+         static_cast<std::size_t>(topk) * (4 + store_type_size(topk_dtype));
+}
+
+namespace {
+
+// The HDF5 type of a storage type (file and memory: values are converted on the host first).
+h5::Id store_h5_type(StoreType t) {
+  switch (t) {
+    case StoreType::kBF16:
+      return h5::bfloat16_type();
+    case StoreType::kF16:
+      return h5::float16_type();
+    case StoreType::kF32:
+      break;
+  }
+  return h5::Id(H5Tcopy(H5T_IEEE_F32LE));
+}
+
+// float32 values to storage bytes (round to nearest even), appended to `out`.
+void to_store(StoreType t, const float* v, std::size_t n, std::vector<std::byte>& out) {
+  const std::size_t at = out.size();
+  out.resize(at + n * store_type_size(t));
+  std::byte* p = out.data() + at;
+  for (std::size_t i = 0; i < n; ++i) {
+    if (t == StoreType::kF32) {
+      std::memcpy(p + 4 * i, &v[i], 4);
+    } else {
+      const std::uint16_t b = t == StoreType::kBF16 ? f32_to_bf16(v[i]) : f32_to_f16(v[i]);
+      std::memcpy(p + 2 * i, &b, 2);
+    }
+  }
+}
+
+struct Column {
+  const char* name;
+  enum Kind { kI8, kI32, kI64, kF64, kString } kind;
+  const char* unit;
+  const char* description;
+};
+
+constexpr Column kSequenceColumns[] = {
+    {"prompt_index", Column::kI64, "", "row of the prompt in the prompt file"},
+    {"prompt_id", Column::kString, "", "prompt id from the prompt file (index when it has none)"},
+    {"category", Column::kString, "", "prompt category, '' when none"},
+    {"prompt_len", Column::kI32, "tokens", "prompt length"},
+    {"generated", Column::kI32, "tokens", "tokens generated after the prompt"},
+    {"finish_reason", Column::kI8, "", "0 = max_new_tokens reached, 1 = EOS"},
+    {"wall_s", Column::kF64, "s", "wall time from the sequence's prefill to its last token"},
+    {"token_offset", Column::kI64, "", "first entry of this sequence in tokens"},
+    {"row_offset", Column::kI64, "", "first row of this sequence in hidden and topk_*"},
+    {"first_row", Column::kI32, "",
+     "token index (within the sequence) whose hidden state is the sequence's first row"},
+    {"n_rows", Column::kI32, "rows", "rows of hidden / topk_* stored for this sequence"},
+};
+constexpr const char* kCommitColumns[] = {"sequences_end", "tokens_end", "rows_end",
+                                          "rows_written"};
+
+hid_t column_type(Column::Kind k) {
+  switch (k) {
+    case Column::kI8:
+      return H5T_STD_I8LE;
+    case Column::kI32:
+      return H5T_STD_I32LE;
+    case Column::kI64:
+      return H5T_STD_I64LE;
+    case Column::kF64:
+      return H5T_IEEE_F64LE;
+    case Column::kString:
+      break;
+  }
+  return H5I_INVALID_HID;
+}
+
+void describe(h5::Object& d, const char* unit, const char* description) {
+  if (unit[0] != '\0') d.set_attr_string("unit", unit);
+  d.set_attr_string("description", description);
+}
+
+h5::RowsOptions small_rows() {
+  h5::RowsOptions o;
+  o.compress = false;  // small next to the hidden states; cheap to read back
+  o.chunk_bytes = 16 * 1024;
+  return o;
+}
+
+void write_header(h5::File& f, const DatasetHeader& h, const std::string& kind) {
+  f.set_attr_string("schema", kDatasetSchema);
+  f.set_attr_int32("schema_version", kDatasetSchemaVersion);
+  f.set_attr_string("kind", kind);
+  f.set_attr_string("specrun_version", h.specrun_version);
+  f.set_attr_string("git_commit", h.git_commit);
+  f.set_attr_bool("git_dirty", h.git_dirty);
+  f.set_attr_string("started", utc_timestamp());
+  f.set_attr_string("finished", "");
+  f.set_attr_int32("world_size", h.world_size);
+  f.set_attr_int32("tp", h.tp);
+  f.set_attr_int32("dp", h.dp);
+  f.set_attr_int32("shard", h.shard);
+  f.set_attr_int32("resumes", 0);
+  h5::Group job = f.create_group("job");
+  job.set_attr_string("toml", h.job_toml);
+  job.set_attr_string("resolved", h.resolved_json);
+  job.set_attr_string("config_hash", h.config_hash);
+  job.set_attr_string("prompts_path", h.prompts_path);
+  job.set_attr_string("prompts_hash", h.prompts_hash);
+  h5::Group prov = f.create_group("provenance");
+  h5::Dataset ranks = h5::create_string_rows(prov, "ranks", h5::chunk_rows(64));
+  ranks.append_strings(h.provenance);
+  h5::create_string_scalar(prov, "mismatches", h.provenance_mismatches);
+  prov.set_attr_string("target_fingerprint", h.target_fingerprint);
+  prov.set_attr_string("capture_convention", h.capture_convention);
+}
+
+DatasetHeader read_header(const h5::File& f) {
+  DatasetHeader h;
+  h.specrun_version = f.attr_string("specrun_version");
+  h.git_commit = f.attr_string("git_commit");
+  h.git_dirty = f.attr_bool("git_dirty");
+  h.world_size = static_cast<int32_t>(f.attr_int("world_size"));
+  h.tp = static_cast<int32_t>(f.attr_int("tp"));
+  h.dp = static_cast<int32_t>(f.attr_int("dp"));
+  h.shard = static_cast<int32_t>(f.attr_int("shard"));
+  h5::Group job = f.group("job");
+  h.job_toml = job.attr_string("toml");
+  h.resolved_json = job.attr_string("resolved");
+  h.config_hash = job.attr_string("config_hash");
+  h.prompts_path = job.attr_string("prompts_path");
+  h.prompts_hash = job.attr_string("prompts_hash");
+  h5::Group prov = f.group("provenance");
+  h5::Dataset ranks = prov.dataset("ranks");
+  h.provenance = ranks.read_strings(0, ranks.rows());
+  h.provenance_mismatches = prov.dataset("mismatches").read_scalar_string();
+  h.target_fingerprint = prov.attr_string("target_fingerprint");
+  h.capture_convention = prov.attr_string("capture_convention");
+  return h;
+}
+
+void write_layout(h5::File& f, const DatasetLayout& l) {
+  h5::Group g = f.create_group("layout");
+  std::vector<int32_t> layers(l.layers.begin(), l.layers.end());
+  h5::Dataset d = h5::create_fixed<int32_t>(g, "layers", {layers.size()}, layers.data());
+  describe(d, "",
+           "captured layer ids: i < num_layers is the input of target layer i (Hugging Face "
+           "hidden_states[i]), num_layers the final norm's output");
+  g.set_attr_int32("num_layers", l.num_layers);
+  g.set_attr_int32("hidden_size", l.hidden_size);
+  g.set_attr_string("positions", l.positions);
+  g.set_attr_string("dtype", store_type_name(l.dtype));
+  g.set_attr_int32("topk", l.topk);
+  g.set_attr_string("topk_dtype", store_type_name(l.topk_dtype));
+  g.set_attr_string("compression", l.compression);
+  g.set_attr_int32("level", l.level);
+  g.set_attr_int32("chunk_rows", l.chunk_rows);
+}
+
+DatasetLayout read_layout(const h5::File& f) {
+  DatasetLayout l;
+  h5::Group g = f.group("layout");
+  for (int32_t v : g.dataset("layers").read_all<int32_t>()) l.layers.push_back(v);
+  l.num_layers = static_cast<int>(g.attr_int("num_layers"));
+  l.hidden_size = static_cast<int>(g.attr_int("hidden_size"));
+  l.positions = g.attr_string("positions");
+  l.dtype = parse_store_type(g.attr_string("dtype"));
+  l.topk = static_cast<int>(g.attr_int("topk"));
+  l.topk_dtype = parse_store_type(g.attr_string("topk_dtype"));
+  l.compression = g.attr_string("compression");
+  l.level = static_cast<int>(g.attr_int("level"));
+  l.chunk_rows = static_cast<int>(g.attr_int("chunk_rows"));
+  return l;
+}
+
+int64_t check_schema(const h5::File& f) {
+  const std::string& file = f.file_path();
+  SPEC_INPUT_CHECK(
+      f.has_attr("schema") && f.attr_string("schema") == kDatasetSchema,
+      file << " is not a specrun dataset file (no schema = '" << kDatasetSchema << "' attribute)");
+  const int64_t version = f.attr_int("schema_version");
+  SPEC_INPUT_CHECK(version >= 1 && version <= kDatasetSchemaVersion,
+                   file << " has dataset schema version " << version << "; this specrun reads "
+                        << "version " << kDatasetSchemaVersion << " (written by a newer specrun?)");
+  return version;
+}
+
+// The open datasets of a shard.
+struct ShardTables {
+  std::map<std::string, h5::Dataset> seq, commits;
+  h5::Dataset tokens, hidden, topk_ids, topk_probs;
+};
+
+ShardTables create_tables(h5::File& f, const DatasetLayout& l) {
+  ShardTables t;
+  h5::Group seq = f.create_group("sequences");
+  for (const Column& c : kSequenceColumns) {
+    h5::Dataset d = c.kind == Column::kString
+                        ? h5::create_string_rows(seq, c.name, h5::chunk_rows(1024))
+                        : h5::create_rows(seq, c.name, column_type(c.kind), small_rows());
+    describe(d, c.unit, c.description);
+    t.seq.emplace(c.name, std::move(d));
+  }
+  h5::RowsOptions tok = small_rows();
+  tok.chunk_bytes = 64 * 1024;
+  t.tokens = h5::create_rows<int32_t>(f, "tokens", tok);
+  describe(t.tokens, "", "every sequence's prompt and generated tokens, concatenated");
+  h5::RowsOptions big;
+  big.chunk_rows = static_cast<hsize_t>(l.chunk_rows);
+  big.compress = l.compression != "none";
+  big.codec = l.compression == "lz4" ? h5::Codec::kLz4 : h5::Codec::kGzip;
+  big.level = l.level;
+  if (!l.layers.empty()) {
+    big.row_shape = {l.layers.size(), static_cast<hsize_t>(l.hidden_size)};
+    h5::Id type = store_h5_type(l.dtype);
+    t.hidden = h5::create_rows(f, "hidden", type.get(), big);
+    describe(t.hidden, "",
+             "captured hidden states [rows, layers, hidden] of the stored positions (see "
+             "/layout and sequences/first_row)");
+  }
+  if (l.topk > 0) {
+    big.row_shape = {static_cast<hsize_t>(l.topk)};
+    t.topk_ids = h5::create_rows<int32_t>(f, "topk_ids", big);
+    describe(t.topk_ids, "", "the target's top-k next tokens at each stored position");
+    h5::Id ptype = store_h5_type(l.topk_dtype);
+    t.topk_probs = h5::create_rows(f, "topk_probs", ptype.get(), big);
+    describe(t.topk_probs, "", "their probabilities (softmax of the logits, temperature 1)");
+  }
+  h5::Group commits = f.create_group("commits");
+  for (const char* name : kCommitColumns) {
+    h5::Dataset d = h5::create_rows<int64_t>(commits, name, small_rows());
+    describe(d, "", "commit record: counts of what is durable at this commit");
+    t.commits.emplace(name, std::move(d));
+  }
+  return t;
+}
+
+ShardTables open_tables(const h5::File& f, const DatasetLayout& l, bool index) {
+  ShardTables t;
+  h5::Group seq = f.group("sequences");
+  for (const Column& c : kSequenceColumns) t.seq.emplace(c.name, seq.dataset(c.name));
+  if (index) t.seq.emplace("shard", seq.dataset("shard"));
+  t.tokens = f.dataset("tokens");
+  if (!l.layers.empty()) {
+    t.hidden = f.dataset("hidden");
+    const std::vector<hsize_t> dims = t.hidden.dims();
+    SPEC_INPUT_CHECK(dims.size() == 3 && dims[1] == l.layers.size() &&
+                         dims[2] == static_cast<hsize_t>(l.hidden_size),
+                     t.hidden.where() << " should be [rows, " << l.layers.size() << ", "
+                                      << l.hidden_size << "]");
+  }
+  if (l.topk > 0) {
+    t.topk_ids = f.dataset("topk_ids");
+    t.topk_probs = f.dataset("topk_probs");
+  }
+  if (!index) {
+    h5::Group commits = f.group("commits");
+    for (const char* name : kCommitColumns) t.commits.emplace(name, commits.dataset(name));
+  }
+  return t;
+}
+
+struct Commit {
+  int64_t records = 0;  // commit rows kept
+  int64_t sequences = 0, tokens = 0, rows = 0, written = 0;
+};
+
+// The last commit record whose rows are all present (a kill may have left a later one
+// half-flushed).
+Commit find_commit(const ShardTables& t) {
+  int64_t n = INT64_MAX;
+  for (const auto& [name, d] : t.commits) n = std::min(n, d.rows());
+  int64_t seq_rows = INT64_MAX;
+  for (const auto& [name, d] : t.seq) seq_rows = std::min(seq_rows, d.rows());
+  const int64_t tok_rows = t.tokens.rows();
+  const int64_t hid_rows = t.hidden.valid() ? t.hidden.rows() : INT64_MAX;
+  const int64_t topk_rows =
+      t.topk_ids.valid() ? std::min(t.topk_ids.rows(), t.topk_probs.rows()) : INT64_MAX;
+  for (; n > 0; --n) {
+    Commit c;
+    c.records = n;
+    c.sequences = t.commits.at("sequences_end").read<int64_t>(n - 1, 1)[0];
+    c.tokens = t.commits.at("tokens_end").read<int64_t>(n - 1, 1)[0];
+    c.rows = t.commits.at("rows_end").read<int64_t>(n - 1, 1)[0];
+    c.written = t.commits.at("rows_written").read<int64_t>(n - 1, 1)[0];
+    if (c.sequences <= seq_rows && c.tokens <= tok_rows && c.written <= hid_rows &&
+        c.written <= topk_rows && c.rows <= c.written)
+      return c;
+  }
+  return Commit{};
+}
+
+}  // namespace
+
+// Writer
+// -------------------------------------------------------------------------------------------
+
+namespace {
+
+// One part file being written (as "<part>.tmp"; renamed to its name when sealed). Rows of the
+// compressed datasets wait in memory until a whole chunk is ready; nothing here is flushed
+// before seal(): a part that was not sealed is never read.
+class PartWriter {
+ public:
+  PartWriter(const std::string& path, const DatasetHeader& header, const DatasetLayout& layout,
+             int32_t run)
+      : path_(path), tmp_(path + ".tmp"), layout_(layout) {
+    std::error_code ec;
+    fs::remove(tmp_, ec);
+    file_ = h5::File::create(tmp_, true);
+    write_header(file_, header, "shard");
+    file_.set_attr_int32("resumes", run);
+    write_layout(file_, layout);
+    t_ = create_tables(file_, layout);
+    hidden_type_ = store_h5_type(layout.dtype);
+    probs_type_ = store_h5_type(layout.topk_dtype);
+  }
+
+  int64_t sequences() const { return static_cast<int64_t>(rows_.size()); }
+  int64_t rows() const { return next_row_; }
+
+  void add(DatasetSequence&& s) {
+    to_store(layout_.dtype, s.hidden.data(), s.hidden.size(), tail_hidden_);
+    to_store(layout_.topk_dtype, s.topk_probs.data(), s.topk_probs.size(), tail_probs_);
+    tail_ids_.insert(tail_ids_.end(), s.topk_ids.begin(), s.topk_ids.end());
+    tail_rows_ += s.n_rows;
+    DatasetRow row;
+    row.prompt_index = s.prompt_index;
+    row.prompt_id = std::move(s.prompt_id);
+    row.category = std::move(s.category);
+    row.prompt_len = s.prompt_len;
+    row.generated = s.generated;
+    row.finish_reason = s.finish_reason;
+    row.wall_s = s.wall_s;
+    row.token_offset = static_cast<int64_t>(tokens_.size());
+    row.row_offset = next_row_;
+    row.first_row = s.first_row;
+    row.n_rows = s.n_rows;
+    rows_.push_back(std::move(row));
+    tokens_.insert(tokens_.end(), s.tokens.begin(), s.tokens.end());
+    next_row_ += s.n_rows;
+    write_chunks(false);
+  }
+
+  // Writes the last, partial chunk and the sequences table, closes the file and renames it to
+  // its final name: the part exists complete or not at all.
+  void seal() {
+    write_chunks(true);
+    auto& s = t_.seq;
+    std::vector<std::string> ids, cats;
+    for (const DatasetRow& r : rows_) {
+      ids.push_back(r.prompt_id);
+      cats.push_back(r.category);
+    }
+    s.at("prompt_id").append_strings(ids);
+    s.at("category").append_strings(cats);
+    auto field = [&](auto member) {
+      using T = std::decay_t<decltype(DatasetRow{}.*member)>;
+      std::vector<T> out;
+      for (const DatasetRow& r : rows_) out.push_back(r.*member);
+      return out;
+    };
+    s.at("prompt_index").append(field(&DatasetRow::prompt_index));
+    s.at("prompt_len").append(field(&DatasetRow::prompt_len));
+    s.at("generated").append(field(&DatasetRow::generated));
+    s.at("finish_reason").append(field(&DatasetRow::finish_reason));
+    s.at("wall_s").append(field(&DatasetRow::wall_s));
+    s.at("token_offset").append(field(&DatasetRow::token_offset));
+    s.at("row_offset").append(field(&DatasetRow::row_offset));
+    s.at("first_row").append(field(&DatasetRow::first_row));
+    s.at("n_rows").append(field(&DatasetRow::n_rows));
+    t_.tokens.append(tokens_);
+    const int64_t record[] = {sequences(), static_cast<int64_t>(tokens_.size()), next_row_,
+                              written_};
+    for (std::size_t i = 0; i < std::size(kCommitColumns); ++i)
+      t_.commits.at(kCommitColumns[i]).append(&record[i], 1);
+    file_.set_attr_string("finished", utc_timestamp());
+    t_ = ShardTables{};
+    file_.close();
+    // On disk before the name says complete (a node that loses power, not only a killed job).
+    const int fd = ::open(tmp_.c_str(), O_RDONLY);
+    if (fd >= 0) {
+      ::fsync(fd);
+      ::close(fd);
+    }
+    std::error_code ec;
+    fs::rename(tmp_, path_, ec);
+    SPEC_INPUT_CHECK(!ec, "cannot rename " << tmp_ << " to " << path_ << ": " << ec.message());
+  }
+
+ private:
+  std::size_t hidden_row_bytes() const {
+    return layout_.layers.size() * static_cast<std::size_t>(layout_.hidden_size) *
+           store_type_size(layout_.dtype);
+  }
+  std::size_t probs_row_bytes() const {
+    return static_cast<std::size_t>(layout_.topk) * store_type_size(layout_.topk_dtype);
+  }
+
+  // Writes whole chunks from the tail (and, when `partial`, the rest).
+  void write_chunks(bool partial) {
+    const int64_t C = layout_.chunk_rows;
+    const int64_t n = partial ? tail_rows_ : (tail_rows_ / C) * C;
+    if (n == 0) return;
+    if (t_.hidden.valid()) t_.hidden.append_typed(hidden_type_.get(), tail_hidden_.data(), n);
+    const std::size_t k = static_cast<std::size_t>(layout_.topk);
+    if (k > 0) {
+      t_.topk_ids.append(tail_ids_.data(), n);
+      t_.topk_probs.append_typed(probs_type_.get(), tail_probs_.data(), n);
+    }
+    auto drop = [](auto& v, std::size_t count) {
+      v.erase(v.begin(), v.begin() + static_cast<std::ptrdiff_t>(count));
+    };
+    drop(tail_hidden_, static_cast<std::size_t>(n) * hidden_row_bytes());
+    drop(tail_probs_, static_cast<std::size_t>(n) * probs_row_bytes());
+    drop(tail_ids_, static_cast<std::size_t>(n) * k);
+    tail_rows_ -= n;
+    written_ += n;
+  }
+
+  std::string path_, tmp_;
+  DatasetLayout layout_;
+  h5::File file_;
+  ShardTables t_;
+  h5::Id hidden_type_, probs_type_;
+  std::vector<DatasetRow> rows_;
+  std::vector<int32_t> tokens_;
+  int64_t next_row_ = 0, written_ = 0, tail_rows_ = 0;
+  std::vector<std::byte> tail_hidden_, tail_probs_;
+  std::vector<int32_t> tail_ids_;
+};
+
+std::string part_path(const std::string& shard, int part) {
+  std::ostringstream name;
+  name << shard << ".part-" << std::setw(5) << std::setfill('0') << part << ".h5";
+  return name.str();
+}
+
+// Leftovers of an interrupted part ("<part>.tmp") of `shard`.
+void remove_unsealed(const std::string& shard) {
+  const fs::path parent = fs::path(shard).parent_path();
+  const std::string prefix = fs::path(shard).filename().string() + ".part-";
+  std::error_code ec;
+  std::vector<fs::path> stale;
+  for (const auto& e : fs::directory_iterator(parent.empty() ? fs::path(".") : parent, ec)) {
+    const std::string name = e.path().filename().string();
+    if (name.rfind(prefix, 0) == 0 && name.size() > 4 &&
+        name.compare(name.size() - 4, 4, ".tmp") == 0)
+      stale.push_back(e.path());
+  }
+  for (const fs::path& p : stale) fs::remove(p, ec);
+}
+
+bool same_layout(const DatasetLayout& a, const DatasetLayout& b) {
+  return a.layers == b.layers && a.num_layers == b.num_layers && a.hidden_size == b.hidden_size &&
+         a.positions == b.positions && a.dtype == b.dtype && a.topk == b.topk &&
+         a.topk_dtype == b.topk_dtype && a.compression == b.compression && a.level == b.level &&
+         a.chunk_rows == b.chunk_rows;
+}
+
+}  // namespace
+
+struct DatasetShardWriter::Impl {
+  std::string shard;
+  DatasetHeader header;
+  DatasetLayout layout;
+  DatasetCommitPolicy policy;
+  int32_t run = 0;        // 0, then 1 per --resume
+  int next_part = 0;      // number of the part written next
+  int64_t committed = 0;  // sequences in sealed parts
+  std::unique_ptr<PartWriter> part;
+  SteadyClockPoint opened;
+
+  void seal() {
+    if (!part) return;
+    part->seal();
+    committed += part->sequences();
+    part.reset();
+    ++next_part;
+  }
+};
+
+DatasetShardWriter::DatasetShardWriter(std::unique_ptr<Impl> impl) : impl_(std::move(impl)) {}
+DatasetShardWriter::~DatasetShardWriter() = default;
+DatasetShardWriter::DatasetShardWriter(DatasetShardWriter&&) noexcept = default;
+DatasetShardWriter& DatasetShardWriter::operator=(DatasetShardWriter&&) noexcept = default;
+
+DatasetShardWriter DatasetShardWriter::create(const std::string& shard, const DatasetHeader& header,
+                                              const DatasetLayout& layout,
+                                              const DatasetCommitPolicy& policy, bool overwrite) {
+  SPEC_CHECK(
+      layout.hidden_size > 0 && layout.chunk_rows > 0,
+      "dataset layout: hidden " << layout.hidden_size << ", chunk rows " << layout.chunk_rows);
+  const std::vector<std::string> old = dataset_shard_parts(shard);
+  SPEC_INPUT_CHECK(old.empty() || overwrite,
+                   old.front() << " exists (a part of an earlier dataset); set job.overwrite = "
+                                  "true to replace it, or continue it with --resume");
+  for (const std::string& p : old) fs::remove(p);
+  remove_unsealed(shard);
+  auto m = std::make_unique<Impl>();
+  m->shard = shard;
+  m->header = header;
+  m->layout = layout;
+  m->policy = policy;
+  return DatasetShardWriter(std::move(m));
+}
+
+DatasetShardWriter DatasetShardWriter::reopen(const std::string& shard, const DatasetHeader& header,
+                                              const DatasetLayout& layout,
+                                              const DatasetCommitPolicy& policy) {
+  auto m = std::make_unique<Impl>();
+  m->shard = shard;
+  m->header = header;
+  m->layout = layout;
+  m->policy = policy;
+  m->run = 1;
+  remove_unsealed(shard);
+  const std::vector<std::string> parts = dataset_shard_parts(shard);
+  for (const std::string& p : parts) {
+    SPEC_INPUT_CHECK(p == part_path(shard, m->next_part),
+                     "cannot resume " << shard << ": part " << part_path(shard, m->next_part)
+                                      << " is missing (found " << p << ")");
+    DatasetReader r(p);
+    SPEC_INPUT_CHECK(r.finished(), "cannot resume: " << p << " is not sealed");
+    SPEC_INPUT_CHECK(same_layout(r.layout(), layout),
+                     "cannot resume " << shard << ": " << p
+                                      << " keeps other layers, positions or types than this job");
+    m->committed += static_cast<int64_t>(r.sequences().size());
+    m->run = std::max(
+        m->run,
+        static_cast<int32_t>(h5::File::open(p, h5::File::Access::kReadOnly).attr_int("resumes")) +
+            1);
+    ++m->next_part;
+  }
+  return DatasetShardWriter(std::move(m));
+}
+
+const DatasetLayout& DatasetShardWriter::layout() const {
+  return impl_->layout;
+}
+int64_t DatasetShardWriter::committed_sequences() const {
+  return impl_->committed;
+}
+
+void DatasetShardWriter::add(DatasetSequence&& s) {
+  Impl& m = *impl_;
+  const std::size_t width = m.layout.layers.size() * static_cast<std::size_t>(m.layout.hidden_size);
+  const std::size_t k = static_cast<std::size_t>(m.layout.topk);
+  const std::size_t n = static_cast<std::size_t>(s.n_rows);
+  SPEC_CHECK(s.hidden.size() == n * width && s.topk_ids.size() == n * k &&
+                 s.topk_probs.size() == n * k &&
+                 s.tokens.size() == static_cast<std::size_t>(s.prompt_len + s.generated),
+             m.shard << ": sequence of prompt " << s.prompt_index << " has " << s.hidden.size()
+                     << " hidden values, " << s.topk_ids.size() << " top-k ids and "
+                     << s.tokens.size() << " tokens for " << n << " rows");
+  if (!m.part) {
+    m.part =
+        std::make_unique<PartWriter>(part_path(m.shard, m.next_part), m.header, m.layout, m.run);
+    m.opened = SteadyClock::now();
+  }
+  m.part->add(std::move(s));
+  const bool by_count = m.policy.sequences > 0 && m.part->sequences() >= m.policy.sequences;
+  const bool by_time = seconds_since(m.opened) >= m.policy.seconds;
+  const bool by_size = m.policy.rows > 0 && m.part->rows() >= m.policy.rows;
+  if (by_count || by_time || by_size) m.seal();
+}
+
+void DatasetShardWriter::commit() {
+  impl_->seal();
+}
+
+void DatasetShardWriter::finish() {
+  Impl& m = *impl_;
+  // A shard holds at least one part (an empty one when its group had no prompt).
+  if (!m.part && m.next_part == 0)
+    m.part = std::make_unique<PartWriter>(part_path(m.shard, 0), m.header, m.layout, m.run);
+  m.seal();
+}
+
+std::vector<std::string> dataset_shard_parts(const std::string& shard) {
+  std::vector<std::string> out;
+  for (int k = 0;; ++k) {
+    const std::string p = part_path(shard, k);
+    if (!fs::exists(p)) break;
+    out.push_back(p);
+  }
+  // A part after a gap: returned too, so that reopen names the missing one.
+  const fs::path parent = fs::path(shard).parent_path();
+  const std::string prefix = fs::path(shard).filename().string() + ".part-";
+  std::error_code ec;
+  for (const auto& e : fs::directory_iterator(parent.empty() ? fs::path(".") : parent, ec)) {
+    const std::string p = (parent / e.path().filename()).string();
+    const std::string name = e.path().filename().string();
+    if (name.rfind(prefix, 0) == 0 && name.size() > 3 &&
+        name.compare(name.size() - 3, 3, ".h5") == 0 &&
+        std::find(out.begin(), out.end(), p) == out.end())
+      out.push_back(p);
+  }
+  return out;
+}
+
+// Reader
+// -------------------------------------------------------------------------------------------
+
+struct DatasetReader::Impl {
+  h5::File file;
+  std::string path;
+  DatasetLayout layout;
+  DatasetHeader header;
+  ShardTables t;
+  bool index = false, finished = false;
+  std::vector<DatasetRow> rows;
+};
+
+DatasetReader::DatasetReader(const std::string& path) : impl_(std::make_unique<Impl>()) {
+  Impl& m = *impl_;
+  m.path = path;
+  m.file = h5::File::open(path, h5::File::Access::kReadOnly);
+  check_schema(m.file);
+  m.index = m.file.attr_string("kind") == "index";
+  m.header = read_header(m.file);
+  m.layout = read_layout(m.file);
+  m.finished = !m.file.attr_string("finished").empty();
+  m.t = open_tables(m.file, m.layout, m.index);
+  int64_t n = 0;
+  if (m.index) {
+    n = m.t.seq.at("prompt_index").rows();
+  } else {
+    n = find_commit(m.t).sequences;
+  }
+  const auto& s = m.t.seq;
+  auto prompt_index = s.at("prompt_index").read<int64_t>(0, n);
+  auto prompt_id = s.at("prompt_id").read_strings(0, n);
+  auto category = s.at("category").read_strings(0, n);
+  auto prompt_len = s.at("prompt_len").read<int32_t>(0, n);
+  auto generated = s.at("generated").read<int32_t>(0, n);
+  auto finish = s.at("finish_reason").read<int8_t>(0, n);
+  auto wall_s = s.at("wall_s").read<double>(0, n);
+  auto token_offset = s.at("token_offset").read<int64_t>(0, n);
+  auto row_offset = s.at("row_offset").read<int64_t>(0, n);
+  auto first_row = s.at("first_row").read<int32_t>(0, n);
+  auto n_rows = s.at("n_rows").read<int32_t>(0, n);
+  std::vector<int32_t> shard(static_cast<std::size_t>(n), m.header.shard);
+  if (m.index) shard = s.at("shard").read<int32_t>(0, n);
+  m.rows.resize(static_cast<std::size_t>(n));
+  for (std::size_t i = 0; i < m.rows.size(); ++i)
+    m.rows[i] = DatasetRow{prompt_index[i], prompt_id[i], category[i], prompt_len[i],
+                           generated[i],    finish[i],    wall_s[i],   token_offset[i],
+                           row_offset[i],   first_row[i], n_rows[i],   shard[i]};
+}
+
+DatasetReader::~DatasetReader() = default;
+DatasetReader::DatasetReader(DatasetReader&&) noexcept = default;
+DatasetReader& DatasetReader::operator=(DatasetReader&&) noexcept = default;
+
+const std::string& DatasetReader::path() const {
+  return impl_->path;
+}
+const DatasetLayout& DatasetReader::layout() const {
+  return impl_->layout;
+}
+const DatasetHeader& DatasetReader::header() const {
+  return impl_->header;
+}
+bool DatasetReader::finished() const {
+  return impl_->finished;
+}
+bool DatasetReader::is_index() const {
+  return impl_->index;
+}
+const std::vector<DatasetRow>& DatasetReader::sequences() const {
+  return impl_->rows;
+}
+
+std::vector<int32_t> DatasetReader::tokens(const DatasetRow& row) const {
+  return impl_->t.tokens.read<int32_t>(row.token_offset, row.prompt_len + row.generated);
+}
+
+std::vector<float> DatasetReader::hidden(const DatasetRow& row) const {
+  if (!impl_->t.hidden.valid()) return {};
+  return impl_->t.hidden.read<float>(row.row_offset, row.n_rows);
+}
+
+std::vector<int32_t> DatasetReader::topk_ids(const DatasetRow& row) const {
+  if (impl_->layout.topk == 0) return {};
+  return impl_->t.topk_ids.read<int32_t>(row.row_offset, row.n_rows);
+}
+
+std::vector<float> DatasetReader::topk_probs(const DatasetRow& row) const {
+  if (impl_->layout.topk == 0) return {};
+  return impl_->t.topk_probs.read<float>(row.row_offset, row.n_rows);
+}
+
+// The top-level file ------------------------------------------------------------------------------
+
+std::string dataset_shard_path(const std::string& output, int group, int dp) {
+  std::string stem = output;
+  if (stem.size() > 3 && stem.compare(stem.size() - 3, 3, ".h5") == 0) stem.resize(stem.size() - 3);
+  return stem + ".shard-" + std::to_string(group) + "-of-" + std::to_string(dp);
+}
+
+void write_dataset_index(const std::string& output, const std::vector<std::string>& shard_paths) {
+  SPEC_CHECK(!shard_paths.empty(), "write_dataset_index: no part files");
+  std::vector<std::unique_ptr<DatasetReader>> shards;
+  for (const std::string& p : shard_paths) {
+    shards.push_back(std::make_unique<DatasetReader>(p));
+    SPEC_CHECK(shards.back()->finished(), p << " is not finished; cannot index it");
+  }
+  const std::string tmp = output + ".tmp";
+  {
+    h5::File f = h5::File::create(tmp, true, h5::File::Format::kV110);
+    DatasetHeader h = shards[0]->header();
+    write_header(f, h, "index");
+    std::vector<std::string> names;
+    for (const std::string& p : shard_paths) names.push_back(fs::path(p).filename().string());
+    f.set_attr_strings("parts", names);
+    const DatasetLayout& l = shards[0]->layout();
+    write_layout(f, l);
+    // The sequences tables, with offsets into the concatenated datasets.
+    h5::Group seq = f.create_group("sequences");
+    std::vector<DatasetRow> all;
+    int64_t token_base = 0, row_base = 0;
+    std::vector<h5::VirtualSource> tok_src, hid_src, ids_src, probs_src;
+    for (std::size_t i = 0; i < shards.size(); ++i) {
+      int64_t tokens = 0, rows = 0;
+      for (DatasetRow r : shards[i]->sequences()) {
+        tokens = std::max(tokens, r.token_offset + r.prompt_len + r.generated);
+        rows = std::max(rows, r.row_offset + r.n_rows);
+        r.token_offset += token_base;
+        r.row_offset += row_base;
+        r.shard = shards[i]->header().shard;
+        all.push_back(std::move(r));
+      }
+      if (tokens > 0) tok_src.push_back({names[i], "/tokens", static_cast<hsize_t>(tokens)});
+      if (rows > 0) {
+        hid_src.push_back({names[i], "/hidden", static_cast<hsize_t>(rows)});
+        ids_src.push_back({names[i], "/topk_ids", static_cast<hsize_t>(rows)});
+        probs_src.push_back({names[i], "/topk_probs", static_cast<hsize_t>(rows)});
+      }
+      token_base += tokens;
+      row_base += rows;
+    }
+    auto fixed_i64 = [&](const char* name, auto member) {
+      std::vector<int64_t> v;
+      for (const DatasetRow& r : all) v.push_back(static_cast<int64_t>(r.*member));
+      return h5::create_fixed<int64_t>(seq, name, {v.size()}, v.data());
+    };
+    auto fixed_i32 = [&](const char* name, auto member) {
+      std::vector<int32_t> v;
+      for (const DatasetRow& r : all) v.push_back(static_cast<int32_t>(r.*member));
+      return h5::create_fixed<int32_t>(seq, name, {v.size()}, v.data());
+    };
+    fixed_i64("prompt_index", &DatasetRow::prompt_index);
+    fixed_i32("prompt_len", &DatasetRow::prompt_len);
+    fixed_i32("generated", &DatasetRow::generated);
+    {
+      std::vector<int8_t> v;
+      for (const DatasetRow& r : all) v.push_back(r.finish_reason);
+      h5::Dataset d = h5::create_rows<int8_t>(seq, "finish_reason", h5::chunk_rows(4096));
+      d.append(v);
+    }
+    fixed_i64("token_offset", &DatasetRow::token_offset);
+    fixed_i64("row_offset", &DatasetRow::row_offset);
+    fixed_i32("first_row", &DatasetRow::first_row);
+    fixed_i32("n_rows", &DatasetRow::n_rows);
+    fixed_i32("shard", &DatasetRow::shard);
+    std::vector<double> walls;
+    for (const DatasetRow& r : all) walls.push_back(r.wall_s);
+    h5::create_fixed<double>(seq, "wall_s", {walls.size()}, walls.data());
+    h5::Dataset pid = h5::create_string_rows(seq, "prompt_id", h5::chunk_rows(1024));
+    h5::Dataset cat = h5::create_string_rows(seq, "category", h5::chunk_rows(1024));
+    std::vector<std::string> ids, cats;
+    for (const DatasetRow& r : all) {
+      ids.push_back(r.prompt_id);
+      cats.push_back(r.category);
+    }
+    pid.append_strings(ids);
+    cat.append_strings(cats);
+    // The large datasets: virtual, over the shards.
+    h5::create_virtual_rows(f, "tokens", H5T_STD_I32LE, {}, tok_src);
+    if (!l.layers.empty()) {
+      h5::Id type = store_h5_type(l.dtype);
+      h5::create_virtual_rows(f, "hidden", type.get(),
+                              {l.layers.size(), static_cast<hsize_t>(l.hidden_size)}, hid_src);
+    }
+    if (l.topk > 0) {
+      h5::create_virtual_rows(f, "topk_ids", H5T_STD_I32LE, {static_cast<hsize_t>(l.topk)},
+                              ids_src);
+      h5::Id ptype = store_h5_type(l.topk_dtype);
+      h5::create_virtual_rows(f, "topk_probs", ptype.get(), {static_cast<hsize_t>(l.topk)},
+                              probs_src);
+    }
+    f.set_attr_string("finished", utc_timestamp());
+    f.close();
+  }
+  std::error_code ec;
+  fs::rename(tmp, output, ec);
+  SPEC_INPUT_CHECK(!ec, "cannot rename " << tmp << " to " << output << ": " << ec.message());
+}
+
+// Fingerprints
+// --------------------------------------------------------------------------------------
+
+std::string model_fingerprint(const std::string& dir) {
+  std::uint64_t h = kFnv1a64Basis;
+  auto hash_file_part = [&](const fs::path& p, bool whole) {
+    std::ifstream in(p, std::ios::binary);
+    SPEC_INPUT_CHECK(in.good(), "cannot read " << p.string());
+    const std::uintmax_t size = fs::file_size(p);
+    h = fnv1a64(&size, sizeof(size), h);
+    std::vector<char> buf;
+    auto take = [&](std::uintmax_t at, std::uintmax_t n) {
+      buf.resize(static_cast<std::size_t>(n));
+      in.seekg(static_cast<std::streamoff>(at));
+      in.read(buf.data(), static_cast<std::streamsize>(n));
+      h = fnv1a64(buf.data(), static_cast<std::size_t>(in.gcount()), h);
+    };
+    const std::uintmax_t mib = 1 << 20;
+    if (whole || size <= 2 * mib) {
+      take(0, size);
+    } else {
+      take(0, mib);
+      take(size - mib, mib);
+    }
+  };
+  hash_file_part(fs::path(dir) / "config.json", true);
+  std::vector<fs::path> weights;
+  for (const auto& e : fs::directory_iterator(dir))
+    if (e.path().extension() == ".safetensors") weights.push_back(e.path());
+  std::sort(weights.begin(), weights.end());
+  for (const fs::path& p : weights) hash_file_part(p, false);
+  char hex[17];
+  std::snprintf(hex, sizeof hex, "%016llx", static_cast<unsigned long long>(h));
+  return std::string("fnv1a64:") + hex;
+}
+
+}  // namespace specrun

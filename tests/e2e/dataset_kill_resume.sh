@@ -1,0 +1,91 @@
+#!/usr/bin/env bash
+# SIGKILL at random moments during a dataset job (2 ranks, dp 2, continuous batching, gzip), each
+# kill followed by `run --resume`: every trial must end bit-identical to an uninterrupted run
+# (tokens, hidden states, top-k and the sequences table, read through the top-level file; the
+# part files differ, since parts are sealed every dataset.commit_s seconds).
+#   SPECRUN_KILLS=20 (default 3 under ctest); SPECRUN_BIN must point to specrun.
+#   scripts/dataset-kill-resume.sh runs it outside ctest with 20 kills.
+set -euo pipefail
+source "$(dirname "$0")/run_common.sh"
+KILLS=${SPECRUN_KILLS:-3}
+rm -rf w && mkdir w && cd w
+
+"$SPECRUN_BIN" make-model models --hidden 256 --layers 4 --heads 4 --kv-heads 2 \
+  --intermediate 512 --vocab 512 >/dev/null
+make_prompt_file prompts.h5 480 --vocab 512 --min-len 4 --max-len 60
+cat >job.toml <<'TOML'
+[job]
+name = "dataset-kill"
+output = "ref/data.h5"
+seed = 7
+[target]
+path = "models/target"
+[parallel]
+tp = 1
+threads = 1
+[data]
+prompts = "prompts.h5"
+batch_size = 4
+[decode]
+modes = ["dataset"]
+max_new_tokens = 96
+temperature = 0.8
+stop_at_eos = true
+[dataset]
+hidden_layers = "eagle3,final"
+dtype = "bf16"
+topk = 4
+chunk_rows = 64
+commit_s = 0.25
+TOML
+mkdir -p ref
+start=$(date +%s.%N)
+"${MPIRUN[@]}" -np 2 "$SPECRUN_BIN" run job.toml >ref.log 2>&1 || fail "reference: $(tail -5 ref.log)"
+full=$(echo "$(date +%s.%N) - $start" | bc)
+echo "uninterrupted run: $full s"
+
+compare() {  # compare DIR: the dataset equals the reference's, row for row and bit for bit
+  "$PY" - "$1" <<'PY'
+import sys, h5py, numpy as np
+d = sys.argv[1]
+a = h5py.File("ref/data.h5", "r")
+b = h5py.File(f"{d}/data.h5", "r")
+for name in ("tokens", "hidden", "topk_ids", "topk_probs"):
+    x, y = a[name][:], b[name][:]
+    assert x.shape == y.shape, f"{name}: {x.shape} vs {y.shape}"
+    assert np.array_equal(x.view(np.uint8), y.view(np.uint8)), f"{name} differs"
+for name in a["sequences"]:
+    if name == "wall_s":
+        continue
+    assert np.array_equal(a["sequences"][name][:], b["sequences"][name][:]), name
+assert b.attrs["finished"], "not finished"
+PY
+}
+
+identical=0
+for trial in $(seq 1 "$KILLS"); do
+  dir=t$trial
+  mkdir -p $dir
+  # Kill somewhere between the start and the end of an uninterrupted run.
+  delay=$("$PY" -c "import random; random.seed($trial); print(round(random.uniform(0.3, 0.95) * $full, 2))")
+  setsid "${MPIRUN[@]}" -np 2 "$SPECRUN_BIN" run job.toml --set job.output=$dir/data.h5 \
+    >$dir/run.log 2>&1 &
+  launcher=$!
+  sleep "$delay"
+  # Every rank and the launcher: each rank is its own process group.
+  pkill -9 -f "specrun run job.toml --set job.output=$dir/data.h5" || true
+  kill -9 -- -"$launcher" 2>/dev/null || true
+  wait "$launcher" 2>/dev/null || true
+  committed=$("$PY" -c "
+import h5py, glob
+print(sum(len(h5py.File(p, 'r')['sequences/prompt_index']) for p in glob.glob('$dir/data.shard-*.part-*.h5')))")
+  timeout 300 "${MPIRUN[@]}" -np 2 "$SPECRUN_BIN" run job.toml --set job.output=$dir/data.h5 \
+    --resume >$dir/resume.log 2>&1 || fail "trial $trial: resume failed: $(tail -5 $dir/resume.log)"
+  if compare $dir; then
+    identical=$((identical + 1))
+    echo "trial $trial: killed after ${delay} s ($committed sequences in sealed parts), resumed: identical"
+  else
+    fail "trial $trial: the resumed dataset differs from the uninterrupted one"
+  fi
+done
+echo "dataset_kill_resume: $identical of $KILLS killed-and-resumed runs bit-identical to the uninterrupted one"
