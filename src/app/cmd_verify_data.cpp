@@ -15,6 +15,7 @@
 
 #include "app/commands.h"
 #include "common/error.h"
+#include "common/json_depth.h"
 #include "dist/mpi_comm.h"
 #include "io/dataset_file.h"
 #include "kernels/cpu/dtype.h"
@@ -76,8 +77,7 @@ int cmd_verify_data(CommandContext& ctx, const std::vector<std::string>& args) {
   const double tolerance = vm["tolerance"].as<double>();
   DatasetReader data(path);
   const DatasetLayout& layout = data.layout();
-  const nlohmann::json resolved =
-      nlohmann::json::parse(data.header().resolved_json, nullptr, false);
+  const nlohmann::json resolved = parse_json_or_discarded(data.header().resolved_json);
   std::string model_dir;
   if (vm.count("model")) {
     model_dir = vm["model"].as<std::string>();

@@ -17,6 +17,7 @@
 #include <sstream>
 
 #include "common/error.h"
+#include "common/utf8.h"
 #include "config/config_text.h"
 #include "config/option_table.h"
 
@@ -401,6 +402,12 @@ void apply_override(const std::string& arg, const fs::path& cwd, JobConfig& conf
   if (eq == std::string::npos || name.empty())
     SPEC_INPUT_FAIL("malformed --set '" << arg << "': expected section.key=value, e.g. "
                                         << "--set decode.draft_len=8");
+  SPEC_INPUT_CHECK(invalid_utf8_at(arg.substr(0, eq)) == std::string_view::npos,
+                   "--set: a key is not valid UTF-8 (keys are names such as decode.draft_len)");
+  if (const std::size_t bad = invalid_utf8_at(std::string_view(arg).substr(eq + 1));
+      bad != std::string_view::npos)
+    SPEC_INPUT_FAIL("--set " << name << "=...: the value is not valid UTF-8 (at byte " << bad
+                             << " of the value); job settings must be UTF-8 text");
   const TextSource src{"--set " + arg, cwd};
   const std::string value = trim(std::string_view(arg).substr(eq + 1));
   bool known = with_option(config, name, [&](const OptionSpec& spec, auto& member) {
@@ -434,6 +441,17 @@ JobConfig parse_job_config(const std::string& toml_text, const std::string& sour
                            const ConfigValidator& extra) {
   const fs::path cwd = fs::current_path();
   const fs::path base = base_dir.empty() ? cwd : fs::absolute(base_dir);
+  if (const std::size_t at = invalid_utf8_at(toml_text); at != std::string_view::npos) {
+    const std::string_view before(toml_text.data(), at);
+    const std::size_t line =
+        1 + static_cast<std::size_t>(std::count(before.begin(), before.end(), '\n'));
+    const std::size_t nl = before.rfind('\n');
+    const std::size_t column = at - (nl == std::string_view::npos ? 0 : nl + 1) + 1;
+    SPEC_INPUT_FAIL(source_name << ":" << line << ":" << column << ": not valid UTF-8 (byte 0x"
+                                << std::hex
+                                << static_cast<int>(static_cast<unsigned char>(toml_text[at]))
+                                << "); job files must be UTF-8 text");
+  }
   toml::table root;
   try {
     root = toml::parse(std::string_view(toml_text), std::string_view(source_name));

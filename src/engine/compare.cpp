@@ -12,6 +12,7 @@
 #include <string_view>
 
 #include "common/error.h"
+#include "common/json_depth.h"
 #include "io/provenance.h"
 
 namespace specrun {
@@ -139,7 +140,7 @@ namespace {
 
 nlohmann::json parse_json(const std::string& text, const std::string& what,
                           const std::string& path) {
-  nlohmann::json j = nlohmann::json::parse(text, nullptr, false);
+  nlohmann::json j = parse_json_or_discarded(text);
   SPEC_INPUT_CHECK(!j.is_discarded(), path << ": " << what
                                            << " is not valid JSON; the file is damaged or was "
                                               "not written by specrun");

@@ -15,6 +15,7 @@
 #include "common/error.h"
 #include "dist/gather.h"
 #include "engine/dataset_generator.h"
+#include "engine/decoder.h"
 #include "engine/job_parts.h"
 #include "engine/job_runner.h"
 #include "engine/stop_request.h"
@@ -196,6 +197,7 @@ int run_dataset_job(const JobConfig& config, const RunOptions& options,
   // Checks that touch nothing, before the model loads.
   const std::string prompts_hash = broadcast_string(in.world_comm, in.prompts_hash);
   if (world.is_root()) {
+    check_all_prompts(in.prompts, n_prompts, mc, config.decode.max_new_tokens);
     if (!options.resume) ResultWriter::check_creatable(top, config.job.overwrite);
     check_space(config, in.prompts, n_prompts, layout,
                 options.resume ? shard_paths : std::vector<std::string>{});
@@ -225,21 +227,8 @@ int run_dataset_job(const JobConfig& config, const RunOptions& options,
   std::int64_t committed = 0;
   if (world.is_tp_leader()) {
     DatasetHeader h;
-    const BuildInfo& b = build_info();
-    h.specrun_version = b.version;
-    h.git_commit = b.git_commit;
-    h.git_dirty = b.git_dirty;
-    h.world_size = world.size;
-    h.tp = world.tp;
-    h.dp = world.dp;
+    static_cast<ResultHeader&>(h) = job_header(config, world, prompts_hash, in.records);
     h.shard = world.dp_index;
-    h.job_toml = config.job_text;
-    h.resolved_json = to_json(config).dump();
-    h.config_hash = config_hash_hex(config);
-    h.prompts_path = config.data.prompts.text;
-    h.prompts_hash = prompts_hash;
-    for (const ProvenanceRecord& r : in.records) h.provenance.push_back(nlohmann::json(r).dump());
-    h.provenance_mismatches = nlohmann::json(find_mismatches(in.records)).dump();
     h.target_fingerprint = model_fingerprint(config.target.path.resolved);
     h.capture_convention = capture_convention(layout.layers, mc.num_layers);
     DatasetCommitPolicy policy;

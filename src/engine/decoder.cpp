@@ -41,6 +41,20 @@ void check_prompt_fits(const Prompt& p, const ModelConfig& config, int max_new_t
   }
 }
 
+void check_all_prompts(const PromptReader& prompts, std::int64_t n, const ModelConfig& config,
+                       int max_new_tokens) {
+  const std::int64_t window = 4096;
+  for (std::int64_t first = 0; first < n; first += window) {
+    for (const Prompt& p : prompts.read(first, std::min(window, n - first))) {
+      try {
+        check_prompt_fits(p, config, max_new_tokens);
+      } catch (const Error& e) {
+        SPEC_INPUT_FAIL(prompts.path() << ": " << e.message());
+      }
+    }
+  }
+}
+
 namespace {
 
 // What the step records about a proposal: its deepest path, and whether the accepted path ends

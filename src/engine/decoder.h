@@ -55,6 +55,12 @@ DraftOptions draft_options(const DecodeOptions& decode);
 // outside the vocabulary, or cannot grow by max_new_tokens within the model's context.
 void check_prompt_fits(const Prompt& p, const ModelConfig& config, int max_new_tokens);
 
+// check_prompt_fits for prompts [0, n) of the prompt file, read in windows of a few thousand
+// (bounded memory), before a job writes anything: a bad prompt stops the job at its start, not in
+// the middle, and the message names the file.
+void check_all_prompts(const PromptReader& prompts, std::int64_t n, const ModelConfig& config,
+                       int max_new_tokens);
+
 class BatchDecoder {
  public:
   // target: sharded over `tp_comm`; drafter: nullptr for baseline-only jobs; ops: the token

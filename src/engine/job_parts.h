@@ -2,11 +2,23 @@
 // speculative decoding into a result file; engine/dataset_job.cpp: dataset generation).
 #pragma once
 
+#include <string>
+#include <vector>
+
 #include "config/job_config.h"
+#include "io/provenance.h"
+#include "io/result_file.h"
 
 namespace specrun {
 
 class Checkpoint;
+struct World;
+
+// The identity every output file of the job records: build, layout, job text and hash, prompt
+// file, every rank's provenance and their mismatches.
+ResultHeader job_header(const JobConfig& config, const World& world,
+                        const std::string& prompts_hash,
+                        const std::vector<ProvenanceRecord>& records);
 
 // target.dtype against the checkpoint's stored type: "auto" accepts any; otherwise they must
 // match (weights are kept in their checkpoint dtype). Throws (exit code 2) with advice.

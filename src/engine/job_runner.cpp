@@ -100,23 +100,9 @@ std::unique_ptr<ResultWriter> open_result(const JobConfig& config, const World& 
   if (options.resume) {  // checked by check_result_target
     writer = std::make_unique<ResultWriter>(ResultWriter::reopen(config.job.output.resolved));
   } else {
-    ResultHeader header;
-    const BuildInfo& b = build_info();
-    header.specrun_version = b.version;
-    header.git_commit = b.git_commit;
-    header.git_dirty = b.git_dirty;
-    header.world_size = world.size;
-    header.tp = world.tp;
-    header.dp = world.dp;
-    header.job_toml = config.job_text;
-    header.resolved_json = to_json(config).dump();
-    header.config_hash = config_hash_hex(config);
-    header.prompts_path = config.data.prompts.text;
-    header.prompts_hash = prompts_hash;
-    for (const ProvenanceRecord& r : records) header.provenance.push_back(nlohmann::json(r).dump());
-    header.provenance_mismatches = nlohmann::json(find_mismatches(records)).dump();
-    writer = std::make_unique<ResultWriter>(
-        ResultWriter::create(config.job.output.resolved, header, config.job.overwrite));
+    writer = std::make_unique<ResultWriter>(ResultWriter::create(
+        config.job.output.resolved, job_header(config, world, prompts_hash, records),
+        config.job.overwrite));
   }
   for (const Mismatch& m : find_mismatches(records)) log.warn(describe(m));
   return writer;
@@ -289,6 +275,27 @@ bool decode_rounds(const JobConfig& config, const World& world, MpiComm& world_c
 
 }  // namespace
 
+ResultHeader job_header(const JobConfig& config, const World& world,
+                        const std::string& prompts_hash,
+                        const std::vector<ProvenanceRecord>& records) {
+  ResultHeader header;
+  const BuildInfo& b = build_info();
+  header.specrun_version = b.version;
+  header.git_commit = b.git_commit;
+  header.git_dirty = b.git_dirty;
+  header.world_size = world.size;
+  header.tp = world.tp;
+  header.dp = world.dp;
+  header.job_toml = config.job_text;
+  header.resolved_json = to_json(config).dump();
+  header.config_hash = config_hash_hex(config);
+  header.prompts_path = config.data.prompts.text;
+  header.prompts_hash = prompts_hash;
+  for (const ProvenanceRecord& r : records) header.provenance.push_back(nlohmann::json(r).dump());
+  header.provenance_mismatches = nlohmann::json(find_mismatches(records)).dump();
+  return header;
+}
+
 void check_target_dtype(const JobConfig& config, const Checkpoint& ckpt) {
   const std::string& want = config.target.dtype;
   if (want == "auto") return;
@@ -341,7 +348,12 @@ int run_job(const JobConfig& config, MpiSession& mpi, const RunOptions& options)
   RankModels models = load_models(config, backend, tp_comm, self_comm, world, threads);
   const double load_s = seconds_since(t_load);
   std::unique_ptr<ResultWriter> writer;
-  if (world.is_root()) writer = open_result(config, world, options, records, prompts_hash, log);
+  if (world.is_root()) {
+    // Every prompt against the target before the result file is touched.
+    check_all_prompts(prompts, plan.n_prompts, models.target->config(),
+                      config.decode.max_new_tokens);
+    writer = open_result(config, world, options, records, prompts_hash, log);
+  }
   world_comm.barrier();
   auto done = options.resume ? committed_batches(config, world_comm, world)
                              : std::map<std::string, std::set<std::int64_t>>{};

@@ -10,6 +10,7 @@
 #include <sstream>
 
 #include "common/error.h"
+#include "common/json_depth.h"
 #include "io/result_file.h"
 
 namespace specrun {
@@ -380,7 +381,7 @@ RunSummary summarize_run(const std::vector<ModeData>& modes, bool greedy, std::u
 }
 
 bool resolved_is_greedy(const std::string& resolved_json) {
-  nlohmann::json j = nlohmann::json::parse(resolved_json, nullptr, false);
+  nlohmann::json j = parse_json_or_discarded(resolved_json);
   if (j.is_discarded() || !j.contains("decode") || !j["decode"].contains("temperature"))
     return false;
   const nlohmann::json& t = j["decode"]["temperature"];
@@ -388,7 +389,7 @@ bool resolved_is_greedy(const std::string& resolved_json) {
 }
 
 std::uint64_t resolved_seed(const std::string& resolved_json) {
-  nlohmann::json j = nlohmann::json::parse(resolved_json, nullptr, false);
+  nlohmann::json j = parse_json_or_discarded(resolved_json);
   if (j.is_discarded() || !j.contains("job") || !j["job"].contains("seed") ||
       !j["job"]["seed"].is_number_integer())
     return 1;
@@ -397,8 +398,7 @@ std::uint64_t resolved_seed(const std::string& resolved_json) {
 
 std::vector<ModeData> load_mode_data(const ResultReader& reader) {
   std::int64_t batch_size = 0;
-  nlohmann::json resolved =
-      nlohmann::json::parse(reader.info().header.resolved_json, nullptr, false);
+  nlohmann::json resolved = parse_json_or_discarded(reader.info().header.resolved_json);
   if (!resolved.is_discarded() && resolved.contains("data") &&
       resolved["data"].contains("batch_size") && resolved["data"]["batch_size"].is_number())
     batch_size = resolved["data"]["batch_size"].get<std::int64_t>();

@@ -32,6 +32,7 @@
 #include <vector>
 
 #include "io/h5.h"
+#include "io/result_file.h"
 
 namespace specrun {
 
@@ -62,17 +63,11 @@ struct DatasetLayout {
   std::size_t row_bytes() const;
 };
 
-// The job's identity, as in result files (io/result_file.h ResultHeader), plus the shard.
-struct DatasetHeader {
-  std::string specrun_version, git_commit;
-  bool git_dirty = false;
-  int32_t world_size = 1, tp = 1, dp = 1;
-  int32_t shard = 0;  // this shard's dp group
-  std::string job_toml, resolved_json, config_hash, prompts_path, prompts_hash;
-  std::vector<std::string> provenance;  // JSON per world rank
-  std::string provenance_mismatches;    // JSON list
-  std::string target_fingerprint;       // model_fingerprint() of the target
-  std::string capture_convention;       // how `layers` map to the model (text)
+// The job's identity, as in result files, plus the shard.
+struct DatasetHeader : ResultHeader {
+  int32_t shard = 0;               // this shard's dp group
+  std::string target_fingerprint;  // model_fingerprint() of the target
+  std::string capture_convention;  // how `layers` map to the model (text)
 };
 
 // One finished sequence, as the generator hands it over.

@@ -12,6 +12,7 @@
 #include <unordered_map>
 
 #include "common/error.h"
+#include "common/json_depth.h"
 #include "io/prompt_file.h"
 
 namespace specrun {
@@ -39,6 +40,9 @@ std::string json_kind(const nlohmann::json& v) {
 // Parses one non-empty line. Returns "" and fills `out`, or returns what is wrong.
 std::string parse_line(const std::string& line, ParsedLine& out) {
   nlohmann::json j;
+  if (const std::size_t at = json_too_deep_at(line); at != std::string_view::npos)
+    return "nested more than " + std::to_string(kMaxJsonDepth) + " levels deep (at column " +
+           std::to_string(at + 1) + ")";
   try {
     j = nlohmann::json::parse(line);
   } catch (const nlohmann::json::parse_error& e) {

@@ -158,20 +158,7 @@ void ResultWriter::check_creatable(const std::string& path, bool overwrite) {
                                                          << " is not writable (job.output)");
 }
 
-ResultWriter ResultWriter::create(const std::string& path, const ResultHeader& h, bool overwrite) {
-  check_creatable(path, overwrite);
-  SPEC_CHECK(h.world_size >= 1 && h.tp >= 1 && h.dp >= 1 && h.tp * h.dp == h.world_size,
-             "result header: world_size " << h.world_size << " != tp " << h.tp << " x dp " << h.dp);
-  SPEC_CHECK(h.provenance.empty() || h.provenance.size() == static_cast<size_t>(h.world_size),
-             "result header: " << h.provenance.size() << " provenance records for " << h.world_size
-                               << " ranks");
-  auto impl = std::make_unique<Impl>();
-  impl->path = path;
-  impl->world_size = h.world_size;
-  impl->file = h5::File::create(path, overwrite);
-  h5::File& f = impl->file;
-  f.set_attr_string("schema", kResultSchema);
-  f.set_attr_int32("schema_version", kResultSchemaVersion);
+void write_job_identity(h5::File& f, const ResultHeader& h) {
   f.set_attr_string("specrun_version", h.specrun_version);
   f.set_attr_string("git_commit", h.git_commit);
   f.set_attr_bool("git_dirty", h.git_dirty);
@@ -191,6 +178,42 @@ ResultWriter ResultWriter::create(const std::string& path, const ResultHeader& h
   h5::Dataset ranks = h5::create_string_rows(prov, "ranks", h5::chunk_rows(64));
   ranks.append_strings(h.provenance);
   h5::create_string_scalar(prov, "mismatches", h.provenance_mismatches);
+}
+
+void read_job_identity(const h5::File& f, ResultHeader& h) {
+  h.specrun_version = f.attr_string("specrun_version");
+  h.git_commit = f.attr_string("git_commit");
+  h.git_dirty = f.attr_bool("git_dirty");
+  h.world_size = static_cast<int32_t>(f.attr_int("world_size"));
+  h.tp = static_cast<int32_t>(f.attr_int("tp"));
+  h.dp = static_cast<int32_t>(f.attr_int("dp"));
+  h5::Group job = f.group("job");
+  h.job_toml = job.attr_string("toml");
+  h.resolved_json = job.attr_string("resolved");
+  h.config_hash = job.attr_string("config_hash");
+  h.prompts_path = job.attr_string("prompts_path");
+  h.prompts_hash = job.attr_string("prompts_hash");
+  h5::Group prov = f.group("provenance");
+  h5::Dataset ranks = prov.dataset("ranks");
+  h.provenance = ranks.read_strings(0, ranks.rows());
+  h.provenance_mismatches = prov.dataset("mismatches").read_scalar_string();
+}
+
+ResultWriter ResultWriter::create(const std::string& path, const ResultHeader& h, bool overwrite) {
+  check_creatable(path, overwrite);
+  SPEC_CHECK(h.world_size >= 1 && h.tp >= 1 && h.dp >= 1 && h.tp * h.dp == h.world_size,
+             "result header: world_size " << h.world_size << " != tp " << h.tp << " x dp " << h.dp);
+  SPEC_CHECK(h.provenance.empty() || h.provenance.size() == static_cast<size_t>(h.world_size),
+             "result header: " << h.provenance.size() << " provenance records for " << h.world_size
+                               << " ranks");
+  auto impl = std::make_unique<Impl>();
+  impl->path = path;
+  impl->world_size = h.world_size;
+  impl->file = h5::File::create(path, overwrite);
+  h5::File& f = impl->file;
+  f.set_attr_string("schema", kResultSchema);
+  f.set_attr_int32("schema_version", kResultSchemaVersion);
+  write_job_identity(f, h);
   f.flush();
   return ResultWriter(std::move(impl));
 }
@@ -357,26 +380,10 @@ ResultReader::ResultReader(const std::string& path) : impl_(std::make_unique<Imp
   ResultInfo& info = m.info;
   info.schema_version = result_layout::check_schema(f);
   info.schema = f.attr_string("schema");
-  ResultHeader& h = info.header;
-  h.specrun_version = f.attr_string("specrun_version");
-  h.git_commit = f.attr_string("git_commit");
-  h.git_dirty = f.attr_bool("git_dirty");
+  read_job_identity(f, info.header);
   info.started = f.attr_string("started");
   info.finished = f.attr_string("finished");
-  h.world_size = static_cast<int32_t>(f.attr_int("world_size"));
-  h.tp = static_cast<int32_t>(f.attr_int("tp"));
-  h.dp = static_cast<int32_t>(f.attr_int("dp"));
   info.resumes = static_cast<int32_t>(f.attr_int("resumes"));
-  h5::Group job = f.group("job");
-  h.job_toml = job.attr_string("toml");
-  h.resolved_json = job.attr_string("resolved");
-  h.config_hash = job.attr_string("config_hash");
-  h.prompts_path = job.attr_string("prompts_path");
-  h.prompts_hash = job.attr_string("prompts_hash");
-  h5::Group prov = f.group("provenance");
-  h5::Dataset ranks = prov.dataset("ranks");
-  h.provenance = ranks.read_strings(0, ranks.rows());
-  h.provenance_mismatches = prov.dataset("mismatches").read_scalar_string();
   for (const char* mode : {kModeBaseline, kModeSpeculative}) {
     if (!f.has(mode)) continue;
     ModeTables t = result_layout::open_mode(f, mode);
@@ -459,8 +466,10 @@ std::vector<SequenceRecord> ResultReader::sequences(const std::string& mode) con
     r.accepted = accepted[i];
     r.finish_reason = finish_reason[i];
     r.wall_s = wall_s[i];
-    SPEC_INPUT_CHECK(offsets[i] <= offsets[i + 1] && offsets[i + 1] <= c.tokens,
-                     t->seq.at("output_offsets").where() << " is not monotone at row " << i);
+    SPEC_INPUT_CHECK(0 <= offsets[i] && offsets[i] <= offsets[i + 1] && offsets[i + 1] <= c.tokens,
+                     t->seq.at("output_offsets").where()
+                         << " is not monotone within [0, " << c.tokens << "] at row " << i << " ("
+                         << offsets[i] << ", " << offsets[i + 1] << "): the file is damaged");
     r.output_tokens.assign(tokens.begin() + offsets[i], tokens.begin() + offsets[i + 1]);
   }
   return out;

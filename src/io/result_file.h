@@ -40,6 +40,17 @@ struct ResultHeader {
   std::string provenance_mismatches = "[]";  // JSON list of mismatches between ranks
 };
 
+namespace h5 {
+class File;
+}
+
+// The job identity shared by result and dataset files: root attributes specrun_version,
+// git_commit, git_dirty, started (now), finished (""), world_size, tp, dp, resumes (0), and the
+// groups /job and /provenance (docs/file-formats.md).
+void write_job_identity(h5::File& f, const ResultHeader& h);
+// Reads what write_job_identity wrote into `h`.
+void read_job_identity(const h5::File& f, ResultHeader& h);
+
 // The header plus what the writer adds.
 struct ResultInfo {
   ResultHeader header;

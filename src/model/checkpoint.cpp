@@ -8,6 +8,7 @@
 #include <sstream>
 
 #include "common/error.h"
+#include "common/json_depth.h"
 #include "model/weight_schema.h"
 
 namespace specrun {
@@ -66,8 +67,12 @@ Checkpoint::Checkpoint(const std::string& dir, const ConfigReader& read_config) 
   {
     std::ifstream in(index);
     SPEC_INPUT_CHECK(in.good(), "cannot open " << index);
+    std::stringstream text;
+    text << in.rdbuf();
+    const std::string too_deep = json_depth_error(text.str(), index);
+    SPEC_INPUT_CHECK(too_deep.empty(), too_deep);
     try {
-      j = nlohmann::json::parse(in);
+      j = nlohmann::json::parse(text.str());
     } catch (const nlohmann::json::exception& e) {
       SPEC_INPUT_FAIL(index << ": not valid JSON: " << e.what());
     }

@@ -5,6 +5,7 @@
 #include <sstream>
 
 #include "common/error.h"
+#include "common/json_depth.h"
 
 namespace specrun {
 namespace {
@@ -36,6 +37,8 @@ Eagle3Config Eagle3Config::from_file(const std::string& path, const ModelConfig&
 Eagle3Config Eagle3Config::from_json_text(const std::string& text, const std::string& source,
                                           const ModelConfig& target) {
   json j;
+  const std::string too_deep = json_depth_error(text, source);
+  SPEC_INPUT_CHECK(too_deep.empty(), too_deep);
   try {
     j = json::parse(text);
   } catch (const json::exception& e) {

@@ -9,6 +9,7 @@
 #include <sstream>
 
 #include "common/error.h"
+#include "common/json_depth.h"
 
 namespace specrun {
 
@@ -44,7 +45,11 @@ struct Reader {
     }
     SPEC_INPUT_CHECK(obj[key].is_number(), src << ": field \"" << path << key
                                                << "\" must be a number, got " << obj[key].dump());
-    return obj[key].get<double>();
+    const double v = obj[key].get<double>();
+    SPEC_INPUT_CHECK(std::isfinite(v) && std::fabs(v) <= 1e12,
+                     src << ": field \"" << path << key << "\" = " << v
+                         << " is not a plausible value (finite, at most 1e12 in size)");
+    return v;
   }
   bool get_bool(const char* key, bool fallback) const {
     if (!present(key)) return fallback;
@@ -108,6 +113,8 @@ ModelConfig ModelConfig::from_file(const std::string& config_json_path) {
 
 ModelConfig ModelConfig::from_json_text(const std::string& text, const std::string& source_name) {
   json j;
+  const std::string too_deep = json_depth_error(text, source_name);
+  SPEC_INPUT_CHECK(too_deep.empty(), too_deep);
   try {
     j = json::parse(text);
   } catch (const json::exception& e) {
@@ -173,8 +180,11 @@ ModelConfig ModelConfig::from_json_text(const std::string& text, const std::stri
   }
   SPEC_INPUT_CHECK(c.head_dim % 2 == 0, source_name << ": head_dim=" << c.head_dim
                                                     << " must be even for rotary embeddings");
-  c.rms_norm_eps = static_cast<float>(rd.get_double(j, "", "rms_norm_eps", false, 1e-6));
-  SPEC_INPUT_CHECK(c.rms_norm_eps > 0, source_name << ": rms_norm_eps must be positive");
+  const double eps = rd.get_double(j, "", "rms_norm_eps", false, 1e-6);
+  SPEC_INPUT_CHECK(eps >= 1e-12 && eps <= 0.1,
+                   source_name << ": rms_norm_eps = " << eps
+                               << " is out of range [1e-12, 0.1] (real models use 1e-6 .. 1e-5)");
+  c.rms_norm_eps = static_cast<float>(eps);
 
   // Activation.
   if (rd.present("hidden_act")) {

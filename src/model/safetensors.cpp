@@ -16,6 +16,7 @@
 #include <set>
 
 #include "common/error.h"
+#include "common/json_depth.h"
 
 namespace specrun {
 
@@ -112,6 +113,8 @@ SafetensorsFile::SafetensorsFile(const std::string& path) : path_(path) {
       return true;
     };
     json header;
+    const std::string too_deep = json_depth_error(std::string_view(text, header_len), path);
+    SPEC_INPUT_CHECK(too_deep.empty(), too_deep);
     try {
       header = json::parse(text, text + header_len, on_event);
     } catch (const json::exception& e) {

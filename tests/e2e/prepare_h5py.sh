@@ -61,14 +61,17 @@ cat > bad.jsonl <<'EOF'
 {"tokens": []}
 {"tokens": [7]}
 EOF
+# Line 8: 100,000 nested lists (crashed the parser's error path before; issue 18).
+"$PY" -c "print('{\"tokens\": ' + '[' * 100000 + ']' * 100000 + '}')" >> bad.jsonl
 set +e
 "$SPECRUN_BIN" prepare bad.jsonl bad.h5 2> bad.err
 rc=$?
 set -e
-cat bad.err
+cut -c1-300 bad.err
 [ "$rc" -eq 2 ] || { echo "expected exit code 2, got $rc"; exit 1; }
-grep -q "4 bad lines" bad.err
-for line in 2 3 5 6; do grep -q "line $line:" bad.err || { echo "line $line not reported"; exit 1; }; done
+grep -q "5 bad lines" bad.err
+grep -q "line 8: nested more than 64 levels deep" bad.err
+for line in 2 3 5 6 8; do grep -q "line $line:" bad.err || { echo "line $line not reported"; exit 1; }; done
 if grep -q "line 1:\|line 7:" bad.err; then echo "a good line was reported"; exit 1; fi
 test ! -e bad.h5
 test ! -e bad.h5.tmp

@@ -33,7 +33,7 @@ PY
 write_job job.toml out.h5 good.h5
 RUN=("${MPIRUN[@]}" -np 2 "$SPECRUN_BIN" run job.toml)
 
-expect_exit 2 "prompt 4 \(id 'p4'\).*token 300 at position 1 is outside the (target )?vocabulary" \
+expect_exit 2 "badtoken.h5: prompt 4 \(id 'p4'\).*token 300 at position 1 is outside the (target )?vocabulary" \
   badtoken.log -- "${RUN[@]}" --set data.prompts=badtoken.h5 --set job.output=badtoken_out.h5
 expect_exit 2 'nooffsets.h5.*/prompts/offsets' nooffsets.log -- \
   "${RUN[@]}" --set data.prompts=nooffsets.h5 --set job.output=nooffsets_out.h5
@@ -48,13 +48,19 @@ expect_exit 2 'malformed.toml:5' malformed.log -- \
 [[ $(grep -c 'malformed.toml:5' malformed.log) -eq 1 ]] ||
   fail "the job file error is printed $(grep -c 'malformed.toml:5' malformed.log) times"
 
-# The prompt errors are found after the result file was created: it must still open in h5py
-# (nothing committed). The others fail before it is created.
-for f in tp_out.h5 out.h5 malformed_out.h5; do
+# Every error is found before the result file is created (prompts are all checked against the
+# target once it has loaded, before anything is written).
+for f in tp_out.h5 out.h5 malformed_out.h5 badtoken_out.h5 nooffsets_out.h5; do
   [[ ! -e $f ]] || fail "$f was created by a job that failed before starting"
 done
-for f in badtoken_out.h5 nooffsets_out.h5; do
-  [[ -e $f ]] || continue
-  "$PY" -c 'import h5py, sys; h5py.File(sys.argv[1], "r").close()' "$f" || fail "$f is unreadable"
-done
+
+# With job.overwrite = true, a failing job leaves an existing result byte-identical (issue 18:
+# it used to truncate the file before validating its inputs).
+timeout 120 "${RUN[@]}" --set job.output=kept.h5 >kept.log 2>&1 || fail "good run: $(tail -3 kept.log)"
+before=$(md5sum <kept.h5)
+expect_exit 2 "badtoken.h5: prompt 4" kept-badtoken.log -- "${RUN[@]}" --set job.output=kept.h5 \
+  --set job.overwrite=true --set data.prompts=badtoken.h5
+expect_exit 2 "model directory .*missing-model" kept-model.log -- "${RUN[@]}" \
+  --set job.output=kept.h5 --set job.overwrite=true --set target.path=missing-model
+[[ $(md5sum <kept.h5) == "$before" ]] || fail "a failed job with overwrite = true changed kept.h5"
 echo "run_errors: all checks passed"

@@ -8,6 +8,7 @@
 #include <functional>
 
 #include "common/error.h"
+#include "common/utf8.h"
 #include "config/job_config.h"
 #include "config/option_table.h"
 #include "spec/drafter_registry.h"
@@ -390,4 +391,20 @@ TEST(JobConfig, CodePairJobParses) {
 }
 
 }  // namespace
+// Issue 18, findings 9 and 13: invalid UTF-8 in a --set value or in the job file is an input
+// error naming the key or the line (it was an uncaught exception in config_hash, and toml++
+// reached undefined behaviour on some bytes).
+TEST(JobConfig, InvalidUtf8IsRefusedNamingWhere) {
+  EXPECT_CONTAINS(parse_error(kMinimal, {"job.name=ab\xff"}),
+                  "--set job.name=...: the value is not valid UTF-8 (at byte 2 of the value)");
+  EXPECT_CONTAINS(parse_error(std::string(kMinimal) + "\n# \xc3\x28\n"), "job.toml:");
+  EXPECT_CONTAINS(parse_error("\xca"), "job.toml:1:1: not valid UTF-8 (byte 0xca)");
+  EXPECT_NO_THROW(parse(std::string(kMinimal) + "\n# caf\xc3\xa9 \xe2\x82\xac\n"));
+  EXPECT_EQ(invalid_utf8_at("caf\xc3\xa9 \xf0\x9f\x98\x80"), std::string_view::npos);
+  EXPECT_EQ(invalid_utf8_at("\xc0\xaf"), 0u);            // overlong
+  EXPECT_EQ(invalid_utf8_at("a\xed\xa0\x80"), 1u);       // surrogate
+  EXPECT_EQ(invalid_utf8_at("ab\xf4\x90\x80\x80"), 2u);  // above U+10FFFF
+  EXPECT_EQ(invalid_utf8_at("x\xe2\x82"), 1u);           // truncated
+}
+
 }  // namespace specrun

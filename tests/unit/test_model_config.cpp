@@ -6,6 +6,7 @@
 #include <functional>
 
 #include "common/error.h"
+#include "common/json_depth.h"
 #include "model/model_config.h"
 
 namespace specrun {
@@ -209,4 +210,31 @@ TEST(ModelConfigErrors, MissingFileIsClear) {
 }
 
 }  // namespace
+// Issue 18, finding 2: a config.json value nested 100,000 deep is refused before parsing (it
+// crashed in the recursive dump() of the error message), and "[" inside strings do not count.
+TEST(ModelConfig, DeeplyNestedJsonIsRefused) {
+  const std::string deep = std::string(100000, '[') + std::string(100000, ']');
+  const std::string msg = error_of(
+      [&] { ModelConfig::from_json_text(R"({"hidden_size": )" + deep + "}", "cfg.json"); });
+  EXPECT_NE(msg.find("cfg.json: JSON nested more than 64 levels"), std::string::npos) << msg;
+  EXPECT_EQ(json_too_deep_at(R"({"a": ")" + std::string(1000, '[') + R"("})"),
+            std::string_view::npos);
+  EXPECT_EQ(json_too_deep_at(std::string(65, '[')), 64u);
+}
+
+// Issue 18, finding 12: absurd numeric values are refused, naming the field.
+TEST(ModelConfig, AbsurdNumbersAreRefused) {
+  EXPECT_NE(error_of([&] {
+              parse(llama(R"(,"rms_norm_eps":1e300)"));
+            }).find("\"rms_norm_eps\" = 1e+300 is not a plausible value"),
+            std::string::npos);
+  EXPECT_NE(error_of([&] {
+              parse(llama(R"(,"rms_norm_eps":0.5)"));
+            }).find("rms_norm_eps = 0.5 is out of range"),
+            std::string::npos);
+  EXPECT_NE(error_of([&] { parse(llama(R"(,"rope_theta":1e13)")); }).find("rope_theta\" = 1e+13"),
+            std::string::npos);
+  EXPECT_EQ(error_of([&] { parse(llama(R"(,"rms_norm_eps":1e-5)")); }), "");
+}
+
 }  // namespace specrun

@@ -563,3 +563,25 @@ TEST(H5Errors, NameTheFileQuoteHdf5AndKeepStderrQuiet) {
       << msg;
   EXPECT_EQ(d.read<int64_t>(0, 3), (std::vector<int64_t>{0, 1, 2}));
 }
+
+// Issue 18, finding 3: a negative output offset (a damaged or hostile file) is an error naming
+// the dataset, not an out-of-bounds read.
+TEST(ResultFile, NegativeOutputOffsetIsRefused) {
+  TempDir dir;
+  std::string path = dir.file("neg.h5");
+  {
+    ResultWriter w = ResultWriter::create(path, make_header(), false);
+    w.append_batch(kModeBaseline, make_batch(0, 0));
+    w.finish();
+  }
+  {
+    h5::File f = h5::File::open(path, h5::File::Access::kReadWrite);
+    h5::Dataset d = f.group(kModeBaseline).group("sequences").dataset("output_offsets");
+    const int64_t bad = -1000000;
+    d.write(1, 1, &bad);
+  }
+  ResultReader r(path);
+  const std::string msg = error_of([&] { r.sequences(kModeBaseline); });
+  EXPECT_NE(msg.find("output_offsets is not monotone"), std::string::npos) << msg;
+  EXPECT_NE(msg.find("-1000000"), std::string::npos) << msg;
+}

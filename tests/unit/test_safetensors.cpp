@@ -400,4 +400,16 @@ TEST(Checkpoint, ShardedIndex) {
 }
 
 }  // namespace
+// Issue 18, finding 2: 100,000 nested [] in a header crashed the process (stack overflow in the
+// recursive dump() of the error message). Now refused before parsing, naming the file.
+TEST(SafetensorsErrors, DeeplyNestedHeaderIsRefused) {
+  TempDir tmp;
+  const std::string path = tmp.file("deep.safetensors");
+  const std::string deep = std::string(100000, '[') + std::string(100000, ']');
+  write_raw(path, R"({"a":{"dtype":"F32","shape":)" + deep + R"(,"data_offsets":[0,16]}})", 16);
+  const std::string msg = error_of([&] { SafetensorsFile f(path); });
+  EXPECT_NE(msg.find("nested more than 64 levels"), std::string::npos) << msg;
+  EXPECT_NE(msg.find(path), std::string::npos) << msg;
+}
+
 }  // namespace specrun

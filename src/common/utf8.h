@@ -1,0 +1,15 @@
+// UTF-8 validation of untrusted text (job files, --set values) before it reaches parsers and
+// JSON serialisation that assume valid UTF-8 (toml++ reached undefined behaviour on some
+// non-ASCII bytes; nlohmann::json's dump() throws on them).
+#pragma once
+
+#include <cstddef>
+#include <string_view>
+
+namespace specrun {
+
+// The offset of the first byte that does not start or continue a well-formed UTF-8 sequence
+// (overlong forms, surrogates and code points above U+10FFFF are ill-formed), or npos.
+std::size_t invalid_utf8_at(std::string_view text);
+
+}  // namespace specrun
