@@ -3,8 +3,10 @@
 #include <mpi.h>
 
 #include <boost/program_options.hpp>
+#include <chrono>
 #include <iostream>
 #include <optional>
+#include <thread>
 
 #include "app/commands.h"
 #include "common/build_info.h"
@@ -66,6 +68,20 @@ void choose_cpu_kernels() {
   std::exit(code);
 }
 
+// Most input errors (a missing model, a bad prompt) are found by every rank at about the same
+// moment. Ranks other than 0 wait a little before printing theirs: when rank 0 fails too, its
+// MPI_Abort ends them first and the message appears once instead of once per rank; an error only
+// one rank meets is still printed, a moment later.
+void quiet_unless_alone() {
+  int initialized = 0, finalized = 0, rank = 0, size = 1;
+  MPI_Initialized(&initialized);
+  MPI_Finalized(&finalized);
+  if (!initialized || finalized) return;
+  MPI_Comm_rank(MPI_COMM_WORLD, &rank);
+  MPI_Comm_size(MPI_COMM_WORLD, &size);
+  if (size > 1 && rank != 0) std::this_thread::sleep_for(std::chrono::milliseconds(1500));
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
@@ -120,6 +136,7 @@ int main(int argc, char** argv) {
     MPI_Barrier(MPI_COMM_WORLD);
     return e.exit_code();
   } catch (const Error& e) {
+    quiet_unless_alone();
     std::cerr << "error: " << e.what() << std::endl;
     fail(e.exit_code());
   } catch (const std::exception& e) {

@@ -63,4 +63,7 @@ expect_exit 2 "badtoken.h5: prompt 4" kept-badtoken.log -- "${RUN[@]}" --set job
 expect_exit 2 "model directory .*missing-model" kept-model.log -- "${RUN[@]}" \
   --set job.output=kept.h5 --set job.overwrite=true --set target.path=missing-model
 [[ $(md5sum <kept.h5) == "$before" ]] || fail "a failed job with overwrite = true changed kept.h5"
+# Found by both ranks, printed once (issue 18: errors every rank meets printed once per rank).
+[[ $(grep -c 'missing-model' kept-model.log) -eq 1 ]] ||
+  fail "the missing-model error is printed $(grep -c 'missing-model' kept-model.log) times"
 echo "run_errors: all checks passed"
