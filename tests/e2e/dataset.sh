@@ -106,12 +106,12 @@ grep -qE '^MISMATCH prompt [0-9]+ .*hidden state of token' verify-altered.txt ||
 # 4. Refusals. A 1 MB file system: the space estimate refuses before anything is written.
 mkdir -p small
 if mount -t tmpfs -o size=1M tmpfs small 2>/dev/null; then
-  trap 'umount small 2>/dev/null || true' EXIT
+  trap 'umount small 2>/dev/null || true; cleanup_shm' EXIT
   expect_exit 2 'would write about .* but .*small has .* free' space.log -- \
     "${MPIRUN[@]}" -np 1 "$SPECRUN_BIN" run job.toml --set job.output=small/data.h5
   [[ -z $(ls small) ]] || fail "the refused job wrote into small/: $(ls small)"
   umount small
-  trap - EXIT
+  trap cleanup_shm EXIT
 else
   echo "NOT RUN: the free-space refusal (mounting a tmpfs needs root)"
 fi

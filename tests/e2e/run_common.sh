@@ -9,6 +9,12 @@ export OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=${OMPI_ALLOW_RUN_AS_ROOT_CONFIRM:-1}
 export OMPI_MCA_rmaps_base_oversubscribe=${OMPI_MCA_rmaps_base_oversubscribe:-1}
 export OMPI_MCA_mpi_yield_when_idle=${OMPI_MCA_mpi_yield_when_idle:-1}
 unset NCCL_PROTO  # the outer environment must not decide any outcome
+# Open MPI's shared-memory segments go to a directory of this script's own, removed when it exits:
+# a SIGKILLed rank cannot remove its segments, and they piled up in /dev/shm (issue 18).
+SPECRUN_SHM_DIR=$(mktemp -d /dev/shm/specrun-e2e.XXXXXX 2>/dev/null || mktemp -d)
+export OMPI_MCA_btl_vader_backing_directory=$SPECRUN_SHM_DIR
+cleanup_shm() { rm -rf "$SPECRUN_SHM_DIR"; }
+trap cleanup_shm EXIT
 
 fail() {
   echo "FAIL: $*" >&2
