@@ -55,9 +55,26 @@ class MpiComm final : public Communicator {
   void broadcast(void* data, std::size_t bytes, int root) override;
   void barrier() override;
 
+  // A deadline for every collective on this communicator (parallel.comm_timeout_s; 0 = none, the
+  // default): when one takes longer, a watchdog thread prints an error naming the collective and
+  // `group` and ends the process, and mpirun ends the others: a stopped or hung rank fails the job
+  // instead of hanging it.
+  void set_timeout(double seconds, const std::string& group);
+
  private:
   MpiComm(MPI_Comm owned, bool) : comm_(owned) { init_rank_size(); }
   void init_rank_size();
+  // Marks a collective in flight for the watchdog thread (when a timeout is set).
+  class Watched {
+   public:
+    Watched(const MpiComm& comm, const char* what);
+    ~Watched();
+
+   private:
+    bool active_;
+  };
+  double timeout_s_ = 0;
+  std::string group_;
   MPI_Comm comm_ = MPI_COMM_NULL;
   int rank_ = 0, size_ = 1;
 };

@@ -323,6 +323,9 @@ int run_job(const JobConfig& config, MpiSession& mpi, const RunOptions& options)
                    "directory");
   MpiComm world_comm(MPI_COMM_WORLD);
   MpiComm tp_comm = MpiComm::tp_group(world);
+  // A stopped or hung partner fails the job after parallel.comm_timeout_s instead of hanging it
+  // (the CUDA backend bounds its device waits with the same value).
+  tp_comm.set_timeout(config.parallel.comm_timeout_s, "tensor-parallel");
   MpiComm self_comm(MPI_COMM_SELF);
   const int threads = choose_threads(config, world);
   omp_set_num_threads(threads);
