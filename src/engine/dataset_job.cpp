@@ -198,7 +198,7 @@ int run_dataset_job(const JobConfig& config, const RunOptions& options,
   const std::string prompts_hash = broadcast_string(in.world_comm, in.prompts_hash);
   if (world.is_root()) {
     check_all_prompts(in.prompts, n_prompts, mc, config.decode.max_new_tokens);
-    if (!options.resume) ResultWriter::check_creatable(top, config.job.overwrite);
+    if (!options.resume) ResultWriter::check_creatable(top, config.job.overwrite, kDatasetSchema);
     check_space(config, in.prompts, n_prompts, layout,
                 options.resume ? shard_paths : std::vector<std::string>{});
   }

@@ -320,8 +320,8 @@ class PartWriter {
              int32_t run)
       : path_(path), tmp_(path + ".tmp"), layout_(layout) {
     std::error_code ec;
-    fs::remove(tmp_, ec);
-    file_ = h5::File::create(tmp_, true);
+    fs::remove(tmp_, ec);  // a stale part (or a link planted there): never written through
+    file_ = h5::File::create(tmp_, false);
     write_header(file_, header, "shard");
     file_.set_attr_int32("resumes", run);
     write_layout(file_, layout);
@@ -721,8 +721,9 @@ void write_dataset_index(const std::string& output, const std::vector<std::strin
     SPEC_CHECK(shards.back()->finished(), p << " is not finished; cannot index it");
   }
   const std::string tmp = output + ".tmp";
+  fs::remove(tmp);
   {
-    h5::File f = h5::File::create(tmp, true, h5::File::Format::kV110);
+    h5::File f = h5::File::create(tmp, false, h5::File::Format::kV110);
     DatasetHeader h = shards[0]->header();
     write_header(f, h, "index");
     std::vector<std::string> names;

@@ -6,6 +6,7 @@
 #include <cerrno>
 #include <cstdio>
 #include <cstring>
+#include <filesystem>
 #include <fstream>
 #include <limits>
 #include <nlohmann/json.hpp>
@@ -190,8 +191,11 @@ PrepareSummary prepare_prompt_file(const std::string& jsonl_path, const std::str
       if (!keep) std::remove(path.c_str());
     }
   } guard{tmp};
+  // A stale OUT.tmp (or a link planted there) is removed, not written through; the new one is
+  // created exclusively.
+  std::filesystem::remove(tmp);
   {
-    PromptFileWriter writer(tmp, summary.columns, /*truncate=*/true, jsonl_path);
+    PromptFileWriter writer(tmp, summary.columns, /*truncate=*/false, jsonl_path);
     for_each_line(jsonl_path, [&](int64_t line, const std::string& text) {
       std::string what = parse_line(text, p);
       SPEC_INPUT_CHECK(what.empty(), jsonl_path << " changed while being converted (line " << line

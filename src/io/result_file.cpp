@@ -141,12 +141,32 @@ void check_resume_schema(const std::string& path, int64_t version, const std::st
                                        "and compare still read this file)");
 }
 
-void ResultWriter::check_creatable(const std::string& path, bool overwrite) {
+void ResultWriter::check_creatable(const std::string& path, bool overwrite,
+                                   const std::string& schema) {
+  struct stat link {};
+  SPEC_INPUT_CHECK(::lstat(path.c_str(), &link) != 0 || !S_ISLNK(link.st_mode),
+                   "job.output " << path
+                                 << " is a symbolic link; specrun does not write through links: "
+                                    "give the real path");
   SPEC_INPUT_CHECK(overwrite || !path_exists(path),
                    "result file " << path
                                   << " already exists; set job.overwrite = true (or --set "
                                      "job.overwrite=true) to replace it, run with --resume to "
                                      "continue it, or choose another job.output");
+  if (path_exists(path)) {
+    std::string found;
+    try {
+      h5::File f = h5::File::open(path, h5::File::Access::kReadOnly);
+      found = f.has_attr("schema") ? f.attr_string("schema") : "(no schema attribute)";
+    } catch (const Error&) {
+      found = "(not an HDF5 file)";
+    }
+    SPEC_INPUT_CHECK(S_ISREG(link.st_mode) && found == schema,
+                     "job.output " << path << " exists and is not a specrun output of this kind "
+                                   << "(schema " << found << ", expected " << schema
+                                   << "); job.overwrite replaces only those: remove it yourself "
+                                      "or choose another job.output");
+  }
   std::string dir = std::filesystem::path(path).parent_path().string();
   if (dir.empty()) dir = ".";
   struct stat st;

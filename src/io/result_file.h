@@ -73,8 +73,11 @@ class ResultWriter {
   // The checks create() starts with, touching nothing: `path` does not exist (unless
   // `overwrite`) and its directory exists and is writable. Lets a job fail fast before it loads
   // its models, and create the file only once they loaded (a model that fails to load then
-  // leaves an existing file as it was).
-  static void check_creatable(const std::string& path, bool overwrite);
+  // leaves an existing file as it was). Never through a symbolic link, and with `overwrite` only
+  // over a file whose `schema` attribute is `schema` (a specrun output of that kind): a text
+  // file, a model or another program's HDF5 file is never replaced.
+  static void check_creatable(const std::string& path, bool overwrite,
+                              const std::string& schema = kResultSchema);
   // Opens an existing result file to append more batches (--resume): removes rows past each
   // mode's last commit record, recomputes the running totals from committed batches, clears
   // `finished` and counts the resume. The caller checks the configuration first (ResultReader).

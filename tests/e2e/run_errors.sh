@@ -63,6 +63,23 @@ expect_exit 2 "badtoken.h5: prompt 4" kept-badtoken.log -- "${RUN[@]}" --set job
 expect_exit 2 "model directory .*missing-model" kept-model.log -- "${RUN[@]}" \
   --set job.output=kept.h5 --set job.overwrite=true --set target.path=missing-model
 [[ $(md5sum <kept.h5) == "$before" ]] || fail "a failed job with overwrite = true changed kept.h5"
+# job.overwrite replaces only specrun result files, and never writes through a link (issue 18,
+# finding 6): a text file, a model's safetensors and a link to a result stay as they were.
+echo "notes, not a result" >notes.txt
+cp models/target/model.safetensors weights.safetensors
+ln -sf kept.h5 link.h5
+for target in notes.txt weights.safetensors link.h5; do
+  sum=$(md5sum <"$target")
+  expect_exit 2 "job.output .*$target (exists and is not a specrun output|is a symbolic link)" \
+    "over-$target.log" -- "${RUN[@]}" --set job.output=$target --set job.overwrite=true
+  [[ $(md5sum <"$target") == "$sum" ]] || fail "job.overwrite changed $target"
+done
+# prepare removes a link planted at OUT.tmp instead of writing through it.
+ln -sf notes.txt planted.h5.tmp
+"$SPECRUN_BIN" prepare good.jsonl planted.h5 >/dev/null || fail "prepare with a planted OUT.tmp"
+[[ $(cat notes.txt) == "notes, not a result" ]] || fail "prepare wrote through OUT.tmp"
+[[ ! -e planted.h5.tmp ]] || fail "prepare left planted.h5.tmp"
+
 # Found by both ranks, printed once (issue 18: errors every rank meets printed once per rank).
 [[ $(grep -c 'missing-model' kept-model.log) -eq 1 ]] ||
   fail "the missing-model error is printed $(grep -c 'missing-model' kept-model.log) times"
