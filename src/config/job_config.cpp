@@ -379,9 +379,10 @@ void apply_job_table(const toml::table& root, const std::string& source, const f
     }
     SPEC_INPUT_CHECK(table != nullptr, at << ": '" << section << "' must be a table: write ["
                                           << section << "] on its own line, its keys below it");
-    for (auto&& [key, value] : *table) {
+    for (auto&& [key, node] : *table) {
       const std::string name = section + "." + std::string(key.str());
-      const TomlSource src{location(source, value.source()), base};
+      const TomlSource src{location(source, node.source()), base};
+      const auto& value = node;  // a lambda cannot capture a structured binding before clang 16
       bool known = with_option(config, name, [&](const OptionSpec& spec, auto& member) {
         set_from_toml(value, spec, member, src);
       });

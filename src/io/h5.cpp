@@ -425,7 +425,9 @@ void Dataset::append_raw(hid_t mem_type, const void* data, int64_t n_rows) {
 
 void Dataset::write_raw(hid_t mem_type, int64_t first, int64_t n_rows, const void* data) {
   if (n_rows == 0) return;
-  auto [file_space, mem_space] = select_rows(first, n_rows);
+  const auto spaces = select_rows(first, n_rows);  // no structured binding: H5C is a lambda
+  const Id& file_space = spaces.first;
+  const Id& mem_space = spaces.second;
   H5C(H5Dwrite(id(), mem_type, mem_space.get(), file_space.get(), H5P_DEFAULT, data),
       "cannot write rows [" << first << ", " << first + n_rows << ") of " << where_);
 }
@@ -435,7 +437,9 @@ void Dataset::read_raw(hid_t mem_type, int64_t first, int64_t n_rows, void* out)
     select_rows(first, 0);  // still validates the range
     return;
   }
-  auto [file_space, mem_space] = select_rows(first, n_rows);
+  const auto spaces = select_rows(first, n_rows);
+  const Id& file_space = spaces.first;
+  const Id& mem_space = spaces.second;
   H5C(H5Dread(id(), mem_type, mem_space.get(), file_space.get(), H5P_DEFAULT, out),
       "cannot read rows [" << first << ", " << first + n_rows << ") of " << where_);
 }

@@ -204,7 +204,9 @@ std::optional<Mismatch> group_values(
     const std::string& name, bool is_environment,
     const std::vector<std::pair<int, std::optional<std::string>>>& values) {
   std::vector<MismatchValue> groups;
-  for (const auto& [rank, value] : values) {
+  for (const auto& entry : values) {
+    const int rank = entry.first;
+    const std::optional<std::string>& value = entry.second;
     auto same = [&](const MismatchValue& g) {
       return g.set == value.has_value() && (!g.set || g.value == *value);
     };
