@@ -41,8 +41,21 @@ void check_prompt_fits(const Prompt& p, const ModelConfig& config, int max_new_t
   }
 }
 
+void check_prompt_lengths(const PromptReader& prompts, std::int64_t n, const ModelConfig& config,
+                          int max_new_tokens) {
+  const auto [longest, at] = prompts.longest(n);
+  SPEC_INPUT_CHECK(longest + max_new_tokens <= config.max_position_embeddings,
+                   prompts.path() << ": prompt " << at << " has " << longest
+                                  << " tokens; with decode.max_new_tokens = " << max_new_tokens
+                                  << " it needs " << longest + max_new_tokens
+                                  << " positions but the model's context is "
+                                  << config.max_position_embeddings
+                                  << ": lower decode.max_new_tokens or drop the prompt");
+}
+
 void check_all_prompts(const PromptReader& prompts, std::int64_t n, const ModelConfig& config,
                        int max_new_tokens) {
+  check_prompt_lengths(prompts, n, config, max_new_tokens);  // before any token is read
   const std::int64_t window = 4096;
   for (std::int64_t first = 0; first < n; first += window) {
     for (const Prompt& p : prompts.read(first, std::min(window, n - first))) {

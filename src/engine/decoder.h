@@ -55,6 +55,11 @@ DraftOptions draft_options(const DecodeOptions& decode);
 // outside the vocabulary, or cannot grow by max_new_tokens within the model's context.
 void check_prompt_fits(const Prompt& p, const ModelConfig& config, int max_new_tokens);
 
+// Prompts [0, n) fit the context with max_new_tokens more, from the offsets alone (cheap: a
+// prompt file declaring one huge prompt is refused before its tokens are read or hashed).
+void check_prompt_lengths(const PromptReader& prompts, std::int64_t n, const ModelConfig& config,
+                          int max_new_tokens);
+
 // check_prompt_fits for prompts [0, n) of the prompt file, read in windows of a few thousand
 // (bounded memory), before a job writes anything: a bad prompt stops the job at its start, not in
 // the middle, and the message names the file.

@@ -4,6 +4,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <filesystem>
 #include <iomanip>
 #include <limits>
 #include <map>
@@ -336,6 +337,12 @@ int run_job(const JobConfig& config, MpiSession& mpi, const RunOptions& options)
                                                : prompts.size();
   plan.batch_size = config.data.batch_size;
   plan.n_batches = batch_count(plan.n_prompts, plan.batch_size);
+  // Prompt lengths against the target's context from the offsets alone, before the prompt file
+  // is hashed (a file declaring one enormous prompt is refused at once, not after reading it).
+  const std::string target_config = config.target.path.resolved + "/config.json";
+  if (world.is_root() && std::filesystem::exists(target_config))
+    check_prompt_lengths(prompts, plan.n_prompts, ModelConfig::from_file(target_config),
+                         config.decode.max_new_tokens);
   const std::string prompts_hash = world.is_root() ? prompts.content_hash() : "";
 
   // Provenance: every rank's record, gathered before anything heavy happens.

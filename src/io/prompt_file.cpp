@@ -199,6 +199,26 @@ std::vector<Prompt> PromptReader::read(int64_t first, int64_t count) const {
   return out;
 }
 
+std::pair<int64_t, int64_t> PromptReader::longest(int64_t n) const {
+  const Impl& m = *impl_;
+  SPEC_CHECK(n >= 0 && n <= m.n,
+             "longest(" << n << ") of " << m.path << " (" << m.n << " prompts)");
+  int64_t best = 0, at = 0;
+  for (int64_t lo = 0; lo < n; lo += kOffsetWindow) {
+    const int64_t count = std::min(kOffsetWindow, n - lo);
+    std::vector<int64_t> off = m.offsets.read<int64_t>(lo, count + 1);
+    m.check_offsets(off, lo);
+    for (int64_t i = 0; i < count; ++i) {
+      const int64_t len = off[static_cast<size_t>(i + 1)] - off[static_cast<size_t>(i)];
+      if (len > best) {
+        best = len;
+        at = lo + i;
+      }
+    }
+  }
+  return {best, at};
+}
+
 std::string PromptReader::read_text(int64_t index) const {
   const Impl& m = *impl_;
   SPEC_CHECK(index >= 0 && index < m.n, "prompt " << index << " is outside " << m.path);

@@ -75,6 +75,9 @@ class PromptReader {
   // Prompts [first, first + count): reads only those rows (offsets, tokens, ids, categories).
   // Throws naming the range when it is outside [0, size()).
   std::vector<Prompt> read(int64_t first, int64_t count) const;
+  // The largest prompt length (tokens) among prompts [0, n) and the first prompt that has it,
+  // from the offsets alone (no token is read; windows of 64 Ki offsets).
+  std::pair<int64_t, int64_t> longest(int64_t n) const;
   // The text of prompt `index`, "" when the file has no /prompts/text.
   std::string read_text(int64_t index) const;
 

@@ -48,9 +48,25 @@ expect_exit 2 'malformed.toml:5' malformed.log -- \
 [[ $(grep -c 'malformed.toml:5' malformed.log) -eq 1 ]] ||
   fail "the job file error is printed $(grep -c 'malformed.toml:5' malformed.log) times"
 
+# A 6 KB prompt file declaring one prompt of 500,000,000 tokens (unwritten chunks read as 0): refused
+# from its offsets before any token is read or hashed (issue 18, finding 5: it cost 4 GB).
+"$PY" - <<'PY'
+import h5py, numpy as np
+with h5py.File("huge.h5", "w") as f:
+    f.attrs["schema"] = "specrun.prompts"
+    f.attrs["schema_version"] = np.int32(1)
+    f.create_dataset("prompts/offsets", data=np.array([0, 500_000_000], dtype=np.int64))
+    f.create_dataset("prompts/tokens", shape=(500_000_000,), dtype=np.int32, chunks=(1 << 16,),
+                     compression="gzip", fillvalue=0)
+PY
+/usr/bin/time -f "%M" -o huge.rss "${RUN[@]}" --set data.prompts=huge.h5 --set job.output=huge_out.h5 \
+  >huge.log 2>&1 || true
+grep -q "huge.h5: prompt 0 has 500000000 tokens" huge.log || fail "huge prompt: $(tail -3 huge.log)"
+echo "a prompt of 5e8 tokens refused; peak RSS of the job $(tail -1 huge.rss) KB ($(du -k huge.h5 | cut -f1) KB file)"
+
 # Every error is found before the result file is created (prompts are all checked against the
 # target once it has loaded, before anything is written).
-for f in tp_out.h5 out.h5 malformed_out.h5 badtoken_out.h5 nooffsets_out.h5; do
+for f in tp_out.h5 out.h5 malformed_out.h5 badtoken_out.h5 nooffsets_out.h5 huge_out.h5; do
   [[ ! -e $f ]] || fail "$f was created by a job that failed before starting"
 done
 
