@@ -7,14 +7,11 @@
 #include <ctime>
 
 #include "common/error.h"
+#include "io/h5_check.h"
 
 namespace specrun::h5 {
 
-namespace {
-
-// Appended to every failed call's message: what HDF5 itself said, plus advice for the one
-// failure users hit on cluster file systems.
-std::string detail() {
+std::string failure_detail() {
   std::string text = error_stack_text();
   if (text.empty()) return "";
   std::string out = "\n  HDF5 says: " + text;
@@ -26,17 +23,7 @@ std::string detail() {
   return out;
 }
 
-// H5_CHECK plus HDF5's own words. Written out (not as a wrapper of H5_CHECK) so that the call
-// is quoted as written, before its macros (H5P_DEFAULT, H5F_ACC_TRUNC) expand.
-#define H5C_GEN(call, call_text, msg, code)                              \
-  ([&]() {                                                               \
-    auto spec_h5_rc_ = (call);                                           \
-    SPEC_CHECK_GEN_(spec_h5_rc_ >= 0, call_text, msg << detail(), code); \
-    return spec_h5_rc_;                                                  \
-  }())
-#define H5C(call, msg) H5C_GEN(call, #call, msg, ::specrun::kExitFailure)
-// Opening or creating a file the user named: a bad path is the user's input (exit code 2).
-#define H5C_INPUT(call, msg) H5C_GEN(call, #call, msg, ::specrun::kExitUsage)
+namespace {
 
 herr_t collect_error(unsigned /*n*/, const H5E_error2_t* err, void* data) {
   auto* lines = static_cast<std::vector<std::string>*>(data);
@@ -575,40 +562,6 @@ Dataset create_rows(Group& parent, const std::string& name, hid_t file_type,
   return Dataset(std::move(d), where, parent.file_path());
 }
 
-Dataset create_virtual_rows(Group& parent, const std::string& name, hid_t file_type,
-                            const std::vector<hsize_t>& row_shape,
-                            const std::vector<VirtualSource>& sources) {
-  std::string where =
-      parent.file_path() + ":" + (parent.name() == "/" ? "/" + name : parent.name() + "/" + name);
-  const int rank = 1 + static_cast<int>(row_shape.size());
-  std::vector<hsize_t> dims(static_cast<size_t>(rank));
-  for (size_t i = 0; i < row_shape.size(); ++i) dims[i + 1] = row_shape[i];
-  for (const VirtualSource& src : sources) dims[0] += src.rows;
-  Id space(
-      H5C(H5Screate_simple(rank, dims.data(), nullptr), "cannot make the dataspace of " << where));
-  Id dcpl(H5C(H5Pcreate(H5P_DATASET_CREATE), "H5Pcreate(H5P_DATASET_CREATE)"));
-  hsize_t at = 0;
-  for (const VirtualSource& src : sources) {
-    if (src.rows == 0) continue;
-    std::vector<hsize_t> src_dims = dims, start(dims.size(), 0);
-    src_dims[0] = src.rows;
-    start[0] = at;
-    Id src_space(H5C(H5Screate_simple(rank, src_dims.data(), nullptr), "H5Screate_simple"));
-    H5C(H5Sselect_hyperslab(space.get(), H5S_SELECT_SET, start.data(), nullptr, src_dims.data(),
-                            nullptr),
-        "cannot select rows of " << where);
-    H5C(H5Pset_virtual(dcpl.get(), space.get(), src.file.c_str(), src.path.c_str(),
-                       src_space.get()),
-        "cannot map " << src.file << ":" << src.path << " into " << where);
-    at += src.rows;
-  }
-  H5C(H5Sselect_all(space.get()), "H5Sselect_all");
-  Id d(H5C(H5Dcreate2(parent.id(), name.c_str(), file_type, space.get(), H5P_DEFAULT, dcpl.get(),
-                      H5P_DEFAULT),
-           "cannot create virtual dataset " << where));
-  return Dataset(std::move(d), where, parent.file_path());
-}
-
 Dataset create_string_rows(Group& parent, const std::string& name, const RowsOptions& options) {
   Id type = string_type();
   RowsOptions o = options;
@@ -683,7 +636,8 @@ File File::open(const std::string& path, Access access) {
   silence_error_printing();
   SPEC_INPUT_CHECK(file_exists(path), path << ": no such file");
   htri_t is_hdf5 = H5Fis_hdf5(path.c_str());
-  SPEC_INPUT_CHECK(is_hdf5 > 0, path << " is not an HDF5 file (or cannot be read)" << detail());
+  SPEC_INPUT_CHECK(is_hdf5 > 0,
+                   path << " is not an HDF5 file (or cannot be read)" << failure_detail());
   Id fapl(H5C(H5Pcreate(H5P_FILE_ACCESS), "H5Pcreate(H5P_FILE_ACCESS)"));
   if (access == Access::kReadWrite)
     H5C(H5Pset_libver_bounds(fapl.get(), H5F_LIBVER_V18, H5F_LIBVER_V18),
