@@ -2,6 +2,10 @@
 
 #include <fstream>
 
+#if defined(__x86_64__)
+#include <cpuid.h>
+#endif
+
 #include "generated/cpu_baseline.h"
 
 namespace specrun::cpu {
@@ -20,6 +24,28 @@ struct Feature {
     literal, [] { return __builtin_cpu_supports(literal) != 0; } \
   }
 
+#if defined(__x86_64__) && defined(__clang__) && __clang_major__ < 19
+// Clang before 19 knows neither the -march levels nor f16c, lzcnt and movbe by these names: the
+// three are read from CPUID, and a level counts as present when every feature listed for it and
+// the levels below is (cpu_supports checks those too).
+bool cpuid_bit(unsigned leaf, int reg, int bit) {
+  unsigned r[4] = {0, 0, 0, 0};
+  if (__get_cpuid(leaf, &r[0], &r[1], &r[2], &r[3]) == 0) return false;
+  return ((r[reg] >> bit) & 1U) != 0;
+}
+#define SPECRUN_LEVEL(literal)   \
+  Feature {                      \
+    literal, [] { return true; } \
+  }
+#define SPECRUN_CPUID_FEATURE(literal, leaf, reg, bit) \
+  Feature {                                            \
+    literal, [] { return cpuid_bit(leaf, reg, bit); }  \
+  }
+#else
+#define SPECRUN_LEVEL(literal) SPECRUN_FEATURE(literal)
+#define SPECRUN_CPUID_FEATURE(literal, leaf, reg, bit) SPECRUN_FEATURE(literal)
+#endif
+
 // A variant, the -march level it is compiled for (checked as a whole by GCC, which knows every
 // feature of the level) and that level's features beyond the one below, listed in messages.
 struct IsaRequirement {
@@ -34,12 +60,13 @@ const std::vector<IsaRequirement>& requirements() {
       // (baseline_check.cpp has checked the baseline's features before main)
       {Isa::kBaseline, {"baseline", [] { return true; }}, {}},
       {Isa::kAvx2,
-       SPECRUN_FEATURE("x86-64-v3"),
+       SPECRUN_LEVEL("x86-64-v3"),
        {SPECRUN_FEATURE("avx"), SPECRUN_FEATURE("avx2"), SPECRUN_FEATURE("fma"),
-        SPECRUN_FEATURE("f16c"), SPECRUN_FEATURE("bmi"), SPECRUN_FEATURE("bmi2"),
-        SPECRUN_FEATURE("lzcnt"), SPECRUN_FEATURE("movbe")}},
+        SPECRUN_CPUID_FEATURE("f16c", 1, 2, 29), SPECRUN_FEATURE("bmi"), SPECRUN_FEATURE("bmi2"),
+        SPECRUN_CPUID_FEATURE("lzcnt", 0x80000001U, 2, 5),
+        SPECRUN_CPUID_FEATURE("movbe", 1, 2, 22)}},
       {Isa::kAvx512,
-       SPECRUN_FEATURE("x86-64-v4"),
+       SPECRUN_LEVEL("x86-64-v4"),
        {SPECRUN_FEATURE("avx512f"), SPECRUN_FEATURE("avx512bw"), SPECRUN_FEATURE("avx512cd"),
         SPECRUN_FEATURE("avx512dq"), SPECRUN_FEATURE("avx512vl")}},
   };
@@ -50,6 +77,8 @@ const std::vector<IsaRequirement>& requirements() {
   return table;
 }
 #undef SPECRUN_FEATURE
+#undef SPECRUN_LEVEL
+#undef SPECRUN_CPUID_FEATURE
 
 const IsaRequirement* find(Isa isa) {
   for (const IsaRequirement& r : requirements())
@@ -106,7 +135,8 @@ bool cpu_supports(Isa isa) {
   const IsaRequirement* r = find(isa);
   if (r == nullptr) return false;
   __builtin_cpu_init();
-  return r->level.present();
+  // The level check alone suffices with GCC; the listed features make it exact with clang too.
+  return r->level.present() && missing_features(isa).empty();
 }
 
 Isa best_isa() {

@@ -46,7 +46,7 @@ constexpr int kPrefillTile = 6;     // longer inputs: token tiles of at most thi
 constexpr int kSuperBlocks = 2;     // prefill: blocks kept in L2 across the token tiles
 // Software prefetch distance in each block stream (128 lines; 1 KiB left verify and batched
 // decode ~20% slower, 4-8 KiB measured best).
-constexpr std::int64_t kPrefetchBytes = 8192;
+[[maybe_unused]] constexpr std::int64_t kPrefetchBytes = 8192;
 // Blocks a thread takes at a time from its range (one decode tile; prefill: one super-block).
 constexpr int kStealChunk = 4;
 // Below this many multiply-adds a parallel region costs more than it saves.

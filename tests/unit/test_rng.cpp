@@ -112,7 +112,7 @@ TEST(CounterRng, NeighbouringPositionsAndPurposesAreUncorrelated) {
     sx += a, sy += b, sxx += a * a, syy += b * b, sxy += a * b;
     tx += a, ty += c, txx += a * a, tyy += c * c, txy += a * c;
   }
-  auto corr = [n](double x, double y, double xx, double yy, double xy) {
+  auto corr = [=](double x, double y, double xx, double yy, double xy) {
     const double cov = xy / n - (x / n) * (y / n);
     return cov / std::sqrt((xx / n - (x / n) * (x / n)) * (yy / n - (y / n) * (y / n)));
   };
