@@ -9,6 +9,7 @@
 #include "common/error.h"
 #include "dist/mpi_comm.h"
 #include "engine/compare.h"
+#include "io/checked_read.h"
 #include "io/result_file.h"
 
 namespace po = boost::program_options;
@@ -50,6 +51,9 @@ int cmd_compare(CommandContext& ctx, const std::vector<std::string>& args) {
   SPEC_INPUT_CHECK(opts.resamples >= 100,
                    "--resamples " << opts.resamples << " is too few; use at least 100");
   if (ctx.mpi.rank() != 0) return 0;
+  // Each file first in a child process: a corrupted file fails clearly.
+  check_result_file(vm["base"].as<std::string>());
+  check_result_file(vm["new"].as<std::string>());
   ResultReader base(vm["base"].as<std::string>());
   ResultReader next(vm["new"].as<std::string>());
   Comparison c = compare_results(base, next, opts);

@@ -8,6 +8,7 @@
 #include "common/error.h"
 #include "dist/mpi_comm.h"
 #include "engine/summary.h"
+#include "io/checked_read.h"
 #include "io/result_file.h"
 
 namespace po = boost::program_options;
@@ -40,6 +41,7 @@ int cmd_report(CommandContext& ctx, const std::vector<std::string>& args) {
   if (ctx.mpi.rank() != 0) return 0;
   const std::string path = vm["result"].as<std::string>();
 
+  check_result_file(path);  // first in a child process: a corrupted file fails clearly
   ResultReader reader(path);
   const ResultInfo& info = reader.info();
   const bool greedy = resolved_is_greedy(info.header.resolved_json);

@@ -24,6 +24,7 @@
 #include "engine/job_parts.h"
 #include "engine/stop_request.h"
 #include "engine/summary.h"
+#include "io/checked_read.h"
 #include "io/prompt_file.h"
 #include "io/provenance.h"
 #include "io/result_file.h"
@@ -61,8 +62,15 @@ std::map<std::string, std::set<std::int64_t>> committed_batches(const JobConfig&
   return out;
 }
 
+// The prompts a job decodes: the first data.max_prompts, or all.
+std::int64_t prompts_used(const JobConfig& config, const PromptReader& prompts) {
+  return config.data.max_prompts > 0 ? std::min(config.data.max_prompts, prompts.size())
+                                     : prompts.size();
+}
+
 // Resume is allowed only for the same configuration and the same prompts.
 void check_resumable(const JobConfig& config, const std::string& prompts_hash) {
+  check_result_file(config.job.output.resolved);  // in a child: corrupt files fail clearly
   ResultReader reader(config.job.output.resolved);
   const ResultHeader& h = reader.info().header;
   check_resume_schema(config.job.output.resolved, reader.info().schema_version, h.specrun_version);
@@ -331,19 +339,26 @@ int run_job(const JobConfig& config, MpiSession& mpi, const RunOptions& options)
   const int threads = choose_threads(config, world);
   omp_set_num_threads(threads);
 
+  // Rank 0 reads the whole prompt file in a child process first (a corrupted file that would
+  // crash or hang libhdf5 fails the job with a clear message), checking prompt lengths against
+  // the target's context from the offsets alone before anything else (a file declaring one
+  // enormous prompt is refused at once), and hashing it. The other ranks open it after that.
+  std::string prompts_hash;
+  if (world.is_root()) {
+    const std::string target_config = config.target.path.resolved + "/config.json";
+    const bool have_target = std::filesystem::exists(target_config);
+    const ModelConfig target = have_target ? ModelConfig::from_file(target_config) : ModelConfig{};
+    prompts_hash = check_prompt_file(config.data.prompts.resolved, [&](const PromptReader& p) {
+      if (have_target)
+        check_prompt_lengths(p, prompts_used(config, p), target, config.decode.max_new_tokens);
+    });
+  }
+  world_comm.barrier();
   PromptReader prompts(config.data.prompts.resolved);
   BatchPlan plan;
-  plan.n_prompts = config.data.max_prompts > 0 ? std::min(config.data.max_prompts, prompts.size())
-                                               : prompts.size();
+  plan.n_prompts = prompts_used(config, prompts);
   plan.batch_size = config.data.batch_size;
   plan.n_batches = batch_count(plan.n_prompts, plan.batch_size);
-  // Prompt lengths against the target's context from the offsets alone, before the prompt file
-  // is hashed (a file declaring one enormous prompt is refused at once, not after reading it).
-  const std::string target_config = config.target.path.resolved + "/config.json";
-  if (world.is_root() && std::filesystem::exists(target_config))
-    check_prompt_lengths(prompts, plan.n_prompts, ModelConfig::from_file(target_config),
-                         config.decode.max_new_tokens);
-  const std::string prompts_hash = world.is_root() ? prompts.content_hash() : "";
 
   // Provenance: every rank's record, gathered before anything heavy happens.
   ProvenanceRecord local = collect_local_provenance(mpi);

@@ -11,6 +11,7 @@
 
 #include "common/clock.h"
 #include "common/error.h"
+#include "common/isolated.h"
 #include "io/h5.h"
 #include "io/result_layout.h"
 
@@ -154,13 +155,15 @@ void ResultWriter::check_creatable(const std::string& path, bool overwrite,
                                      "job.overwrite=true) to replace it, run with --resume to "
                                      "continue it, or choose another job.output");
   if (path_exists(path)) {
-    std::string found;
-    try {
-      h5::File f = h5::File::open(path, h5::File::Access::kReadOnly);
-      found = f.has_attr("schema") ? f.attr_string("schema") : "(no schema attribute)";
-    } catch (const Error&) {
-      found = "(not an HDF5 file)";
-    }
+    // In a child process: a corrupted file may crash or hang libhdf5 (common/isolated.h).
+    const std::string found = run_isolated(path, "existing job.output", [&]() -> std::string {
+      try {
+        h5::File f = h5::File::open(path, h5::File::Access::kReadOnly);
+        return f.has_attr("schema") ? f.attr_string("schema") : "(no schema attribute)";
+      } catch (const Error&) {
+        return "(not an HDF5 file)";
+      }
+    });
     SPEC_INPUT_CHECK(S_ISREG(link.st_mode) && found == schema,
                      "job.output " << path << " exists and is not a specrun output of this kind "
                                    << "(schema " << found << ", expected " << schema

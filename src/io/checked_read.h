@@ -1,0 +1,23 @@
+// Whole-file reads of the HDF5 files a user hands to specrun, done once in a child process
+// (common/isolated.h) before the process reads them itself: a prompt or result file that would
+// crash or hang libhdf5 gives a clear "corrupt or unreadable" error instead. Every reader path
+// specrun uses later is exercised in the child.
+#pragma once
+
+#include <functional>
+#include <string>
+
+namespace specrun {
+
+class PromptReader;
+
+// Opens the prompt file, runs `first` on it (e.g. the length check against the target, which
+// refuses a file declaring enormous prompts before anything else is read), then reads every
+// prompt, text and the content hash, and returns the hash (PromptReader::content_hash).
+std::string check_prompt_file(const std::string& path,
+                              const std::function<void(const PromptReader&)>& first = {});
+
+// Opens the result file and reads everything ResultReader offers for every mode.
+void check_result_file(const std::string& path);
+
+}  // namespace specrun

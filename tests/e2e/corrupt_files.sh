@@ -1,0 +1,56 @@
+#!/usr/bin/env bash
+# Corrupted HDF5 inputs (issue 18, finding 7): files that crash libhdf5 (SIGSEGV) or hang it for
+# ever, made by corrupt_h5.py, fail the command within seconds with "... is corrupt or
+# unreadable", exit 2, on every rank, and the result file written before stays byte-identical.
+# Before, `run` died with a segfault backtrace or hung on every rank, as h5py does.
+set -euo pipefail
+source "$(dirname "$0")/run_common.sh"
+SRC_DIR="$(cd "$E2E_DIR/../.." && pwd)"
+rm -rf w && mkdir w && cd w
+
+make_models models
+make_prompt_file prompts.h5 8
+write_job job.toml out.h5 prompts.h5
+sed -i 's/^name = "e2e"/name = "e2e"\noverwrite = true/' job.toml
+"${MPIRUN[@]}" -np 2 "$SPECRUN_BIN" run job.toml >good.log 2>&1 || fail "the good run failed: $(tail -5 good.log)"
+before=$(sha256sum out.h5 | cut -d' ' -f1)
+
+# The recipes are written for the fuzzing seed (a prompt file with ids, categories and texts).
+SEED="$SRC_DIR/tests/fuzz/corpus/prompt_file/prompts.h5"
+"$PY" "$E2E_DIR/corrupt_h5.py" "$SEED" crash.h5 crash
+"$PY" "$E2E_DIR/corrupt_h5.py" "$SEED" hang.h5 hang
+
+# A prompt file that crashes libhdf5: exit 2 at once, naming the file; out.h5 untouched.
+start=$(date +%s)
+expect_exit 2 "prompt file .*crash.h5 is corrupt or unreadable: reading it crashed the HDF5 library" \
+  crash.log -- "${MPIRUN[@]}" -np 2 "$SPECRUN_BIN" run job.toml --set data.prompts=crash.h5
+[[ $(sha256sum out.h5 | cut -d' ' -f1) == "$before" ]] || fail "out.h5 changed after the crash file"
+echo "crashing prompt file: refused in $(($(date +%s) - start)) s"
+
+# A prompt file that hangs libhdf5: refused after the read-check timeout (3 s here).
+start=$(date +%s)
+SPECRUN_READ_CHECK_TIMEOUT_S=3 expect_exit 2 \
+  "prompt file .*hang.h5 is corrupt or unreadable: reading it did not finish within 3 s" \
+  hang.log -- "${MPIRUN[@]}" -x SPECRUN_READ_CHECK_TIMEOUT_S -np 2 "$SPECRUN_BIN" run job.toml \
+  --set data.prompts=hang.h5
+took=$(($(date +%s) - start))
+[[ $took -le 20 ]] || fail "the hanging prompt file took $took s to refuse"
+[[ $(sha256sum out.h5 | cut -d' ' -f1) == "$before" ]] || fail "out.h5 changed after the hang file"
+echo "hanging prompt file: refused in $took s"
+# The message is printed once, not once per rank.
+[[ $(grep -c "is corrupt or unreadable" hang.log) -eq 1 ]] || fail "printed more than once: $(cat hang.log)"
+
+# A result file that crashes libhdf5: report, compare and --resume refuse it; it stays as it was.
+"$PY" "$E2E_DIR/corrupt_h5.py" out.h5 bad.h5 crash
+bad_sum=$(sha256sum bad.h5 | cut -d' ' -f1)
+expect_exit 2 "result file bad.h5 is corrupt or unreadable: reading it crashed" report.log -- \
+  "$SPECRUN_BIN" report bad.h5
+expect_exit 2 "result file bad.h5 is corrupt or unreadable" compare.log -- \
+  "$SPECRUN_BIN" compare out.h5 bad.h5
+expect_exit 2 "result file .*bad.h5 is corrupt or unreadable" resume.log -- \
+  "${MPIRUN[@]}" -np 2 "$SPECRUN_BIN" run job.toml --set job.output=bad.h5 --resume
+# As an existing job.output with overwrite = true: not replaced (it may be anybody's file).
+expect_exit 2 "existing job.output .*bad.h5 is corrupt or unreadable" overwrite.log -- \
+  "${MPIRUN[@]}" -np 2 "$SPECRUN_BIN" run job.toml --set job.output=bad.h5
+[[ $(sha256sum bad.h5 | cut -d' ' -f1) == "$bad_sum" ]] || fail "bad.h5 was modified"
+echo "corrupt_files: OK"
