@@ -46,9 +46,11 @@ std::string parse_line(const std::string& line, ParsedLine& out) {
            std::to_string(at + 1) + ")";
   try {
     j = nlohmann::json::parse(line);
-  } catch (const nlohmann::json::parse_error& e) {
+  } catch (const nlohmann::json::exception& e) {  // parse_error, or out_of_range for 1e999
     std::string what = e.what();
     auto pos = what.find("parse error");
+    if (pos == std::string::npos && what.find("] ") != std::string::npos)
+      pos = what.find("] ") + 2;  // "[json.exception.out_of_range.406] number overflow ..."
     what = pos == std::string::npos ? what : what.substr(pos);
     // The parser sees one line at a time: its "line 1" would contradict our line number.
     if (auto at = what.find("at line 1, column "); at != std::string::npos)

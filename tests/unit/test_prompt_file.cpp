@@ -259,22 +259,25 @@ TEST(Prepare, BadLinesAreReportedByNumberAndNothingIsWritten) {
   TempDir dir;
   std::string in = dir.file("in.jsonl"), out = dir.file("p.h5");
   write_text(in,
-             "{\"tokens\": [1], \"id\": \"a\"}\n"                     // 1 ok
-             "{\"tokens\": [1, 2\n"                                   // 2 not JSON
-             "{\"id\": \"c\"}\n"                                      // 3 tokens missing
-             "{\"tokens\": \"1 2\", \"id\": \"d\"}\n"                 // 4 not a list
-             "{\"tokens\": [3, -1], \"id\": \"e\"}\n"                 // 5 negative
-             "{\"tokens\": [1.5], \"id\": \"f\"}\n"                   // 6 not an integer
-             "{\"tokens\": [], \"id\": \"g\"}\n"                      // 7 empty
-             "[1, 2]\n"                                               // 8 not an object
-             "{\"tokens\": [1], \"id\": true}\n"                      // 9 bad id type
-             "{\"tokens\": [1], \"id\": \"a\"}\n"                     // 10 duplicate id
-             "{\"tokens\": [4294967296], \"id\": \"k\"}\n"            // 11 too large
-             "{\"tokens\": [1], \"id\": \"l\", \"category\": 3}\n");  // 12 bad category
+             "{\"tokens\": [1], \"id\": \"a\"}\n"                   // 1 ok
+             "{\"tokens\": [1, 2\n"                                 // 2 not JSON
+             "{\"id\": \"c\"}\n"                                    // 3 tokens missing
+             "{\"tokens\": \"1 2\", \"id\": \"d\"}\n"               // 4 not a list
+             "{\"tokens\": [3, -1], \"id\": \"e\"}\n"               // 5 negative
+             "{\"tokens\": [1.5], \"id\": \"f\"}\n"                 // 6 not an integer
+             "{\"tokens\": [], \"id\": \"g\"}\n"                    // 7 empty
+             "[1, 2]\n"                                             // 8 not an object
+             "{\"tokens\": [1], \"id\": true}\n"                    // 9 bad id type
+             "{\"tokens\": [1], \"id\": \"a\"}\n"                   // 10 duplicate id
+             "{\"tokens\": [4294967296], \"id\": \"k\"}\n"          // 11 too large
+             "{\"tokens\": [1], \"id\": \"l\", \"category\": 3}\n"  // 12 bad category
+             "{\"tokens\": [1e999]}\n");  // 13 a number JSON cannot hold (fuzz finding: it ended
+                                          // the program with an uncaught exception)
   std::string msg = error_of([&] { prepare_prompt_file(in, out, false); });
-  EXPECT_NE(msg.find("11 bad lines"), std::string::npos) << msg;
+  EXPECT_NE(msg.find("12 bad lines"), std::string::npos) << msg;
   EXPECT_NE(msg.find("nothing was written"), std::string::npos) << msg;
-  for (int line : {2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12})
+  EXPECT_NE(msg.find("line 13: not valid JSON (number overflow"), std::string::npos) << msg;
+  for (int line : {2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13})
     EXPECT_NE(msg.find("line " + std::to_string(line) + ":"), std::string::npos)
         << "line " << line << " not reported in:\n"
         << msg;
