@@ -1,14 +1,20 @@
 #include "dist/mpi_comm.h"
 
+#include <unistd.h>
+
 #include <atomic>
 #include <chrono>
 #include <climits>
 #include <cstdlib>
+#include <cstring>
+#include <fstream>
 #include <iostream>
+#include <iterator>
 #include <mutex>
 #include <sstream>
 #include <thread>
 
+#include "common/activity.h"
 #include "common/clock.h"
 #include "common/error.h"
 
@@ -157,6 +163,22 @@ void MpiComm::barrier() {
 void MpiComm::set_timeout(double seconds, const std::string& group) {
   timeout_s_ = seconds;
   group_ = group;
+  // Who the partners are, for the timeout message: world rank, pid, host.
+  struct Wire {
+    std::int32_t world_rank, pid;
+    char host[64];
+  };
+  Wire mine{};
+  MPI_CHECK(MPI_Comm_rank(MPI_COMM_WORLD, &mine.world_rank));
+  mine.pid = static_cast<std::int32_t>(::getpid());
+  ::gethostname(mine.host, sizeof(mine.host) - 1);
+  std::vector<Wire> all(static_cast<std::size_t>(size_));
+  MPI_CHECK(
+      MPI_Allgather(&mine, sizeof(Wire), MPI_BYTE, all.data(), sizeof(Wire), MPI_BYTE, comm_));
+  peers_.clear();
+  for (const Wire& w : all)
+    peers_.push_back(
+        Peer{w.world_rank, w.pid, std::string(w.host, strnlen(w.host, sizeof(w.host)))});
 }
 
 // The watchdog: collectives stay blocking (non-blocking ones, polled, cost 20% of tp-2 decoding
@@ -185,6 +207,56 @@ std::int64_t now_ns() {
       .count();
 }
 
+// A process's state from /proc/<pid>/stat (the letter after the command name), '?' when gone.
+char process_state(int pid) {
+  std::ifstream in("/proc/" + std::to_string(pid) + "/stat");
+  std::string text((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+  const std::size_t paren = text.rfind(')');
+  if (paren == std::string::npos || paren + 2 >= text.size()) return '?';
+  return text[paren + 2];
+}
+
+// "rank 1 (world rank 1, pid 4242 on node07): stopped (SIGSTOP or a debugger), it did not
+// arrive; ..." for every other rank of the group; those on other hosts are not checked.
+std::string describe_peers(const MpiComm& comm, int me) {
+  const std::vector<MpiComm::Peer>& peers = comm.peers();
+  if (peers.empty() || me >= static_cast<int>(peers.size())) return "The other ranks: unknown";
+  const std::string& here = peers[static_cast<std::size_t>(me)].host;
+  std::ostringstream out;
+  out << "The other ranks of the group:";
+  const char* separator = " ";
+  for (std::size_t r = 0; r < peers.size(); ++r) {
+    if (static_cast<int>(r) == me) continue;
+    const MpiComm::Peer& p = peers[r];
+    out << separator << "rank " << r << " (world rank " << p.world_rank << ", pid " << p.pid
+        << " on " << p.host << "): ";
+    separator = "; ";
+    if (p.host != here) {
+      out << "on another host, not checked from here";
+      continue;
+    }
+    switch (process_state(p.pid)) {
+      case 'T':
+        out << "stopped (SIGSTOP or a debugger), it did not arrive";
+        break;
+      case 't':
+        out << "stopped by a tracer, it did not arrive";
+        break;
+      case 'Z':
+      case 'X':
+      case '?':
+        out << "dead, it did not arrive";
+        break;
+      case 'D':
+        out << "blocked in the kernel (I/O on a hung file system?)";
+        break;
+      default:
+        out << "running (still computing, or waiting in this collective)";
+    }
+  }
+  return out.str();
+}
+
 void watchdog_loop() {
   WatchSlot& w = watch_slot();
   for (;;) {
@@ -193,12 +265,16 @@ void watchdog_loop() {
     if (since == 0) continue;
     const double waited = static_cast<double>(now_ns() - since) * 1e-9;
     if (waited <= w.timeout_s.load()) continue;
+    const char* phase = activity();
     std::ostringstream msg;
     msg << "error: [" << process_label() << "] the " << w.what.load() << " on the " << w.group
-        << " group (" << w.size << " ranks, this one is its rank " << w.rank
-        << ") did not complete within parallel.comm_timeout_s = " << w.timeout_s.load()
-        << " s: another rank of the group is stopped, hung or dead. Every batch committed "
-           "before is in the result file; continue with --resume\n";
+        << " group (" << w.size << " ranks, this one is its rank " << w.rank << "), "
+        << (phase != nullptr ? std::string("in the ") + phase + " phase"
+                             : std::string("outside the decoding phases"))
+        << ", did not complete within parallel.comm_timeout_s = " << w.timeout_s.load()
+        << " s: another rank of the group is stopped, hung or dead. "
+        << describe_peers(*w.comm.load(), w.rank)
+        << ". Every batch committed before is in the result file; continue with --resume\n";
     std::cerr << msg.str() << std::flush;
     std::_Exit(kExitFailure);
   }

@@ -4,6 +4,7 @@
 #include <mpi.h>
 
 #include <string>
+#include <vector>
 
 #include "dist/communicator.h"
 #include "dist/world.h"
@@ -56,10 +57,20 @@ class MpiComm final : public Communicator {
   void barrier() override;
 
   // A deadline for every collective on this communicator (parallel.comm_timeout_s; 0 = none, the
-  // default): when one takes longer, a watchdog thread prints an error naming the collective and
-  // `group` and ends the process, and mpirun ends the others: a stopped or hung rank fails the job
-  // instead of hanging it.
+  // default): when one takes longer, a watchdog thread prints an error naming the collective,
+  // `group`, the phase (common/activity.h) and the state of the other ranks (stopped, dead or
+  // running, read from /proc for those on this host) and ends the process, and mpirun ends the
+  // others: a stopped or hung rank fails the job instead of hanging it. Collective: every rank of
+  // the communicator calls it (they exchange pids and hosts).
   void set_timeout(double seconds, const std::string& group);
+
+  // Each rank's world rank, pid and host name, gathered by set_timeout (empty before).
+  struct Peer {
+    int world_rank = 0;
+    int pid = 0;
+    std::string host;
+  };
+  const std::vector<Peer>& peers() const { return peers_; }
 
  private:
   MpiComm(MPI_Comm owned, bool) : comm_(owned) { init_rank_size(); }
@@ -75,6 +86,7 @@ class MpiComm final : public Communicator {
   };
   double timeout_s_ = 0;
   std::string group_;
+  std::vector<Peer> peers_;
   MPI_Comm comm_ = MPI_COMM_NULL;
   int rank_ = 0, size_ = 1;
 };

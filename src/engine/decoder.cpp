@@ -4,6 +4,7 @@
 #include <chrono>
 #include <thread>
 
+#include "common/activity.h"
 #include "common/error.h"
 #include "engine/step_timer.h"
 #include "spec/rng.h"
@@ -164,6 +165,7 @@ BatchResult BatchDecoder::run(const std::string& mode, std::int64_t batch,
   // when the drafter wants them).
   const std::span<const int> capture =
       speculative ? drafter_->target_capture() : std::span<const int>{};
+  set_activity("prefill");
   const RowsView hidden = first_tokens(capture);
   if (speculative) {
     std::vector<DraftSequence> view(seqs_.size());
@@ -179,6 +181,7 @@ BatchResult BatchDecoder::run(const std::string& mode, std::int64_t batch,
     const TargetFeatures prefill{hidden, features};
     drafter_->begin_batch(view, capture.empty() ? nullptr : &prefill);
   }
+  set_activity(nullptr);
   for (std::int32_t step = 0; collect_active(); ++step) {
     if (speculative)
       speculative_step(batch, step, result);
@@ -261,20 +264,20 @@ void BatchDecoder::baseline_step(std::int64_t batch, std::int32_t step, BatchRes
   StepTimer timer(tp_comm_);
   const std::size_t n = active_.size();
 
-  timer.begin();
+  timer.begin(kPhaseVerify);
   chunks_.clear();
   for (int i : active_)
     chunks_.push_back(SeqChunk{seqs_[i].cache.get(), &seqs_[i].tokens.back(), 1});
   const ForwardResult fwd = target_.forward(chunks_, ForwardRequest{});
   inject("verify");
-  timer.end(kPhaseVerify);
+  timer.end();
 
-  timer.begin();
+  timer.begin(kPhaseSample);
   decide_next(fwd.logits);
   inject("sample");
-  timer.end(kPhaseSample);
+  timer.end();
 
-  timer.begin();
+  timer.begin(kPhaseOther);
   for (std::size_t r = 0; r < n; ++r) {
     Sequence& s = seqs_[active_[r]];
     const int emitted = append_tokens(s, &decided_[r], 1);
@@ -282,7 +285,7 @@ void BatchDecoder::baseline_step(std::int64_t batch, std::int32_t step, BatchRes
     result.steps.push_back(StepRecord{batch, step, s.prompt->index, static_cast<std::int32_t>(n), 0,
                                       0, 0, 0, emitted});
   }
-  timer.end(kPhaseOther);
+  timer.end();
   timer.finish(result.timings_ms);
 }
 
@@ -291,7 +294,7 @@ void BatchDecoder::speculative_step(std::int64_t batch, std::int32_t step, Batch
   const std::size_t n = active_.size();
 
   // Draft: a tree (a chain when tree_top_k is 1) per sequence, fewer nodes near the end.
-  timer.begin();
+  timer.begin(kPhaseDraft);
   limits_.resize(n);
   for (std::size_t r = 0; r < n; ++r) {
     // At most the tokens still wanted minus the one every step emits anyway.
@@ -303,27 +306,27 @@ void BatchDecoder::speculative_step(std::int64_t batch, std::int32_t step, Batch
   std::span<DraftTree> trees(trees_.data(), n);
   drafter_->propose(active_, limits_, trees);
   inject("draft");
-  timer.end(kPhaseDraft);
+  timer.end();
 
-  timer.begin();
+  timer.begin(kPhaseVerify);
   const ForwardResult fwd = verify_forward(trees);
   inject("verify");
-  timer.end(kPhaseVerify);
+  timer.end();
 
-  timer.begin();
+  timer.begin(kPhaseSample);
   decide_verdicts(fwd.logits, trees);
   inject("sample");
-  timer.end(kPhaseSample);
+  timer.end();
 
-  timer.begin();
+  timer.begin(kPhaseOther);
   commit(batch, step, trees, fwd.hidden, result);
-  timer.end(kPhaseOther);
+  timer.end();
 
   // The drafter's share of the step after the verdicts (EAGLE-3 extends its head over the
   // accepted positions) is drafting work.
-  timer.begin();
+  timer.begin(kPhaseDraft);
   tell_drafter(fwd.hidden);
-  timer.end(kPhaseDraft);
+  timer.end();
   timer.finish(result.timings_ms);
 }
 

@@ -6,6 +6,7 @@
 #include <algorithm>
 #include <array>
 
+#include "common/activity.h"
 #include "common/clock.h"
 #include "dist/communicator.h"
 #include "io/records.h"
@@ -18,14 +19,18 @@ class StepTimer {
   explicit StepTimer(const Communicator& comm)
       : comm_(comm), start_(SteadyClock::now()), comm_start_(comm.comm_seconds()) {}
 
-  void begin() {
+  // Starts timing `phase`, which is also this process's activity (common/activity.h) until end().
+  void begin(Phase phase) {
+    phase_ = phase;
+    set_activity(kPhaseNames[phase]);
     t_ = SteadyClock::now();
     c_ = comm_.comm_seconds();
   }
-  void end(Phase phase) {
+  void end() {
     const double wall = seconds_since(t_);
     const double comm = comm_.comm_seconds() - c_;
-    ms_[phase] += 1e3 * std::max(0.0, wall - comm);
+    ms_[phase_] += 1e3 * std::max(0.0, wall - comm);
+    set_activity(nullptr);
   }
   // The step's row of milliseconds, appended to `out`.
   template <class Out>
@@ -41,6 +46,7 @@ class StepTimer {
   const Communicator& comm_;
   SteadyClock::time_point start_, t_;
   double comm_start_, c_ = 0;
+  Phase phase_ = kPhaseOther;
   std::array<double, kNumPhases> ms_{};
 };
 

@@ -1,8 +1,8 @@
 #!/usr/bin/env bash
 # A stopped rank on the CPU backend (issue 18, finding 4): with one of two tp ranks SIGSTOPped
 # part-way, the other waits in a collective; after parallel.comm_timeout_s the job fails (exit
-# non-zero, within the timeout + 10 s) with a message naming the collective, the group and the
-# timeout, and the result file opens in h5py holding only whole batches.
+# non-zero, within the timeout + 10 s) with a message naming the collective, the group, the phase,
+# the timeout and rank 1 as stopped, and the result file opens in h5py holding only whole batches.
 set -euo pipefail
 source "$(dirname "$0")/run_common.sh"
 rm -rf w && mkdir w && cd w
@@ -54,6 +54,10 @@ cat run.log | grep -v '^\[' | head -8
 grep -q "did not complete within parallel.comm_timeout_s = $TIMEOUT_S s" run.log ||
   fail "no timeout message: $(tail -5 run.log)"
 grep -q "tensor-parallel group" run.log || fail "the message does not name the group"
+grep -qE "rank 1 \(world rank 1, pid $victim on [^)]+\): stopped \(SIGSTOP or a debugger\), it did not arrive" run.log ||
+  fail "the message does not name rank 1 as the stopped one: $(grep error run.log)"
+grep -qE "(in the (draft|verify|sample|other|prefill) phase|outside the decoding phases)" run.log ||
+  fail "the message does not name the phase: $(grep error run.log)"
 "$PY" - <<'PY' || fail "the result file is not readable after the timeout"
 import h5py
 f = h5py.File("out.h5", "r")
