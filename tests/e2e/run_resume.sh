@@ -87,6 +87,10 @@ for moment in 2 random; do
   for v in "${victims[@]}"; do
     while kill -0 "$v" 2>/dev/null; do sleep 0.05; done
   done
+  # What the killed ranks could not remove, their shared-memory segments, is in this script's own
+  # directory (run_common.sh), which its exit trap removes; before, it piled up in /dev/shm.
+  [[ -n $(ls -A "$SPECRUN_SHM_DIR") ]] ||
+    fail "no shared-memory segments of the killed job in $SPECRUN_SHM_DIR (where did they go?)"
   "$PY" "$E2E_DIR/same_results.py" full.h5 $out --min-batches $([[ $moment == random ]] && echo 1 || echo $moment)
   "${MPIRUN[@]}" -np $NP "$SPECRUN_BIN" run job.toml --set job.output=$out "${SLOW[@]}" \
     --resume >kill_${moment}_resume.log 2>&1 || fail "resume after SIGKILL ($moment) failed: $(tail -5 kill_${moment}_resume.log)"
