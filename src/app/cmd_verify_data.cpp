@@ -17,6 +17,7 @@
 #include "common/error.h"
 #include "common/json_depth.h"
 #include "dist/mpi_comm.h"
+#include "io/checked_read.h"
 #include "io/dataset_file.h"
 #include "kernels/cpu/dtype.h"
 #include "model/checkpoint.h"
@@ -75,6 +76,7 @@ int cmd_verify_data(CommandContext& ctx, const std::vector<std::string>& args) {
   if (ctx.mpi.rank() != 0) return 0;
   const std::string path = vm["file"].as<std::string>();
   const double tolerance = vm["tolerance"].as<double>();
+  check_dataset_file(path);  // first in a child process: a corrupted file fails clearly
   DatasetReader data(path);
   const DatasetLayout& layout = data.layout();
   const nlohmann::json resolved = parse_json_or_discarded(data.header().resolved_json);

@@ -348,10 +348,15 @@ int run_job(const JobConfig& config, MpiSession& mpi, const RunOptions& options)
     const std::string target_config = config.target.path.resolved + "/config.json";
     const bool have_target = std::filesystem::exists(target_config);
     const ModelConfig target = have_target ? ModelConfig::from_file(target_config) : ModelConfig{};
+    const SteadyClockPoint t_check = SteadyClock::now();
     prompts_hash = check_prompt_file(config.data.prompts.resolved, [&](const PromptReader& p) {
       if (have_target)
         check_prompt_lengths(p, prompts_used(config, p), target, config.decode.max_new_tokens);
     });
+    std::ostringstream line;
+    line << "prompt file " << config.data.prompts.resolved << " read and checked in " << std::fixed
+         << std::setprecision(3) << seconds_since(t_check) << " s";
+    log.info(line.str());
   }
   world_comm.barrier();
   PromptReader prompts(config.data.prompts.resolved);

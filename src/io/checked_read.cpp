@@ -4,6 +4,7 @@
 #include <cstdint>
 
 #include "common/isolated.h"
+#include "io/dataset_file.h"
 #include "io/prompt_file.h"
 #include "io/result_file.h"
 
@@ -35,6 +36,21 @@ void check_result_file(const std::string& path) {
       (void)reader.steps(mode);
       (void)reader.timings(mode);
       (void)reader.accepted_per_position(mode);
+    }
+    return std::string();
+  });
+}
+
+void check_dataset_file(const std::string& path) {
+  run_isolated(path, "dataset file", [&] {
+    DatasetReader reader(path);
+    const std::vector<DatasetRow>& rows = reader.sequences();
+    for (const DatasetRow& row : rows) (void)reader.tokens(row);
+    for (std::size_t i : {std::size_t{0}, rows.size() - 1}) {
+      if (i >= rows.size()) continue;
+      (void)reader.hidden(rows[i]);
+      (void)reader.topk_ids(rows[i]);
+      (void)reader.topk_probs(rows[i]);
     }
     return std::string();
   });

@@ -20,4 +20,9 @@ std::string check_prompt_file(const std::string& path,
 // Opens the result file and reads everything ResultReader offers for every mode.
 void check_result_file(const std::string& path);
 
+// Opens a dataset's top-level file or shard and reads its header, sequence table and every
+// sequence's tokens, and the hidden states and top-k of its first and last sequences (all of
+// them would be gigabytes).
+void check_dataset_file(const std::string& path);
+
 }  // namespace specrun

@@ -1,7 +1,9 @@
 #!/usr/bin/env bash
 # Corrupted HDF5 inputs (issue 18, finding 7): files that crash libhdf5 (SIGSEGV) or hang it for
 # ever, made by corrupt_h5.py, fail the command within seconds with "... is corrupt or
-# unreadable", exit 2, on every rank, and the result file written before stays byte-identical.
+# unreadable", exit 2, on every rank, and the result file written before stays byte-identical;
+# so do corrupted result files (report, compare, --resume, job.overwrite) and datasets
+# (verify-data).
 # Before, `run` died with a segfault backtrace or hung on every rank, as h5py does.
 set -euo pipefail
 source "$(dirname "$0")/run_common.sh"
@@ -53,4 +55,11 @@ expect_exit 2 "result file .*bad.h5 is corrupt or unreadable" resume.log -- \
 expect_exit 2 "existing job.output .*bad.h5 is corrupt or unreadable" overwrite.log -- \
   "${MPIRUN[@]}" -np 2 "$SPECRUN_BIN" run job.toml --set job.output=bad.h5
 [[ $(sha256sum bad.h5 | cut -d' ' -f1) == "$bad_sum" ]] || fail "bad.h5 was modified"
+# A dataset's top-level file that crashes libhdf5: verify-data refuses it.
+write_job ds.toml ds.h5 prompts.h5 "[dataset]" 'hidden_layers = "1,final"'
+sed -i 's/^\[decode\]/[decode]\nmodes = ["dataset"]/' ds.toml
+"${MPIRUN[@]}" -np 2 "$SPECRUN_BIN" run ds.toml >ds.log 2>&1 || fail "the dataset run failed: $(tail -5 ds.log)"
+"$PY" "$E2E_DIR/corrupt_h5.py" ds.h5 ds-bad.h5 crash
+expect_exit 2 "dataset file ds-bad.h5 is corrupt or unreadable: reading it crashed" verify.log -- \
+  "$SPECRUN_BIN" verify-data ds-bad.h5
 echo "corrupt_files: OK"
