@@ -61,7 +61,7 @@ int cmd_compare(CommandContext& ctx, const std::vector<std::string>& args) {
     std::cout << comparison_to_json(c).dump(2) << std::endl;
   else
     std::cout << format_comparison(c, base.path(), next.path());
-  return c.regression ? kExitRegression : 0;
+  return c.exit_code();
 }
 
 }  // namespace specrun

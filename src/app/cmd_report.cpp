@@ -7,6 +7,7 @@
 #include "app/commands.h"
 #include "common/error.h"
 #include "dist/mpi_comm.h"
+#include "engine/compare.h"
 #include "engine/summary.h"
 #include "io/checked_read.h"
 #include "io/result_file.h"
@@ -52,8 +53,12 @@ int cmd_report(CommandContext& ctx, const std::vector<std::string>& args) {
   std::int64_t batches = 0;
   for (const std::string& mode : reader.modes()) batches += reader.batches_committed(mode);
 
+  // Variables or versions that differed between the ranks of this run (a variable that reached
+  // some ranks only): always shown, they are the first suspect of any slowdown.
+  const std::vector<std::string> mismatches = recorded_mismatches(info, path);
   if (vm.count("json")) {
     nlohmann::json j = summary_to_json(summary);
+    j["cross_rank_mismatches"] = mismatches;
     j["file"] = path;
     j["schema"] = info.schema;
     j["schema_version"] = info.schema_version;
@@ -81,6 +86,13 @@ int cmd_report(CommandContext& ctx, const std::vector<std::string>& args) {
   if (!finished)
     std::cout << "NOTE: the job did not finish (no `finished` time): reporting the " << batches
               << " committed batches; continue it with `specrun run ... --resume`\n";
+  if (mismatches.empty()) {
+    std::cout << "cross-rank mismatches: none (every rank ran with the same recorded environment "
+                 "and versions)\n";
+  } else {
+    std::cout << "cross-rank mismatches (" << mismatches.size() << "):\n";
+    for (const std::string& m : mismatches) std::cout << "  " << m << "\n";
+  }
   std::cout << format_summary(summary);
   return 0;
 }

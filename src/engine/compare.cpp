@@ -45,6 +45,14 @@ double mean(const std::vector<double>& v) {
   return v.empty() ? 0 : s / static_cast<double>(v.size());
 }
 
+// A phase's milliseconds per generated token: its per-step values summed over the mode's tokens.
+double per_token(const std::vector<double>& per_step, const ModeData& data) {
+  double ms = 0, tokens = 0;
+  for (double x : per_step) ms += x;
+  for (const SequenceRecord& sq : data.sequences) tokens += static_cast<double>(sq.generated);
+  return tokens > 0 ? ms / tokens : 0;
+}
+
 }  // namespace
 
 Comparison compare_modes(const std::vector<ModeData>& base, const std::vector<ModeData>& next,
@@ -83,6 +91,8 @@ Comparison compare_modes(const std::vector<ModeData>& base, const std::vector<Mo
       std::vector<double> bones(bv.size(), 1.0), nones(nv.size(), 1.0);
       c.relative = bootstrap_relative_change(bv, bones, nv, nones, options.resamples, ++seed);
       if (c.base == 0) c.relative = Interval{INFINITY, INFINITY, INFINITY};
+      c.base_per_token = per_token(bv, *b);
+      c.next_per_token = per_token(nv, *n);
       classify(c, options);
       out.timings.push_back(c);
     }
@@ -109,13 +119,27 @@ Comparison compare_modes(const std::vector<ModeData>& base, const std::vector<Mo
                                                 ns.acceptance_unconditional});
     }
   }
+  const PairedSamples bp = paired_samples(base), np = paired_samples(next);
+  if (!bp.b_seconds.empty() && !np.b_seconds.empty()) {
+    SpeedupChange& s = out.speedup;
+    s.present = true;
+    s.base = paired_speedup(bp.b_seconds, bp.b_tokens, bp.s_seconds, bp.s_tokens, options.resamples,
+                            ++seed);
+    s.next = paired_speedup(np.b_seconds, np.b_tokens, np.s_seconds, np.s_tokens, options.resamples,
+                            ++seed);
+    s.relative = bootstrap_speedup_change(bp, np, options.resamples, ++seed);
+    const double t = options.threshold_pct / 100.0;
+    s.regression = s.relative.high < 1.0 / (1.0 + t) - 1.0;
+    s.improvement = s.relative.low > t;
+  }
   for (const TimingChange& c : out.timings) out.regression = out.regression || c.regression;
+  out.regression = out.regression || out.speedup.regression;
   return out;
 }
 
 bool is_per_launch_variable(const std::string& name) {
   // Values every launch draws anew (Open MPI 4.1 and Slurm); checked by exact name.
-  static constexpr std::array<std::string_view, 16> kNames = {
+  static constexpr std::array<std::string_view, 19> kNames = {
       "OMPI_MCA_ess_base_jobid",
       "OMPI_MCA_orte_ess_jobid",
       "OMPI_MCA_orte_hnp_uri",
@@ -124,6 +148,11 @@ bool is_per_launch_variable(const std::string& name) {
       "OMPI_MCA_orte_top_session_dir",
       "OMPI_MCA_orte_precondition_transports",  // a random key per job
       "OMPI_FILE_LOCATION",
+      // How the launch was written (`mpirun A : B` has two application contexts), not what the
+      // ranks run with; a variable given to some contexts only shows as a mismatch instead.
+      "OMPI_APP_CTX_NUM_PROCS",
+      "OMPI_FIRST_RANKS",
+      "OMPI_NUM_APP_CTX",
       "SLURM_JOB_ID",
       "SLURM_JOBID",
       "SLURM_STEP_ID",
@@ -255,10 +284,42 @@ ProvenanceDiff diff_provenance(const ResultInfo& base, const ResultInfo& next,
   return d;
 }
 
+bool is_experiment_key(const std::string& key) {
+  static const std::set<std::string> kBookkeeping = {"job.name", "job.output", "job.overwrite",
+                                                     "parallel.comm_timeout_s", "dataset.commit_s"};
+  return kBookkeeping.count(key) == 0 && key.rfind("debug.", 0) != 0;
+}
+
+std::vector<std::string> recorded_mismatches(const ResultInfo& info, const std::string& path) {
+  std::vector<std::string> out;
+  const nlohmann::json j = parse_json_or_discarded(info.header.provenance_mismatches);
+  SPEC_INPUT_CHECK(!j.is_discarded() && j.is_array(),
+                   path << ": /provenance/mismatches is not a JSON list");
+  for (const nlohmann::json& m : j) {
+    try {
+      out.push_back(describe(m.get<Mismatch>()));
+    } catch (const nlohmann::json::exception& e) {
+      SPEC_INPUT_FAIL(path << ": /provenance/mismatches holds a malformed entry (" << e.what()
+                           << ")");
+    }
+  }
+  return out;
+}
+
 Comparison compare_results(const ResultReader& base, const ResultReader& next,
                            const CompareOptions& options) {
   Comparison c = compare_modes(load_mode_data(base), load_mode_data(next), options);
   c.provenance = diff_provenance(base.info(), next.info(), base.path(), next.path());
+  for (const ProvenanceChange& ch : c.provenance.config)
+    if (is_experiment_key(ch.name)) c.experiment_keys.push_back(ch.name);
+  c.base_mismatches = recorded_mismatches(base.info(), base.path());
+  c.next_mismatches = recorded_mismatches(next.info(), next.path());
+  auto code = [](const ResultHeader& h) {
+    return (h.git_commit.empty() ? std::string("unknown") : h.git_commit.substr(0, 7)) +
+           (h.git_dirty ? " (dirty)" : " (clean)");
+  };
+  c.base_code = code(base.info().header);
+  c.next_code = code(next.info().header);
   if (base.info().finished.empty())
     c.notes.push_back("BASE " + base.path() + " is from a job that did not finish");
   if (next.info().finished.empty())
@@ -310,9 +371,145 @@ std::string describe_change(const ProvenanceChange& c) {
 
 }  // namespace
 
+namespace {
+
+std::string ci(const Interval& iv) {
+  return "[95% CI " + pct(iv.low) + ", " + pct(iv.high) + "]";
+}
+
+std::string fixed(double x, int digits) {
+  std::ostringstream out;
+  out << std::fixed << std::setprecision(digits) << x;
+  return out.str();
+}
+
+// "speculative verify +48.6% [95% CI +42.8%, +55.2%] per step (0.610 -> 0.905 ms/token)"
+std::string describe_timing(const TimingChange& t) {
+  std::string out = t.mode + " " + t.name + " " + pct(t.relative.value) + " " + ci(t.relative);
+  if (t.unit == "ms/step")
+    out += " per step (" + fixed(t.base_per_token, 3) + " -> " + fixed(t.next_per_token, 3) +
+           " ms/token)";
+  return out;
+}
+
+// Up to `limit` items joined by "; ", then "; +N more".
+std::string join_limited(const std::vector<std::string>& items, std::size_t limit) {
+  std::string out;
+  for (std::size_t i = 0; i < items.size() && i < limit; ++i) out += (i ? "; " : "") + items[i];
+  if (items.size() > limit) out += "; +" + std::to_string(items.size() - limit) + " more";
+  return out;
+}
+
+// The headline: what the runs are, and what changed with confidence, worst first.
+std::string verdict_line(const Comparison& c) {
+  // The phases that changed, speculative before baseline, largest first; "total" and tokens/s
+  // only when no phase explains them.
+  std::vector<const TimingChange*> worse, better;
+  auto explained = [&](const TimingChange& t, bool regression) {
+    if (t.name != "total" && t.name != "tokens/s") return false;
+    for (const TimingChange& o : c.timings)
+      if (o.mode == t.mode && o.name != "total" && o.name != "tokens/s" &&
+          (regression ? o.regression : o.improvement))
+        return true;
+    return false;
+  };
+  for (const TimingChange& t : c.timings) {
+    if (t.regression && !explained(t, true)) worse.push_back(&t);
+    if (t.improvement && !explained(t, false)) better.push_back(&t);
+  }
+  auto by_size = [](const TimingChange* a, const TimingChange* b) {
+    const bool sa = a->mode == kModeSpeculative, sb = b->mode == kModeSpeculative;
+    if (sa != sb) return sa;
+    return std::fabs(a->relative.value) > std::fabs(b->relative.value);
+  };
+  std::sort(worse.begin(), worse.end(), by_size);
+  std::sort(better.begin(), better.end(), by_size);
+  std::vector<std::string> w, b;
+  for (const TimingChange* t : worse) w.push_back(describe_timing(*t));
+  for (const TimingChange* t : better) b.push_back(describe_timing(*t));
+  if (!c.experiment_keys.empty()) {
+    std::vector<std::string> costs;
+    for (const TimingChange& t : c.timings)
+      if (t.unit == "ms/step" && t.mode == kModeSpeculative && t.name != "total")
+        costs.push_back(t.name + " " + fixed(t.base_per_token, 3) + " -> " +
+                        fixed(t.next_per_token, 3));
+    return "DIFFERENT EXPERIMENTS (" + join_limited(c.experiment_keys, 4) +
+           " differ; phases not judged as regressions): speculative ms per token: " +
+           (costs.empty() ? std::string("-") : join_limited(costs, 6));
+  }
+  if (!w.empty()) return "REGRESSION: " + join_limited(w, 3);
+  if (c.speedup.regression) return "REGRESSION: the speedup fell (below)";
+  if (!b.empty()) return "FASTER: " + join_limited(b, 3);
+  return "SAME: no phase, throughput or speedup changed by more than " +
+         fixed(c.options.threshold_pct, 1) + "% with 95% confidence";
+}
+
+std::string speedup_line(const Comparison& c) {
+  const SpeedupChange& s = c.speedup;
+  if (!s.present) return "speedup: not measured (needs baseline and speculative modes in both)";
+  std::string out = "speedup " + fixed(s.base.value, 3) + "x -> " + fixed(s.next.value, 3) +
+                    "x: " + pct(s.relative.value) + " " + ci(s.relative);
+  if (s.regression) out += "  REGRESSION";
+  if (s.improvement) out += "  improved";
+  return out;
+}
+
+std::string acceptance_line(const Comparison& c) {
+  for (const AcceptanceChange& a : c.acceptance)
+    if (a.mode == kModeSpeculative)
+      return "acceptance: tau " + fixed(a.base_tau, 3) + " -> " + fixed(a.next_tau, 3) +
+             ", alpha " + fixed(a.base_alpha, 3) + " -> " + fixed(a.next_alpha, 3);
+  return "acceptance: no speculative mode in both";
+}
+
+// What differs between the runs, most likely cause first: code, build and libraries,
+// configuration, environment per rank.
+std::string differs_line(const Comparison& c) {
+  std::vector<std::string> parts;
+  if (c.base_code != c.next_code)
+    parts.push_back("code " + c.base_code + " -> " + c.next_code);
+  else
+    parts.push_back("code " + c.base_code + " on both");
+  const ProvenanceDiff& p = c.provenance;
+  std::vector<std::string> items;
+  for (const ProvenanceChange& ch : p.run)
+    if (ch.name != "git_commit" && ch.name != "git_dirty") items.push_back(describe_change(ch));
+  for (const ProvenanceChange& ch : p.libraries) items.push_back(describe_change(ch));
+  if (!items.empty()) parts.push_back("build/libraries: " + join_limited(items, 2));
+  items.clear();
+  for (const ProvenanceChange& ch : p.config) items.push_back(describe_change(ch));
+  if (!items.empty()) parts.push_back("configuration: " + join_limited(items, 3));
+  items.clear();
+  for (const ProvenanceChange& ch : p.environment) items.push_back(describe_change(ch));
+  if (!items.empty()) parts.push_back("environment: " + join_limited(items, 3));
+  if (parts.size() == 1 && c.base_code == c.next_code)
+    parts.push_back("nothing else recorded differs (build, libraries, configuration, environment)");
+  return "differs: " + join_limited(parts, 8);
+}
+
+std::string mismatch_line(const Comparison& c) {
+  if (c.base_mismatches.empty() && c.next_mismatches.empty())
+    return "cross-rank mismatches: none in either run";
+  std::string out = "cross-rank mismatches:";
+  if (!c.next_mismatches.empty()) out += " NEW: " + join_limited(c.next_mismatches, 2);
+  if (!c.base_mismatches.empty())
+    out += std::string(c.next_mismatches.empty() ? "" : " |") +
+           " BASE: " + join_limited(c.base_mismatches, 2);
+  return out;
+}
+
+}  // namespace
+
+std::string format_verdict(const Comparison& c) {
+  return verdict_line(c) + "\n" + speedup_line(c) + "\n" + acceptance_line(c) + "\n" +
+         differs_line(c) + "\n" + mismatch_line(c) + "\n";
+}
+
 std::string format_comparison(const Comparison& c, const std::string& base_path,
                               const std::string& next_path) {
   std::ostringstream out;
+  out << format_verdict(c) << "(exit " << c.exit_code()
+      << ": 0 same, 1 regression, 3 different experiments, 2 error)\n\n";
   out << "compare BASE " << base_path << "\n     vs NEW  " << next_path << "\n(threshold "
       << c.options.threshold_pct << "%, phases also > " << c.options.min_abs_ms
       << " ms; 95% bootstrap intervals)\n\n";
@@ -379,7 +576,9 @@ nlohmann::json comparison_to_json(const Comparison& c) {
                        {"ci_low", t.relative.low},
                        {"ci_high", t.relative.high},
                        {"regression", t.regression},
-                       {"improvement", t.improvement}});
+                       {"improvement", t.improvement},
+                       {"base_ms_per_token", t.base_per_token},
+                       {"new_ms_per_token", t.next_per_token}});
   nlohmann::json acceptance = nlohmann::json::array();
   for (const AcceptanceChange& a : c.acceptance)
     acceptance.push_back({{"mode", a.mode},
@@ -400,7 +599,27 @@ nlohmann::json comparison_to_json(const Comparison& c) {
     }
     return out;
   };
+  nlohmann::json speedup = nullptr;
+  if (c.speedup.present)
+    speedup = {{"base", c.speedup.base.value},
+               {"base_ci", {c.speedup.base.low, c.speedup.base.high}},
+               {"new", c.speedup.next.value},
+               {"new_ci", {c.speedup.next.low, c.speedup.next.high}},
+               {"relative_change", c.speedup.relative.value},
+               {"ci_low", c.speedup.relative.low},
+               {"ci_high", c.speedup.relative.high},
+               {"regression", c.speedup.regression},
+               {"improvement", c.speedup.improvement}};
+  std::istringstream verdict(format_verdict(c));
+  std::vector<std::string> verdict_lines;
+  for (std::string line; std::getline(verdict, line);) verdict_lines.push_back(line);
   return nlohmann::json{
+      {"verdict", verdict_lines},
+      {"exit_code", c.exit_code()},
+      {"experiment_keys", c.experiment_keys},
+      {"speedup", speedup},
+      {"code", {{"base", c.base_code}, {"new", c.next_code}}},
+      {"mismatches", {{"base", c.base_mismatches}, {"new", c.next_mismatches}}},
       {"threshold_pct", c.options.threshold_pct},
       {"min_abs_ms", c.options.min_abs_ms},
       {"regression", c.regression},

@@ -43,6 +43,18 @@ struct TimingChange {
   Interval relative;                    // next / base - 1, with its bootstrap 95% interval
   bool regression = false;              // worse than the threshold with confidence
   bool improvement = false;             // better than the threshold with confidence
+  // Phases: the phase's milliseconds per generated token (all its steps' time over the mode's
+  // tokens), the cost that stays comparable when the steps change shape (draft_len, trees).
+  double base_per_token = 0, next_per_token = 0;
+};
+
+// The speedup (baseline over speculative time per token on paired prompts) of each run, and its
+// relative change S_new / S_base - 1 with a bootstrap 95% interval.
+struct SpeedupChange {
+  bool present = false;  // both runs have both modes on common prompts
+  Interval base, next, relative;
+  bool regression = false;   // fell by more than the threshold with confidence
+  bool improvement = false;  // rose by more than the threshold with confidence
 };
 
 struct AcceptanceChange {
@@ -71,14 +83,42 @@ struct ProvenanceDiff {
   }
 };
 
+// `specrun compare`'s exit codes (docs/analysis.md).
+inline constexpr int kCompareSame = 0;         // no regression beyond the threshold
+inline constexpr int kCompareRegression = 1;   // same experiment, something got slower
+inline constexpr int kCompareExperiments = 3;  // the configurations differ: two experiments
+
 struct Comparison {
   std::vector<TimingChange> timings;
+  SpeedupChange speedup;
   std::vector<AcceptanceChange> acceptance;
   ProvenanceDiff provenance;
+  // Configuration keys whose difference makes the runs two experiments rather than one
+  // experiment run twice (everything but job.name/output/overwrite, timeouts and debug.*).
+  std::vector<std::string> experiment_keys;
+  // Cross-rank mismatches recorded in each file (io/provenance.h describe()), printed whether or
+  // not they changed between the runs: a variable that reached some ranks only is a suspect in
+  // either case.
+  std::vector<std::string> base_mismatches, next_mismatches;
+  // Each run's code: "836c867 (clean)", "a1b2c3d (dirty)".
+  std::string base_code, next_code;
   std::vector<std::string> notes;  // modes present in one file only, unfinished jobs, ...
-  bool regression = false;         // some timing change is a regression
+  bool regression = false;         // some timing change (or the speedup) is a regression
   CompareOptions options;
+  int exit_code() const {
+    return !experiment_keys.empty() ? kCompareExperiments
+           : regression             ? kCompareRegression
+                                    : kCompareSame;
+  }
 };
+
+// Whether a difference in configuration key `key` ("decode.draft_len") makes two runs different
+// experiments: true but for bookkeeping keys (job.name, job.output, job.overwrite,
+// parallel.comm_timeout_s, dataset.commit_s) and debug.* (test knobs that stand in for code).
+bool is_experiment_key(const std::string& key);
+
+// The cross-rank mismatches stored in a file's header, one description each (io/provenance.h).
+std::vector<std::string> recorded_mismatches(const ResultInfo& info, const std::string& path);
 
 // Timing and acceptance changes for the modes present in both runs (others produce a note).
 Comparison compare_modes(const std::vector<ModeData>& base, const std::vector<ModeData>& next,
@@ -96,12 +136,18 @@ bool is_per_launch_variable(const std::string& name);
 ProvenanceDiff diff_provenance(const ResultInfo& base, const ResultInfo& next,
                                const std::string& base_path, const std::string& next_path);
 
-// Both files: modes, provenance, notes about unfinished jobs.
+// Both files: modes, speedup, provenance, experiment keys, mismatches, notes about unfinished
+// jobs.
 Comparison compare_results(const ResultReader& base, const ResultReader& next,
                            const CompareOptions& options);
 
+// The verdict first (at most five lines: what got slower or faster, per step and per token; the
+// speedup change; acceptance; what differs, ranked code > build > configuration > environment;
+// cross-rank mismatches), then the full tables.
 std::string format_comparison(const Comparison& comparison, const std::string& base_path,
                               const std::string& next_path);
+// The verdict alone (five lines).
+std::string format_verdict(const Comparison& comparison);
 nlohmann::json comparison_to_json(const Comparison& comparison);
 
 }  // namespace specrun

@@ -341,6 +341,59 @@ ModeSummary summarize_mode(const ModeData& data) {
   return m;
 }
 
+PairedSamples paired_samples(const std::vector<ModeData>& modes) {
+  PairedSamples out;
+  const ModeData* base = nullptr;
+  const ModeData* spec = nullptr;
+  for (const ModeData& m : modes) {
+    if (m.mode == kModeBaseline) base = &m;
+    if (m.mode == kModeSpeculative) spec = &m;
+  }
+  if (base == nullptr || spec == nullptr) return out;
+  std::map<std::int64_t, const SequenceRecord*> by_index;
+  for (const SequenceRecord& s : base->sequences) by_index[s.prompt_index] = &s;
+  for (const SequenceRecord& s : spec->sequences) {
+    auto it = by_index.find(s.prompt_index);
+    if (it == by_index.end()) continue;
+    const SequenceRecord& b = *it->second;
+    out.b_seconds.push_back(b.wall_s);
+    out.b_tokens.push_back(b.generated);
+    out.s_seconds.push_back(s.wall_s);
+    out.s_tokens.push_back(s.generated);
+    out.categories.push_back(category_name(s.category));
+  }
+  return out;
+}
+
+Interval bootstrap_speedup_change(const PairedSamples& base, const PairedSamples& next,
+                                  int resamples, std::uint64_t seed) {
+  auto stat = [](const PairedSamples& p, const std::vector<std::size_t>& idx) {
+    double bs = 0, bt = 0, ss = 0, st = 0;
+    for (std::size_t i : idx) {
+      bs += p.b_seconds[i];
+      bt += p.b_tokens[i];
+      ss += p.s_seconds[i];
+      st += p.s_tokens[i];
+    }
+    if (bt <= 0 || st <= 0 || ss <= 0) return 0.0;
+    return (bs / bt) / (ss / st);
+  };
+  const std::size_t nb = base.b_seconds.size(), nn = next.b_seconds.size();
+  if (nb == 0 || nn == 0) return Interval{};
+  auto change = [](double b, double n) { return b > 0 ? n / b - 1.0 : 0.0; };
+  const double value = change(stat(base, identity(nb)), stat(next, identity(nn)));
+  std::mt19937_64 rng(seed);
+  std::vector<std::size_t> ib, in;
+  std::vector<double> samples;
+  samples.reserve(static_cast<std::size_t>(std::max(0, resamples)));
+  for (int r = 0; r < resamples; ++r) {
+    resample(rng, nb, ib);
+    resample(rng, nn, in);
+    samples.push_back(change(stat(base, ib), stat(next, in)));
+  }
+  return interval_from(value, std::move(samples));
+}
+
 RunSummary summarize_run(const std::vector<ModeData>& modes, bool greedy, std::uint64_t seed) {
   RunSummary run;
   run.greedy = greedy;
@@ -354,26 +407,23 @@ RunSummary summarize_run(const std::vector<ModeData>& modes, bool greedy, std::u
   if (base == nullptr || spec == nullptr) return run;
   std::map<std::int64_t, const SequenceRecord*> by_index;
   for (const SequenceRecord& s : base->sequences) by_index[s.prompt_index] = &s;
-  std::vector<double> bs, bt, ss, st;
-  std::map<std::string, std::array<std::vector<double>, 4>> cats;
   for (const SequenceRecord& s : spec->sequences) {
     auto it = by_index.find(s.prompt_index);
-    if (it == by_index.end()) continue;
-    const SequenceRecord& b = *it->second;
-    ++run.paired_prompts;
-    if (b.output_tokens == s.output_tokens) ++run.greedy_identical;
-    bs.push_back(b.wall_s);
-    bt.push_back(b.generated);
-    ss.push_back(s.wall_s);
-    st.push_back(s.generated);
-    auto& c = cats[category_name(s.category)];
-    c[0].push_back(b.wall_s);
-    c[1].push_back(b.generated);
-    c[2].push_back(s.wall_s);
-    c[3].push_back(s.generated);
+    if (it != by_index.end() && it->second->output_tokens == s.output_tokens)
+      ++run.greedy_identical;
   }
+  const PairedSamples p = paired_samples(modes);
+  std::map<std::string, std::array<std::vector<double>, 4>> cats;
+  for (std::size_t i = 0; i < p.b_seconds.size(); ++i) {
+    auto& c = cats[p.categories[i]];
+    c[0].push_back(p.b_seconds[i]);
+    c[1].push_back(p.b_tokens[i]);
+    c[2].push_back(p.s_seconds[i]);
+    c[3].push_back(p.s_tokens[i]);
+  }
+  run.paired_prompts = static_cast<std::int64_t>(p.b_seconds.size());
   run.paired = run.paired_prompts > 0;
-  run.speedup = paired_speedup(bs, bt, ss, st, 2000, seed);
+  run.speedup = paired_speedup(p.b_seconds, p.b_tokens, p.s_seconds, p.s_tokens, 2000, seed);
   if (cats.size() > 1)
     for (auto& [name, c] : cats)
       run.speedup_by_category[name] = paired_speedup(c[0], c[1], c[2], c[3], 1000, seed);

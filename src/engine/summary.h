@@ -126,6 +126,19 @@ Interval paired_speedup(const std::vector<double>& b_seconds, const std::vector<
                         const std::vector<double>& s_seconds, const std::vector<double>& s_tokens,
                         int resamples, std::uint64_t seed);
 
+// The speedup's inputs: per prompt decoded in both modes (in speculative order), the baseline
+// and speculative wall seconds and generated tokens. Empty without both modes.
+struct PairedSamples {
+  std::vector<double> b_seconds, b_tokens, s_seconds, s_tokens;
+  std::vector<std::string> categories;  // category_name of each prompt
+};
+PairedSamples paired_samples(const std::vector<ModeData>& modes);
+
+// Relative change of the paired speedup between two runs, S_new / S_base - 1, each run's prompts
+// resampled on their own (percentile bootstrap 95% interval).
+Interval bootstrap_speedup_change(const PairedSamples& base, const PairedSamples& next,
+                                  int resamples, std::uint64_t seed);
+
 // Per-batch throughput samples of a mode, in batch order: tokens[b] = tokens the batch generated,
 // seconds[b] = its wall time (its slowest sequence), so that
 // sum(tokens) / sum(seconds) == summarize_mode(data).tokens_per_s. Batches, not prompts, are the

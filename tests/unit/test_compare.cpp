@@ -255,3 +255,69 @@ TEST(Compare, MalformedProvenanceIsAnInputError) {
 }
 
 }  // namespace
+
+// Issue 17: the verdict leads (speculative before baseline, "total" only when no phase explains
+// it), the speedup change comes with its interval, and per-token costs are filled in.
+TEST(Compare, VerdictLeadsWithTheSpeculativePhaseAndTheSpeedupChange) {
+  Synthetic base_params, slow_params;
+  slow_params.verify_ms = base_params.verify_ms * 1.3;
+  slow_params.seq_wall_s = base_params.seq_wall_s * 1.2;  // speculative prompts take longer
+  std::vector<ModeData> base = {make_mode(kModeBaseline, base_params, 21),
+                                make_mode(kModeSpeculative, base_params, 22)};
+  std::vector<ModeData> slow = {make_mode(kModeBaseline, slow_params, 23),
+                                make_mode(kModeSpeculative, slow_params, 24)};
+  Comparison c = compare_modes(base, slow, CompareOptions{});
+  ASSERT_TRUE(c.speedup.present);
+  // Both modes' prompts got 1.2x slower: the speedup itself is unchanged (interval contains 0).
+  EXPECT_NEAR(c.speedup.base.value, 1.0, 0.05);
+  EXPECT_LE(c.speedup.relative.low, 0.0);
+  EXPECT_GE(c.speedup.relative.high, 0.0);
+  EXPECT_FALSE(c.speedup.regression);
+  const std::string verdict = format_verdict(c);
+  EXPECT_EQ(verdict.rfind("REGRESSION: speculative verify +", 0), 0u) << verdict;
+  EXPECT_LT(verdict.find("speculative verify"), verdict.find("baseline verify")) << verdict;
+  EXPECT_EQ(verdict.substr(0, verdict.find('\n')).find("total"), std::string::npos) << verdict;
+  EXPECT_NE(verdict.find("\nspeedup 1.0"), std::string::npos) << verdict;
+  const TimingChange* v = find(c, kModeSpeculative, "verify");
+  // 400 steps of 10 ms over 160 sequences of 31 tokens: 4000 / 4960 ms per token.
+  EXPECT_NEAR(v->base_per_token, 100.0 / 124.0, 0.05);
+  EXPECT_NEAR(v->next_per_token / v->base_per_token, 1.3, 0.05);
+  EXPECT_EQ(c.exit_code(), kCompareRegression);
+  nlohmann::json j = comparison_to_json(c);
+  EXPECT_EQ(j["exit_code"].get<int>(), 1);
+  EXPECT_EQ(j["verdict"].size(), 5u);
+}
+
+TEST(Compare, SpeedupDropIsARegression) {
+  Synthetic p, slow;
+  slow.seq_wall_s = p.seq_wall_s * 1.4;  // speculative prompts 1.4x slower, baseline unchanged
+  std::vector<ModeData> a = {make_mode(kModeBaseline, p, 31), make_mode(kModeSpeculative, p, 32)};
+  std::vector<ModeData> b = {make_mode(kModeBaseline, p, 33),
+                             make_mode(kModeSpeculative, slow, 34)};
+  Comparison c = compare_modes(a, b, CompareOptions{});
+  EXPECT_NEAR(c.speedup.relative.value, 1 / 1.4 - 1, 0.05);
+  EXPECT_TRUE(c.speedup.regression);
+  EXPECT_TRUE(c.regression);
+  EXPECT_NE(format_verdict(c).find("REGRESSION"), std::string::npos);
+}
+
+TEST(Compare, ConfigurationKeysThatMakeAnotherExperiment) {
+  for (const char* key :
+       {"decode.draft_len", "decode.temperature", "decode.tree_top_k", "data.batch_size",
+        "parallel.tp", "target.path", "draft.path", "job.seed"})
+    EXPECT_TRUE(is_experiment_key(key)) << key;
+  for (const char* key : {"job.name", "job.output", "job.overwrite", "parallel.comm_timeout_s",
+                          "dataset.commit_s", "debug.inject_delay_ms", "debug.inject_phase"})
+    EXPECT_FALSE(is_experiment_key(key)) << key;
+  Comparison c;
+  c.experiment_keys = {"decode.draft_len"};
+  c.regression = true;
+  EXPECT_EQ(c.exit_code(), kCompareExperiments);  // not 1: the change explains the phases
+  EXPECT_EQ(format_verdict(c).rfind("DIFFERENT EXPERIMENTS (decode.draft_len", 0), 0u);
+}
+
+TEST(Compare, LaunchSyntaxVariablesAreNotChanges) {
+  for (const char* name : {"OMPI_APP_CTX_NUM_PROCS", "OMPI_FIRST_RANKS", "OMPI_NUM_APP_CTX"})
+    EXPECT_TRUE(is_per_launch_variable(name)) << name;
+  EXPECT_FALSE(is_per_launch_variable("NCCL_PROTO"));
+}
