@@ -237,6 +237,20 @@ ProvenanceDiff diff_provenance(const ResultInfo& base, const ResultInfo& next,
   run_field("dp", std::to_string(bh.dp), std::to_string(nh.dp));
   run_field("prompts_hash", bh.prompts_hash, nh.prompts_hash);
 
+  // Models by content (files from before fingerprints were recorded have none: not a change).
+  const nlohmann::json bm = parse_json(bh.models, "/provenance models", base_path);
+  const nlohmann::json nm = parse_json(nh.models, "/provenance models", next_path);
+  for (const char* role : {"target", "draft"}) {
+    auto fingerprint = [&](const nlohmann::json& m) -> std::optional<std::string> {
+      if (!m.is_object() || !m.contains(role) || !m[role].is_object()) return std::nullopt;
+      const nlohmann::json& r = m[role];
+      return r.value("fingerprint", std::string()) + " (" + r.value("path", std::string()) + ")";
+    };
+    const auto b = fingerprint(bm), n = fingerprint(nm);
+    if (bh.models != "{}" && nh.models != "{}")
+      add_change(d.models, std::string(role) + " model", b, n, std::nullopt);
+  }
+
   // Per rank: record fields and environment, rank r against rank r.
   const std::size_t ranks = std::min(bh.provenance.size(), nh.provenance.size());
   static const std::set<std::string> kSkipFields = {"pid",        "world_rank",     "local_rank",
@@ -310,6 +324,7 @@ Comparison compare_results(const ResultReader& base, const ResultReader& next,
                            const CompareOptions& options) {
   Comparison c = compare_modes(load_mode_data(base), load_mode_data(next), options);
   c.provenance = diff_provenance(base.info(), next.info(), base.path(), next.path());
+  for (const ProvenanceChange& ch : c.provenance.models) c.experiment_keys.push_back(ch.name);
   for (const ProvenanceChange& ch : c.provenance.config)
     if (is_experiment_key(ch.name)) c.experiment_keys.push_back(ch.name);
   c.base_mismatches = recorded_mismatches(base.info(), base.path());
@@ -477,13 +492,17 @@ std::string differs_line(const Comparison& c) {
   for (const ProvenanceChange& ch : p.libraries) items.push_back(describe_change(ch));
   if (!items.empty()) parts.push_back("build/libraries: " + join_limited(items, 2));
   items.clear();
+  for (const ProvenanceChange& ch : p.models) items.push_back(describe_change(ch));
+  if (!items.empty()) parts.push_back("models: " + join_limited(items, 2));
+  items.clear();
   for (const ProvenanceChange& ch : p.config) items.push_back(describe_change(ch));
   if (!items.empty()) parts.push_back("configuration: " + join_limited(items, 3));
   items.clear();
   for (const ProvenanceChange& ch : p.environment) items.push_back(describe_change(ch));
   if (!items.empty()) parts.push_back("environment: " + join_limited(items, 3));
   if (parts.size() == 1 && c.base_code == c.next_code)
-    parts.push_back("nothing else recorded differs (build, libraries, configuration, environment)");
+    parts.push_back(
+        "nothing else recorded differs (build, libraries, models, configuration, environment)");
   return "differs: " + join_limited(parts, 8);
 }
 
@@ -534,7 +553,7 @@ std::string format_comparison(const Comparison& c, const std::string& base_path,
   }
   out << "\nprovenance";
   const ProvenanceDiff& p = c.provenance;
-  if (p.empty()) out << ": no differences (code, libraries, environment, configuration)";
+  if (p.empty()) out << ": no differences (code, libraries, models, environment, configuration)";
   out << "\n";
   auto section = [&](const char* title, const std::vector<ProvenanceChange>& list) {
     if (list.empty()) return;
@@ -543,6 +562,7 @@ std::string format_comparison(const Comparison& c, const std::string& base_path,
   };
   section("run", p.run);
   section("build, libraries, host", p.libraries);
+  section("models (content fingerprints)", p.models);
   section("environment (per rank)", p.environment);
   section("configuration", p.config);
   for (const std::string& note : c.notes) out << "\nnote: " << note << "\n";
@@ -628,6 +648,7 @@ nlohmann::json comparison_to_json(const Comparison& c) {
       {"provenance",
        {{"run", changes(c.provenance.run)},
         {"libraries", changes(c.provenance.libraries)},
+        {"models", changes(c.provenance.models)},
         {"environment", changes(c.provenance.environment)},
         {"config", changes(c.provenance.config)}}},
       {"notes", c.notes},

@@ -76,10 +76,12 @@ struct ProvenanceChange {
 struct ProvenanceDiff {
   std::vector<ProvenanceChange> run;          // root attributes: commit, dirty, version, world
   std::vector<ProvenanceChange> libraries;    // record fields (build, libraries, host, CPU)
+  std::vector<ProvenanceChange> models;       // "target model", "draft model": fingerprints
   std::vector<ProvenanceChange> environment;  // recorded variables, grouped by equal change
   std::vector<ProvenanceChange> config;       // resolved configuration keys, "section.key"
   bool empty() const {
-    return run.empty() && libraries.empty() && environment.empty() && config.empty();
+    return run.empty() && libraries.empty() && models.empty() && environment.empty() &&
+           config.empty();
   }
 };
 
@@ -94,7 +96,8 @@ struct Comparison {
   std::vector<AcceptanceChange> acceptance;
   ProvenanceDiff provenance;
   // Configuration keys whose difference makes the runs two experiments rather than one
-  // experiment run twice (everything but job.name/output/overwrite, timeouts and debug.*).
+  // experiment run twice (everything but job.name/output/overwrite, timeouts and debug.*), and
+  // "target model" / "draft model" when a checkpoint's content differs (even at the same path).
   std::vector<std::string> experiment_keys;
   // Cross-rank mismatches recorded in each file (io/provenance.h describe()), printed whether or
   // not they changed between the runs: a variable that reached some ranks only is a suspect in

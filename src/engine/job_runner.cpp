@@ -25,6 +25,7 @@
 #include "engine/stop_request.h"
 #include "engine/summary.h"
 #include "io/checked_read.h"
+#include "io/dataset_file.h"
 #include "io/prompt_file.h"
 #include "io/provenance.h"
 #include "io/result_file.h"
@@ -302,6 +303,14 @@ ResultHeader job_header(const JobConfig& config, const World& world,
   header.prompts_hash = prompts_hash;
   for (const ProvenanceRecord& r : records) header.provenance.push_back(nlohmann::json(r).dump());
   header.provenance_mismatches = nlohmann::json(find_mismatches(records)).dump();
+  // Which checkpoints, by content: a model replaced at the same path is told apart (compare).
+  nlohmann::json models = nlohmann::json::object();
+  models["target"] = {{"path", config.target.path.resolved},
+                      {"fingerprint", model_fingerprint(config.target.path.resolved)}};
+  if (!config.draft.path.empty() && std::filesystem::is_directory(config.draft.path.resolved))
+    models["draft"] = {{"path", config.draft.path.resolved},
+                       {"fingerprint", model_fingerprint(config.draft.path.resolved)}};
+  header.models = models.dump();
   return header;
 }
 

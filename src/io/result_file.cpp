@@ -201,6 +201,7 @@ void write_job_identity(h5::File& f, const ResultHeader& h) {
   h5::Dataset ranks = h5::create_string_rows(prov, "ranks", h5::chunk_rows(64));
   ranks.append_strings(h.provenance);
   h5::create_string_scalar(prov, "mismatches", h.provenance_mismatches);
+  prov.set_attr_string("models", h.models);
 }
 
 void read_job_identity(const h5::File& f, ResultHeader& h) {
@@ -220,6 +221,7 @@ void read_job_identity(const h5::File& f, ResultHeader& h) {
   h5::Dataset ranks = prov.dataset("ranks");
   h.provenance = ranks.read_strings(0, ranks.rows());
   h.provenance_mismatches = prov.dataset("mismatches").read_scalar_string();
+  h.models = prov.has_attr("models") ? prov.attr_string("models") : "{}";
 }
 
 ResultWriter ResultWriter::create(const std::string& path, const ResultHeader& h, bool overwrite) {

@@ -38,6 +38,9 @@ struct ResultHeader {
   std::string prompts_hash;   // PromptReader::content_hash()
   std::vector<std::string> provenance;       // one JSON object per rank, index = world rank
   std::string provenance_mismatches = "[]";  // JSON list of mismatches between ranks
+  // The models the job used: JSON object role -> {"path", "fingerprint"} ("target", "draft"),
+  // model_fingerprint() of each directory; "{}" in files written before it was recorded.
+  std::string models = "{}";
 };
 
 namespace h5 {

@@ -4,7 +4,8 @@
 # the verdict naming speculative verify, the speedup change, the code change with its clean or
 # dirty state, and the variable set on rank 0 alone; exit 1. Also: a cross-rank mismatch present
 # in both runs is printed by compare and report (the red herring that never reached the workers),
-# and a configuration change is reported as two experiments (exit 3), not as a regression.
+# a configuration change is reported as two experiments (exit 3), not as a regression, and so is
+# a draft checkpoint replaced at the same path (content fingerprints).
 # The new build is simulated: debug.inject_delay_ms slows verify by 2 ms per step, and the
 # result file's git_commit/git_dirty attributes are set to another commit, dirty.
 set -euo pipefail
@@ -91,4 +92,18 @@ head -2 experiment.txt
 [[ $rc -eq 3 ]] || fail "draft_len 4 vs 2: exit $rc, expected 3"
 head -1 experiment.txt | grep -qE '^DIFFERENT EXPERIMENTS \(decode.draft_len differ.*speculative ms per token: draft [0-9.]+ -> [0-9.]+' ||
   fail "no experiment verdict: $(head -1 experiment.txt)"
+# 4. The draft checkpoint replaced at the same path (another trained draft): the content
+# fingerprints differ, so compare names the model and calls the runs two experiments.
+"$SPECRUN_BIN" make-model alt --hidden 64 --layers 2 --heads 4 --kv-heads 2 --intermediate 128 \
+  --vocab 256 --seed 5 >/dev/null
+cp alt/draft/* models/draft/
+run_one swapped.h5
+rc=0
+"$SPECRUN_BIN" compare old.h5 swapped.h5 >swapped.txt || rc=$?
+head -5 swapped.txt
+[[ $rc -eq 3 ]] || fail "swapped draft: exit $rc, expected 3"
+head -1 swapped.txt | grep -qF 'DIFFERENT EXPERIMENTS (draft model differ' || fail "the swapped draft is not the verdict"
+head -5 swapped.txt | grep -qE 'models: draft model: "fnv1a64:[0-9a-f]{16} \(.*models/draft\)" -> "fnv1a64:[0-9a-f]{16} \(' ||
+  fail "the draft's fingerprints are not shown"
+if head -5 swapped.txt | grep -q 'target model'; then fail "the unchanged target is reported"; fi
 echo "compare_story: OK"
