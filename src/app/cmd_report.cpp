@@ -59,6 +59,7 @@ int cmd_report(CommandContext& ctx, const std::vector<std::string>& args) {
   if (vm.count("json")) {
     nlohmann::json j = summary_to_json(summary);
     j["cross_rank_mismatches"] = mismatches;
+    j["identities_checked"] = kIdentitiesChecked;
     j["file"] = path;
     j["schema"] = info.schema;
     j["schema_version"] = info.schema_version;
@@ -94,6 +95,7 @@ int cmd_report(CommandContext& ctx, const std::vector<std::string>& args) {
     for (const std::string& m : mismatches) std::cout << "  " << m << "\n";
   }
   std::cout << format_summary(summary);
+  std::cout << "identities checked for every mode: " << kIdentitiesChecked << "\n";
   return 0;
 }
 

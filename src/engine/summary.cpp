@@ -7,6 +7,7 @@
 #include <map>
 #include <nlohmann/json.hpp>
 #include <random>
+#include <set>
 #include <sstream>
 
 #include "common/error.h"
@@ -197,7 +198,13 @@ std::vector<double> phase_per_step(const ModeData& data, int phase) {
   return out;
 }
 
+const char* const kIdentitiesChecked =
+    "step rows sum to each sequence's row (steps, drafted, accepted, emitted + 1 = generated); "
+    "0 <= accepted <= depth <= drafted; histogram = verify steps; per-position counts = step "
+    "rows; one timing row per step, the same ranks in each";
+
 void check_identities(const ModeData& data) {
+  const std::string where = (data.source.empty() ? "" : data.source + ": ") + data.mode;
   struct Sums {
     std::int64_t steps = 0, drafted = 0, accepted = 0, emitted = 0;
     bool emitted_known = true;
@@ -205,10 +212,10 @@ void check_identities(const ModeData& data) {
   std::map<std::int64_t, Sums> by_prompt;
   for (const StepRecord& st : data.steps) {
     SPEC_INPUT_CHECK(0 <= st.accepted && st.accepted <= st.depth && st.depth <= st.drafted,
-                     data.mode << ": the step row of batch " << st.batch << ", step " << st.step
-                               << ", prompt " << st.prompt_index << " has drafted " << st.drafted
-                               << ", depth " << st.depth << ", accepted " << st.accepted
-                               << " (expected 0 <= accepted <= depth <= drafted)");
+                     where << ": the step row of batch " << st.batch << ", step " << st.step
+                           << ", prompt " << st.prompt_index << " has drafted " << st.drafted
+                           << ", depth " << st.depth << ", accepted " << st.accepted
+                           << " (expected 0 <= accepted <= depth <= drafted)");
     Sums& s = by_prompt[st.prompt_index];
     s.steps += 1;
     s.drafted += st.drafted;
@@ -224,23 +231,69 @@ void check_identities(const ModeData& data) {
     const Sums s = it == by_prompt.end() ? Sums{} : it->second;
     if (it != by_prompt.end()) by_prompt.erase(it);
     const std::int64_t from_prefill = q.generated > 0 ? 1 : 0;
-    SPEC_INPUT_CHECK(
-        s.steps == q.verify_steps && s.drafted == q.drafted && s.accepted == q.accepted &&
-            (!s.emitted_known || s.emitted + from_prefill == q.generated),
-        data.mode << ": prompt " << q.prompt_index << ": its step rows sum to " << s.steps
-                  << " verify steps, " << s.drafted << " drafted, " << s.accepted << " accepted, "
-                  << (s.emitted_known ? std::to_string(s.emitted) : "?")
-                  << " emitted, but its sequence row has " << q.verify_steps << ", " << q.drafted
-                  << ", " << q.accepted << " and " << q.generated
-                  << " generated (one from the prefill): the result file is inconsistent");
+    SPEC_INPUT_CHECK(s.steps == q.verify_steps && s.drafted == q.drafted &&
+                         s.accepted == q.accepted &&
+                         (!s.emitted_known || s.emitted + from_prefill == q.generated),
+                     where << ": prompt " << q.prompt_index << ": its step rows sum to " << s.steps
+                           << " verify steps, " << s.drafted << " drafted, " << s.accepted
+                           << " accepted, " << (s.emitted_known ? std::to_string(s.emitted) : "?")
+                           << " emitted, but its sequence row has " << q.verify_steps << ", "
+                           << q.drafted << ", " << q.accepted << " and " << q.generated
+                           << " generated (one from the prefill): the result file is inconsistent");
     verify_steps += q.verify_steps;
   }
-  SPEC_INPUT_CHECK(by_prompt.empty(), data.mode << ": step rows name prompt "
-                                                << by_prompt.begin()->first
-                                                << ", which has no sequence row");
+  SPEC_INPUT_CHECK(by_prompt.empty(), where << ": step rows name prompt "
+                                            << by_prompt.begin()->first
+                                            << ", which has no sequence row");
   SPEC_INPUT_CHECK(static_cast<std::int64_t>(data.steps.size()) == verify_steps,
-                   data.mode << ": the accepted-length histogram holds " << data.steps.size()
-                             << " steps but the sequences made " << verify_steps);
+                   where << ": the accepted-length histogram holds " << data.steps.size()
+                         << " steps but the sequences made " << verify_steps);
+  // The stored per-position counts (written per batch, apart from the step rows) against the
+  // step rows: position i counts the steps that accepted more than i tokens.
+  if (!data.accepted_per_position.empty()) {
+    std::vector<std::int64_t> from_steps(data.accepted_per_position.size(), 0);
+    for (const StepRecord& st : data.steps)
+      for (std::int64_t i = 0; i < st.accepted && i < static_cast<std::int64_t>(from_steps.size());
+           ++i)
+        ++from_steps[static_cast<std::size_t>(i)];
+    for (std::size_t i = 0; i < from_steps.size(); ++i)
+      SPEC_INPUT_CHECK(from_steps[i] == data.accepted_per_position[i],
+                       where << ": accepted_per_position[" << i << "] is "
+                             << data.accepted_per_position[i] << " but the step rows accept "
+                             << from_steps[i] << " tokens at position " << i
+                             << ": the result file is inconsistent");
+  }
+  // Timings: one row per step of each batch, and in each batch the same ranks report.
+  if (!data.timing_batch.empty()) {
+    const std::size_t width = static_cast<std::size_t>(data.n_ranks) * kNumPhases;
+    SPEC_INPUT_CHECK(data.timings_ms.size() == data.timing_batch.size() * width,
+                     where << ": " << data.timing_batch.size() << " timing rows but "
+                           << data.timings_ms.size() << " values");
+    std::map<std::int64_t, std::set<std::int32_t>> steps_of;
+    for (const StepRecord& st : data.steps) steps_of[st.batch].insert(st.step);
+    std::map<std::int64_t, std::int64_t> rows_of;
+    std::map<std::int64_t, int> ranks_of;
+    for (std::size_t row = 0; row < data.timing_batch.size(); ++row) {
+      const std::int64_t b = data.timing_batch[row];
+      ++rows_of[b];
+      int ranks = 0;
+      for (int r = 0; r < data.n_ranks; ++r)
+        ranks +=
+            std::isfinite(data.timings_ms[row * width + static_cast<std::size_t>(r) * kNumPhases +
+                                          kPhaseTotal])
+                ? 1
+                : 0;
+      auto [it, fresh] = ranks_of.emplace(b, ranks);
+      SPEC_INPUT_CHECK(ranks > 0 && it->second == ranks,
+                       where << ": batch " << b << " has timing rows from " << it->second
+                             << " and from " << ranks
+                             << " ranks: every rank of its group reports every step");
+    }
+    for (const auto& [b, steps] : steps_of)
+      SPEC_INPUT_CHECK(rows_of[b] == static_cast<std::int64_t>(steps.size()),
+                       where << ": batch " << b << " has " << steps.size() << " steps but "
+                             << rows_of[b] << " timing rows");
+  }
 }
 
 ModeSummary summarize_mode(const ModeData& data) {
@@ -460,8 +513,11 @@ std::vector<ModeData> load_mode_data(const ResultReader& reader) {
     d.steps = reader.steps(mode);
     TimingTable t = reader.timings(mode);
     d.timings_ms = std::move(t.ms);
+    d.timing_batch = std::move(t.batch);
     d.n_ranks = std::max(1, t.ranks);
     d.batch_size = batch_size;
+    d.accepted_per_position = reader.accepted_per_position(mode);
+    d.source = reader.path();
     out.push_back(std::move(d));
   }
   return out;

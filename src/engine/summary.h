@@ -10,9 +10,12 @@
 //           draft position
 //   identities: every sequence's step rows sum to its row (steps, drafted, accepted, and the
 //           tokens emitted plus the prefill's to generated), every step has
-//           0 <= accepted <= depth <= drafted, and the accepted-length histogram sums to the
-//           verify steps. summarize_mode throws when one fails: a broken file is an error, not
-//           a number.
+//           0 <= accepted <= depth <= drafted, the accepted-length histogram sums to the
+//           verify steps, the stored per-position accepted counts equal those of the step rows
+//           (so they sum to the accepted tokens), and every batch has one timing row per step,
+//           each with the same ranks reporting. summarize_mode throws when one fails, naming the
+//           file and the identity: a broken file is an error, not a number. (tau and alpha are
+//           computed from these sums: tokens / verify steps and accepted / drafted.)
 //   tokens/s = generated tokens / batch seconds, where a batch's seconds are its slowest
 //           sequence's wall time (the throughput of one tensor-parallel group)
 //   speedup = baseline seconds per token / speculative seconds per token over paired prompts
@@ -42,6 +45,11 @@ struct ModeData {
   // Prompts per batch (data.batch_size) when known, else 0. Places sequences without any step
   // record (finished at the prefill) in their batch: batch = prompt_index / batch_size.
   std::int64_t batch_size = 0;
+  // From a file (load_mode_data): the batch of each timing row, the stored per-position accepted
+  // counts (/<mode>/batches totals), and the file, named in identity errors. Empty when unknown.
+  std::vector<std::int64_t> timing_batch;
+  std::vector<std::int64_t> accepted_per_position;
+  std::string source;
 };
 
 struct Quantiles {
@@ -99,8 +107,10 @@ struct RunSummary {
   std::map<std::string, Interval> speedup_by_category;  // only with more than one category
 };
 
-// Throws (exit code 2) naming the mode and prompt when the records break an identity above.
+// Throws (exit code 2) naming the file, mode and prompt when the records break an identity above.
 void check_identities(const ModeData& data);
+// What check_identities checks, one line for `report`.
+extern const char* const kIdentitiesChecked;
 // Checks the identities, then derives the statistics.
 ModeSummary summarize_mode(const ModeData& data);
 // `greedy`: the job decoded at temperature 0. `seed` drives the bootstrap (deterministic).

@@ -184,6 +184,44 @@ TEST(Summary, BrokenIdentitiesAreErrors) {
   EXPECT_EQ(message(d), "no error");
 }
 
+// Issue 17: the stored per-position counts and the timing rows are checked against the step
+// rows too, and the message names the file and the identity.
+TEST(Summary, PerPositionCountsAndTimingRowsAreIdentities) {
+  auto message = [](const ModeData& d) {
+    try {
+      summarize_mode(d);
+    } catch (const Error& e) {
+      return std::string(e.what());
+    }
+    return std::string("no error");
+  };
+  ModeData d = hand_made();
+  d.source = "run.h5";
+  // Steps accept (4, 2, 0, 1, 4, 2): position 0 in 5 steps, 1 in 4, 2 in 2, 3 in 2.
+  d.accepted_per_position = {5, 4, 2, 2};
+  d.timing_batch = {0, 0, 0, 1, 1, 1};
+  // In a file, one group decodes a batch: its ranks report every step (hand_made leaves rank 1
+  // out of row 5, as if it were another group's, which a batch of three steps cannot be).
+  d.timings_ms[5 * 2 * kNumPhases + kNumPhases + kPhaseTotal] = 1.0f;
+  EXPECT_EQ(message(d), "no error");
+  ModeData bad = d;
+  bad.accepted_per_position[1] = 5;
+  EXPECT_NE(message(bad).find("run.h5: speculative: accepted_per_position[1] is 5 but the step "
+                              "rows accept 4 tokens at position 1"),
+            std::string::npos)
+      << message(bad);
+  bad = d;
+  bad.timing_batch = {0, 0, 1, 1, 1, 1};
+  EXPECT_NE(message(bad).find("run.h5: speculative: batch 0 has 3 steps but 2 timing rows"),
+            std::string::npos)
+      << message(bad);
+  bad = d;
+  bad.timings_ms[1 * 2 * kNumPhases + kNumPhases + kPhaseTotal] =
+      std::numeric_limits<float>::quiet_NaN();  // rank 1 missing from row 1 of batch 0
+  EXPECT_NE(message(bad).find("batch 0 has timing rows from 2 and from 1 ranks"), std::string::npos)
+      << message(bad);
+}
+
 TEST(Summary, ThroughputUsesBatchWallTime) {
   ModeData d = hand_made();
   ModeSummary m = summarize_mode(d);
