@@ -1,11 +1,18 @@
 // `specrun report RESULT.h5 [--json]`: the summary of a result file (engine/summary.h), derived
-// from the raw records in the file. A serial command; under mpirun only rank 0 prints.
+// from the raw records in the file; with several files, one row per run (a sweep's table). A
+// serial command; under mpirun only rank 0 prints.
 #include <boost/program_options.hpp>
+#include <filesystem>
+#include <iomanip>
 #include <iostream>
+#include <map>
 #include <nlohmann/json.hpp>
+#include <set>
+#include <sstream>
 
 #include "app/commands.h"
 #include "common/error.h"
+#include "common/json_depth.h"
 #include "dist/mpi_comm.h"
 #include "engine/compare.h"
 #include "engine/summary.h"
@@ -13,20 +20,137 @@
 #include "io/result_file.h"
 
 namespace po = boost::program_options;
+namespace fs = std::filesystem;
 
 namespace specrun {
 
+namespace {
+
+void flatten(const nlohmann::json& j, const std::string& prefix,
+             std::map<std::string, std::string>& out) {
+  if (j.is_object()) {
+    for (auto it = j.begin(); it != j.end(); ++it)
+      flatten(it.value(), prefix.empty() ? it.key() : prefix + "." + it.key(), out);
+  } else {
+    out[prefix] = j.is_string() ? j.get<std::string>() : j.dump();
+  }
+}
+
+std::string fixed(double x, int digits) {
+  std::ostringstream out;
+  out << std::fixed << std::setprecision(digits) << x;
+  return out.str();
+}
+
+// `specrun report A.h5 B.h5 ...`: one row per run, with the configuration keys whose values
+// differ between the runs (a sweep's axes), tau, alpha, speculative tokens/s and the speedup.
+int report_table(const std::vector<std::string>& files, bool json) {
+  struct Row {
+    std::string file;
+    std::map<std::string, std::string> config;
+    RunSummary summary;
+  };
+  std::vector<Row> rows;
+  for (const std::string& path : files) {
+    check_result_file(path);
+    ResultReader reader(path);
+    const ResultInfo& info = reader.info();
+    Row row;
+    row.file = path;
+    flatten(parse_json_or_discarded(info.header.resolved_json), "", row.config);
+    row.summary =
+        summarize_run(load_mode_data(reader), resolved_is_greedy(info.header.resolved_json),
+                      resolved_seed(info.header.resolved_json));
+    rows.push_back(std::move(row));
+  }
+  std::set<std::string> keys;
+  for (const Row& r : rows)
+    for (const auto& [k, v] : r.config) keys.insert(k);
+  std::vector<std::string> differing;
+  for (const std::string& k : keys) {
+    if (k == "job.output" || k == "job.name") continue;
+    for (const Row& r : rows) {
+      auto a = r.config.find(k);
+      auto b = rows.front().config.find(k);
+      const std::string va = a == r.config.end() ? "" : a->second;
+      const std::string vb = b == rows.front().config.end() ? "" : b->second;
+      if (va != vb) {
+        differing.push_back(k);
+        break;
+      }
+    }
+  }
+  auto spec = [](const RunSummary& s) -> const ModeSummary* {
+    for (const ModeSummary& m : s.modes)
+      if (m.mode == kModeSpeculative) return &m;
+    return nullptr;
+  };
+  if (json) {
+    nlohmann::json out = {{"keys", differing}, {"runs", nlohmann::json::array()}};
+    for (const Row& r : rows) {
+      nlohmann::json config = nlohmann::json::object();
+      for (const std::string& k : differing)
+        config[k] = r.config.count(k) ? r.config.at(k) : std::string();
+      nlohmann::json j = {{"file", r.file}, {"config", config}};
+      const ModeSummary* m = spec(r.summary);
+      j["tau"] = m ? nlohmann::json(m->tau) : nlohmann::json(nullptr);
+      j["alpha"] = m ? nlohmann::json(m->alpha) : nlohmann::json(nullptr);
+      j["tokens_per_s"] = m ? nlohmann::json(m->tokens_per_s) : nlohmann::json(nullptr);
+      if (r.summary.paired)
+        j["speedup"] = {{"value", r.summary.speedup.value},
+                        {"ci_low", r.summary.speedup.low},
+                        {"ci_high", r.summary.speedup.high}};
+      else
+        j["speedup"] = nullptr;
+      out["runs"].push_back(j);
+    }
+    std::cout << out.dump(2) << std::endl;
+    return 0;
+  }
+  std::vector<std::string> header = {"file"};
+  for (const std::string& k : differing) header.push_back(k);
+  for (const char* h : {"tau", "alpha", "tokens/s", "speedup [95% CI]"}) header.push_back(h);
+  std::vector<std::vector<std::string>> table = {header};
+  for (const Row& r : rows) {
+    std::vector<std::string> line = {fs::path(r.file).filename().string()};
+    for (const std::string& k : differing) line.push_back(r.config.count(k) ? r.config.at(k) : "-");
+    const ModeSummary* m = spec(r.summary);
+    line.push_back(m ? fixed(m->tau, 3) : "-");
+    line.push_back(m && m->drafted > 0 ? fixed(m->alpha, 3) : "-");
+    line.push_back(m ? fixed(m->tokens_per_s, 1) : "-");
+    line.push_back(r.summary.paired ? fixed(r.summary.speedup.value, 3) + "x [" +
+                                          fixed(r.summary.speedup.low, 3) + ", " +
+                                          fixed(r.summary.speedup.high, 3) + "]"
+                                    : "-");
+    table.push_back(line);
+  }
+  std::vector<std::size_t> width(header.size(), 0);
+  for (const auto& line : table)
+    for (std::size_t c = 0; c < line.size(); ++c) width[c] = std::max(width[c], line[c].size());
+  for (const auto& line : table) {
+    for (std::size_t c = 0; c < line.size(); ++c)
+      std::cout << (c ? "  " : "") << std::left << std::setw(static_cast<int>(width[c])) << line[c];
+    std::cout << "\n";
+  }
+  std::cout << rows.size() << " runs; columns: the configuration keys that differ between them"
+            << (differing.empty() ? " (none)" : "") << ", then speculative tau, alpha and "
+            << "tokens/s, and the speedup over baseline (docs/analysis.md)\n";
+  return 0;
+}
+
+}  // namespace
+
 int cmd_report(CommandContext& ctx, const std::vector<std::string>& args) {
-  po::options_description options("specrun report RESULT.h5 [options]");
+  po::options_description options("specrun report RESULT.h5 [MORE.h5 ...] [options]");
   options.add_options()("help,h", "show this help")(
       "json", "print the summary as one JSON object (keys: docs/analysis.md)")(
       "seed", po::value<std::uint64_t>(), "bootstrap seed (default: the job's job.seed)");
   po::options_description hidden;
-  hidden.add_options()("result", po::value<std::string>(), "result file");
+  hidden.add_options()("result", po::value<std::vector<std::string>>(), "result files");
   po::options_description all;
   all.add(options).add(hidden);
   po::positional_options_description positional;
-  positional.add("result", 1);
+  positional.add("result", -1);
   po::variables_map vm;
   po::store(po::command_line_parser(args).options(all).positional(positional).run(), vm);
   po::notify(vm);
@@ -38,9 +162,11 @@ int cmd_report(CommandContext& ctx, const std::vector<std::string>& args) {
                    "categories. Definitions: docs/analysis.md.\n";
     return 0;
   }
-  SPEC_INPUT_CHECK(vm.count("result"), "usage: specrun report RESULT.h5 [--json]");
+  SPEC_INPUT_CHECK(vm.count("result"), "usage: specrun report RESULT.h5 [MORE.h5 ...] [--json]");
   if (ctx.mpi.rank() != 0) return 0;
-  const std::string path = vm["result"].as<std::string>();
+  const std::vector<std::string> files = vm["result"].as<std::vector<std::string>>();
+  if (files.size() > 1) return report_table(files, vm.count("json") > 0);
+  const std::string path = files.front();
 
   check_result_file(path);  // first in a child process: a corrupted file fails clearly
   ResultReader reader(path);

@@ -16,11 +16,14 @@ struct CommandContext {
 };
 
 using CommandFn = int (*)(CommandContext& ctx, const std::vector<std::string>& args);
+// A command that runs without MPI (it launches mpirun itself): main never initializes MPI for it.
+using LauncherFn = int (*)(const std::vector<std::string>& args);
 
 struct Command {
   const char* name;
   const char* summary;
   CommandFn fn;
+  LauncherFn launcher = nullptr;  // set instead of fn for commands that launch jobs
 };
 
 // The table of subcommands, in the order `specrun --help` lists them.
@@ -36,5 +39,6 @@ int cmd_report(CommandContext& ctx, const std::vector<std::string>& args);
 int cmd_compare(CommandContext& ctx, const std::vector<std::string>& args);
 int cmd_bench(CommandContext& ctx, const std::vector<std::string>& args);
 int cmd_verify_data(CommandContext& ctx, const std::vector<std::string>& args);
+int cmd_sweep(const std::vector<std::string>& args);
 
 }  // namespace specrun

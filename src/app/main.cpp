@@ -108,6 +108,22 @@ int main(int argc, char** argv) {
     return kExitUsage;
   }
   std::vector<std::string> args(words.begin() + 1, words.end());
+  if (command->launcher != nullptr) {
+    // Launches mpirun per job: no MPI here (a singleton's environment would leak into them).
+    try {
+      return command->launcher(args);
+    } catch (const po::error& e) {
+      std::cerr << "specrun " << command->name << ": " << e.what() << "\n(see `specrun "
+                << command->name << " --help`)" << std::endl;
+      return kExitUsage;
+    } catch (const Error& e) {
+      std::cerr << "error: " << e.what() << std::endl;
+      return e.exit_code();
+    } catch (const std::exception& e) {
+      std::cerr << "error: " << e.what() << std::endl;
+      return kExitFailure;
+    }
+  }
   // A batch job stops gracefully on SIGUSR1/SIGTERM; the handlers go in before MPI starts so that
   // a signal during start-up or model loading is not lost (the job stops at its first boundary).
   if (std::string(command->name) == "run") install_stop_handlers();

@@ -7,8 +7,9 @@
 #      all 8 GPUs visible to every rank, `specrun env` reports no mismatch;
 #   3. SPECRUN_LAUNCHER=mpirun and --gpus-per-node=0 (CPU): complete, equal to 2, variables
 #      reach every rank through mpirun -x, no CUDA_VISIBLE_DEVICES;
-#   4. a 2 x 1 sweep (array): one complete file per grid point with its draft_len, then
-#      `specrun report` over the folder.
+#   4. a 2-point sweep (array, the grid syntax of `specrun sweep`): one complete file per grid
+#      point with its draft_len, named as a local sweep names it, then one `specrun report` table
+#      over the folder.
 # Installs Slurm and MUNGE if missing (or prints SKIPPED and exits 0 where it cannot).
 set -euo pipefail
 : "${SPECRUN_BIN:?SPECRUN_BIN must point to the specrun executable}"
@@ -84,8 +85,10 @@ grep -qE "running: mpirun -np 8" mpirun.log || fail "mpirun.log: not launched by
   CUDA_VISIBLE_DEVICES='<unset>' OMPI_COMM_WORLD_RANK='<rank>' "SLURM_JOB_ID=$job_mpirun" ||
   fail "mpirun: the environment did not reach every rank"
 
-# 4. The sweep: a chain of 1 and a tree 3/2/4 at temperature 0, one array task each.
-sweep=$(SPECRUN_SWEEP_DRAFT_LENS="1 3/2/4" SPECRUN_SWEEP_TEMPERATURES="0.0" \
+# 4. The sweep: a chain of 1 and a tree 3/2/4 at temperature 0, one array task each, with the
+# grid syntax of `specrun sweep` (coupled keys: the chain is top_k 1, its length draft_len).
+AXIS="decode.tree_top_k+decode.tree_depth+decode.tree_nodes+decode.draft_len=1/5/15/1,3/2/4/4"
+sweep=$(SPECRUN_SWEEP_GRID="$AXIS" \
   SPECRUN_SWEEP_DIR=sweep-out SPECRUN_SET="data.max_prompts=8" SPECRUN_ENV_CHECK=0 \
   sbatch --parsable --array=0-1 --gpus-per-node=0 --output=sweep-%a.log \
   --export=ALL,SPECRUN_SBATCH="$SRC/slurm/specrun.sbatch" "$SRC/slurm/sweep.sbatch")
@@ -95,9 +98,11 @@ slurm_wait_job_gone "$sweep" 120 || {
   fail "sweep $sweep did not finish within 120 s"
 }
 cat sweep-0.log
-for shape in draft_len1:1 tree3-2-4:2; do  # file name: draft_len attribute (the longest path)
-  f=sweep-out/${shape%:*}_temp0.0.h5
-  k=${shape#*:}
+names=(tree_top_k+tree_depth+tree_nodes+draft_len=1-5-15-1 tree_top_k+tree_depth+tree_nodes+draft_len=3-2-4-4)
+i=0
+for k in 1 2; do  # the draft_len attribute: the longest path
+  f=sweep-out/${names[$i]}.h5
+  i=$((i + 1))
   [[ -f $f ]] || {
     cat sweep-*.log
     fail "sweep: $f missing"
@@ -108,17 +113,12 @@ import h5py, sys
 k = int(h5py.File(sys.argv[1], 'r')['speculative'].attrs['draft_len'])
 sys.exit(0 if k == $k else f'draft_len {k} in {sys.argv[1]}, expected $k')" "$f"
 done
-# The report over the folder, as docs/slurm.md shows it.
-for f in sweep-out/*.h5; do
-  if ! "$SPECRUN_BIN" report "$f" >"$f.report.txt" 2>&1; then
-    if grep -q "not implemented" "$f.report.txt"; then
-      echo "NOT RUN: specrun report is not implemented in this build"
-      break
-    fi
-    cat "$f.report.txt"
-    fail "specrun report $f failed"
-  fi
-  echo "---- specrun report $f (head)"
-  head -n 6 "$f.report.txt"
-done
+# The same points as a local sweep: its --print-sets names the same files.
+[[ $("$SPECRUN_BIN" sweep job.toml --grid "$AXIS" --out sweep-out --point 1 --print-sets) == \
+  *"job.output=sweep-out/${names[1]}.h5" ]] || fail "sweep.sbatch and specrun sweep disagree on file names"
+# One table over the folder, as docs/slurm.md shows it.
+"$SPECRUN_BIN" report sweep-out/*.h5 >sweep-report.txt || fail "specrun report over the sweep failed"
+cat sweep-report.txt
+grep -qE '^file +decode.draft_len +decode.tree_depth +decode.tree_nodes +decode.tree_top_k +tau' sweep-report.txt ||
+  fail "the sweep table lacks the swept keys: $(head -1 sweep-report.txt)"
 echo "slurm_job: all checks passed"
