@@ -74,6 +74,9 @@ struct DecodeSection {
   int top_k = 0;             // 0 = off
   double top_p = 1.0;        // 1.0 = off
   bool stop_at_eos = true;
+  // "real", or a synthetic acceptance that overrides the verifier's (spec/synthetic_acceptance.h):
+  // "fixed:L" or "rates:r1,r2,...", to measure the system's costs apart from the draft's quality.
+  std::string acceptance = "real";
 };
 
 // What a generation job (decode.modes = ["dataset"]) keeps; io/dataset_file.h, docs/datasets.md.

@@ -181,6 +181,12 @@ void for_each_option(Config& config, Visitor&& visit) {
         config.decode.top_p);
   visit(S{"decode", "stop_at_eos", "Finish a sequence when it emits the EOS token."},
         config.decode.stop_at_eos);
+  visit(S{"decode", "acceptance",
+          "real (the verifier decides), or synthetic: fixed:L (every step accepts L drafted "
+          "tokens) or rates:r1,r2,... (position i accepted with probability ri given i-1 were), "
+          "seeded; the outputs are then meaningless, the costs real (docs/analysis.md)."}
+            .required(),
+        config.decode.acceptance);
   // [dataset]
   visit(S{"dataset", "hidden_layers",
           "Layers whose hidden states a dataset job keeps: eagle3 (EAGLE-3's three), none, ids "

@@ -409,6 +409,7 @@ void BatchDecoder::decide_verdicts(const RowsView& logits, std::span<const Draft
       for (int j = 0; j < chain_results_[r].accepted; ++j) verdicts_[r].path[j] = j;
     }
   }
+  if (options_.acceptance.synthetic()) apply_synthetic_acceptance(trees);
   if (tp_comm_.size() > 1) {
     constexpr std::size_t kWords = 2 + kMaxTreeDepth;
     decided_.resize(kWords * n);
@@ -424,6 +425,31 @@ void BatchDecoder::decide_verdicts(const RowsView& logits, std::span<const Draft
       std::copy(&decided_[kWords * r + 2], &decided_[kWords * r + 2] + kMaxTreeDepth,
                 verdicts_[r].path.begin());
     }
+  }
+}
+
+// decode.acceptance: the rule decides how many drafted tokens each proposal keeps, along the
+// first child of each node; the token after them is the next drafted one on that path (or the
+// verifier's when the path ends there).
+void BatchDecoder::apply_synthetic_acceptance(std::span<const DraftTree> trees) {
+  for (std::size_t r = 0; r < active_.size(); ++r) {
+    const DraftTree& tree = trees[r];
+    const TreeToVerify& v = to_verify_[r];
+    std::array<int, kMaxTreeDepth + 1> path{};
+    int depth = 0, node = -1;
+    while (depth < kMaxTreeDepth) {
+      int child = -1;
+      for (int i = 0; i < tree.size() && child < 0; ++i)
+        if (tree.parents[i] == node) child = i;
+      if (child < 0) break;
+      path[depth++] = child;
+      node = child;
+    }
+    const int accepted = synthetic_accepted(options_.acceptance, v.key, v.first_position, depth);
+    TreeVerdict& verdict = verdicts_[r];
+    verdict.accepted = accepted;
+    for (int j = 0; j < accepted; ++j) verdict.path[j] = path[j];
+    if (accepted < depth) verdict.token = tree.tokens[path[accepted]];
   }
 }
 

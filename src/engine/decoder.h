@@ -23,6 +23,7 @@
 #include "model/language_model.h"
 #include "spec/drafter.h"
 #include "spec/sampling.h"
+#include "spec/synthetic_acceptance.h"
 #include "spec/token_ops.h"
 
 namespace specrun {
@@ -43,6 +44,8 @@ struct DecodeOptions {
   // The most nodes and the deepest path a proposal may have.
   int max_nodes() const { return tree() ? tree_nodes : draft_len; }
   int max_depth() const { return tree() ? tree_depth : draft_len; }
+  // decode.acceptance: real, or a synthetic rule that overrides the verifier's verdicts.
+  SyntheticAcceptance acceptance;
   // Test-only: sleep this long in `inject_phase` ("draft", "verify", "sample") every step.
   double inject_delay_ms = 0;
   std::string inject_phase = "none";
@@ -99,6 +102,7 @@ class BatchDecoder {
   // (agreed through tp rank 0), the commit.
   ForwardResult verify_forward(std::span<const DraftTree> trees);
   void decide_verdicts(const RowsView& logits, std::span<const DraftTree> trees);
+  void apply_synthetic_acceptance(std::span<const DraftTree> trees);
   void commit(std::int64_t batch, std::int32_t step, std::span<const DraftTree> trees,
               const RowsView& hidden, BatchResult& result);
   void tell_drafter(const RowsView& hidden);

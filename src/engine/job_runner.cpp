@@ -130,6 +130,7 @@ DecodeOptions decode_options(const JobConfig& config) {
   decode.sampling.top_p = static_cast<float>(config.decode.top_p);
   decode.stop_at_eos = config.decode.stop_at_eos;
   decode.seed = static_cast<std::uint64_t>(config.job.seed);
+  decode.acceptance = parse_synthetic_acceptance(config.decode.acceptance);
   decode.inject_delay_ms = config.debug.inject_delay_ms;
   decode.inject_phase = config.debug.inject_phase;
   return decode;

@@ -8,6 +8,7 @@
 #include "spec/eagle3_drafter.h"
 #include "spec/model_drafter.h"
 #include "spec/ngram_drafter.h"
+#include "spec/synthetic_acceptance.h"
 
 namespace specrun {
 namespace {
@@ -115,6 +116,12 @@ std::span<const DrafterKind> drafter_kinds() {
 
 void validate_drafter_config(const JobConfig& config) {
   kind_of(config).validate(config);
+  try {
+    parse_synthetic_acceptance(config.decode.acceptance);
+  } catch (const Error& e) {
+    SPEC_INPUT_FAIL("decode.acceptance = " << e.message() << " ("
+                                           << config.origin("decode.acceptance") << ")");
+  }
 }
 
 std::unique_ptr<Drafter> make_drafter(const JobConfig& config, DrafterContext& context) {
