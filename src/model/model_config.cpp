@@ -4,6 +4,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <filesystem>
 #include <fstream>
 #include <nlohmann/json.hpp>
 #include <sstream>
@@ -100,6 +101,21 @@ void parse_rope_dict(const json& r, const std::string& field, const Reader& rd, 
   c.rope_original_max_position = static_cast<int>(omp);
 }
 
+// Adds `e` (an id or a list of ids, each in [0, vocab_size)) to c.eos_token_ids, skipping ids
+// already there.
+void add_eos_ids(ModelConfig& c, const json& e, const std::string& source_name) {
+  std::vector<json> ids =
+      e.is_array() ? std::vector<json>(e.begin(), e.end()) : std::vector<json>{e};
+  for (const json& id : ids) {
+    SPEC_INPUT_CHECK(
+        id.is_number_integer() && id.get<std::int64_t>() >= 0 &&
+            id.get<std::int64_t>() < c.vocab_size,
+        source_name << ": \"eos_token_id\" " << e.dump()
+                    << " must be an id or list of ids in [0, vocab_size=" << c.vocab_size << ")");
+    if (!c.is_eos(id.get<int>())) c.eos_token_ids.push_back(id.get<int>());
+  }
+}
+
 }  // namespace
 
 ModelConfig ModelConfig::from_file(const std::string& config_json_path) {
@@ -108,7 +124,31 @@ ModelConfig ModelConfig::from_file(const std::string& config_json_path) {
       in.good(), "cannot open " << config_json_path << ": is this a Hugging Face model directory?");
   std::stringstream ss;
   ss << in.rdbuf();
-  return from_json_text(ss.str(), config_json_path);
+  ModelConfig c = from_json_text(ss.str(), config_json_path);
+  // Instruct models (Llama 3, Qwen2/3) keep their end-of-turn ids in generation_config.json.
+  const std::filesystem::path gen =
+      std::filesystem::path(config_json_path).parent_path() / "generation_config.json";
+  if (std::filesystem::exists(gen)) add_generation_eos(c, gen.string());
+  return c;
+}
+
+void ModelConfig::add_generation_eos(ModelConfig& c, const std::string& path) {
+  std::ifstream in(path);
+  SPEC_INPUT_CHECK(in.good(), "cannot read " << path);
+  std::stringstream ss;
+  ss << in.rdbuf();
+  const std::string text = ss.str();
+  const std::string too_deep = json_depth_error(text, path);
+  SPEC_INPUT_CHECK(too_deep.empty(), too_deep);
+  json j;
+  try {
+    j = json::parse(text);
+  } catch (const json::exception& e) {
+    SPEC_INPUT_FAIL(path << " is not valid JSON: " << e.what());
+  }
+  SPEC_INPUT_CHECK(j.is_object(), path << " must hold a JSON object");
+  if (j.contains("eos_token_id") && !j["eos_token_id"].is_null())
+    add_eos_ids(c, j["eos_token_id"], path);
 }
 
 ModelConfig ModelConfig::from_json_text(const std::string& text, const std::string& source_name) {
@@ -248,19 +288,7 @@ ModelConfig ModelConfig::from_json_text(const std::string& text, const std::stri
 
   c.tie_word_embeddings = rd.get_bool("tie_word_embeddings", false);
   c.bos_token_id = rd.get_int("bos_token_id", false, 1, 0);
-  if (rd.present("eos_token_id")) {
-    const json& e = j["eos_token_id"];
-    std::vector<json> ids =
-        e.is_array() ? std::vector<json>(e.begin(), e.end()) : std::vector<json>{e};
-    for (const json& id : ids) {
-      SPEC_INPUT_CHECK(
-          id.is_number_integer() && id.get<std::int64_t>() >= 0 &&
-              id.get<std::int64_t>() < c.vocab_size,
-          source_name << ": \"eos_token_id\" " << e.dump()
-                      << " must be an id or list of ids in [0, vocab_size=" << c.vocab_size << ")");
-      c.eos_token_ids.push_back(id.get<int>());
-    }
-  }
+  if (rd.present("eos_token_id")) add_eos_ids(c, j["eos_token_id"], source_name);
   return c;
 }
 

@@ -41,6 +41,10 @@ struct ModelConfig {
   // (architecture, hidden_act, rope type, quantization_config, sliding window in use, ...).
   static ModelConfig from_file(const std::string& config_json_path);
   static ModelConfig from_json_text(const std::string& text, const std::string& source_name);
+  // generation_config.json's eos_token_id (an id or a list; Llama 3 and Qwen instruct models keep
+  // their end-of-turn ids there) joins config.json's: from_file reads it when it is beside
+  // config.json. Throws (exit code 2) naming the file when it is malformed.
+  static void add_generation_eos(ModelConfig& c, const std::string& path);
   // Writes config.json text for this configuration (used by make-model and import-llama2c).
   std::string to_json_text() const;
 

@@ -2,7 +2,11 @@
 // would silently change the numbers.
 #include <gtest/gtest.h>
 
+#include <unistd.h>
+
 #include <cmath>
+#include <filesystem>
+#include <fstream>
 #include <functional>
 
 #include "common/error.h"
@@ -237,4 +241,38 @@ TEST(ModelConfig, AbsurdNumbersAreRefused) {
   EXPECT_EQ(error_of([&] { parse(llama(R"(,"rms_norm_eps":1e-5)")); }), "");
 }
 
+}  // namespace specrun
+
+namespace specrun {
+namespace {
+
+// Issue 17: an instruct model's end-of-turn id lives in generation_config.json; it joins
+// config.json's ids (no duplicates); a malformed file is an error naming it.
+TEST(ModelConfig, GenerationConfigEosJoinsConfigEos) {
+  const std::filesystem::path dir =
+      std::filesystem::temp_directory_path() / ("specrun-gen-" + std::to_string(::getpid()));
+  std::filesystem::create_directories(dir);
+  auto write = [&](const std::string& name, const std::string& text) {
+    std::ofstream(dir / name) << text;
+  };
+  write("config.json", llama(R"(,"eos_token_id":2)"));
+  EXPECT_EQ(ModelConfig::from_file((dir / "config.json").string()).eos_token_ids,
+            std::vector<int>{2});
+  write("generation_config.json", R"({"bos_token_id":1,"eos_token_id":[2,7,9]})");
+  EXPECT_EQ(ModelConfig::from_file((dir / "config.json").string()).eos_token_ids,
+            (std::vector<int>{2, 7, 9}));
+  write("generation_config.json", R"({"eos_token_id":600})");
+  EXPECT_NE(error_of([&] {
+              ModelConfig::from_file((dir / "config.json").string());
+            }).find("generation_config.json: \"eos_token_id\" 600 must be an id"),
+            std::string::npos);
+  write("generation_config.json", "{nope");
+  EXPECT_NE(error_of([&] {
+              ModelConfig::from_file((dir / "config.json").string());
+            }).find("generation_config.json is not valid JSON"),
+            std::string::npos);
+  std::filesystem::remove_all(dir);
+}
+
+}  // namespace
 }  // namespace specrun
