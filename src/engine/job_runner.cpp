@@ -110,6 +110,10 @@ std::unique_ptr<ResultWriter> open_result(const JobConfig& config, const World& 
   if (options.resume) {  // checked by check_result_target
     writer = std::make_unique<ResultWriter>(ResultWriter::reopen(config.job.output.resolved));
   } else {
+    // Never silently: a replaced result is named in the log (job.overwrite = true).
+    if (config.job.overwrite && std::filesystem::exists(config.job.output.resolved))
+      log.warn("job.overwrite = true (" + config.origin("job.overwrite") + "): replacing " +
+               config.job.output.resolved + ", the result of an earlier run");
     writer = std::make_unique<ResultWriter>(ResultWriter::create(
         config.job.output.resolved, job_header(config, world, prompts_hash, records),
         config.job.overwrite));
