@@ -7,7 +7,8 @@
 #   env:   FUZZ_BUILD_DIR (default build-fuzz), FUZZ_CXX (default clang++-16), FUZZ_TIMEOUT
 #          (seconds one input may take, default 10), FUZZ_RSS_MB (default 2048),
 #          FUZZ_READ_TIMEOUT (SPECRUN_READ_CHECK_TIMEOUT_S of the HDF5 targets, default 0.3)
-# Needs Debian's clang-16, libclang-rt-16-dev and libomp-16-dev (.ci/run installs them).
+# Installs Debian's clang-16, libclang-rt-16-dev and libomp-16-dev when missing (unless FUZZ_CXX
+# names another compiler).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 SECONDS_EACH=${1:-60}
@@ -20,8 +21,10 @@ CC_BIN=${CXX_BIN/clang++/clang}
 TIMEOUT=${FUZZ_TIMEOUT:-10}
 RSS_MB=${FUZZ_RSS_MB:-2048}
 
-if ! command -v "$CXX_BIN" >/dev/null; then
-  echo "fuzz.sh: $CXX_BIN not found (apt-get install clang-16 libclang-rt-16-dev libomp-16-dev)" >&2
+if [ -z "${FUZZ_CXX:-}" ]; then
+  ./scripts/install-deps.sh clang-16 libclang-rt-16-dev libomp-16-dev
+elif ! command -v "$CXX_BIN" >/dev/null; then
+  echo "fuzz.sh: $CXX_BIN not found" >&2
   exit 2
 fi
 if [ ! -f "$BUILD/CMakeCache.txt" ]; then
@@ -55,9 +58,10 @@ for t in "${TARGETS[@]}"; do
   set -e
   runs=$(sed -n 's/^stat::number_of_executed_units: *//p' "$log" | tail -1)
   cov=$(grep -o 'cov: [0-9]*' "$log" | tail -1 | cut -d' ' -f2)
+  refused=$(grep -o 'refused by the child read: .*' "$log" | tail -1 || true)
   if [ $rc -eq 0 ]; then
-    printf 'fuzz %-13s ok      %8s runs in %ss, %s edges covered\n' "$t" "${runs:-?}" \
-      "$SECONDS_EACH" "${cov:-?}"
+    printf 'fuzz %-13s ok      %8s runs in %ss, %s edges covered%s\n' "$t" "${runs:-?}" \
+      "$SECONDS_EACH" "${cov:-?}" "${refused:+; $refused}"
   else
     printf 'fuzz %-13s FAILED  (exit %d) after %s runs; log %s, input in %s\n' "$t" "$rc" \
       "${runs:-?}" "$log" "$artifacts"

@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
-# Installs the Debian 12 packages specrun needs to build, test and analyse results; does nothing
-# (and needs no network) when they are all installed already.
+# Installs the Debian 12 packages specrun needs to build, test and analyse results, and any
+# packages given as arguments (scripts/fuzz.sh adds clang's); does nothing (and needs no network)
+# when they are all installed already.
 set -euo pipefail
 PACKAGES=(build-essential cmake git ccache pkg-config
   openmpi-bin libopenmpi-dev openssh-client
@@ -8,7 +9,7 @@ PACKAGES=(build-essential cmake git ccache pkg-config
   libtomlplusplus-dev libboost-program-options-dev libgtest-dev nlohmann-json3-dev
   python3 python3-h5py python3-numpy python3-matplotlib
   python3-torch python3-sentencepiece hdf5-filter-plugin
-  clang-format qemu-user)
+  clang-format qemu-user "$@")
 missing=()
 for p in "${PACKAGES[@]}"; do
   dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")

@@ -26,6 +26,9 @@
 #define SPECRUN_SANITIZED 1
 #endif
 #endif
+#if defined(SPECRUN_SANITIZED)
+#include <sanitizer/common_interface_defs.h>
+#endif
 
 namespace specrun {
 
@@ -74,6 +77,9 @@ long long mapped_bytes() {
   ::setrlimit(RLIMIT_AS, &r);
 #else
   (void)memory_bytes;
+  // A sanitizer report in the child is the outcome being checked for, not a finding: the
+  // parent's death callback (libFuzzer's, which saves the input as a crash) must not run here.
+  __sanitizer_set_death_callback(nullptr);
 #endif
   std::string report;
   try {

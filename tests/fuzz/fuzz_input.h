@@ -7,6 +7,7 @@
 
 #include <cstddef>
 #include <cstdint>
+#include <cstdio>
 #include <cstdlib>
 #include <stdexcept>
 #include <string>
@@ -30,6 +31,37 @@ inline const std::string& write_input(const char* name, const uint8_t* data, siz
   }
   ::close(fd);
   return path;
+}
+
+// Counts the inputs the child check (src/common/isolated.h) refused, by kind, and prints the
+// counts when the fuzzer exits: how often a mutated file crashed, hung or exhausted libhdf5.
+inline void count_refusal(const std::string& message) {
+  struct Counts {
+    long crashed = 0, hung = 0, memory = 0, other = 0;
+    Counts() {
+      std::atexit([] {
+        const Counts& c = counts();
+        std::fprintf(stderr,
+                     "refused by the child read: %ld crashed libhdf5, %ld hung it, %ld ran out of "
+                     "memory, %ld failed otherwise\n",
+                     c.crashed, c.hung, c.memory, c.other);
+      });
+    }
+    static Counts& counts() {
+      static Counts c;
+      return c;
+    }
+  };
+  if (message.find("is corrupt or unreadable") == std::string::npos) return;
+  Counts& c = Counts::counts();
+  if (message.find("crashed") != std::string::npos)
+    ++c.crashed;
+  else if (message.find("did not finish") != std::string::npos)
+    ++c.hung;
+  else if (message.find("memory") != std::string::npos)
+    ++c.memory;
+  else
+    ++c.other;
 }
 
 }  // namespace specrun::fuzz

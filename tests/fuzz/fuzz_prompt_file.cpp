@@ -24,7 +24,8 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
     if (static_cast<int64_t>(prompts.size()) != count) __builtin_trap();
     for (int64_t i = 0; i < count; ++i) (void)reader.read_text(i);
     if (reader.content_hash() != hash) __builtin_trap();
-  } catch (const specrun::Error&) {
+  } catch (const specrun::Error& e) {
+    specrun::fuzz::count_refusal(e.what());
   }
   return 0;
 }

@@ -27,7 +27,8 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
         __builtin_trap();
       (void)reader.accepted_per_position(mode);
     }
-  } catch (const specrun::Error&) {
+  } catch (const specrun::Error& e) {
+    specrun::fuzz::count_refusal(e.what());
   }
   return 0;
 }
