@@ -26,16 +26,6 @@ namespace specrun {
 
 namespace {
 
-void flatten(const nlohmann::json& j, const std::string& prefix,
-             std::map<std::string, std::string>& out) {
-  if (j.is_object()) {
-    for (auto it = j.begin(); it != j.end(); ++it)
-      flatten(it.value(), prefix.empty() ? it.key() : prefix + "." + it.key(), out);
-  } else {
-    out[prefix] = j.is_string() ? j.get<std::string>() : j.dump();
-  }
-}
-
 std::string fixed(double x, int digits) {
   std::ostringstream out;
   out << std::fixed << std::setprecision(digits) << x;
@@ -57,7 +47,7 @@ int report_table(const std::vector<std::string>& files, bool json) {
     const ResultInfo& info = reader.info();
     Row row;
     row.file = path;
-    flatten(parse_json_or_discarded(info.header.resolved_json), "", row.config);
+    flatten_json(parse_json_or_discarded(info.header.resolved_json), "", row.config);
     row.summary =
         summarize_run(load_mode_data(reader), resolved_is_greedy(info.header.resolved_json),
                       resolved_seed(info.header.resolved_json));

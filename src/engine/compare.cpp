@@ -180,17 +180,6 @@ std::string value_text(const nlohmann::json& v) {
   return v.is_string() ? v.get<std::string>() : v.dump();
 }
 
-// "section.key" -> value text, for every leaf of a nested object.
-void flatten(const nlohmann::json& j, const std::string& prefix,
-             std::map<std::string, std::string>& out) {
-  if (j.is_object()) {
-    for (auto it = j.begin(); it != j.end(); ++it)
-      flatten(it.value(), prefix.empty() ? it.key() : prefix + "." + it.key(), out);
-  } else {
-    out[prefix] = value_text(j);
-  }
-}
-
 // Adds one (name, base?, next?) difference on `rank`, merging ranks with the same change.
 void add_change(std::vector<ProvenanceChange>& list, const std::string& name,
                 const std::optional<std::string>& b, const std::optional<std::string>& n,
@@ -220,6 +209,16 @@ std::optional<std::string> lookup(const std::map<std::string, std::string>& m,
 }
 
 }  // namespace
+
+void flatten_json(const nlohmann::json& j, const std::string& prefix,
+                  std::map<std::string, std::string>& out) {
+  if (j.is_object()) {
+    for (auto it = j.begin(); it != j.end(); ++it)
+      flatten_json(it.value(), prefix.empty() ? it.key() : prefix + "." + it.key(), out);
+  } else {
+    out[prefix] = value_text(j);
+  }
+}
 
 ProvenanceDiff diff_provenance(const ResultInfo& base, const ResultInfo& next,
                                const std::string& base_path, const std::string& next_path) {
@@ -265,8 +264,8 @@ ProvenanceDiff diff_provenance(const ResultInfo& base, const ResultInfo& next,
       if (!kSkipFields.count(it.key())) bf[it.key()] = value_text(it.value());
     for (auto it = n.begin(); n.is_object() && it != n.end(); ++it)
       if (!kSkipFields.count(it.key())) nf[it.key()] = value_text(it.value());
-    if (b.contains("environment")) flatten(b["environment"], "", be);
-    if (n.contains("environment")) flatten(n["environment"], "", ne);
+    if (b.contains("environment")) flatten_json(b["environment"], "", be);
+    if (n.contains("environment")) flatten_json(n["environment"], "", ne);
     std::set<std::string> keys;
     for (const auto& [k, v] : bf) keys.insert(k);
     for (const auto& [k, v] : nf) keys.insert(k);
@@ -287,8 +286,8 @@ ProvenanceDiff diff_provenance(const ResultInfo& base, const ResultInfo& next,
   std::sort(d.environment.begin(), d.environment.end(), by_name);
 
   std::map<std::string, std::string> bc, nc;
-  flatten(parse_json(bh.resolved_json, "/job resolved", base_path), "", bc);
-  flatten(parse_json(nh.resolved_json, "/job resolved", next_path), "", nc);
+  flatten_json(parse_json(bh.resolved_json, "/job resolved", base_path), "", bc);
+  flatten_json(parse_json(nh.resolved_json, "/job resolved", next_path), "", nc);
   std::set<std::string> keys;
   for (const auto& [k, v] : bc) keys.insert(k);
   for (const auto& [k, v] : nc) keys.insert(k);

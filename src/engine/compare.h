@@ -16,6 +16,7 @@
 #pragma once
 
 #include <cstdint>
+#include <map>
 #include <nlohmann/json_fwd.hpp>
 #include <string>
 #include <vector>
@@ -114,6 +115,11 @@ struct Comparison {
                                     : kCompareSame;
   }
 };
+
+// "section.key" -> value text (strings as they are, other values as JSON) for every leaf of a
+// nested object.
+void flatten_json(const nlohmann::json& j, const std::string& prefix,
+                  std::map<std::string, std::string>& out);
 
 // Whether a difference in configuration key `key` ("decode.draft_len") makes two runs different
 // experiments: true but for bookkeeping keys (job.name, job.output, job.overwrite,

@@ -136,20 +136,32 @@ Interval bootstrap_relative_change(const std::vector<double>& base_num,
   return interval_from(value, std::move(samples));
 }
 
+namespace {
+
+// The paired speedup of the prompts `idx`: baseline seconds per token over speculative seconds
+// per token (0 when a sum is not positive).
+double speedup_of(const std::vector<double>& b_seconds, const std::vector<double>& b_tokens,
+                  const std::vector<double>& s_seconds, const std::vector<double>& s_tokens,
+                  const std::vector<std::size_t>& idx) {
+  double bs = 0, bt = 0, ss = 0, st = 0;
+  for (std::size_t i : idx) {
+    bs += b_seconds[i];
+    bt += b_tokens[i];
+    ss += s_seconds[i];
+    st += s_tokens[i];
+  }
+  if (bt <= 0 || st <= 0 || ss <= 0) return 0.0;
+  return (bs / bt) / (ss / st);
+}
+
+}  // namespace
+
 Interval paired_speedup(const std::vector<double>& b_seconds, const std::vector<double>& b_tokens,
                         const std::vector<double>& s_seconds, const std::vector<double>& s_tokens,
                         int resamples, std::uint64_t seed) {
   const std::size_t n = b_seconds.size();
   auto stat = [&](const std::vector<std::size_t>& idx) {
-    double bs = 0, bt = 0, ss = 0, st = 0;
-    for (std::size_t i : idx) {
-      bs += b_seconds[i];
-      bt += b_tokens[i];
-      ss += s_seconds[i];
-      st += s_tokens[i];
-    }
-    if (bt <= 0 || st <= 0 || ss <= 0) return 0.0;
-    return (bs / bt) / (ss / st);
+    return speedup_of(b_seconds, b_tokens, s_seconds, s_tokens, idx);
   };
   if (n == 0) return Interval{};
   double value = stat(identity(n));
@@ -414,6 +426,7 @@ PairedSamples paired_samples(const std::vector<ModeData>& modes) {
     out.s_seconds.push_back(s.wall_s);
     out.s_tokens.push_back(s.generated);
     out.categories.push_back(category_name(s.category));
+    if (b.output_tokens == s.output_tokens) ++out.identical;
   }
   return out;
 }
@@ -421,15 +434,7 @@ PairedSamples paired_samples(const std::vector<ModeData>& modes) {
 Interval bootstrap_speedup_change(const PairedSamples& base, const PairedSamples& next,
                                   int resamples, std::uint64_t seed) {
   auto stat = [](const PairedSamples& p, const std::vector<std::size_t>& idx) {
-    double bs = 0, bt = 0, ss = 0, st = 0;
-    for (std::size_t i : idx) {
-      bs += p.b_seconds[i];
-      bt += p.b_tokens[i];
-      ss += p.s_seconds[i];
-      st += p.s_tokens[i];
-    }
-    if (bt <= 0 || st <= 0 || ss <= 0) return 0.0;
-    return (bs / bt) / (ss / st);
+    return speedup_of(p.b_seconds, p.b_tokens, p.s_seconds, p.s_tokens, idx);
   };
   const std::size_t nb = base.b_seconds.size(), nn = next.b_seconds.size();
   if (nb == 0 || nn == 0) return Interval{};
@@ -450,22 +455,10 @@ Interval bootstrap_speedup_change(const PairedSamples& base, const PairedSamples
 RunSummary summarize_run(const std::vector<ModeData>& modes, bool greedy, std::uint64_t seed) {
   RunSummary run;
   run.greedy = greedy;
-  const ModeData* base = nullptr;
-  const ModeData* spec = nullptr;
-  for (const ModeData& m : modes) {
-    run.modes.push_back(summarize_mode(m));
-    if (m.mode == kModeBaseline) base = &m;
-    if (m.mode == kModeSpeculative) spec = &m;
-  }
-  if (base == nullptr || spec == nullptr) return run;
-  std::map<std::int64_t, const SequenceRecord*> by_index;
-  for (const SequenceRecord& s : base->sequences) by_index[s.prompt_index] = &s;
-  for (const SequenceRecord& s : spec->sequences) {
-    auto it = by_index.find(s.prompt_index);
-    if (it != by_index.end() && it->second->output_tokens == s.output_tokens)
-      ++run.greedy_identical;
-  }
+  for (const ModeData& m : modes) run.modes.push_back(summarize_mode(m));
   const PairedSamples p = paired_samples(modes);
+  if (p.b_seconds.empty()) return run;
+  run.greedy_identical = p.identical;
   std::map<std::string, std::array<std::vector<double>, 4>> cats;
   for (std::size_t i = 0; i < p.b_seconds.size(); ++i) {
     auto& c = cats[p.categories[i]];

@@ -141,6 +141,7 @@ Interval paired_speedup(const std::vector<double>& b_seconds, const std::vector<
 struct PairedSamples {
   std::vector<double> b_seconds, b_tokens, s_seconds, s_tokens;
   std::vector<std::string> categories;  // category_name of each prompt
+  std::int64_t identical = 0;           // prompts whose two outputs are token-identical
 };
 PairedSamples paired_samples(const std::vector<ModeData>& modes);
 

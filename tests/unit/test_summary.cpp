@@ -63,6 +63,16 @@ ModeData hand_made() {
   return d;
 }
 
+// summarize_mode's error text, or "no error".
+std::string message(const ModeData& d) {
+  try {
+    summarize_mode(d);
+  } catch (const Error& e) {
+    return std::string(e.what());
+  }
+  return std::string("no error");
+}
+
 TEST(Summary, HandMadeTauAlphaAcceptance) {
   ModeSummary m = summarize_mode(hand_made());
   EXPECT_EQ(m.prompts, 3);
@@ -146,14 +156,6 @@ TEST(Summary, TreeMetricsAndAcceptanceByDepth) {
 }
 
 TEST(Summary, BrokenIdentitiesAreErrors) {
-  auto message = [](const ModeData& d) {
-    try {
-      summarize_mode(d);
-    } catch (const Error& e) {
-      return std::string(e.what());
-    }
-    return std::string("no error");
-  };
   ModeData d = tree_made();
   d.sequences[0].accepted += 1;
   EXPECT_NE(message(d).find("prompt 0: its step rows sum to 3 verify steps, 39 drafted, 7 "
@@ -187,14 +189,6 @@ TEST(Summary, BrokenIdentitiesAreErrors) {
 // Issue 17: the stored per-position counts and the timing rows are checked against the step
 // rows too, and the message names the file and the identity.
 TEST(Summary, PerPositionCountsAndTimingRowsAreIdentities) {
-  auto message = [](const ModeData& d) {
-    try {
-      summarize_mode(d);
-    } catch (const Error& e) {
-      return std::string(e.what());
-    }
-    return std::string("no error");
-  };
   ModeData d = hand_made();
   d.source = "run.h5";
   // Steps accept (4, 2, 0, 1, 4, 2): position 0 in 5 steps, 1 in 4, 2 in 2, 3 in 2.
