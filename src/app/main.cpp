@@ -54,6 +54,15 @@ void choose_cpu_kernels() {
   }
 }
 
+// What the user reads first is what is wrong (the file, key or prompt and the value); where in
+// specrun it was found (rank, host, source line, the failed check) follows on its own line, for
+// reports and logs.
+std::string error_text(const Error& e) {
+  std::string text = "error: " + e.message();
+  if (!e.where().empty()) text += "\n  (found by " + e.where() + ")";
+  return text;
+}
+
 // Aborts every rank when more than one runs; a lone process just exits.
 [[noreturn]] void fail(int code) {
   int initialized = 0, finalized = 0;
@@ -117,7 +126,7 @@ int main(int argc, char** argv) {
                 << command->name << " --help`)" << std::endl;
       return kExitUsage;
     } catch (const Error& e) {
-      std::cerr << "error: " << e.what() << std::endl;
+      std::cerr << error_text(e) << std::endl;
       return e.exit_code();
     } catch (const std::exception& e) {
       std::cerr << "error: " << e.what() << std::endl;
@@ -148,12 +157,12 @@ int main(int argc, char** argv) {
   } catch (const CollectiveError& e) {
     // Every rank threw it: one reports, then all leave together through MPI_Finalize (the
     // barrier keeps mpirun from ending the job on another rank's exit before it is printed).
-    if (e.report()) std::cerr << "error: " << e.what() << std::endl;
+    if (e.report()) std::cerr << error_text(e) << std::endl;
     MPI_Barrier(MPI_COMM_WORLD);
     return e.exit_code();
   } catch (const Error& e) {
     quiet_unless_alone();
-    std::cerr << "error: " << e.what() << std::endl;
+    std::cerr << error_text(e) << std::endl;
     fail(e.exit_code());
   } catch (const std::exception& e) {
     std::cerr << "error [" << process_label() << "]: " << e.what() << std::endl;
