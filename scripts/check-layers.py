@@ -15,14 +15,15 @@ import sys
 ALLOWED = {
     "common": set(),
     "kernels": {"common", "generated"},
+    "text": {"common"},
     "dist": {"common", "kernels"},
-    "io": {"common", "kernels", "dist"},
+    "io": {"common", "text", "kernels", "dist"},
     "backend": {"common", "kernels", "dist"},
-    "model": {"common", "kernels", "dist", "backend"},
+    "model": {"common", "text", "kernels", "dist", "backend"},
     "config": {"common", "dist"},
-    "spec": {"common", "kernels", "dist", "backend", "model", "config"},
-    "engine": {"common", "kernels", "dist", "io", "backend", "model", "config", "spec"},
-    "app": {"common", "kernels", "dist", "io", "backend", "model", "config", "spec", "engine"},
+    "spec": {"common", "text", "kernels", "dist", "backend", "model", "config"},
+    "engine": {"common", "text", "kernels", "dist", "io", "backend", "model", "config", "spec"},
+    "app": {"common", "text", "kernels", "dist", "io", "backend", "model", "config", "spec", "engine"},
 }
 INCLUDE = re.compile(r'^\s*#\s*include\s+"([a-z_]+)/')
 

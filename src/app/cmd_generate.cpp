@@ -28,8 +28,8 @@
 #include "dist/mpi_comm.h"
 #include "model/checkpoint.h"
 #include "model/model_factory.h"
-#include "model/tokenizer.h"
 #include "spec/token_ops.h"
+#include "text/tokenizer.h"
 
 namespace po = boost::program_options;
 
@@ -41,7 +41,8 @@ constexpr char kHelpTail[] =
     "\nRuns under `mpirun -np N` with tensor parallelism over all N ranks; every rank loads\n"
     "only its shard. Greedy decoding (argmax, lowest id on ties), no EOS stopping.\n"
     "Rank 0 prints the generated ids on one line, then their text when MODEL_DIR has\n"
-    "tokenizer.bin (llama2.c) or tokenizer.model (sentencepiece).\n\n"
+    "tokenizer.json, tokenizer.model (sentencepiece) or tokenizer.bin (llama2.c).\n"
+    "--text encodes the prompt with that tokenizer (special tokens added, as transformers).\n\n"
     "--dump-logits FILE format (little-endian): char[4] \"SRLG\", u32 version (1), u32 rows,\n"
     "u32 vocab, then rows*vocab float32. rows = prompt length + max-new-tokens - 1; row i holds\n"
     "the logits at position i (prompt positions first, then each generated token fed back).\n";
@@ -128,9 +129,11 @@ void write_dump(const std::string& path, const std::vector<float>& dumped, int v
 }  // namespace
 
 int cmd_generate(CommandContext& ctx, const std::vector<std::string>& args) {
-  po::options_description options("specrun generate MODEL_DIR --tokens IDS [options]");
+  po::options_description options(
+      "specrun generate MODEL_DIR (--tokens IDS | --text TEXT) [options]");
   options.add_options()("help,h", "show this help")(
       "tokens", po::value<std::string>(), "prompt token ids, comma-separated (e.g. 1,403,407)")(
+      "text", po::value<std::string>(), "prompt text, encoded with MODEL_DIR's tokenizer")(
       "max-new-tokens", po::value<int>()->default_value(32), "tokens to generate")(
       "backend", po::value<std::string>()->default_value("cpu"),
       "cpu, or cuda (one GPU per rank; needs a CUDA build)")(
@@ -153,10 +156,22 @@ int cmd_generate(CommandContext& ctx, const std::vector<std::string>& args) {
     return 0;
   }
   SPEC_INPUT_CHECK(vm.count("model-dir"), "specrun generate needs MODEL_DIR (see --help)");
-  SPEC_INPUT_CHECK(vm.count("tokens"), "specrun generate needs --tokens (see --help)");
+  SPEC_INPUT_CHECK(vm.count("tokens") + vm.count("text") == 1,
+                   "specrun generate needs --tokens or --text (see --help)");
   const BackendKind backend = parse_backend(vm["backend"].as<std::string>(), "--backend");
   const std::string model_dir = vm["model-dir"].as<std::string>();
-  const std::vector<std::int32_t> prompt = parse_token_list(vm["tokens"].as<std::string>());
+  std::unique_ptr<Tokenizer> tokenizer = load_tokenizer_for(model_dir);
+  std::vector<std::int32_t> prompt;
+  if (vm.count("text")) {
+    SPEC_INPUT_CHECK(tokenizer && tokenizer->can_encode(),
+                     model_dir << " has no tokenizer that encodes text (tokenizer.json or "
+                                  "tokenizer.model); give --tokens");
+    const std::vector<int> ids = tokenizer->encode(vm["text"].as<std::string>(), true);
+    SPEC_INPUT_CHECK(!ids.empty(), "--text encodes to no tokens");
+    prompt.assign(ids.begin(), ids.end());
+  } else {
+    prompt = parse_token_list(vm["tokens"].as<std::string>());
+  }
   const int max_new = vm["max-new-tokens"].as<int>();
   SPEC_INPUT_CHECK(max_new >= 1, "--max-new-tokens must be at least 1, got " << max_new);
   int threads = vm["threads"].as<int>();
@@ -190,7 +205,7 @@ int cmd_generate(CommandContext& ctx, const std::vector<std::string>& args) {
 
   for (std::size_t i = 0; i < generated.size(); ++i) std::cout << (i ? " " : "") << generated[i];
   std::cout << std::endl;
-  if (auto tokenizer = load_tokenizer_for(model_dir)) {
+  if (tokenizer) {
     const std::vector<int> ids(generated.begin(), generated.end());
     std::cout << tokenizer->decode_after(ids, prompt.back()) << std::endl;
   }

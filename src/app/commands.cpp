@@ -17,6 +17,7 @@ const std::vector<Command>& commands() {
       {"verify-data", "re-run the target on a dataset's sequences and compare what is stored",
        cmd_verify_data},
       {"bench", "CPU decode/verify/prefill speed vs measured memory bandwidth", cmd_bench},
+      {"tokenize", "text -> token ids, or ids -> text, with a tokenizer (JSONL)", cmd_tokenize},
       {"sweep", "run a job over a grid of options (mpirun per point), one result file each",
        nullptr, cmd_sweep},
   };

@@ -10,7 +10,7 @@
 
 #include "common/error.h"
 #include "model/safetensors.h"
-#include "model/tokenizer.h"
+#include "text/tokenizer.h"
 
 namespace specrun {
 

@@ -11,7 +11,7 @@
 #include "common/error.h"
 #include "model/checkpoint.h"
 #include "model/llama2c.h"
-#include "model/tokenizer.h"
+#include "text/tokenizer.h"
 
 namespace specrun {
 namespace {

@@ -10,7 +10,8 @@
 #include <sstream>
 
 #include "common/error.h"
-#include "model/tokenizer.h"
+#include "common/utf8.h"
+#include "text/tokenizer.h"
 
 namespace specrun {
 namespace {
@@ -136,6 +137,50 @@ TEST(LoadTokenizerFor, FindsTheFormatInAModelDirectory) {
   EXPECT_STREQ(l2c->format(), "llama2c");
   EXPECT_EQ(l2c->vocab_size(), 512);
   fs::remove_all(dir);
+}
+
+// Encoding goes through libsentencepiece; these ids are python3-sentencepiece's for the code
+// pair's tokenizer (tests/e2e/sentencepiece_ref.sh compares thousands of strings).
+TEST(SentencePieceTokenizer, EncodesWithBosAndSpecialTokensInText) {
+  auto tok = load_tokenizer_for(kShared + "/models/code-target");
+  ASSERT_NE(tok, nullptr);
+  ASSERT_TRUE(tok->can_encode());
+  const std::vector<int> ids = tok->encode("def foo(x):\n    return", /*add_special=*/false);
+  EXPECT_EQ(ids, (std::vector<int>{308, 286, 1967, 1967, 1981, 1988, 291, 13, 260, 320}));
+  std::vector<int> with_bos = tok->encode("def", /*add_special=*/true);
+  ASSERT_FALSE(with_bos.empty());
+  EXPECT_EQ(with_bos.front(), 1);  // tokenizer_config.json add_bos_token
+  // "</s>" in the text is the EOS id, as transformers' LlamaTokenizer splits on it.
+  const std::vector<int> eos = tok->encode("x</s>", false);
+  ASSERT_FALSE(eos.empty());
+  EXPECT_EQ(eos.back(), 2);
+  EXPECT_EQ(tok->token_to_id("</s>"), 2);
+  EXPECT_EQ(tok->token_to_id("no such piece"), -1);
+  EXPECT_TRUE(tok->is_special(1));
+  EXPECT_FALSE(tok->is_special(308));
+  EXPECT_EQ(tok->decode(tok->encode("return  x+1  # ü", false)), "return  x+1  # ü");
+  const std::string bad = error_of([&] { tok->encode("a\xff", false); });
+  EXPECT_NE(bad.find("not valid UTF-8"), std::string::npos) << bad;
+}
+
+TEST(SentencePieceTokenizer, DecodingBytesCutInsideACharacterGivesReplacementCharacters) {
+  auto tok = load_tokenizer_for(kShared + "/models/code-target");
+  ASSERT_NE(tok, nullptr);
+  const int c3 = tok->token_to_id("<0xC3>");
+  ASSERT_GE(c3, 0);
+  EXPECT_EQ(tok->decode({c3}), "\xEF\xBF\xBD");  // a lone lead byte of "ü"
+}
+
+TEST(Utf8ReplaceInvalid, OneReplacementPerMaximalSubpart) {
+  EXPECT_EQ(utf8_replace_invalid("abc"), "abc");
+  EXPECT_EQ(utf8_replace_invalid("\xC3\xBC"), "\xC3\xBC");
+  const std::string r = "\xEF\xBF\xBD";
+  EXPECT_EQ(utf8_replace_invalid("a\xC3"), "a" + r);
+  EXPECT_EQ(utf8_replace_invalid("\xE6\x97"), r);  // truncated 3-byte: one subpart
+  EXPECT_EQ(utf8_replace_invalid("\xE6\x97x"), r + "x");
+  EXPECT_EQ(utf8_replace_invalid("\xFF\xFE"), r + r);          // never valid: one each
+  EXPECT_EQ(utf8_replace_invalid("\xED\xA0\x80"), r + r + r);  // a surrogate: E0-style rule
+  EXPECT_EQ(utf8_replace_invalid("\xF0\x9F\x98\x80"), "\xF0\x9F\x98\x80");
 }
 
 }  // namespace

@@ -1,16 +1,21 @@
-// Decode-only tokenizers: llama2.c .bin and sentencepiece tokenizer.model (protobuf).
-#include "model/tokenizer.h"
+// llama2.c .bin (decode only) and sentencepiece tokenizer.model (protobuf pieces read here for
+// decoding; libsentencepiece encodes); load_tokenizer_for picks a model folder's tokenizer.
+#include "text/tokenizer.h"
 
+#include <sentencepiece_processor.h>
 #include <sys/stat.h>
 
+#include <algorithm>
 #include <cstdint>
 #include <cstring>
 #include <fstream>
 #include <iterator>
+#include <nlohmann/json.hpp>
 #include <string_view>
 
 #include "common/error.h"
-#include "model/model_config.h"
+#include "common/json_depth.h"
+#include "common/utf8.h"
 
 namespace specrun {
 
@@ -115,8 +120,22 @@ class Llama2cTokenizer : public Tokenizer {
       }
       prev = id;
     }
-    return out;
+    return utf8_replace_invalid(out);
   }
+
+  bool can_encode() const override { return false; }
+  std::vector<int> encode(std::string_view, bool) const override {
+    SPEC_INPUT_FAIL(path_ << ": encoding text with a llama2.c tokenizer.bin is not supported; give "
+                             "prompts as token ids, or use a model folder with tokenizer.json or "
+                             "tokenizer.model");
+  }
+  int token_to_id(std::string_view content) const override {
+    for (std::size_t i = 0; i < pieces_.size(); ++i)
+      if (pieces_[i] == content) return static_cast<int>(i);
+    return -1;
+  }
+  bool is_special(int id) const override { return id == kBos || id == kEos; }
+  std::vector<std::string> files() const override { return {path_}; }
 
  private:
   std::string path_;
@@ -200,7 +219,8 @@ class SentencePieceTokenizer : public Tokenizer {
     kByte = 6
   };
 
-  explicit SentencePieceTokenizer(const std::string& path) : path_(path) {
+  SentencePieceTokenizer(const std::string& path, bool add_bos, bool add_eos)
+      : path_(path), add_bos_(add_bos), add_eos_(add_eos) {
     const std::string data = read_file(path);
     ProtoReader model(path, data.data(), data.data() + data.size());
     while (!model.done()) {
@@ -239,7 +259,75 @@ class SentencePieceTokenizer : public Tokenizer {
       }
     }
     SPEC_INPUT_CHECK(!pieces_.empty(), path << ": no pieces found: not a sentencepiece model");
+    const auto status = processor_.LoadFromSerializedProto(data);
+    SPEC_INPUT_CHECK(status.ok(),
+                     path << ": libsentencepiece cannot load it: " << status.ToString());
+    SPEC_INPUT_CHECK(processor_.GetPieceSize() == vocab_size(),
+                     path << ": libsentencepiece reads " << processor_.GetPieceSize()
+                          << " pieces, the protobuf holds " << vocab_size());
+    for (std::size_t i = 0; i < pieces_.size(); ++i) {
+      const Piece& p = pieces_[i];
+      if (p.type == kControl || p.type == kUnknown) specials_.push_back(static_cast<int>(i));
+    }
+    // Longest first, so that a special token that is a prefix of another never wins.
+    std::sort(specials_.begin(), specials_.end(), [&](int a, int b) {
+      return pieces_[static_cast<std::size_t>(a)].text.size() >
+             pieces_[static_cast<std::size_t>(b)].text.size();
+    });
   }
+
+  // Text between special tokens is encoded by libsentencepiece, each stretch on its own (as
+  // transformers' LlamaTokenizer splits on its special tokens first); the special tokens
+  // written in the text ("<s>", "</s>", "<unk>") become their ids.
+  std::vector<int> encode(std::string_view text, bool add_special) const override {
+    const std::size_t bad = invalid_utf8_at(text);
+    SPEC_INPUT_CHECK(bad == std::string_view::npos,
+                     "text to encode with " << path_ << " is not valid UTF-8 (byte " << bad << ")");
+    std::vector<int> ids;
+    if (add_special && add_bos_ && processor_.bos_id() >= 0) ids.push_back(processor_.bos_id());
+    std::size_t start = 0;
+    auto encode_stretch = [&](std::size_t end) {
+      if (end <= start) return;
+      std::vector<int> part;
+      const auto status = processor_.Encode(text.substr(start, end - start), &part);
+      SPEC_INPUT_CHECK(status.ok(), path_ << ": libsentencepiece failed: " << status.ToString());
+      ids.insert(ids.end(), part.begin(), part.end());
+    };
+    for (std::size_t i = 0; i < text.size();) {
+      int found = -1;
+      for (int id : specials_) {
+        const std::string& p = pieces_[static_cast<std::size_t>(id)].text;
+        if (!p.empty() && text.compare(i, p.size(), p) == 0) {
+          found = id;
+          break;
+        }
+      }
+      if (found < 0) {
+        ++i;
+        continue;
+      }
+      encode_stretch(i);
+      ids.push_back(found);
+      i += pieces_[static_cast<std::size_t>(found)].text.size();
+      start = i;
+    }
+    encode_stretch(text.size());
+    if (add_special && add_eos_ && processor_.eos_id() >= 0) ids.push_back(processor_.eos_id());
+    return ids;
+  }
+
+  int token_to_id(std::string_view content) const override {
+    const int id = processor_.PieceToId(content);
+    // PieceToId answers unk for unknown pieces; only the unk piece itself maps to it.
+    if (id == processor_.unk_id() && content != piece(id)) return -1;
+    return id;
+  }
+  bool is_special(int id) const override {
+    check_id(id, vocab_size(), path_);
+    const int type = pieces_[static_cast<std::size_t>(id)].type;
+    return type == kControl || type == kUnknown || type == kUnused;
+  }
+  std::vector<std::string> files() const override { return {path_}; }
 
   int vocab_size() const override { return static_cast<int>(pieces_.size()); }
   const char* format() const override { return "sentencepiece"; }
@@ -283,7 +371,7 @@ class SentencePieceTokenizer : public Tokenizer {
       out += text;
       at_start = false;
     }
-    return out;
+    return utf8_replace_invalid(out);
   }
 
  private:
@@ -294,7 +382,30 @@ class SentencePieceTokenizer : public Tokenizer {
   std::string path_;
   std::vector<Piece> pieces_;
   bool add_dummy_prefix_ = true;  // protobuf default
+  bool add_bos_, add_eos_;
+  std::vector<int> specials_;  // control and unknown pieces, longest text first
+  sentencepiece::SentencePieceProcessor processor_;
 };
+
+// A JSON file of a model folder (config.json, tokenizer_config.json), or an empty object when
+// it does not exist. Throws naming the file when it exists but is not a JSON object.
+nlohmann::json read_json_object(const std::string& path) {
+  if (!file_exists(path)) return nlohmann::json::object();
+  const std::string text = read_file(path);
+  SPEC_INPUT_CHECK(json_too_deep_at(text) == std::string_view::npos,
+                   path << " is nested more than " << kMaxJsonDepth << " levels deep");
+  nlohmann::json j = nlohmann::json::parse(text, nullptr, /*allow_exceptions=*/false);
+  SPEC_INPUT_CHECK(j.is_object(), path << " is not a JSON object");
+  return j;
+}
+
+bool bool_key(const nlohmann::json& j, const char* key, bool fallback, const std::string& path) {
+  auto it = j.find(key);
+  if (it == j.end() || it->is_null()) return fallback;
+  SPEC_INPUT_CHECK(it->is_boolean(),
+                   path << ": \"" << key << "\" must be true or false, got " << it->dump());
+  return it->get<bool>();
+}
 
 }  // namespace
 
@@ -302,18 +413,30 @@ std::unique_ptr<Tokenizer> load_llama2c_tokenizer(const std::string& path, int v
   return std::make_unique<Llama2cTokenizer>(path, vocab_size);
 }
 
-std::unique_ptr<Tokenizer> load_sentencepiece_tokenizer(const std::string& path) {
-  return std::make_unique<SentencePieceTokenizer>(path);
+std::unique_ptr<Tokenizer> load_sentencepiece_tokenizer(const std::string& path, bool add_bos,
+                                                        bool add_eos) {
+  return std::make_unique<SentencePieceTokenizer>(path, add_bos, add_eos);
 }
 
 std::unique_ptr<Tokenizer> load_tokenizer_for(const std::string& model_dir) {
+  const std::string hf = model_dir + "/tokenizer.json";
+  if (file_exists(hf)) return load_hf_tokenizer(hf);
+  const std::string sp = model_dir + "/tokenizer.model";
+  if (file_exists(sp)) {
+    const std::string config_path = model_dir + "/tokenizer_config.json";
+    const nlohmann::json config = read_json_object(config_path);
+    return load_sentencepiece_tokenizer(sp, bool_key(config, "add_bos_token", true, config_path),
+                                        bool_key(config, "add_eos_token", false, config_path));
+  }
   const std::string bin = model_dir + "/tokenizer.bin";
   if (file_exists(bin)) {
-    ModelConfig config = ModelConfig::from_file(model_dir + "/config.json");
-    return load_llama2c_tokenizer(bin, config.vocab_size);
+    const std::string config_path = model_dir + "/config.json";
+    const nlohmann::json config = read_json_object(config_path);
+    auto vocab = config.find("vocab_size");
+    SPEC_INPUT_CHECK(vocab != config.end() && vocab->is_number_integer(),
+                     config_path << ": \"vocab_size\" (an integer) is needed to read " << bin);
+    return load_llama2c_tokenizer(bin, vocab->get<int>());
   }
-  const std::string sp = model_dir + "/tokenizer.model";
-  if (file_exists(sp)) return load_sentencepiece_tokenizer(sp);
   return nullptr;
 }
 
