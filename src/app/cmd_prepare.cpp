@@ -1,5 +1,7 @@
-// `specrun prepare IN.jsonl OUT.h5 [--overwrite]`: builds a prompt file from JSONL. A serial
-// command: run it without mpirun (under mpirun, rank 0 does the work and the others wait).
+// `specrun prepare IN.jsonl OUT.h5 [--model DIR] [--format F] [options]`: builds a prompt file
+// from JSONL of token ids, text or chat messages, or from a benchmark's question file
+// (io/prompt_sources.h). A serial command: run it without mpirun (under mpirun, rank 0 does the
+// work and the others wait).
 #include <boost/program_options.hpp>
 #include <iostream>
 #include <sstream>
@@ -8,6 +10,7 @@
 #include "common/error.h"
 #include "dist/mpi_comm.h"
 #include "io/prompt_file.h"
+#include "io/prompt_sources.h"
 
 namespace po = boost::program_options;
 
@@ -15,7 +18,26 @@ namespace specrun {
 
 int cmd_prepare(CommandContext& ctx, const std::vector<std::string>& args) {
   po::options_description options("specrun prepare IN.jsonl OUT.h5 [options]");
+  std::string format = "jsonl", chat = "auto", turns = "first";
+  PrepareOptions prepare;
   options.add_options()("help,h", "show this help")(
+      "model", po::value(&prepare.model_dir),
+      "model folder whose tokenizer (tokenizer.json, tokenizer.model) encodes \"text\", "
+      "\"messages\" and benchmark turns, and whose chat template renders them")(
+      "format", po::value(&format)->default_value("jsonl"),
+      "input layout: jsonl, mt-bench, spec-bench or speed-bench")(
+      "turns", po::value(&turns)->default_value("first"),
+      "benchmark questions with several turns: first, or all (each turn its own prompt, id "
+      "QID/tN)")(
+      "chat", po::value(&chat)->default_value("auto"),
+      "chat template use: auto (messages, and benchmark turns when the model has a template), "
+      "always (plain text too, as a user message), never")(
+      "chat-template", po::value(&prepare.template_file),
+      "a Jinja chat template file to use instead of the model's")(
+      "template-name", po::value(&prepare.template_name),
+      "one of the named templates of tokenizer_config.json (default: \"default\")")(
+      "system", po::value(&prepare.system_prompt),
+      "a system message before every templated text or benchmark turn")(
       "overwrite", "replace OUT.h5 if it exists (otherwise an existing file is an error)");
   po::options_description hidden;
   hidden.add_options()("input", po::value<std::string>(), "JSONL input")(
@@ -31,23 +53,43 @@ int cmd_prepare(CommandContext& ctx, const std::vector<std::string>& args) {
   if (vm.count("help")) {
     if (ctx.mpi.rank() == 0)
       std::cout << options
-                << "\nEach non-empty line of IN.jsonl is one prompt:\n"
-                   "  {\"tokens\": [1, 15043, 29892], \"id\": \"p1\", \"category\": \"code\", "
-                   "\"text\": \"...\"}\n"
-                   "Only \"tokens\" (non-negative integer ids) is required; \"id\" may be a string "
-                   "or an integer\n(all lines or none, unique); other keys are ignored. Bad lines "
-                   "are reported by number and\nnothing is written. Layout: "
-                   "docs/file-formats.md.\n";
+                << "\nLayouts (--format):\n"
+                   "  jsonl        one prompt per line: {\"tokens\": [1, 15043]} | {\"text\": "
+                   "\"...\"} |\n"
+                   "               {\"messages\": [{\"role\": \"user\", \"content\": \"...\"}]}, "
+                   "optional \"id\" (string or\n"
+                   "               integer; all lines or none, unique) and \"category\"; "
+                   "\"text\" beside \"tokens\"\n"
+                   "               is stored as given\n"
+                   "  mt-bench     FastChat's question.jsonl: {\"question_id\", \"category\", "
+                   "\"turns\": [...]}\n"
+                   "  spec-bench   Spec-Bench's data/spec_bench/question.jsonl (the same "
+                   "layout)\n"
+                   "  speed-bench  SPEED-Bench rows as JSONL (question_id, category, "
+                   "sub_category, turns, ...)\n"
+                   "Text is encoded with special tokens (BOS); rendered chats without (the "
+                   "template writes\nthem). Bad lines are reported by number and nothing is "
+                   "written. Layout of OUT.h5:\ndocs/file-formats.md.\n";
     return 0;
   }
-  SPEC_INPUT_CHECK(vm.count("input") && vm.count("output"),
-                   "usage: specrun prepare IN.jsonl OUT.h5 [--overwrite]");
+  SPEC_INPUT_CHECK(
+      vm.count("input") && vm.count("output"),
+      "usage: specrun prepare IN.jsonl OUT.h5 [--model DIR] [--format F] [--overwrite]");
   const std::string in = vm["input"].as<std::string>();
   const std::string out = vm["output"].as<std::string>();
 
   // Rank 0 converts. If it fails, main aborts every rank, so the others need not wait here.
   if (ctx.mpi.rank() != 0) return 0;
-  PrepareSummary summary = prepare_prompt_file(in, out, vm.count("overwrite") > 0);
+  prepare.overwrite = vm.count("overwrite") > 0;
+  prepare.layout = parse_prompt_layout(format);
+  SPEC_INPUT_CHECK(turns == "first" || turns == "all", "--turns " << turns << ": use first or all");
+  prepare.all_turns = turns == "all";
+  SPEC_INPUT_CHECK(chat == "auto" || chat == "always" || chat == "never",
+                   "--chat " << chat << ": use auto, always or never");
+  prepare.chat = chat == "always"  ? ChatUse::kAlways
+                 : chat == "never" ? ChatUse::kNever
+                                   : ChatUse::kAuto;
+  PrepareSummary summary = prepare_prompt_file(in, out, prepare);
   std::cout << "wrote " << out << ": " << summary.prompts << " prompts, " << summary.tokens
             << " tokens (prompt length " << summary.min_len << " to " << summary.max_len << ")"
             << (summary.columns.ids ? ", ids" : "")

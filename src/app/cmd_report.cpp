@@ -15,6 +15,7 @@
 #include "common/json_depth.h"
 #include "dist/mpi_comm.h"
 #include "engine/compare.h"
+#include "engine/outputs_export.h"
 #include "engine/summary.h"
 #include "io/checked_read.h"
 #include "io/result_file.h"
@@ -134,7 +135,12 @@ int cmd_report(CommandContext& ctx, const std::vector<std::string>& args) {
   po::options_description options("specrun report RESULT.h5 [MORE.h5 ...] [options]");
   options.add_options()("help,h", "show this help")(
       "json", "print the summary as one JSON object (keys: docs/analysis.md)")(
-      "seed", po::value<std::uint64_t>(), "bootstrap seed (default: the job's job.seed)");
+      "seed", po::value<std::uint64_t>(), "bootstrap seed (default: the job's job.seed)")(
+      "outputs", po::value<std::string>(),
+      "write every prompt's outputs as text to this JSONL file (id, category, prompt, per mode "
+      "text, tokens, tau; speedup), decoded with the target's tokenizer")(
+      "model", po::value<std::string>(),
+      "with --outputs: the model folder whose tokenizer decodes (default: the job's target)");
   po::options_description hidden;
   hidden.add_options()("result", po::value<std::vector<std::string>>(), "result files");
   po::options_description all;
@@ -164,6 +170,16 @@ int cmd_report(CommandContext& ctx, const std::vector<std::string>& args) {
   const bool greedy = resolved_is_greedy(info.header.resolved_json);
   const std::uint64_t seed =
       vm.count("seed") ? vm["seed"].as<std::uint64_t>() : resolved_seed(info.header.resolved_json);
+  if (vm.count("outputs")) {
+    const std::string out = vm["outputs"].as<std::string>();
+    const OutputsExport e =
+        export_outputs(reader, out, vm.count("model") ? vm["model"].as<std::string>() : "");
+    std::cout << "wrote " << out << ": " << e.prompts << " prompts"
+              << (e.decoded ? ", text decoded with the " + e.tokenizer + " tokenizer"
+                            : ", token ids only (the target folder has no tokenizer; pass --model)")
+              << std::endl;
+    return 0;
+  }
   RunSummary summary = summarize_run(load_mode_data(reader), greedy, seed);
   const bool finished = !info.finished.empty();
   std::int64_t batches = 0;

@@ -18,6 +18,7 @@ const std::vector<Command>& commands() {
        cmd_verify_data},
       {"bench", "CPU decode/verify/prefill speed vs measured memory bandwidth", cmd_bench},
       {"tokenize", "text -> token ids, or ids -> text, with a tokenizer (JSONL)", cmd_tokenize},
+      {"chat-template", "a conversation rendered with a model's chat template", cmd_chat_template},
       {"sweep", "run a job over a grid of options (mpirun per point), one result file each",
        nullptr, cmd_sweep},
   };

@@ -40,6 +40,7 @@ int cmd_compare(CommandContext& ctx, const std::vector<std::string>& args);
 int cmd_bench(CommandContext& ctx, const std::vector<std::string>& args);
 int cmd_verify_data(CommandContext& ctx, const std::vector<std::string>& args);
 int cmd_tokenize(CommandContext& ctx, const std::vector<std::string>& args);
+int cmd_chat_template(CommandContext& ctx, const std::vector<std::string>& args);
 int cmd_sweep(const std::vector<std::string>& args);
 
 }  // namespace specrun

@@ -160,6 +160,11 @@ void set_from_toml(const toml::node& n, const OptionSpec& spec, std::vector<std:
   std::vector<std::string> values;
   for (std::size_t i = 0; i < arr->size(); ++i) {
     const toml::node& element = *arr->get(i);
+    // decode.stop_tokens mixes ids and token strings: its integers are kept as their text.
+    if (spec.integers_as_text && element.is_integer()) {
+      values.push_back(std::to_string(element.as_integer()->get()));
+      continue;
+    }
     if (!element.is_string())
       wrong_type(
           spec, m, src.where,

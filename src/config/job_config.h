@@ -74,6 +74,10 @@ struct DecodeSection {
   int top_k = 0;             // 0 = off
   double top_p = 1.0;        // 1.0 = off
   bool stop_at_eos = true;
+  // More tokens that finish a sequence, besides the target's EOS ids (config.json and
+  // generation_config.json): ids ("128009") or token strings ("<|im_end|>", looked up in the
+  // target's tokenizer).
+  std::vector<std::string> stop_tokens;
   // "real", or a synthetic acceptance that overrides the verifier's (spec/synthetic_acceptance.h):
   // "fixed:L" or "rates:r1,r2,...", to measure the system's costs apart from the draft's quality.
   std::string acceptance = "real";

@@ -28,6 +28,7 @@ struct OptionSpec {
   bool min_exclusive = false;
   bool non_empty = false;            // strings, paths and lists: "" / [] is not allowed
   std::vector<std::string> choices;  // strings and list elements: the allowed values
+  bool integers_as_text = false;     // lists: integer elements are kept as their decimal text
 
   std::string name() const { return std::string(section) + "." + key; }
 
@@ -44,6 +45,10 @@ struct OptionSpec {
   }
   OptionSpec&& one_of(std::initializer_list<const char*> values) && {
     choices.assign(values.begin(), values.end());
+    return std::move(*this);
+  }
+  OptionSpec&& ids_or_strings() && {  // a list of token ids and token strings
+    integers_as_text = true;
     return std::move(*this);
   }
   OptionSpec&& required() && {
@@ -179,8 +184,15 @@ void for_each_option(Config& config, Visitor&& visit) {
   visit(S{"decode", "top_p", "Nucleus sampling: smallest set with mass >= top_p; 1.0 = off."}.above(
             0, 1),
         config.decode.top_p);
-  visit(S{"decode", "stop_at_eos", "Finish a sequence when it emits the EOS token."},
+  visit(S{"decode", "stop_at_eos",
+          "Finish a sequence when it emits an EOS token (the target's config.json and "
+          "generation_config.json eos_token_id, and decode.stop_tokens)."},
         config.decode.stop_at_eos);
+  visit(S{"decode", "stop_tokens",
+          "More tokens that finish a sequence: ids (128009) or token strings (\"<|im_end|>\", "
+          "looked up in the target's tokenizer)."}
+            .ids_or_strings(),
+        config.decode.stop_tokens);
   visit(S{"decode", "acceptance",
           "real (the verifier decides), or synthetic: fixed:L (every step accepts L drafted "
           "tokens) or rates:r1,r2,... (position i accepted with probability ri given i-1 were), "

@@ -7,6 +7,7 @@
 #include "common/clock.h"
 #include "common/error.h"
 #include "engine/decoder.h"
+#include "engine/stop_tokens.h"
 #include "spec/rng.h"
 
 namespace specrun {
@@ -201,7 +202,8 @@ DatasetGenerator::Stats DatasetGenerator::run(const std::function<bool(Prompt&)>
       s.tokens.push_back(decided_[c]);
       const int generated = static_cast<int>(s.tokens.size()) - s.prompt_len;
       bool over = false;
-      if (options_.stop_at_eos && target_.config().is_eos(decided_[c])) {
+      if (options_.stop_at_eos &&
+          (target_.config().is_eos(decided_[c]) || is_extra_stop(options_, decided_[c]))) {
         s.finish_reason = kFinishEos;
         over = true;
       } else if (generated >= options_.max_new_tokens) {

@@ -29,6 +29,8 @@ struct GenerateOptions {
   int max_new_tokens = 64;
   SamplingParams sampling;  // temperature <= 0: greedy
   bool stop_at_eos = true;
+  // Stop tokens besides the target's EOS ids (decode.stop_tokens, engine/stop_tokens.h).
+  std::vector<int> extra_stop_ids;
   std::uint64_t seed = 0;
   std::vector<int> capture;       // layer ids (LanguageModel ForwardRequest::capture)
   std::string positions = "all";  // which tokens' rows are kept: all | prompt | generated

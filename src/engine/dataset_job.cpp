@@ -19,6 +19,7 @@
 #include "engine/job_parts.h"
 #include "engine/job_runner.h"
 #include "engine/stop_request.h"
+#include "engine/stop_tokens.h"
 #include "io/dataset_file.h"
 #include "io/result_file.h"
 #include "model/checkpoint.h"
@@ -265,6 +266,7 @@ int run_dataset_job(const JobConfig& config, const RunOptions& options,
   gen.sampling.top_k = config.decode.top_k;
   gen.sampling.top_p = static_cast<float>(config.decode.top_p);
   gen.stop_at_eos = config.decode.stop_at_eos;
+  gen.extra_stop_ids = extra_stop_ids(config, target->config());
   gen.seed = static_cast<std::uint64_t>(config.job.seed);
   gen.capture = layout.layers;
   gen.positions = layout.positions;

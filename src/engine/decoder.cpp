@@ -7,6 +7,7 @@
 #include "common/activity.h"
 #include "common/error.h"
 #include "engine/step_timer.h"
+#include "engine/stop_tokens.h"
 #include "spec/rng.h"
 
 namespace specrun {
@@ -132,7 +133,8 @@ int BatchDecoder::append_tokens(Sequence& s, const std::int32_t* emitted, int co
   int appended = 0;
   for (int i = 0; i < count && !s.finished; ++i, ++appended) {
     s.tokens.push_back(emitted[i]);
-    if (options_.stop_at_eos && target_.config().is_eos(emitted[i])) {
+    if (options_.stop_at_eos &&
+        (target_.config().is_eos(emitted[i]) || is_extra_stop(options_, emitted[i]))) {
       s.finished = true;
       s.record.finish_reason = kFinishEos;
     } else if (s.generated() >= options_.max_new_tokens) {

@@ -38,6 +38,8 @@ struct DecodeOptions {
   int tree_nodes = 8;
   SamplingParams sampling;  // temperature <= 0: greedy
   bool stop_at_eos = true;
+  // Stop tokens besides the target's EOS ids (decode.stop_tokens, engine/stop_tokens.h).
+  std::vector<int> extra_stop_ids;
   std::uint64_t seed = 0;
 
   bool tree() const { return tree_top_k > 1; }

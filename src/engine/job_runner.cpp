@@ -23,6 +23,7 @@
 #include "engine/decoder.h"
 #include "engine/job_parts.h"
 #include "engine/stop_request.h"
+#include "engine/stop_tokens.h"
 #include "engine/summary.h"
 #include "io/checked_read.h"
 #include "io/dataset_file.h"
@@ -316,6 +317,10 @@ ResultHeader job_header(const JobConfig& config, const World& world,
     models["draft"] = {{"path", config.draft.path.resolved},
                        {"fingerprint", model_fingerprint(config.draft.path.resolved)}};
   header.models = models.dump();
+  header.stop_token_ids =
+      nlohmann::json(all_stop_ids(config, ModelConfig::from_file(config.target.path.resolved +
+                                                                 "/config.json")))
+          .dump();
   return header;
 }
 
@@ -391,6 +396,8 @@ int run_job(const JobConfig& config, MpiSession& mpi, const RunOptions& options)
   const SteadyClockPoint t_load = SteadyClock::now();
   RankModels models = load_models(config, backend, tp_comm, self_comm, world, threads);
   const double load_s = seconds_since(t_load);
+  DecodeOptions decode = decode_options(config);
+  decode.extra_stop_ids = extra_stop_ids(config, models.target->config());
   std::unique_ptr<ResultWriter> writer;
   if (world.is_root()) {
     // Every prompt against the target before the result file is touched.
@@ -412,8 +419,7 @@ int run_job(const JobConfig& config, MpiSession& mpi, const RunOptions& options)
   }
   if (backend != BackendKind::kCpu) log.info("backend: " + models.factory->description());
   Communicator& decisions = models.factory->tp_comm();
-  BatchDecoder decoder(*models.target, models.drafter.get(), *models.ops, decisions,
-                       decode_options(config));
+  BatchDecoder decoder(*models.target, models.drafter.get(), *models.ops, decisions, decode);
 
   install_stop_handlers();
   std::int64_t batches_total =

@@ -328,6 +328,11 @@ PromptFileWriter::PromptFileWriter(const std::string& path, const PromptColumns&
 
 PromptFileWriter::~PromptFileWriter() = default;
 
+void PromptFileWriter::set_attribute(const std::string& name, const std::string& value) {
+  SPEC_CHECK(impl_->file.valid(), "PromptFileWriter::set_attribute after close");
+  impl_->file.set_attr_string(name, value);
+}
+
 void PromptFileWriter::append(const std::vector<int32_t>& tokens, const std::string& id,
                               const std::string& category, const std::string& text) {
   Impl& m = *impl_;

@@ -119,6 +119,8 @@ class PromptFileWriter {
   void append(const std::vector<int32_t>& tokens, const std::string& id = "",
               const std::string& category = "", const std::string& text = "");
   int64_t size() const;
+  // Sets (or replaces) a string attribute of the file's root, e.g. how the prompts were made.
+  void set_attribute(const std::string& name, const std::string& value);
   // Writes buffered rows and closes the file (checked). Without close(), the destructor closes
   // and the file may lack buffered rows.
   void close();
@@ -144,5 +146,11 @@ struct PrepareSummary {
 // an existing out_path unless overwrite.
 PrepareSummary prepare_prompt_file(const std::string& jsonl_path, const std::string& out_path,
                                    bool overwrite);
+// The same with the layouts, tokenizer and chat template of PrepareOptions (io/prompt_sources.h);
+// the root attribute `prepared` (JSON) records the layout, the tokenizer's fingerprint and the
+// chat template used, and `chat_template` its source text.
+struct PrepareOptions;
+PrepareSummary prepare_prompt_file(const std::string& jsonl_path, const std::string& out_path,
+                                   const PrepareOptions& options);
 
 }  // namespace specrun

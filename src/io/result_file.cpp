@@ -197,6 +197,7 @@ void write_job_identity(h5::File& f, const ResultHeader& h) {
   job.set_attr_string("config_hash", h.config_hash);
   job.set_attr_string("prompts_path", h.prompts_path);
   job.set_attr_string("prompts_hash", h.prompts_hash);
+  job.set_attr_string("stop_token_ids", h.stop_token_ids);
   h5::Group prov = f.create_group("provenance");
   h5::Dataset ranks = h5::create_string_rows(prov, "ranks", h5::chunk_rows(64));
   ranks.append_strings(h.provenance);
@@ -217,6 +218,7 @@ void read_job_identity(const h5::File& f, ResultHeader& h) {
   h.config_hash = job.attr_string("config_hash");
   h.prompts_path = job.attr_string("prompts_path");
   h.prompts_hash = job.attr_string("prompts_hash");
+  h.stop_token_ids = job.has_attr("stop_token_ids") ? job.attr_string("stop_token_ids") : "[]";
   h5::Group prov = f.group("provenance");
   h5::Dataset ranks = prov.dataset("ranks");
   h.provenance = ranks.read_strings(0, ranks.rows());

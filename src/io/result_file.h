@@ -41,6 +41,9 @@ struct ResultHeader {
   // The models the job used: JSON object role -> {"path", "fingerprint"} ("target", "draft"),
   // model_fingerprint() of each directory; "{}" in files written before it was recorded.
   std::string models = "{}";
+  // JSON list of the token ids that finish a sequence: the target's EOS ids (config.json and
+  // generation_config.json) and decode.stop_tokens; "[]" in files written before it was recorded.
+  std::string stop_token_ids = "[]";
 };
 
 namespace h5 {

@@ -195,6 +195,20 @@ TEST(JobConfig, WrongTypeNamesKeyExpectedTypeAndLine) {
   EXPECT_CONTAINS(msg, "job.toml:1:1: 'decode' must be a table");
 }
 
+// decode.stop_tokens mixes token ids and token strings, in the file and on the command line;
+// other lists keep refusing integers.
+TEST(JobConfig, StopTokensTakeIdsAndStrings) {
+  JobConfig c = parse(std::string(kMinimal) + "[decode]\nstop_tokens = [128009, \"<|im_end|>\"]\n");
+  EXPECT_EQ(c.decode.stop_tokens, (std::vector<std::string>{"128009", "<|im_end|>"}));
+  c = parse(kMinimal, {"decode.stop_tokens=[7, \"</s>\"]"});
+  EXPECT_EQ(c.decode.stop_tokens, (std::vector<std::string>{"7", "</s>"}));
+  c = parse(kMinimal, {"decode.stop_tokens=7,8"});
+  EXPECT_EQ(c.decode.stop_tokens, (std::vector<std::string>{"7", "8"}));
+  EXPECT_TRUE(parse(kMinimal).decode.stop_tokens.empty());
+  EXPECT_CONTAINS(parse_error(std::string(kMinimal) + "[decode]\nstop_tokens = [1.5]\n"),
+                  "element 1 is a float");
+}
+
 TEST(JobConfig, OutOfRangeNamesKeyValueOriginAndAllowedRange) {
   std::string msg = parse_error(std::string(kMinimal) + "[decode]\ndraft_len = 40\n");
   EXPECT_CONTAINS(msg,

@@ -1,0 +1,359 @@
+#include "io/prompt_sources.h"
+
+#include <sys/stat.h>
+
+#include <cstdio>
+#include <fstream>
+#include <iterator>
+#include <limits>
+#include <sstream>
+
+#include "common/error.h"
+#include "common/hash.h"
+#include "common/json_depth.h"
+#include "common/utf8.h"
+
+namespace specrun {
+
+namespace {
+
+template <class Json>
+std::string json_kind(const Json& v) {
+  if (v.is_null()) return "null";
+  if (v.is_boolean()) return "a boolean";
+  if (v.is_number_integer()) return "an integer";
+  if (v.is_number()) return "a number";
+  if (v.is_string()) return "a string";
+  if (v.is_array()) return "a list";
+  return "an object";
+}
+
+bool is_file(const std::string& path) {
+  struct stat st {};
+  return ::stat(path.c_str(), &st) == 0 && S_ISREG(st.st_mode);
+}
+
+std::string hex64(std::uint64_t h) {
+  char buf[17];
+  std::snprintf(buf, sizeof buf, "%016llx", static_cast<unsigned long long>(h));
+  return buf;
+}
+
+// Whether a model folder carries a chat template (tokenizer_config.json's chat_template, or the
+// chat_template.jinja / chat_template.json that newer transformers save beside it).
+bool model_has_chat_template(const std::string& dir) {
+  if (is_file(dir + "/chat_template.jinja") || is_file(dir + "/chat_template.json")) return true;
+  const std::string config = dir + "/tokenizer_config.json";
+  if (!is_file(config)) return false;
+  std::ifstream in(config, std::ios::binary);
+  const std::string text((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+  const nlohmann::json j = parse_json_or_discarded(text);
+  if (!j.is_object()) return false;
+  auto it = j.find("chat_template");
+  return it != j.end() && !it->is_null();
+}
+
+// "" and the id as text, or what is wrong.
+std::string read_id(const nlohmann::json& j, const char* key, PreparedPrompt& p) {
+  auto id = j.find(key);
+  if (id == j.end() || id->is_null()) return "";
+  if (id->is_string())
+    p.id = id->get<std::string>();
+  else if (id->is_number_integer())
+    p.id = id->dump();
+  else
+    return "\"" + std::string(key) + "\" must be a string or an integer, got " + json_kind(*id);
+  p.has_id = true;
+  return "";
+}
+
+std::string read_string(const nlohmann::json& j, const char* key, bool* has, std::string* value) {
+  auto v = j.find(key);
+  if (v == j.end() || v->is_null()) return "";
+  if (!v->is_string()) return "\"" + std::string(key) + "\" must be a string, got " + json_kind(*v);
+  *value = v->get<std::string>();
+  *has = true;
+  return "";
+}
+
+std::string read_tokens(const nlohmann::json& list, std::vector<int32_t>& tokens) {
+  if (!list.is_array()) return "\"tokens\" must be a list of token ids, got " + json_kind(list);
+  if (list.empty()) return "\"tokens\" is empty; every prompt needs at least one token";
+  tokens.clear();
+  tokens.reserve(list.size());
+  for (size_t i = 0; i < list.size(); ++i) {
+    const nlohmann::json& t = list[i];
+    bool ok = t.is_number_integer();
+    if (ok && t.is_number_unsigned())
+      ok = t.get<uint64_t>() <= static_cast<uint64_t>(std::numeric_limits<int32_t>::max());
+    else if (ok)
+      ok = t.get<int64_t>() >= 0 && t.get<int64_t>() <= std::numeric_limits<int32_t>::max();
+    if (!ok)
+      return "\"tokens\"[" + std::to_string(i) + "] is " + t.dump() +
+             "; token ids must be integers in [0, 2147483647]";
+    tokens.push_back(static_cast<int32_t>(t.get<int64_t>()));
+  }
+  return "";
+}
+
+// The messages list of a chat: a list of objects with a string "role" and a string (or list)
+// "content". "" or what is wrong.
+std::string check_messages(const nlohmann::ordered_json& messages) {
+  if (!messages.is_array()) return "\"messages\" must be a list, got " + json_kind(messages);
+  if (messages.empty()) return "\"messages\" is empty";
+  for (size_t i = 0; i < messages.size(); ++i) {
+    const nlohmann::ordered_json& m = messages[i];
+    const std::string at = "\"messages\"[" + std::to_string(i) + "]";
+    if (!m.is_object())
+      return at + " must be an object {\"role\", \"content\"}, got " + json_kind(m);
+    auto role = m.find("role");
+    if (role == m.end() || !role->is_string()) return at + " needs a string \"role\"";
+    auto content = m.find("content");
+    if (content != m.end() && !content->is_string() && !content->is_array() && !content->is_null())
+      return at + ".content must be a string, got " + json_kind(*content);
+  }
+  return "";
+}
+
+const char* chat_use_name(ChatUse use) {
+  switch (use) {
+    case ChatUse::kAlways:
+      return "always";
+    case ChatUse::kNever:
+      return "never";
+    default:
+      return "auto";
+  }
+}
+
+}  // namespace
+
+PromptLayout parse_prompt_layout(const std::string& name) {
+  if (name == "jsonl") return PromptLayout::kJsonl;
+  if (name == "mt-bench") return PromptLayout::kMtBench;
+  if (name == "spec-bench") return PromptLayout::kSpecBench;
+  if (name == "speed-bench") return PromptLayout::kSpeedBench;
+  SPEC_INPUT_FAIL("--format " << name
+                              << " is not a prompt layout; use jsonl, mt-bench, spec-bench or "
+                                 "speed-bench");
+}
+
+const char* prompt_layout_name(PromptLayout layout) {
+  switch (layout) {
+    case PromptLayout::kMtBench:
+      return "mt-bench";
+    case PromptLayout::kSpecBench:
+      return "spec-bench";
+    case PromptLayout::kSpeedBench:
+      return "speed-bench";
+    default:
+      return "jsonl";
+  }
+}
+
+nlohmann::json tokenizer_fingerprint(const Tokenizer& tokenizer, const std::string& model_dir) {
+  std::vector<std::string> paths = tokenizer.files();
+  for (const char* extra : {"/tokenizer_config.json", "/special_tokens_map.json"})
+    if (!model_dir.empty() && is_file(model_dir + extra)) paths.push_back(model_dir + extra);
+  nlohmann::json files = nlohmann::json::array();
+  std::uint64_t all = kFnv1a64Basis;
+  for (const std::string& path : paths) {
+    std::ifstream in(path, std::ios::binary);
+    SPEC_INPUT_CHECK(in.good(), "cannot read " << path);
+    const std::string bytes((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+    all = fnv1a64(bytes, all);
+    files.push_back({{"path", path}, {"bytes", bytes.size()}, {"fnv1a64", hex64(fnv1a64(bytes))}});
+  }
+  return {{"format", tokenizer.format()}, {"files", files}, {"fingerprint", hex64(all)}};
+}
+
+PromptConverter::PromptConverter(const PrepareOptions& options) : options_(options) {
+  if (options_.model_dir.empty()) {
+    SPEC_INPUT_CHECK(options_.template_file.empty() && options_.chat != ChatUse::kAlways,
+                     "a chat template needs a tokenizer: pass --model DIR");
+    return;
+  }
+  tokenizer_ = load_tokenizer_for(options_.model_dir);
+  SPEC_INPUT_CHECK(tokenizer_ != nullptr,
+                   options_.model_dir << " has no tokenizer (tokenizer.json, tokenizer.model or "
+                                         "tokenizer.bin): prompts need \"tokens\"");
+  SPEC_INPUT_CHECK(tokenizer_->can_encode(),
+                   options_.model_dir << ": its " << tokenizer_->format()
+                                      << " tokenizer cannot encode text; give prompts as "
+                                         "\"tokens\"");
+  const bool has_template =
+      !options_.template_file.empty() || model_has_chat_template(options_.model_dir);
+  if (options_.chat == ChatUse::kAlways)
+    SPEC_INPUT_CHECK(has_template, options_.model_dir
+                                       << " has no chat template (tokenizer_config.json: "
+                                          "chat_template); pass --chat-template FILE, or "
+                                          "--chat never");
+  if (has_template && options_.chat != ChatUse::kNever)
+    template_ = std::make_unique<ChatTemplate>(
+        load_chat_template(options_.model_dir, options_.template_file, options_.template_name));
+}
+
+PromptConverter::~PromptConverter() = default;
+
+std::string PromptConverter::encode_text(const std::string& text, PreparedPrompt& p) const {
+  if (!tokenizer_) return "has \"text\" but no \"tokens\": pass --model DIR to tokenize it";
+  if (text.empty()) return "\"text\" is empty; every prompt needs at least one token";
+  if (const std::size_t bad = invalid_utf8_at(text); bad != std::string::npos)
+    return "the text is not valid UTF-8 (byte " + std::to_string(bad) + ")";
+  if (template_ && options_.chat == ChatUse::kAlways) {
+    nlohmann::ordered_json messages = nlohmann::ordered_json::array();
+    if (!options_.system_prompt.empty())
+      messages.push_back({{"role", "system"}, {"content", options_.system_prompt}});
+    messages.push_back({{"role", "user"}, {"content", text}});
+    return encode_messages(messages, p);
+  }
+  const std::vector<int> ids = tokenizer_->encode(text, /*add_special=*/true);
+  if (ids.empty()) return "the text encodes to no tokens";
+  p.tokens.assign(ids.begin(), ids.end());
+  p.text = text;
+  p.has_text = true;
+  return "";
+}
+
+std::string PromptConverter::encode_messages(const nlohmann::ordered_json& messages,
+                                             PreparedPrompt& p) const {
+  if (!tokenizer_) return "has \"messages\" but no \"tokens\": pass --model DIR to render them";
+  if (!template_)
+    return options_.chat == ChatUse::kNever
+               ? "has \"messages\", but --chat never turns chat templates off"
+               : options_.model_dir +
+                     " has no chat template (tokenizer_config.json: chat_template) to render "
+                     "\"messages\"; pass --chat-template FILE";
+  if (std::string what = check_messages(messages); !what.empty()) return what;
+  std::string rendered;
+  try {
+    rendered = render_chat_template(*template_, messages, /*add_generation_prompt=*/true);
+  } catch (const Error& e) {
+    return std::string("the chat template failed: ") + e.what();
+  }
+  template_used_ = true;
+  // The template writes BOS and the turn markers itself.
+  const std::vector<int> ids = tokenizer_->encode(rendered, /*add_special=*/false);
+  if (ids.empty()) return "the rendered conversation encodes to no tokens";
+  p.tokens.assign(ids.begin(), ids.end());
+  p.text = rendered;
+  p.has_text = true;
+  return "";
+}
+
+std::string PromptConverter::convert(const std::string& line,
+                                     std::vector<PreparedPrompt>& out) const {
+  out.clear();
+  if (const std::size_t at = json_too_deep_at(line); at != std::string_view::npos)
+    return "nested more than " + std::to_string(kMaxJsonDepth) + " levels deep (at column " +
+           std::to_string(at + 1) + ")";
+  nlohmann::json j;
+  try {
+    j = nlohmann::json::parse(line);
+  } catch (const nlohmann::json::exception& e) {  // parse_error, or out_of_range for 1e999
+    std::string what = e.what();
+    auto pos = what.find("parse error");
+    if (pos == std::string::npos && what.find("] ") != std::string::npos)
+      pos = what.find("] ") + 2;  // "[json.exception.out_of_range.406] number overflow ..."
+    what = pos == std::string::npos ? what : what.substr(pos);
+    // The parser sees one line at a time: its "line 1" would contradict our line number.
+    if (auto at = what.find("at line 1, column "); at != std::string::npos)
+      what.replace(at, 18, "at column ");
+    return "not valid JSON (" + what + ")";
+  }
+  if (!j.is_object()) return "expected a JSON object, got " + json_kind(j);
+  return options_.layout == PromptLayout::kJsonl ? convert_object(line, j, out)
+                                                 : convert_turns(j, out);
+}
+
+std::string PromptConverter::convert_object(const std::string& line, const nlohmann::json& j,
+                                            std::vector<PreparedPrompt>& out) const {
+  PreparedPrompt p;
+  if (std::string what = read_id(j, "id", p); !what.empty()) return what;
+  for (auto [key, has, value] : {std::tuple{"category", &p.has_category, &p.category},
+                                 std::tuple{"text", &p.has_text, &p.text}})
+    if (std::string what = read_string(j, key, has, value); !what.empty()) return what;
+  auto tokens = j.find("tokens");
+  auto messages = j.find("messages");
+  if (tokens != j.end()) {
+    if (messages != j.end()) return "has both \"tokens\" and \"messages\"; give one";
+    if (std::string what = read_tokens(*tokens, p.tokens); !what.empty()) return what;
+  } else if (messages != j.end()) {
+    if (p.has_text) return "has both \"text\" and \"messages\"; give one";
+    // Parsed again keeping the keys' order: a template's tojson prints them in that order.
+    const nlohmann::ordered_json ordered = nlohmann::ordered_json::parse(line);
+    if (std::string what = encode_messages(ordered["messages"], p); !what.empty()) return what;
+  } else if (p.has_text) {
+    const std::string text = p.text;
+    if (std::string what = encode_text(text, p); !what.empty()) return what;
+  } else {
+    return "missing \"tokens\" (a list of token ids), \"text\" or \"messages\"";
+  }
+  out.push_back(std::move(p));
+  return "";
+}
+
+std::string PromptConverter::convert_turns(const nlohmann::json& j,
+                                           std::vector<PreparedPrompt>& out) const {
+  const char* layout = prompt_layout_name(options_.layout);
+  PreparedPrompt base;
+  for (const char* key : {"question_id", "category", "turns"})
+    if (!j.contains(key))
+      return std::string("missing \"") + key + "\", which every " + layout +
+             " question has ({\"question_id\", \"category\", \"turns\": [...]})";
+  if (std::string what = read_id(j, "question_id", base); !what.empty()) return what;
+  if (!base.has_id) return "\"question_id\" is null";
+  if (std::string what = read_string(j, "category", &base.has_category, &base.category);
+      !what.empty())
+    return what;
+  const nlohmann::json& turns = j["turns"];
+  if (!turns.is_array() || turns.empty())
+    return "\"turns\" must be a non-empty list of strings, got " + json_kind(turns);
+  for (size_t t = 0; t < turns.size(); ++t)
+    if (!turns[t].is_string())
+      return "\"turns\"[" + std::to_string(t) + "] must be a string, got " + json_kind(turns[t]);
+  if (!tokenizer_) return "benchmark questions are text: pass --model DIR to tokenize them";
+  const size_t n = options_.all_turns ? turns.size() : 1;
+  for (size_t t = 0; t < n; ++t) {
+    PreparedPrompt p = base;
+    if (options_.all_turns) p.id = base.id + "/t" + std::to_string(t + 1);
+    const std::string turn = turns[t].get<std::string>();
+    std::string what;
+    if (template_) {
+      nlohmann::ordered_json messages = nlohmann::ordered_json::array();
+      if (!options_.system_prompt.empty())
+        messages.push_back({{"role", "system"}, {"content", options_.system_prompt}});
+      messages.push_back({{"role", "user"}, {"content", turn}});
+      what = encode_messages(messages, p);
+    } else {
+      what = encode_text(turn, p);
+    }
+    if (!what.empty())
+      return (n > 1 ? "turn " + std::to_string(t + 1) + ": " : std::string()) + what;
+    out.push_back(std::move(p));
+  }
+  return "";
+}
+
+nlohmann::json PromptConverter::provenance() const {
+  nlohmann::json j = {{"layout", prompt_layout_name(options_.layout)},
+                      {"chat", chat_use_name(options_.chat)},
+                      {"turns", options_.all_turns ? "all" : "first"},
+                      {"system_prompt", options_.system_prompt},
+                      {"model", options_.model_dir}};
+  j["tokenizer"] =
+      tokenizer_ ? tokenizer_fingerprint(*tokenizer_, options_.model_dir) : nlohmann::json(nullptr);
+  if (template_)
+    j["chat_template"] = {{"origin", template_->origin},
+                          {"fnv1a64", hex64(fnv1a64(template_->source))},
+                          {"used", template_used_}};
+  else
+    j["chat_template"] = nullptr;
+  return j;
+}
+
+std::string PromptConverter::chat_template_source() const {
+  return template_ ? template_->source : std::string();
+}
+
+}  // namespace specrun
