@@ -5,11 +5,14 @@
 // slot (KvSlot: a token-tree node reads its ancestors' slots past the tree's start). A node's
 // keys are then exactly those of a sequential decode of its path, in the same order.
 //
-// One block of kWarps warps per (token, head). Warp w takes keys w, w + kWarps, ...; for each
-// key the lanes split head_dim (lane d, d + 32, ...), reduce the dot product with a butterfly
-// and update the warp's online softmax (running max, sum and weighted V). The warps' states
-// are merged in warp order. The order of every operation depends only on p and head_dim, not on
-// the batch: decode and verify windows give bit-identical outputs for the same token.
+// One block of kWarps warps per (token, head). Warp w takes the keys in groups of kGroup: w's
+// group holds positions kGroup * w .. kGroup * w + kGroup - 1, then the same kGroup * kWarps
+// further on, and so on. For each group the lanes split head_dim (lane d, d + 32, ...), load the
+// group's keys together (kGroup loads in flight rather than one), reduce the kGroup dot products
+// with butterflies, and update the warp's online softmax once (running max, sum and weighted V,
+// the group's terms added in position order). The warps' states are merged in warp order. The
+// order of every operation depends only on p and head_dim, not on the batch: decode and verify
+// windows give bit-identical outputs for the same token.
 #include "kernels/cuda/device_util.cuh"
 #include "kernels/cuda/ops.h"
 
@@ -18,6 +21,7 @@ namespace {
 
 using detail::kWarp;
 constexpr int kWarps = 8;
+constexpr int kGroup = 4;                      // keys per warp step
 constexpr int kPerLane = kMaxHeadDim / kWarp;  // head_dim elements per lane (at most)
 
 __global__ void __launch_bounds__(kWarps* kWarp)
@@ -45,26 +49,62 @@ __global__ void __launch_bounds__(kWarps* kWarp)
     acc[c] = 0.0f;
   }
   float m = -INFINITY, l = 0.0f;
-  for (int p = warp; p <= s.position; p += kWarps) {
-    // Position p's slot: itself in the chain, the path's entry in a token tree.
-    const int at = s.path == nullptr || p < s.tree_base ? p : s.path[p - s.tree_base];
-    const float* kp = k + static_cast<std::size_t>(at) * row;
-    float dot = 0.0f;
+  for (int p0 = warp * kGroup; p0 <= s.position; p0 += kWarps * kGroup) {
+    // The group's slots: itself in the chain, the path's entry in a token tree. Positions past
+    // the token's own are not read and weigh nothing.
+    int at[kGroup];
+    bool valid[kGroup];
 #pragma unroll
-    for (int c = 0; c < kPerLane; ++c) {
-      const int d = lane + c * kWarp;
-      if (d < head_dim) dot = fmaf(qr[c], kp[d], dot);
+    for (int j = 0; j < kGroup; ++j) {
+      const int p = p0 + j;
+      valid[j] = p <= s.position;
+      const int pp = valid[j] ? p : p0;
+      at[j] = s.path == nullptr || pp < s.tree_base ? pp : s.path[pp - s.tree_base];
     }
-    const float score = detail::warp_sum(dot) * scale;
-    const float m_new = fmaxf(m, score);
+    float kr[kGroup][kPerLane];
+#pragma unroll
+    for (int j = 0; j < kGroup; ++j) {
+      const float* kp = k + static_cast<std::size_t>(at[j]) * row;
+#pragma unroll
+      for (int c = 0; c < kPerLane; ++c) {
+        const int d = lane + c * kWarp;
+        kr[j][c] = d < head_dim && valid[j] ? kp[d] : 0.0f;
+      }
+    }
+    float score[kGroup];
+    float m_new = m;
+#pragma unroll
+    for (int j = 0; j < kGroup; ++j) {
+      float dot = 0.0f;
+#pragma unroll
+      for (int c = 0; c < kPerLane; ++c) dot = fmaf(qr[c], kr[j][c], dot);
+      score[j] = detail::warp_sum(dot) * scale;
+      if (valid[j]) m_new = fmaxf(m_new, score[j]);
+    }
     const float correction = expf(m - m_new);
-    const float weight = expf(score - m_new);
-    l = l * correction + weight;
-    const float* vp = v + static_cast<std::size_t>(at) * row;
+    float weight[kGroup];
+    l *= correction;
+#pragma unroll
+    for (int j = 0; j < kGroup; ++j) {
+      weight[j] = valid[j] ? expf(score[j] - m_new) : 0.0f;
+      l += weight[j];
+    }
+    float vr[kGroup][kPerLane];
+#pragma unroll
+    for (int j = 0; j < kGroup; ++j) {
+      const float* vp = v + static_cast<std::size_t>(at[j]) * row;
+#pragma unroll
+      for (int c = 0; c < kPerLane; ++c) {
+        const int d = lane + c * kWarp;
+        vr[j][c] = d < head_dim && valid[j] ? vp[d] : 0.0f;
+      }
+    }
 #pragma unroll
     for (int c = 0; c < kPerLane; ++c) {
-      const int d = lane + c * kWarp;
-      if (d < head_dim) acc[c] = fmaf(weight, vp[d], acc[c] * correction);
+      float a = acc[c] * correction;
+#pragma unroll
+      for (int j = 0; j < kGroup; ++j) a = fmaf(weight[j], vr[j][c], a);
+      acc[c] = a;
     }
     m = m_new;
   }
@@ -78,7 +118,8 @@ __global__ void __launch_bounds__(kWarps* kWarp)
     if (d < head_dim) warp_out[warp][d] = acc[c];
   }
   __syncthreads();
-  // Merge in warp order; warp 0 always saw key 0, so the global max is finite.
+  // Merge in warp order. Warp 0 always saw key 0, so the global max is finite; a warp that saw
+  // no key (a short context) has max -inf and weighs exp(-inf) = 0.
   float m_all = warp_max[0];
   for (int w = 1; w < kWarps; ++w) m_all = fmaxf(m_all, warp_max[w]);
   float l_all = 0.0f;

@@ -8,7 +8,7 @@
 // into one accumulator per (row, token), warps reduce with a butterfly and the partial sums are
 // added in warp order. None of this depends on n_tokens or on the token's index in the batch,
 // so a token's outputs are bit-identical whether it is scored alone or in a window. Weight rows
-// are read with 16-byte loads (when `in` and the pointers allow) once per tile of kTokenTile
+// are read with 16-byte loads (when `in` and the pointers allow) once per tile of up to 8
 // tokens; each activation load serves kRowsPerWarp rows.
 //
 // Larger batches (prefill) go to cublasGemmEx: W^T (op T on the column-major view of the
@@ -28,42 +28,89 @@ using detail::kWarp;
 constexpr int kWarpsPerRow = 4;  // warps splitting one row's `in` (fixed interleave)
 constexpr int kRowsPerWarp = 4;  // rows sharing each activation load (register reuse of x)
 constexpr int kThreads = kWarp * kWarpsPerRow;  // 128: a block owns kRowsPerWarp rows
-constexpr int kTokenTile = 8;
+constexpr int kMaxTokenTile = 8;                // tokens sharing each weight load
+
+// One output matrix of a GEMV launch: y [n_tokens, out] = x W^T (+ bias); blocks
+// [first_block, first_block + ceil(out / kRowsPerWarp)) of the grid compute it. A launch covers
+// up to kMaxSegments matrices sharing x (q, k and v in one launch).
+constexpr int kMaxSegments = 3;
+struct GemvSegment {
+  const void* w;
+  const float* bias;
+  float* y;
+  int out;
+  int first_block;
+};
+struct GemvPlan {
+  GemvSegment seg[kMaxSegments];
+  int n_seg;
+};
 
 // For every row r of the block's kRowsPerWarp rows and token t of a tile, lane l of warp p
 // accumulates W[r, i] * x[t, i] over its elements i in increasing order with fmaf (one weight
 // element per scalar step, or 16 bytes = kV elements per vector step), then the warp sums
-// (butterfly) and the kWarpsPerRow partial sums are added in warp order.
-template <typename W, bool kVectorized>
+// (butterfly) and the kWarpsPerRow partial sums are added in warp order. kSwiglu: the segment's
+// W is a gate/up pair ([2 * out, in], up's rows after gate's); the block also computes the same
+// rows of up, in the same order, and writes silu(gate) * up (silu_mul's formula) instead of the
+// products, bitwise what two GEMVs and silu_mul give.
+// kTokenTile (1, 4 or 8, the smallest >= n_tokens up to 8) sizes the accumulators: a decode
+// step of one token keeps few registers. It changes no result: every (row, token) is reduced in
+// the same order whatever the tile.
+template <typename W, bool kVectorized, bool kSwiglu, int kTokenTile>
 __global__ void __launch_bounds__(kThreads)
-    gemv_kernel(const float* __restrict__ x, int n_tokens, int in, const W* __restrict__ w, int out,
-                const float* __restrict__ bias, float* __restrict__ y) {
-  __shared__ float partial[kRowsPerWarp][kWarpsPerRow][kTokenTile];
+    gemv_kernel(const float* __restrict__ x, int n_tokens, int in, GemvPlan plan) {
+  constexpr int kR = kSwiglu ? 2 * kRowsPerWarp : kRowsPerWarp;
+  __shared__ float partial[kR][kWarpsPerRow][kTokenTile];
+  // The block's segment, read with constant indices (a run-time index would copy the plan to
+  // local memory).
+  const int b = static_cast<int>(blockIdx.x);
+  const GemvSegment seg = plan.n_seg > 2 && b >= plan.seg[2].first_block   ? plan.seg[2]
+                          : plan.n_seg > 1 && b >= plan.seg[1].first_block ? plan.seg[1]
+                                                                           : plan.seg[0];
+  const W* w = static_cast<const W*>(seg.w);
+  const int out = seg.out;
   const int lane = threadIdx.x % kWarp;
   const int part = threadIdx.x / kWarp;
-  const int row0 = blockIdx.x * kRowsPerWarp;
-  const W* wr[kRowsPerWarp];
+  const int row0 = (b - seg.first_block) * kRowsPerWarp;
+  const W* wr[kR];
 #pragma unroll
-  for (int r = 0; r < kRowsPerWarp; ++r)
+  for (int r = 0; r < kRowsPerWarp; ++r) {
     wr[r] = w + static_cast<std::int64_t>(row0 + r < out ? row0 + r : row0) * in;
+    if constexpr (kSwiglu) wr[kRowsPerWarp + r] = wr[r] + static_cast<std::int64_t>(out) * in;
+  }
 
   for (int t0 = 0; t0 < n_tokens; t0 += kTokenTile) {
     const int nt = min(kTokenTile, n_tokens - t0);
     const float* xt = x + static_cast<std::int64_t>(t0) * in;
-    float acc[kRowsPerWarp][kTokenTile];
+    float acc[kR][kTokenTile];
 #pragma unroll
-    for (int r = 0; r < kRowsPerWarp; ++r)
+    for (int r = 0; r < kR; ++r)
 #pragma unroll
       for (int t = 0; t < kTokenTile; ++t) acc[r][t] = 0.0f;
     if constexpr (kVectorized) {
       constexpr int kV = 16 / sizeof(W);
-      for (int i = (part * kWarp + lane) * kV; i < in; i += kWarpsPerRow * kWarp * kV) {
-        float wf[kRowsPerWarp][kV];
+      constexpr int kStep = kWarpsPerRow * kWarp * kV;
+      // Software pipelined: the next step's weights are loaded before this step's products, so
+      // a thread keeps two steps of loads in flight (the order of the products is unchanged).
+      int i = (part * kWarp + lane) * kV;
+      uint4 raw[kR];
+      if (i < in) {
 #pragma unroll
-        for (int r = 0; r < kRowsPerWarp; ++r) {
-          const uint4 raw = __ldg(reinterpret_cast<const uint4*>(wr[r] + i));
+        for (int r = 0; r < kR; ++r) raw[r] = __ldg(reinterpret_cast<const uint4*>(wr[r] + i));
+      }
+      for (; i < in; i += kStep) {
+        const bool more = i + kStep < in;
+        uint4 next[kR];
+        if (more) {
+#pragma unroll
+          for (int r = 0; r < kR; ++r)
+            next[r] = __ldg(reinterpret_cast<const uint4*>(wr[r] + i + kStep));
+        }
+        float wf[kR][kV];
+#pragma unroll
+        for (int r = 0; r < kR; ++r) {
           W we[kV];
-          memcpy(we, &raw, sizeof(raw));
+          memcpy(we, &raw[r], sizeof(uint4));
 #pragma unroll
           for (int e = 0; e < kV; ++e) wf[r][e] = detail::widen(we[e]);
         }
@@ -76,7 +123,7 @@ __global__ void __launch_bounds__(kThreads)
             for (int q = 0; q < kV / 4; ++q) {
               const float4 xx = xv[q];
 #pragma unroll
-              for (int r = 0; r < kRowsPerWarp; ++r) {
+              for (int r = 0; r < kR; ++r) {
                 acc[r][t] = fmaf(wf[r][4 * q + 0], xx.x, acc[r][t]);
                 acc[r][t] = fmaf(wf[r][4 * q + 1], xx.y, acc[r][t]);
                 acc[r][t] = fmaf(wf[r][4 * q + 2], xx.z, acc[r][t]);
@@ -85,29 +132,33 @@ __global__ void __launch_bounds__(kThreads)
             }
           }
         }
+        if (more) {
+#pragma unroll
+          for (int r = 0; r < kR; ++r) raw[r] = next[r];
+        }
       }
     } else {
       for (int i = part * kWarp + lane; i < in; i += kWarpsPerRow * kWarp) {
-        float wf[kRowsPerWarp];
+        float wf[kR];
 #pragma unroll
-        for (int r = 0; r < kRowsPerWarp; ++r) wf[r] = detail::widen(wr[r][i]);
+        for (int r = 0; r < kR; ++r) wf[r] = detail::widen(wr[r][i]);
 #pragma unroll
         for (int t = 0; t < kTokenTile; ++t) {
           if (t < nt) {
             const float xx = xt[static_cast<std::int64_t>(t) * in + i];
 #pragma unroll
-            for (int r = 0; r < kRowsPerWarp; ++r) acc[r][t] = fmaf(wf[r], xx, acc[r][t]);
+            for (int r = 0; r < kR; ++r) acc[r][t] = fmaf(wf[r], xx, acc[r][t]);
           }
         }
       }
     }
 #pragma unroll
-    for (int r = 0; r < kRowsPerWarp; ++r)
+    for (int r = 0; r < kR; ++r)
 #pragma unroll
       for (int t = 0; t < kTokenTile; ++t) {
         if (t < nt) {
-          const float s = detail::warp_sum(acc[r][t]);
-          if (lane == 0) partial[r][part][t] = s;
+          const float sum = detail::warp_sum(acc[r][t]);
+          if (lane == 0) partial[r][part][t] = sum;
         }
       }
     __syncthreads();
@@ -115,30 +166,64 @@ __global__ void __launch_bounds__(kThreads)
       const int r = threadIdx.x / kTokenTile, t = threadIdx.x % kTokenTile;
       const int row = row0 + r;
       if (t < nt && row < out) {
-        float s = partial[r][0][t];
+        float v = partial[r][0][t];
 #pragma unroll
-        for (int p = 1; p < kWarpsPerRow; ++p) s += partial[r][p][t];
-        if (bias != nullptr) s += bias[row];
-        y[static_cast<std::int64_t>(t0 + t) * out + row] = s;
+        for (int p = 1; p < kWarpsPerRow; ++p) v += partial[r][p][t];
+        if constexpr (kSwiglu) {
+          float u = partial[kRowsPerWarp + r][0][t];
+#pragma unroll
+          for (int p = 1; p < kWarpsPerRow; ++p) u += partial[kRowsPerWarp + r][p][t];
+          v = v / (1.0f + expf(-v)) * u;
+        } else {
+          if (seg.bias != nullptr) v += seg.bias[row];
+        }
+        seg.y[static_cast<std::int64_t>(t0 + t) * out + row] = v;
       }
     }
     __syncthreads();
   }
 }
 
-template <typename W>
-void launch_gemv(cudaStream_t stream, const float* x, int n_tokens, int in, const void* w, int out,
-                 const float* bias, float* y) {
+template <typename W, bool kSwiglu>
+void launch_gemv(cudaStream_t stream, const float* x, int n_tokens, int in, GemvPlan plan) {
   constexpr int kV = 16 / sizeof(W);
-  const bool aligned = in % kV == 0 && reinterpret_cast<std::uintptr_t>(w) % 16 == 0 &&
-                       reinterpret_cast<std::uintptr_t>(x) % 16 == 0;
-  const unsigned blocks = static_cast<unsigned>((out + kRowsPerWarp - 1) / kRowsPerWarp);
-  const W* wt = static_cast<const W*>(w);
-  if (aligned)
-    gemv_kernel<W, true><<<blocks, kThreads, 0, stream>>>(x, n_tokens, in, wt, out, bias, y);
-  else
-    gemv_kernel<W, false><<<blocks, kThreads, 0, stream>>>(x, n_tokens, in, wt, out, bias, y);
+  bool aligned = in % kV == 0 && reinterpret_cast<std::uintptr_t>(x) % 16 == 0;
+  int blocks = 0;
+  for (int s = 0; s < plan.n_seg; ++s) {
+    aligned = aligned && reinterpret_cast<std::uintptr_t>(plan.seg[s].w) % 16 == 0;
+    plan.seg[s].first_block = blocks;
+    blocks += (plan.seg[s].out + kRowsPerWarp - 1) / kRowsPerWarp;
+  }
+  const dim3 grid(static_cast<unsigned>(blocks));
+  if (aligned) {
+    if (n_tokens == 1)
+      gemv_kernel<W, true, kSwiglu, 1><<<grid, kThreads, 0, stream>>>(x, n_tokens, in, plan);
+    else if (n_tokens <= 4)
+      gemv_kernel<W, true, kSwiglu, 4><<<grid, kThreads, 0, stream>>>(x, n_tokens, in, plan);
+    else
+      gemv_kernel<W, true, kSwiglu, kMaxTokenTile>
+          <<<grid, kThreads, 0, stream>>>(x, n_tokens, in, plan);
+  } else {  // unaligned rows: scalar loads, one tile size
+    gemv_kernel<W, false, kSwiglu, kMaxTokenTile>
+        <<<grid, kThreads, 0, stream>>>(x, n_tokens, in, plan);
+  }
   CUDA_CHECK_LAUNCH();
+}
+
+template <bool kSwiglu>
+void launch_gemv_dtype(cudaStream_t stream, const float* x, int n_tokens, int in, DType w_dtype,
+                       const GemvPlan& plan) {
+  switch (w_dtype) {
+    case DType::kBF16:
+      launch_gemv<__nv_bfloat16, kSwiglu>(stream, x, n_tokens, in, plan);
+      break;
+    case DType::kF16:
+      launch_gemv<__half, kSwiglu>(stream, x, n_tokens, in, plan);
+      break;
+    case DType::kF32:
+      launch_gemv<float, kSwiglu>(stream, x, n_tokens, in, plan);
+      break;
+  }
 }
 
 template <typename T>
@@ -186,17 +271,10 @@ void matmul(cublasHandle_t cublas, cudaStream_t stream, const float* x, int n_to
   CUDA_OP_CHECK("matmul", x != nullptr && w != nullptr && y != nullptr && x != y,
                 "needs x, w and y (y must not alias x)");
   if (n_tokens <= kMaxGemvTokens) {
-    switch (w_dtype) {
-      case DType::kBF16:
-        launch_gemv<__nv_bfloat16>(stream, x, n_tokens, in, w, out, bias, y);
-        break;
-      case DType::kF16:
-        launch_gemv<__half>(stream, x, n_tokens, in, w, out, bias, y);
-        break;
-      case DType::kF32:
-        launch_gemv<float>(stream, x, n_tokens, in, w, out, bias, y);
-        break;
-    }
+    GemvPlan plan{};
+    plan.seg[0] = GemvSegment{w, bias, y, out, 0};
+    plan.n_seg = 1;
+    launch_gemv_dtype<false>(stream, x, n_tokens, in, w_dtype, plan);
     return;
   }
 
@@ -232,6 +310,47 @@ void matmul(cublasHandle_t cublas, cudaStream_t stream, const float* x, int n_to
     bias_rows_kernel<<<detail::grid_for(n, 256), 256, 0, stream>>>(y, bias, n, out);
     CUDA_CHECK_LAUNCH();
   }
+}
+
+}  // namespace specrun::cuda
+
+namespace specrun::cuda {
+
+void matmul_multi(cudaStream_t stream, const float* x, int n_tokens, int in, DType w_dtype,
+                  int n_outs, const void* w0, int out0, const float* bias0, float* y0,
+                  const void* w1, int out1, const float* bias1, float* y1, const void* w2, int out2,
+                  const float* bias2, float* y2) {
+  CUDA_OP_CHECK("matmul_multi", n_tokens >= 1 && n_tokens <= kMaxGemvTokens && in >= 1,
+                "needs 1.." << kMaxGemvTokens << " tokens (got " << n_tokens << ") and in >= 1");
+  CUDA_OP_CHECK("matmul_multi", n_outs >= 1 && n_outs <= kMaxSegments,
+                "1.." << kMaxSegments << " outputs, got " << n_outs);
+  const void* ws[kMaxSegments] = {w0, w1, w2};
+  const int outs[kMaxSegments] = {out0, out1, out2};
+  const float* biases[kMaxSegments] = {bias0, bias1, bias2};
+  float* ys[kMaxSegments] = {y0, y1, y2};
+  GemvPlan plan{};
+  plan.n_seg = n_outs;
+  for (int s = 0; s < n_outs; ++s) {
+    CUDA_OP_CHECK(
+        "matmul_multi",
+        x != nullptr && ws[s] != nullptr && ys[s] != nullptr && ys[s] != x && outs[s] >= 1,
+        "output " << s << " needs a weight, an output not aliasing x and out >= 1");
+    plan.seg[s] = GemvSegment{ws[s], biases[s], ys[s], outs[s], 0};
+  }
+  launch_gemv_dtype<false>(stream, x, n_tokens, in, w_dtype, plan);
+}
+
+void swiglu_gemv(cudaStream_t stream, const float* x, int n_tokens, int in, const void* gate_up,
+                 DType w_dtype, int rows, float* y) {
+  CUDA_OP_CHECK(
+      "swiglu_gemv", n_tokens >= 1 && n_tokens <= kMaxGemvTokens && in >= 1 && rows >= 1,
+      "needs 1.." << kMaxGemvTokens << " tokens (got " << n_tokens << "), in >= 1, rows >= 1");
+  CUDA_OP_CHECK("swiglu_gemv", x != nullptr && gate_up != nullptr && y != nullptr && y != x,
+                "needs x, the gate/up pair and an output not aliasing x");
+  GemvPlan plan{};
+  plan.seg[0] = GemvSegment{gate_up, nullptr, y, rows, 0};
+  plan.n_seg = 1;
+  launch_gemv_dtype<true>(stream, x, n_tokens, in, w_dtype, plan);
 }
 
 }  // namespace specrun::cuda

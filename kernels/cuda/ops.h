@@ -44,6 +44,20 @@ void matmul(cublasHandle_t cublas, cudaStream_t stream, const float* x, int n_to
             const void* w, DType w_dtype, int out, const float* bias, float* y, void* scratch,
             std::size_t scratch_bytes);
 
+// Up to three GEMVs sharing x in one launch (q, k and v): y_s = x W_s^T (+ bias_s) for s <
+// n_outs, W_s [out_s, in] in w_dtype. Bitwise what matmul gives for each alone. Decode and verify
+// windows only: 1 <= n_tokens <= kMaxGemvTokens. Unused outputs: pass nullptr / 0.
+void matmul_multi(cudaStream_t stream, const float* x, int n_tokens, int in, DType w_dtype,
+                  int n_outs, const void* w0, int out0, const float* bias0, float* y0,
+                  const void* w1, int out1, const float* bias1, float* y1, const void* w2, int out2,
+                  const float* bias2, float* y2);
+
+// SwiGLU MLP input in one launch: y[t, r] = silu(x gate[r]) * (x up[r]) for r < rows, with
+// gate_up [2 * rows, in] in w_dtype (gate's rows, then up's). Bitwise what two matmul calls
+// and silu_mul give. 1 <= n_tokens <= kMaxGemvTokens; y [n_tokens, rows] must not alias x.
+void swiglu_gemv(cudaStream_t stream, const float* x, int n_tokens, int in, const void* gate_up,
+                 DType w_dtype, int rows, float* y);
+
 // Embedding lookup of a vocab-sharded table: out[t, :] = widen(table[ids[t] - row_begin, :])
 // when row_begin <= ids[t] < row_begin + n_rows, else zeros (a sum over shards is the lookup).
 //   table [n_rows, dim] in dtype; ids [n_tokens] int32 (device); out [n_tokens, dim] float32.
@@ -58,6 +72,11 @@ void select_rows(cudaStream_t stream, const float* x, int dim, const std::int32_
 //   x, y [n_tokens, dim] float32 (may alias); w [dim] in w_dtype.
 void rmsnorm(cudaStream_t stream, const float* x, int n_tokens, int dim, const void* w,
              DType w_dtype, float eps, float* y);
+
+// Residual add and RMSNorm in one pass: x += delta, then y = rmsnorm(x) with w. Bitwise what
+// add_inplace and rmsnorm give. x, delta, y [n_tokens, dim] float32; y must not alias x or delta.
+void add_rmsnorm(cudaStream_t stream, float* x, const float* delta, int n_tokens, int dim,
+                 const void* w, DType w_dtype, float eps, float* y);
 
 // Rotary embedding, HF rotate_half, in place (see kernels/cpu/ops.h rope for the formula).
 //   token t, head h at x + t * row_stride + h * head_dim; inv_freq [head_dim/2] float32 and

@@ -1,7 +1,9 @@
 // rmsnorm: Hugging Face LlamaRMSNorm on float32 activations with a weight in F32/BF16/F16.
 // Layout: x, y [n_tokens, dim] row-major (may alias), w [dim]. One block per token: the sum of
 // squares is reduced in a fixed order (threads, then warps), so a token's result does not
-// depend on the other tokens of the batch.
+// depend on the other tokens of the batch. add_rmsnorm first adds delta [n_tokens, dim] to x in
+// the same pass (each thread adds the elements it then squares): the same sums in the same order
+// as add_inplace followed by rmsnorm.
 #include "kernels/cuda/device_util.cuh"
 #include "kernels/cuda/ops.h"
 
@@ -10,14 +12,24 @@ namespace {
 
 constexpr int kThreads = 256;
 
+// delta == nullptr: plain rmsnorm (x read only).
 __global__ void __launch_bounds__(kThreads)
-    rmsnorm_kernel(const float* x, int dim, const void* __restrict__ w, DType w_dtype, float eps,
-                   float* y) {
+    rmsnorm_kernel(float* x, const float* __restrict__ delta, int dim, const void* __restrict__ w,
+                   DType w_dtype, float eps, float* y) {
   __shared__ float shared[detail::kWarp];
-  const float* xt = x + static_cast<std::size_t>(blockIdx.x) * dim;
+  float* xt = x + static_cast<std::size_t>(blockIdx.x) * dim;
   float* yt = y + static_cast<std::size_t>(blockIdx.x) * dim;
   float sum = 0.0f;
-  for (int i = threadIdx.x; i < dim; i += blockDim.x) sum = fmaf(xt[i], xt[i], sum);
+  if (delta != nullptr) {
+    const float* dt = delta + static_cast<std::size_t>(blockIdx.x) * dim;
+    for (int i = threadIdx.x; i < dim; i += blockDim.x) {
+      const float v = xt[i] + dt[i];
+      xt[i] = v;
+      sum = fmaf(v, v, sum);
+    }
+  } else {
+    for (int i = threadIdx.x; i < dim; i += blockDim.x) sum = fmaf(xt[i], xt[i], sum);
+  }
   sum = detail::block_reduce<false>(sum, shared);
   const float scale = 1.0f / sqrtf(sum / static_cast<float>(dim) + eps);
   for (int i = threadIdx.x; i < dim; i += blockDim.x)
@@ -31,7 +43,21 @@ void rmsnorm(cudaStream_t stream, const float* x, int n_tokens, int dim, const v
   CUDA_OP_CHECK("rmsnorm", x != nullptr && w != nullptr && y != nullptr, "needs x, w and y");
   CUDA_OP_CHECK("rmsnorm", n_tokens >= 1 && dim >= 1 && n_tokens <= 2147483647,
                 "bad sizes: tokens " << n_tokens << ", dim " << dim);
-  rmsnorm_kernel<<<n_tokens, kThreads, 0, stream>>>(x, dim, w, w_dtype, eps, y);
+  // The kernel writes x only when given a delta.
+  rmsnorm_kernel<<<n_tokens, kThreads, 0, stream>>>(const_cast<float*>(x), nullptr, dim, w, w_dtype,
+                                                    eps, y);
+  CUDA_CHECK_LAUNCH();
+}
+
+void add_rmsnorm(cudaStream_t stream, float* x, const float* delta, int n_tokens, int dim,
+                 const void* w, DType w_dtype, float eps, float* y) {
+  CUDA_OP_CHECK("add_rmsnorm", x != nullptr && delta != nullptr && w != nullptr && y != nullptr,
+                "needs x, delta, w and y");
+  CUDA_OP_CHECK("add_rmsnorm", y != x && y != delta && delta != x,
+                "y, x and delta must be three different buffers");
+  CUDA_OP_CHECK("add_rmsnorm", n_tokens >= 1 && dim >= 1,
+                "bad sizes: tokens " << n_tokens << ", dim " << dim);
+  rmsnorm_kernel<<<n_tokens, kThreads, 0, stream>>>(x, delta, dim, w, w_dtype, eps, y);
   CUDA_CHECK_LAUNCH();
 }
 

@@ -33,6 +33,13 @@ namespace specrun {
 // Which backend a job, a model or a view of its outputs belongs to.
 enum class BackendKind { kCpu, kCuda };
 
+// The CUDA backend's projections are batch-invariant (a token's logits are bitwise the same in
+// any pass) for passes of at most this many tokens; larger passes (prefill, or a verify pass of
+// batch x window tokens above it) go through cuBLAS with activations rounded to the weights'
+// dtype. Greedy speculative output equals greedy baseline output on the GPU only while every
+// verify pass stays within it. The CPU backend is batch-invariant for any pass.
+inline constexpr int kCudaBatchInvariantTokens = 64;
+
 // "cpu" / "cuda".
 const char* backend_name(BackendKind kind);
 // Parses parallel.backend / --backend. Throws (exit code 2) naming `what` (e.g.

@@ -93,9 +93,10 @@ class CpuBackend {
 
   // ---- one forward call. begin_forward stages the batch (tokens[n], positions[n] and the
   // sequences' spans, host arrays that must stay valid until the call ends); the ops below then
-  // refer to it.
+  // refer to it. step_graph: the caller's ops until end_forward are all this backend's (no
+  // collective in between), so a backend may issue them as one graph (CUDA; ignored here).
   void begin_forward(std::span<const SeqSpan<KvBlock>> seqs, const std::int32_t* tokens,
-                     const std::int32_t* positions, int n);
+                     const std::int32_t* positions, int n, bool step_graph);
 
   // x[t, :] = row tokens[t] - vocab_begin of `table` for the staged tokens (zeros outside
   // [vocab_begin, vocab_begin + rows): a sum over vocabulary shards is the lookup).

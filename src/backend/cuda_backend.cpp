@@ -10,6 +10,10 @@
 #include "kernels/cuda/cuda_check.h"
 
 namespace specrun {
+
+static_assert(kCudaBatchInvariantTokens == cuda::kMaxGemvTokens,
+              "backend.h states the GEMV path's token limit");
+
 namespace {
 
 // Kept free for KV caches, scratch, cuBLAS and NCCL buffers when checking that weights fit.
@@ -73,11 +77,17 @@ void DeviceCopyProbe::pass() {
 
 // ---- CudaBackend ---------------------------------------------------------------------------
 
-CudaBackend::CudaBackend(CudaContext& context) : ctx_(&context), stream_(context.stream()) {}
+CudaBackend::CudaBackend(CudaContext& context)
+    : ctx_(&context),
+      stream_(context.stream()),
+      graphs_(std::make_unique<cuda::StepGraphs>(context.step_graph_stats())) {}
 
 CudaBackend::Floats CudaBackend::upload_floats(const std::vector<float>& v) const {
   cuda::DeviceBuffer buf(std::max<std::size_t>(v.size(), 1) * sizeof(float));
-  CUDA_CHECK(cudaMemcpy(buf.get(), v.data(), v.size() * sizeof(float), cudaMemcpyHostToDevice));
+  // On the compute stream: a pageable cudaMemcpy may return before its DMA lands, and the
+  // compute stream does not wait for the legacy default stream.
+  CUDA_CHECK(cudaMemcpyAsync(buf.get(), v.data(), v.size() * sizeof(float), cudaMemcpyHostToDevice,
+                             stream_));
   return Floats(std::move(buf), v.size());
 }
 
@@ -111,7 +121,9 @@ CudaBackend::Weight CudaBackend::prepare(const HostTensor& t, WeightUse use) {
   SPEC_CHECK(use != WeightUse::kGateUp, "gate/up weights are prepared with prepare_pair");
   SPEC_CHECK(weights_used_ + aligned(t.bytes()) <= weights_bytes_, "weight allocation overflow");
   std::byte* dst = weights_.as<std::byte>() + weights_used_;
-  CUDA_CHECK(cudaMemcpy(dst, t.data, t.bytes(), cudaMemcpyHostToDevice));
+  // Stream-ordered before every kernel that reads it (see upload_floats); the pageable source
+  // is staged before the call returns.
+  CUDA_CHECK(cudaMemcpyAsync(dst, t.data, t.bytes(), cudaMemcpyHostToDevice, stream_));
   weights_used_ += aligned(t.bytes());
   return Weight{dst, t.dtype, t.rows, t.cols, false};
 }
@@ -122,8 +134,9 @@ CudaBackend::Weight CudaBackend::prepare_pair(const HostTensor& gate, const Host
   SPEC_CHECK(weights_used_ + aligned(2 * gate.bytes()) <= weights_bytes_,
              "weight allocation overflow");
   std::byte* dst = weights_.as<std::byte>() + weights_used_;
-  CUDA_CHECK(cudaMemcpy(dst, gate.data, gate.bytes(), cudaMemcpyHostToDevice));
-  CUDA_CHECK(cudaMemcpy(dst + gate.bytes(), up.data, up.bytes(), cudaMemcpyHostToDevice));
+  CUDA_CHECK(cudaMemcpyAsync(dst, gate.data, gate.bytes(), cudaMemcpyHostToDevice, stream_));
+  CUDA_CHECK(
+      cudaMemcpyAsync(dst + gate.bytes(), up.data, up.bytes(), cudaMemcpyHostToDevice, stream_));
   weights_used_ += aligned(2 * gate.bytes());
   return Weight{dst, gate.dtype, gate.rows, gate.cols, true};
 }
@@ -148,10 +161,16 @@ CudaBackend::KvBlock CudaBackend::new_kv_block(const KvShape& shape, int capacit
 }
 
 void CudaBackend::begin_forward(std::span<const SeqSpan<KvBlock>> seqs, const std::int32_t* tokens,
-                                const std::int32_t* positions, int n) {
+                                const std::int32_t* positions, int n, bool step_graph) {
   const int B = static_cast<int>(seqs.size());
   n_ = n;
   n_seqs_ = B;
+  // The previous pass may still be copying from the pinned staging buffer.
+  if (staged_pending_) {
+    CUDA_CHECK(cudaEventSynchronize(staged_.get()));
+    staged_pending_ = false;
+  }
+  graphs_->begin(step_graph && ctx_->step_graphs() && n <= cuda::kMaxGemvTokens);
   // Token-tree nodes read their ancestors' slots (KvSlot::path): one list per node.
   paths_.clear();
   path_at_.assign(n, -1);
@@ -165,7 +184,14 @@ void CudaBackend::begin_forward(std::span<const SeqSpan<KvBlock>> seqs, const st
       path_at_[s.first_row + (slot - s.start)] = static_cast<int>(first);
     }
   }
-  const std::size_t n_paths = paths_.size();
+  // The paths go last and their room is rounded up to a power of two, so that the staged
+  // layout (whose pointers the kernels take) and the copy's size depend on the pass's shape
+  // only, not on the tree's depth profile: passes of one shape can share a step graph.
+  std::size_t n_paths = 0;
+  if (!paths_.empty()) {
+    n_paths = 64;
+    while (n_paths < paths_.size()) n_paths *= 2;
+  }
   const std::size_t staged = static_cast<std::size_t>(n + B) * sizeof(cuda::KvSlot) +
                              (2 * static_cast<std::size_t>(n) + B + n_paths) * sizeof(std::int32_t);
   staging_host_.grow(staged);
@@ -202,13 +228,21 @@ void CudaBackend::begin_forward(std::span<const SeqSpan<KvBlock>> seqs, const st
   std::copy(paths_.begin(), paths_.end(), path);
   std::memcpy(tok, tokens, sizeof(std::int32_t) * n);
   std::memcpy(pos, positions, sizeof(std::int32_t) * n);
-  CUDA_CHECK(cudaMemcpyAsync(staging_.get(), staging_host_.get(), staged, cudaMemcpyHostToDevice,
-                             stream_));
+  launch(&cuda::memcpy_async, staging_.get(), staging_host_.get(), staged, cudaMemcpyHostToDevice);
+}
+
+void CudaBackend::finish_forward() {
+  graphs_->end(stream_);
+  CUDA_CHECK(cudaEventRecord(staged_.get(), stream_));
+  staged_pending_ = true;
 }
 
 const std::int32_t* CudaBackend::upload_rows(std::span<const int> rows) {
   // Pageable host memory: the copy is staged before cudaMemcpyAsync returns, so the vector may
-  // change afterwards.
+  // change afterwards. Such a copy cannot be part of a step graph.
+  SPEC_CHECK(!graphs_->recording(),
+             "a host-index upload inside a forward pass recorded as a "
+             "step graph (the model must not ask for one)");
   keep_rows_.assign(rows.begin(), rows.end());
   keep_rows_dev_.grow(keep_rows_.size() * sizeof(std::int32_t));
   CUDA_CHECK(cudaMemcpyAsync(keep_rows_dev_.get(), keep_rows_.data(),
@@ -221,33 +255,44 @@ void CudaBackend::kv_keep(KvBlock& kv, int layers, int first, std::span<const in
   if (rows.empty()) return;
   const std::int32_t* dev_rows = upload_rows(rows);
   F scratch = moved_.grow(static_cast<std::size_t>(layers) * 2 * rows.size() * kv.row_floats);
-  cuda::kv_keep(stream_, kv.data.as<float>(), kv.capacity, layers, kv.row_floats, first, dev_rows,
-                static_cast<int>(rows.size()), scratch.get());
+  launch(&cuda::kv_keep, kv.data.as<float>(), kv.capacity, layers, kv.row_floats, first, dev_rows,
+         static_cast<int>(rows.size()), scratch.get());
 }
 
 void CudaBackend::embed(const Weight& table, int vocab_begin, F x) {
-  cuda::gather_rows(stream_, table.data, table.dtype, vocab_begin, table.rows, table.cols, tokens_,
-                    n_, x.get());
+  launch(&cuda::gather_rows, table.data, table.dtype, std::int64_t{vocab_begin},
+         std::int64_t{table.rows}, table.cols, tokens_, n_, x.get());
 }
 
 void CudaBackend::rope_table(const Floats& inv_freq, int head_dim, F table) {
-  cuda::rope_table(stream_, inv_freq.data(), head_dim, positions_, n_, table.get());
+  launch(&cuda::rope_table, inv_freq.data(), head_dim, positions_, n_, table.get());
 }
 
 void CudaBackend::rope_apply(F x, int n, int heads, int head_dim, std::int64_t row_stride,
                              CF table) {
-  cuda::rope_apply(stream_, x.get(), n, heads, head_dim, row_stride, table.get());
+  launch(&cuda::rope_apply, x.get(), n, heads, head_dim, row_stride, table.get());
 }
 
 void CudaBackend::linear(CF x, int n, const Weight& w, const Weight* bias, F y) {
   gemm_scratch_.grow(std::max<std::size_t>(cuda::matmul_scratch_bytes(n, w.cols, w.dtype), 1));
-  cuda::matmul(ctx_->device().cublas(), stream_, x.get(), n, w.cols, w.data, w.dtype, w.rows,
-               bias != nullptr ? static_cast<const float*>(bias->data) : nullptr, y.get(),
+  const cublasHandle_t cublas = ctx_->device().cublas();
+  const float* b = bias != nullptr ? static_cast<const float*>(bias->data) : nullptr;
+  if (graphs_->recording()) {  // the GEMV path only (n <= kMaxGemvTokens): no cuBLAS
+    launch(&cuda::matmul_multi, x.get(), n, w.cols, w.dtype, 1, w.data, w.rows, b, y.get(), nullptr,
+           0, nullptr, nullptr, nullptr, 0, nullptr, nullptr);
+    return;
+  }
+  cuda::matmul(cublas, stream_, x.get(), n, w.cols, w.data, w.dtype, w.rows, b, y.get(),
                gemm_scratch_.get(), gemm_scratch_.bytes());
 }
 
 void CudaBackend::swiglu(CF x, int n, const Weight& gate_up, F y) {
   SPEC_CHECK(gate_up.pair, "swiglu needs a gate/up pair");
+  if (n <= cuda::kMaxGemvTokens) {
+    launch(&cuda::swiglu_gemv, x.get(), n, gate_up.cols, gate_up.data, gate_up.dtype, gate_up.rows,
+           y.get());
+    return;
+  }
   Weight gate = gate_up, up = gate_up;
   gate.pair = up.pair = false;
   up.data = static_cast<const std::byte*>(gate_up.data) +
@@ -256,20 +301,47 @@ void CudaBackend::swiglu(CF x, int n, const Weight& gate_up, F y) {
   compose_swiglu(*this, x, n, gate, up, g_.grow(count), u_.grow(count), y);
 }
 
+void CudaBackend::linear_multi(CF x, int n, std::span<const LinearOut> outs) {
+  bool fused = n <= cuda::kMaxGemvTokens && !outs.empty() && outs.size() <= 3;
+  for (const LinearOut& o : outs)
+    fused = fused && o.w->dtype == outs[0].w->dtype && o.w->cols == outs[0].w->cols && !o.w->pair;
+  if (!fused) {
+    compose_linear_multi(*this, x, n, outs);
+    return;
+  }
+  const void* w[3] = {nullptr, nullptr, nullptr};
+  const float* bias[3] = {nullptr, nullptr, nullptr};
+  float* y[3] = {nullptr, nullptr, nullptr};
+  int rows[3] = {0, 0, 0};
+  for (std::size_t i = 0; i < outs.size(); ++i) {
+    w[i] = outs[i].w->data;
+    rows[i] = outs[i].w->rows;
+    bias[i] = outs[i].bias != nullptr ? static_cast<const float*>(outs[i].bias->data) : nullptr;
+    y[i] = outs[i].y.get();
+  }
+  launch(&cuda::matmul_multi, x.get(), n, outs[0].w->cols, outs[0].w->dtype,
+         static_cast<int>(outs.size()), w[0], rows[0], bias[0], y[0], w[1], rows[1], bias[1], y[1],
+         w[2], rows[2], bias[2], y[2]);
+}
+
 void CudaBackend::silu_mul(CF gate, CF up, F y, std::size_t n) {
-  cuda::silu_mul(stream_, gate.get(), up.get(), y.get(), n);
+  launch(&cuda::silu_mul, gate.get(), up.get(), y.get(), n);
 }
 
 void CudaBackend::rmsnorm(CF x, int n, int dim, const Weight& w, float eps, F y) {
-  cuda::rmsnorm(stream_, x.get(), n, dim, w.data, w.dtype, eps, y.get());
+  launch(&cuda::rmsnorm, x.get(), n, dim, w.data, w.dtype, eps, y.get());
+}
+
+void CudaBackend::add_rmsnorm(F x, CF delta, int n, int dim, const Weight& w, float eps, F y) {
+  launch(&cuda::add_rmsnorm, x.get(), delta.get(), n, dim, w.data, w.dtype, eps, y.get());
 }
 
 void CudaBackend::add_inplace(F y, CF x, std::size_t n) {
-  cuda::add_inplace(stream_, y.get(), x.get(), n);
+  launch(&cuda::add_inplace, y.get(), x.get(), n);
 }
 
 void CudaBackend::add_bias(F y, const Weight& bias, int n, int dim) {
-  cuda::add_bias(stream_, y.get(), static_cast<const float*>(bias.data), n, dim);
+  launch(&cuda::add_bias, y.get(), static_cast<const float*>(bias.data), n, dim);
 }
 
 CudaBackend::KvRows CudaBackend::kv_rows(int, int row_floats) {
@@ -285,45 +357,46 @@ void CudaBackend::attend(int layer, CF q, int m, bool last_only, F out, int head
                                                          << " tokens");
   SPEC_CHECK(kv_row_floats_ == kv_heads * head_dim,
              "attend: kv_rows was not called for this layer");
-  cuda::kv_append(stream_, k_.grow(0).get(), v_.grow(0).get(), n_, kv_heads, head_dim, slots_,
-                  layer);
-  cuda::attention(stream_, q.get(), m, heads, kv_heads, head_dim, last_only ? last_slots_ : slots_,
-                  layer, out.get());
+  launch(&cuda::kv_append, k_.grow(0).get(), v_.grow(0).get(), n_, kv_heads, head_dim, slots_,
+         layer);
+  launch(&cuda::attention, q.get(), m, heads, kv_heads, head_dim, last_only ? last_slots_ : slots_,
+         layer, out.get());
 }
 
 void CudaBackend::keep_last_rows(F a, std::size_t width) {
   const std::size_t count = static_cast<std::size_t>(n_seqs_) * width;
   F tmp = moved_.grow(count);
-  cuda::select_rows(stream_, a.get(), static_cast<int>(width), last_rows_, n_seqs_, tmp.get());
-  CUDA_CHECK(cudaMemcpyAsync(a.get(), tmp.get(), count * sizeof(float), cudaMemcpyDeviceToDevice,
-                             stream_));
+  launch(&cuda::select_rows, a.get(), static_cast<int>(width), last_rows_, n_seqs_, tmp.get());
+  launch(&cuda::memcpy_async, a.get(), tmp.get(), count * sizeof(float), cudaMemcpyDeviceToDevice);
 }
 
 void CudaBackend::gather_rows(CF src, std::size_t width, std::span<const int> rows, F dst) {
   if (rows.empty()) return;
-  cuda::select_rows(stream_, src.get(), static_cast<int>(width), upload_rows(rows),
-                    static_cast<int>(rows.size()), dst.get());
+  const std::int32_t* dev_rows = upload_rows(rows);
+  launch(&cuda::select_rows, src.get(), static_cast<int>(width), dev_rows,
+         static_cast<int>(rows.size()), dst.get());
 }
 
 void CudaBackend::copy_rows(F dst, std::size_t dst_stride, CF src, std::size_t src_stride, int rows,
                             std::size_t width) {
-  CUDA_CHECK(cudaMemcpy2DAsync(dst.get(), dst_stride * sizeof(float), src.get(),
-                               src_stride * sizeof(float), width * sizeof(float), rows,
-                               cudaMemcpyDeviceToDevice, stream_));
+  launch(&cuda::memcpy2d_async, dst.get(), dst_stride * sizeof(float), src.get(),
+         src_stride * sizeof(float), width * sizeof(float), static_cast<std::size_t>(rows),
+         cudaMemcpyDeviceToDevice);
 }
 
 void CudaBackend::unshard_vocab(CF gathered, int rows, int tp, int v_local, F out) {
   const std::size_t local = static_cast<std::size_t>(rows) * v_local;
   const std::size_t V = static_cast<std::size_t>(tp) * v_local;
   for (int r = 0; r < tp; ++r)
-    CUDA_CHECK(cudaMemcpy2DAsync(out.get() + static_cast<std::size_t>(r) * v_local,
-                                 V * sizeof(float), gathered.get() + r * local,
-                                 static_cast<std::size_t>(v_local) * sizeof(float),
-                                 static_cast<std::size_t>(v_local) * sizeof(float), rows,
-                                 cudaMemcpyDeviceToDevice, stream_));
+    launch(&cuda::memcpy2d_async, out.get() + static_cast<std::size_t>(r) * v_local,
+           V * sizeof(float), gathered.get() + r * local,
+           static_cast<std::size_t>(v_local) * sizeof(float),
+           static_cast<std::size_t>(v_local) * sizeof(float), static_cast<std::size_t>(rows),
+           cudaMemcpyDeviceToDevice);
 }
 
 void CudaBackend::read(CF src, std::size_t count, float* host) {
+  SPEC_CHECK(!graphs_->recording(), "read inside a forward pass recorded as a step graph");
   CUDA_CHECK(
       cudaMemcpyAsync(host, src.get(), count * sizeof(float), cudaMemcpyDeviceToHost, stream_));
   ctx_->synchronize();

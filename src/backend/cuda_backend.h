@@ -25,6 +25,7 @@
 #include "kernels/cuda/device_buffer.h"
 #include "kernels/cuda/device_context.h"
 #include "kernels/cuda/ops.h"
+#include "kernels/cuda/step_graphs.h"
 
 namespace specrun {
 
@@ -49,11 +50,20 @@ class CudaContext {
   // an error naming the rank) and adds the finished collectives' time to their timing.
   void synchronize();
 
+  // Step graphs (kernels/cuda/step_graphs.h) for the forward passes of this rank's models that
+  // allow them (parallel.cuda_graphs; on by default). Read at the start of every pass.
+  bool step_graphs() const { return step_graphs_; }
+  void set_step_graphs(bool on) { step_graphs_ = on; }
+  // Counts over all of this rank's models.
+  cuda::StepGraphStats& step_graph_stats() { return graph_stats_; }
+
  private:
   std::unique_ptr<cuda::DeviceContext> device_;
   MpiComm& self_group_;
   double timeout_s_;
   std::unique_ptr<NcclComm> tp_, self_;
+  bool step_graphs_ = true;
+  cuda::StepGraphStats graph_stats_;
 };
 
 // The bandwidth reference on a device: a device-to-device copy of `bytes` bytes (read + write)
@@ -141,24 +151,27 @@ class CudaBackend {
   Weight prepare_tied(const Weight& lm_head) const { return lm_head; }
   KvBlock new_kv_block(const KvShape& shape, int capacity) const;
 
+  // A forward pass: stages the batch (one pinned host-to-device copy), then, with step_graph
+  // and the context's step graphs on and at most cuda::kMaxGemvTokens tokens (decode, verify,
+  // drafting), records the pass's launches until end_forward issues them as one CUDA graph
+  // (kernels/cuda/step_graphs.h). Larger passes (prefill, through cuBLAS) run launch by launch.
   void begin_forward(std::span<const SeqSpan<KvBlock>> seqs, const std::int32_t* tokens,
-                     const std::int32_t* positions, int n);
+                     const std::int32_t* positions, int n, bool step_graph);
   template <class Comm>
-  void end_forward(Comm&) {}
+  void end_forward(Comm&) {
+    finish_forward();
+  }
 
   void embed(const Weight& table, int vocab_begin, F x);
   void rope_table(const Floats& inv_freq, int head_dim, F table);
   void rope_apply(F x, int n, int heads, int head_dim, std::int64_t row_stride, CF table);
   void linear(CF x, int n, const Weight& w, const Weight* bias, F y);
-  void linear_multi(CF x, int n, std::span<const LinearOut> outs) {
-    compose_linear_multi(*this, x, n, outs);
-  }
+  // Decode and verify windows: one launch (cuda::matmul_multi); prefill: each on its own.
+  void linear_multi(CF x, int n, std::span<const LinearOut> outs);
   void swiglu(CF x, int n, const Weight& gate_up, F y);
   void silu_mul(CF gate, CF up, F y, std::size_t n);
   void rmsnorm(CF x, int n, int dim, const Weight& w, float eps, F y);
-  void add_rmsnorm(F x, CF delta, int n, int dim, const Weight& w, float eps, F y) {
-    compose_add_rmsnorm(*this, x, delta, n, dim, w, eps, y);
-  }
+  void add_rmsnorm(F x, CF delta, int n, int dim, const Weight& w, float eps, F y);
   void add_inplace(F y, CF x, std::size_t n);
   void add_bias(F y, const Weight& bias, int n, int dim);
   KvRows kv_rows(int layer, int row_floats);
@@ -183,11 +196,22 @@ class CudaBackend {
   // host-to-device copy from pinned memory.
   cuda::PinnedBuffer staging_host_;
   cuda::DeviceBuffer staging_;
+  // Recorded after each pass: the pinned staging buffer is rewritten only once the pass that
+  // copies from it has run.
+  cuda::Event staged_;
+  bool staged_pending_ = false;
+  std::unique_ptr<cuda::StepGraphs> graphs_;
   cuda::KvSlot *slots_ = nullptr, *last_slots_ = nullptr;
   std::int32_t *tokens_ = nullptr, *positions_ = nullptr, *last_rows_ = nullptr;
   int n_ = 0, n_seqs_ = 0;
   // `rows` copied to the device (keep_rows_dev_), valid until the next call.
   const std::int32_t* upload_rows(std::span<const int> rows);
+  void finish_forward();
+  // fn(stream_, args...) now, or recorded into the pass's step graph.
+  template <class... P, class... A>
+  void launch(void (*fn)(cudaStream_t, P...), A&&... args) {
+    graphs_->launch(fn, stream_, std::forward<A>(args)...);
+  }
   std::vector<std::int32_t> paths_, keep_rows_;  // token-tree paths; kv_keep's / gather's rows
   std::vector<int> path_at_;                     // per token: its path's first entry, or -1
   cuda::DeviceBuffer keep_rows_dev_;

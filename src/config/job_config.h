@@ -55,6 +55,7 @@ struct ParallelSection {
   std::string backend = "cpu";  // cpu | cuda
   int threads = 0;              // CPU threads per rank; 0 = automatic
   double comm_timeout_s = 600;  // a collective that takes longer is an error
+  bool cuda_graphs = true;      // CUDA: forward passes of <= 64 tokens as captured step graphs
 };
 
 struct DataSection {

@@ -142,6 +142,10 @@ void for_each_option(Config& config, Visitor&& visit) {
       S{"parallel", "comm_timeout_s", "Seconds a collective may take before the job fails."}.above(
           0, 86400),
       config.parallel.comm_timeout_s);
+  visit(S{"parallel", "cuda_graphs",
+          "backend = cuda: issue each decode, verify and drafting pass (at most 64 tokens, one "
+          "rank per model) as a CUDA graph captured once per shape; false: launch by launch."},
+        config.parallel.cuda_graphs);
   // [data]
   visit(S{"data", "prompts", "HDF5 prompt file (make one with `specrun prepare`)."}.required(),
         config.data.prompts);

@@ -229,6 +229,7 @@ RankModels load_models(const JobConfig& config, BackendKind backend, MpiComm& tp
   check_target_dtype(config, target_ckpt);
   m.factory = std::make_unique<ModelFactory>(backend, tp_comm, self_comm, world, threads,
                                              config.parallel.comm_timeout_s);
+  m.factory->set_step_graphs(config.parallel.cuda_graphs);
   m.target = m.factory->load(target_ckpt, /*sharded=*/true);
   m.ops = make_token_ops(backend, m.factory->cuda_context());
   if (config.uses_mode(kModeSpeculative)) {
@@ -238,6 +239,26 @@ RankModels load_models(const JobConfig& config, BackendKind backend, MpiComm& tp
     m.drafter = make_drafter(config, context);
   }
   return m;
+}
+
+// On CUDA, a greedy speculative job whose verify passes exceed the batch-invariant token count
+// may differ from its baseline at a near-tie (backend.h kCudaBatchInvariantTokens): say so, with
+// the batch size that keeps the guarantee.
+void warn_batch_variance(const JobConfig& config, BackendKind backend, const Logger& log) {
+  if (backend != BackendKind::kCuda || config.decode.temperature > 0 ||
+      !config.uses_mode(kModeSpeculative))
+    return;
+  const int window =
+      1 + (config.decode.tree_top_k > 1 ? config.decode.tree_nodes : config.decode.draft_len);
+  if (static_cast<std::int64_t>(config.data.batch_size) * window <= kCudaBatchInvariantTokens)
+    return;
+  std::ostringstream line;
+  line << "data.batch_size " << config.data.batch_size << " x " << window
+       << " tokens per verify window exceeds the " << kCudaBatchInvariantTokens
+       << " tokens the CUDA kernels keep batch-invariant: speculative greedy output may differ "
+          "from baseline at a near-tie; data.batch_size <= "
+       << std::max(1, kCudaBatchInvariantTokens / window) << " keeps them identical";
+  log.warn(line.str());
 }
 
 // How the prompts are cut into batches.
@@ -418,6 +439,7 @@ int run_job(const JobConfig& config, MpiSession& mpi, const RunOptions& options)
     log.info(line.str());
   }
   if (backend != BackendKind::kCpu) log.info("backend: " + models.factory->description());
+  warn_batch_variance(config, backend, log);
   Communicator& decisions = models.factory->tp_comm();
   BatchDecoder decoder(*models.target, models.drafter.get(), *models.ops, decisions, decode);
 
@@ -441,6 +463,8 @@ int run_job(const JobConfig& config, MpiSession& mpi, const RunOptions& options)
     world_comm.barrier();
     return kExitStopped;
   }
+  if (const std::string graphs = models.factory->step_graph_report(); !graphs.empty())
+    log.info(graphs);
   if (world.is_root()) {
     writer->finish();
     writer.reset();

@@ -148,7 +148,8 @@ ForwardResult Eagle3Model<B>::forward(std::span<const SeqChunk> batch, const Row
                                                      << " of " << n << " tokens");
   for (int r : rows)
     SPEC_CHECK(r >= 0 && r < source.rows, "EAGLE-3 head: input row " << r << " of " << source.rows);
-  Base::stage_batch(batch, n);
+  // Not as a step graph: the head gathers its input rows from host indices (gather_rows).
+  Base::stage_batch(batch, n, false);
   const float eps = c.rms_norm_eps;
   const std::size_t N = static_cast<std::size_t>(n);
 

@@ -126,7 +126,9 @@ ForwardResult LlamaModel<B>::forward(std::span<const SeqChunk> batch,
     capture_slot_[id] = c;
   }
 
-  Base::stage_batch(batch, n);
+  // One rank: every op of the pass is the backend's, so it may run as one graph (CUDA). With
+  // tp > 1 the collectives sit between the ops.
+  Base::stage_batch(batch, n, tp_ == 1);
 
   // One cos/sin table per forward: every layer rotates q and k at the same positions.
   b_.rope_table(inv_freq_dev_, config_.head_dim,

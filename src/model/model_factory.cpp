@@ -4,6 +4,9 @@
 #include "common/error.h"
 #include "model/checkpoint.h"
 
+#include <iomanip>
+#include <sstream>
+
 #ifdef SPECRUN_HAVE_CUDA
 #include "kernels/cuda/device_info.h"
 #endif
@@ -35,6 +38,28 @@ ModelFactory::ModelFactory(BackendKind backend, MpiComm& tp_comm, MpiComm& self_
 }
 
 ModelFactory::~ModelFactory() = default;
+
+void ModelFactory::set_step_graphs(bool on) {
+#ifdef SPECRUN_HAVE_CUDA
+  if (cuda_) cuda_->set_step_graphs(on);
+#else
+  (void)on;
+#endif
+}
+
+std::string ModelFactory::step_graph_report() const {
+#ifdef SPECRUN_HAVE_CUDA
+  if (cuda_) {
+    const cuda::StepGraphStats& s = cuda_->step_graph_stats();
+    std::ostringstream out;
+    out << "step graphs " << (cuda_->step_graphs() ? "on" : "off") << ": " << s.replays << " of "
+        << s.steps << " passes replayed, " << s.captures << " graphs captured (" << std::fixed
+        << std::setprecision(1) << s.capture_ms << " ms), " << s.eager << " launched one by one";
+    return out.str();
+  }
+#endif
+  return "";
+}
 
 std::unique_ptr<LanguageModel> ModelFactory::load(const Checkpoint& checkpoint, bool sharded) {
 #ifdef SPECRUN_HAVE_CUDA

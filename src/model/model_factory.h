@@ -51,6 +51,13 @@ class ModelFactory {
   // The rank's CUDA state (nullptr on the CPU backend): token decisions run on its stream.
   CudaContext* cuda_context();
 
+  // CUDA: whether forward passes may run as step graphs (parallel.cuda_graphs; default on);
+  // nothing on the CPU backend.
+  void set_step_graphs(bool on);
+  // CUDA: "step graphs: R of S passes replayed, C captured (M ms), E launched one by one";
+  // empty on the CPU backend.
+  std::string step_graph_report() const;
+
   // "cpu, 4 threads" or "cuda device 0 (NVIDIA H200, GPU-<uuid>, sm_90, SASS sm_90)", plus a
   // note worth logging when there is one (per-task GPU binding).
   const std::string& description() const { return description_; }

@@ -60,10 +60,14 @@ std::vector<std::uint8_t> encode(const std::vector<float>& v, DType dtype) {
   return out;
 }
 
+// On the kernels' stream, which does not wait for the legacy default stream (a pageable
+// cudaMemcpy may return before its DMA has landed).
 template <typename T>
 cuda::DeviceBuffer to_device(const std::vector<T>& v) {
   cuda::DeviceBuffer b(std::max<std::size_t>(1, v.size() * sizeof(T)));
-  CUDA_CHECK(cudaMemcpy(b.get(), v.data(), v.size() * sizeof(T), cudaMemcpyHostToDevice));
+  CUDA_CHECK(cudaMemcpyAsync(b.get(), v.data(), v.size() * sizeof(T), cudaMemcpyHostToDevice,
+                             context()->stream()));
+  CUDA_CHECK(cudaStreamSynchronize(context()->stream()));
   return b;
 }
 

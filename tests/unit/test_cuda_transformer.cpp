@@ -6,7 +6,10 @@
 //  - a verify window gives bit-identical logits to decoding the same tokens one by one, and
 //    truncate-and-redo equals no rollback (this is what makes greedy speculative == baseline);
 //  - greedy continuations equal the CPU model's, token for token (F32 weights);
-//  - the NCCL communicator's timing is filled from CUDA events without extra synchronisation.
+//  - the NCCL communicator's timing is filled from CUDA events without extra synchronisation;
+//  - step graphs (kernels/cuda/step_graphs.h): decode steps, verify windows and token trees
+//    replayed from captured graphs give bitwise the logits of the passes launched one by one,
+//    across batch sizes, rollbacks and a buffer that grows mid-run.
 // Skips visibly without a CUDA build or without a device.
 #include <gtest/gtest.h>
 
@@ -25,6 +28,7 @@ TEST(CudaTransformer, RequiresCudaBuild) {
 #include <cmath>
 #include <cstring>
 #include <filesystem>
+#include <iostream>
 #include <memory>
 #include <string>
 #include <vector>
@@ -224,6 +228,96 @@ TEST(CudaTransformer, GreedyContinuationEqualsCpu) {
       lc = run(cpu_model, *cc, {tc}, false);
       lg = run(gpu_model, *gc, {tg}, false);
     }
+  }
+}
+
+// The same passes with step graphs off and on: decode steps of two sequences, verify windows of
+// 5 with rollback, a token tree of 8 nodes (root + 7) with rollback, then a third sequence (a
+// new batch size, and larger scratch buffers).
+std::vector<float> graph_workload(LanguageModel& m, int vocab) {
+  std::vector<float> all, logits;
+  auto keep = [&] { all.insert(all.end(), logits.begin(), logits.end()); };
+  std::vector<std::unique_ptr<KvCache> > caches;
+  for (int s = 0; s < 3; ++s) caches.push_back(m.new_cache(160));
+  for (int s = 0; s < 3; ++s) {
+    const auto p = prompt(12 + 5 * s, vocab, 30 + s);
+    SeqChunk pre{caches[s].get(), p.data(), static_cast<int>(p.size())};
+    m.forward({&pre, 1}, false, logits);
+    keep();
+  }
+  for (int step = 0; step < 12; ++step) {
+    const int n_seqs = step < 8 ? 2 : 3;
+    std::vector<std::int32_t> tok(n_seqs);
+    std::vector<SeqChunk> batch;
+    for (int s = 0; s < n_seqs; ++s) {
+      tok[s] = (step * 131 + s * 17 + 5) % vocab;
+      batch.push_back(SeqChunk{caches[s].get(), &tok[s], 1});
+    }
+    m.forward(batch, false, logits);
+    keep();
+    if (step % 3 == 2) {  // a verify window of 5 per sequence, all logits, then rolled back
+      std::vector<std::vector<std::int32_t> > win(n_seqs);
+      std::vector<int> len(n_seqs);
+      batch.clear();
+      for (int s = 0; s < n_seqs; ++s) {
+        win[s] = prompt(5, vocab, step + 7 * s);
+        len[s] = caches[s]->length();
+        batch.push_back(SeqChunk{caches[s].get(), win[s].data(), 5});
+      }
+      m.forward(batch, true, logits);
+      keep();
+      for (int s = 0; s < n_seqs; ++s) caches[s]->truncate(len[s]);
+    }
+  }
+  for (int rep = 0; rep < 3; ++rep) {  // a tree: root (chain) + 7 nodes, parents by slot
+    KvCache& c = *caches[0];
+    const int P = c.length();
+    const std::vector<std::int32_t> tokens = {3, 11, 12, 13, 21, 22, 31, 32};
+    const std::vector<std::int32_t> parents = {kChainParent, P, P, P, P + 1, P + 1, P + 4, P + 2};
+    SeqChunk tree{&c, tokens.data(), 8, parents.data()};
+    m.forward({&tree, 1}, true, logits);
+    keep();
+    c.truncate(P);
+  }
+  return all;
+}
+
+TEST(CudaTransformer, StepGraphsReplayBitwiseThePassesLaunchedOneByOne) {
+  REQUIRE_DEVICE();
+  GpuRank rank;
+  for (DType dt : {DType::kBF16, DType::kF32}) {
+    Checkpoint ckpt(synthetic_target(dt));
+    auto owned = rank.load(ckpt);
+    LanguageModel& m = *owned;
+    const int V = ckpt.config().vocab_size;
+    // The context's counts add up over the loop: compare with the counts at each point.
+    const cuda::StepGraphStats start = rank.context.step_graph_stats();
+    rank.context.set_step_graphs(false);
+    const auto eager = graph_workload(m, V);
+    const cuda::StepGraphStats before = rank.context.step_graph_stats();
+    EXPECT_EQ(before.replays, start.replays) << "graphs off, yet a pass was replayed";
+    EXPECT_EQ(before.steps, start.steps) << "graphs off, yet a pass was recorded";
+    rank.context.set_step_graphs(true);
+    const auto graphed = graph_workload(m, V);
+    const auto again = graph_workload(m, V);  // every shape seen: mostly replays
+    const cuda::StepGraphStats& after = rank.context.step_graph_stats();
+    ASSERT_EQ(eager.size(), graphed.size());
+    std::size_t first = eager.size();
+    for (std::size_t i = 0; i < eager.size() && first == eager.size(); ++i)
+      if (std::memcmp(&eager[i], &graphed[i], sizeof(float)) != 0) first = i;
+    EXPECT_EQ(first, eager.size())
+        << dtype_name(dt) << ": logits of step graphs differ from the "
+        << "passes launched one by one, first at value " << first << " (row " << first / V
+        << "): " << eager[first] << " vs " << graphed[first];
+    EXPECT_EQ(0, std::memcmp(eager.data(), again.data(), eager.size() * sizeof(float)))
+        << dtype_name(dt) << ": a second round of replays differs";
+    EXPECT_GT(after.captures, before.captures) << "no step graph was captured";
+    EXPECT_GT(after.replays - before.replays, 20)
+        << "step graphs were captured but hardly replayed (" << after.replays - before.replays
+        << " replays, " << after.eager - before.eager << " eager)";
+    std::cout << dtype_name(dt) << ": " << after.steps - before.steps << " graphable passes, "
+              << after.captures - before.captures << " captures, " << after.replays - before.replays
+              << " replays, " << after.eager - before.eager << " eager\n";
   }
 }
 

@@ -1,0 +1,127 @@
+// Step graphs: the launches of one forward step recorded, then issued as one CUDA graph.
+//
+// A decode or verify step of one shape issues the same few hundred launches every time, with the
+// same arguments: only the contents of its inputs change (tokens, positions and cache slots,
+// copied from one pinned host buffer by the step's first launch). Issued one by one, each costs
+// the host a few microseconds and the device a gap; the story specrun exists for is a verify
+// step that ran that way. StepGraphs records a step's launches (the function and its arguments,
+// nothing run yet); at the end of the step it looks the exact list up among the graphs it made:
+//   - found: the step is one cudaGraphLaunch (a replay);
+//   - the same list was seen once before: captured into a graph (stream capture of the same
+//     launches), instantiated, launched, kept;
+//   - otherwise (first sight, a list that allocated device memory while recording, graphs off,
+//     or kMaxGraphs reached): the recorded launches run as they are.
+// Identical function and argument lists mean identical launches, so a replay is exactly the step
+// it stands for, and the outputs are bitwise those of the launches run one by one.
+//
+// Arguments must be pointers, integers, enums or floating-point values (the list compares them
+// by value; a pointer's target is read when the launch runs, as it would be without a graph).
+// While recording, buffers freed by a (re)allocation are kept until the step is issued
+// (DeferFrees, device_buffer.h). Nothing may synchronise the stream or read results between
+// begin() and end(). One StepGraphs per model on one stream; not thread-safe.
+#pragma once
+
+#include <cuda_runtime.h>
+
+#include <cstdint>
+#include <cstring>
+#include <functional>
+#include <memory>
+#include <tuple>
+#include <type_traits>
+#include <unordered_map>
+#include <utility>
+#include <vector>
+
+#include "kernels/cuda/device_buffer.h"
+
+namespace specrun::cuda {
+
+// Counts over every StepGraphs of a rank (CudaContext owns one).
+struct StepGraphStats {
+  long long steps = 0;     // steps recorded (graphable steps)
+  long long replays = 0;   // steps issued as a kept graph
+  long long captures = 0;  // graphs made
+  long long eager = 0;     // graphable steps whose launches ran one by one
+  double capture_ms = 0;   // host time spent capturing and instantiating
+};
+
+// cudaMemcpyAsync / cudaMemcpy2DAsync as launches (checked), for StepGraphs::launch.
+void memcpy_async(cudaStream_t stream, void* dst, const void* src, std::size_t bytes,
+                  cudaMemcpyKind kind);
+void memcpy2d_async(cudaStream_t stream, void* dst, std::size_t dst_pitch, const void* src,
+                    std::size_t src_pitch, std::size_t width, std::size_t height,
+                    cudaMemcpyKind kind);
+
+class StepGraphs {
+ public:
+  static constexpr int kMaxGraphs = 256;  // per model: shapes x batch sizes in practice
+
+  // stats: where the counts go (must outlive this object).
+  explicit StepGraphs(StepGraphStats& stats) : stats_(&stats) {}
+  ~StepGraphs();
+  StepGraphs(const StepGraphs&) = delete;
+  StepGraphs& operator=(const StepGraphs&) = delete;
+
+  // A step starts. record = false: launches run as they come (a prefill through cuBLAS, a model
+  // whose collectives are not launches of this object, graphs turned off).
+  void begin(bool record);
+  bool recording() const { return recording_; }
+
+  // fn(args...) now, or recorded for end() while recording. The arguments convert to fn's
+  // parameter types here.
+  template <class... P, class... A>
+  void launch(void (*fn)(P...), A&&... args) {
+    using Args = std::tuple<std::decay_t<P>...>;
+    Args t(std::forward<A>(args)...);
+    if (!recording_) {
+      std::apply(fn, t);
+      return;
+    }
+    put(reinterpret_cast<std::uintptr_t>(fn));
+    std::apply([this](const auto&... v) { (put(v), ...); }, t);
+    ops_.emplace_back([fn, t] { std::apply(fn, t); });
+  }
+
+  // Issues the recorded step on `stream` (see the header comment). No-op when not recording.
+  void end(cudaStream_t stream);
+  // Graphs kept now.
+  int graphs() const { return n_graphs_; }
+
+ private:
+  struct Graph {
+    std::vector<std::uint64_t> signature;
+    cudaGraphExec_t exec = nullptr;
+  };
+
+  template <class T>
+  void put(const T& v) {
+    if constexpr (std::is_pointer_v<T>) {
+      signature_.push_back(reinterpret_cast<std::uintptr_t>(v));
+    } else if constexpr (std::is_enum_v<T>) {
+      signature_.push_back(static_cast<std::uint64_t>(static_cast<std::underlying_type_t<T>>(v)));
+    } else if constexpr (std::is_integral_v<T>) {
+      signature_.push_back(static_cast<std::uint64_t>(v));
+    } else if constexpr (std::is_floating_point_v<T>) {
+      std::uint64_t bits = 0;
+      std::memcpy(&bits, &v, sizeof(T));
+      signature_.push_back(bits);
+    } else {
+      static_assert(std::is_pointer_v<T>, "step-graph launch arguments: pointers, numbers, enums");
+    }
+  }
+  void run_recorded();
+  cudaGraphExec_t capture(cudaStream_t stream);
+
+  StepGraphStats* stats_;
+  bool recording_ = false;
+  std::uint64_t epoch_at_begin_ = 0;
+  std::unique_ptr<DeferFrees> defer_;
+  std::vector<std::uint64_t> signature_;
+  std::vector<std::function<void()>> ops_;
+  std::unordered_map<std::uint64_t, std::vector<Graph>> graphs_;  // by signature hash
+  std::unordered_map<std::uint64_t, int> seen_;                   // signature hash -> times
+  int n_graphs_ = 0;
+};
+
+}  // namespace specrun::cuda

@@ -1,0 +1,380 @@
+// The CUDA kernels against an independent float64 reference, by relative L2 error
+// ||out - ref|| / ||ref|| (label "gpu"):
+//  - inputs are drawn fresh every run (the seed is printed, and in every failure message, so a
+//    failure can be replayed with SPECRUN_TEST_SEED);
+//  - outputs are poisoned with NaN before each launch, so an element the kernel did not write
+//    fails, and NaN never passes;
+//  - tolerances: float32 arithmetic 1e-5 (far under 1e-3); activations rounded to BF16 for
+//    cuBLAS (prefill) 1e-2, to F16 2e-3;
+//  - the fused ops (q/k/v in one launch, gate/up with SiLU, residual add with RMSNorm) give
+//    bitwise what the compositions they replace give, on the same device.
+// Skips visibly without a CUDA build or without a device.
+#include <gtest/gtest.h>
+
+#ifndef SPECRUN_HAVE_CUDA
+
+TEST(CudaKernels, RequiresCudaBuild) {
+  GTEST_SKIP() << "built without CUDA (-DSPECRUN_CUDA=OFF): no CUDA kernels to test";
+}
+
+#else
+
+#include <cmath>
+#include <cstdint>
+#include <cstdlib>
+#include <cstring>
+#include <iostream>
+#include <random>
+#include <string>
+#include <vector>
+
+#include "cuda_test_util.h"
+#include "kernels/cpu/dtype.h"
+#include "kernels/cuda/device_buffer.h"
+#include "kernels/cuda/ops.h"
+
+using namespace specrun;
+
+namespace {
+
+std::uint32_t run_seed() {
+  static const std::uint32_t seed = [] {
+    const char* fixed = std::getenv("SPECRUN_TEST_SEED");
+    const std::uint32_t s = fixed != nullptr
+                                ? static_cast<std::uint32_t>(std::strtoul(fixed, nullptr, 10))
+                                : std::random_device{}();
+    std::cout << "test_cuda_kernels seed " << s << " (SPECRUN_TEST_SEED=" << s << " replays it)\n";
+    return s;
+  }();
+  return seed;
+}
+
+std::string seed_note() {
+  return " [SPECRUN_TEST_SEED=" + std::to_string(run_seed()) + "]";
+}
+
+std::vector<float> randn(std::size_t n, std::uint32_t salt, float scale = 1.0f) {
+  std::mt19937 rng(run_seed() * 2654435761u + salt);
+  std::normal_distribution<float> dist(0.0f, scale);
+  std::vector<float> v(n);
+  for (float& x : v) x = dist(rng);
+  return v;
+}
+
+cudaStream_t stream() {
+  return test::device_context()->stream();
+}
+
+// Values as stored in `dtype` (raw bytes) and the float32 values those bytes mean.
+struct Stored {
+  std::vector<std::uint8_t> bytes;
+  std::vector<float> wide;
+};
+Stored store(const std::vector<float>& v, DType dtype) {
+  Stored s;
+  s.bytes.resize(v.size() * dtype_size(dtype));
+  s.wide.resize(v.size());
+  for (std::size_t i = 0; i < v.size(); ++i) {
+    if (dtype == DType::kF32) {
+      std::memcpy(s.bytes.data() + 4 * i, &v[i], 4);
+      s.wide[i] = v[i];
+    } else {
+      const std::uint16_t h = dtype == DType::kBF16 ? f32_to_bf16(v[i]) : f32_to_f16(v[i]);
+      std::memcpy(s.bytes.data() + 2 * i, &h, 2);
+      s.wide[i] = dtype == DType::kBF16 ? bf16_to_f32(h) : f16_to_f32(h);
+    }
+  }
+  return s;
+}
+
+// Copies and fills go on the kernels' stream: the context's stream does not wait for the legacy
+// default stream, and a cudaMemcpy from pageable memory may return before its DMA has landed (a
+// kernel on another stream could then read stale memory; seen on an H200 as wrong outputs that
+// vanished under compute-sanitizer).
+template <typename T>
+cuda::DeviceBuffer upload(const std::vector<T>& v) {
+  cuda::DeviceBuffer b(std::max<std::size_t>(1, v.size() * sizeof(T)));
+  CUDA_CHECK(
+      cudaMemcpyAsync(b.get(), v.data(), v.size() * sizeof(T), cudaMemcpyHostToDevice, stream()));
+  CUDA_CHECK(cudaStreamSynchronize(stream()));
+  return b;
+}
+
+// A float32 output buffer of n values, filled with NaN (all bits set).
+cuda::DeviceBuffer poisoned(std::size_t n) {
+  cuda::DeviceBuffer b(std::max<std::size_t>(1, n * sizeof(float)));
+  CUDA_CHECK(cudaMemsetAsync(b.get(), 0xFF, n * sizeof(float), stream()));
+  return b;
+}
+
+std::vector<float> download(const cuda::DeviceBuffer& b, std::size_t n) {
+  CUDA_CHECK(cudaStreamSynchronize(stream()));
+  std::vector<float> v(n);
+  CUDA_CHECK(cudaMemcpy(v.data(), b.get(), n * sizeof(float), cudaMemcpyDeviceToHost));
+  return v;
+}
+
+// ||out - ref|| / ||ref||; infinity when out has a NaN or an infinity.
+double rel_l2(const std::vector<float>& out, const std::vector<double>& ref) {
+  double num = 0, den = 0;
+  for (std::size_t i = 0; i < ref.size(); ++i) {
+    if (!std::isfinite(out[i])) return INFINITY;
+    num += (out[i] - ref[i]) * (out[i] - ref[i]);
+    den += ref[i] * ref[i];
+  }
+  return std::sqrt(num / std::max(den, 1e-300));
+}
+
+void expect_l2(const std::string& what, const std::vector<float>& out,
+               const std::vector<double>& ref, double tol) {
+  ASSERT_EQ(out.size(), ref.size()) << what;
+  const double e = rel_l2(out, ref);
+  std::size_t worst = 0;
+  double worst_err = -1;
+  for (std::size_t i = 0; i < ref.size(); ++i) {
+    const double err = std::isfinite(out[i]) ? std::fabs(out[i] - ref[i]) : INFINITY;
+    if (err > worst_err) worst_err = err, worst = i;
+  }
+  EXPECT_LE(e, tol) << what << ": relative L2 error " << e << " > " << tol << "; worst element "
+                    << worst << " expected " << ref[worst] << ", got " << out[worst] << seed_note();
+  std::cout << "  " << what << ": rel L2 " << e << " (limit " << tol << ")\n";
+}
+
+void expect_bitwise(const std::string& what, const std::vector<float>& a,
+                    const std::vector<float>& b) {
+  ASSERT_EQ(a.size(), b.size()) << what;
+  for (std::size_t i = 0; i < a.size(); ++i)
+    if (std::memcmp(&a[i], &b[i], sizeof(float)) != 0) {
+      ADD_FAILURE() << what << ": element " << i << " differs: " << a[i] << " vs " << b[i]
+                    << seed_note();
+      return;
+    }
+}
+
+// y[t, o] = sum_i x[t, i] * w[o, i] (+ bias[o]) in float64.
+std::vector<double> ref_matmul(const std::vector<float>& x, int n, int in,
+                               const std::vector<float>& w, int out,
+                               const std::vector<float>* bias) {
+  std::vector<double> y(static_cast<std::size_t>(n) * out);
+  for (int t = 0; t < n; ++t)
+    for (int o = 0; o < out; ++o) {
+      double s = bias != nullptr ? (*bias)[o] : 0.0;
+      for (int i = 0; i < in; ++i)
+        s += static_cast<double>(x[static_cast<std::size_t>(t) * in + i]) *
+             w[static_cast<std::size_t>(o) * in + i];
+      y[static_cast<std::size_t>(t) * out + o] = s;
+    }
+  return y;
+}
+
+const char* name(DType d) {
+  return dtype_name(d);
+}
+
+}  // namespace
+
+TEST(CudaKernels, MatmulAgainstFloat64) {
+  REQUIRE_DEVICE();
+  struct Case {
+    int n, in, out;
+    bool bias;
+  };
+  // decode, verify window with an unaligned `in`, a 33-token tree window, prefill (cuBLAS).
+  const Case cases[] = {
+      {1, 2048, 512, false}, {5, 1000, 300, true}, {33, 512, 256, false}, {150, 512, 384, true}};
+  for (DType dt : {DType::kF32, DType::kBF16, DType::kF16}) {
+    std::uint32_t salt = 0;
+    for (const Case& c : cases) {
+      const auto x = randn(static_cast<std::size_t>(c.n) * c.in, ++salt);
+      const Stored w = store(randn(static_cast<std::size_t>(c.out) * c.in, ++salt, 0.05f), dt);
+      const auto bias = randn(c.out, ++salt);
+      const auto ref = ref_matmul(x, c.n, c.in, w.wide, c.out, c.bias ? &bias : nullptr);
+      auto dx = upload(x), dw = upload(w.bytes), db = upload(bias);
+      auto dy = poisoned(ref.size());
+      cuda::DeviceBuffer scratch(
+          std::max<std::size_t>(1, cuda::matmul_scratch_bytes(c.n, c.in, dt)));
+      cuda::matmul(test::device_context()->cublas(), stream(), dx.as<float>(), c.n, c.in, dw.get(),
+                   dt, c.out, c.bias ? db.as<float>() : nullptr, dy.as<float>(), scratch.get(),
+                   scratch.bytes());
+      const bool rounded = c.n > cuda::kMaxGemvTokens && dt != DType::kF32;
+      const double tol = !rounded ? 1e-5 : dt == DType::kBF16 ? 1e-2 : 2e-3;
+      expect_l2(std::string("matmul ") + name(dt) + " n=" + std::to_string(c.n) +
+                    " in=" + std::to_string(c.in) + " out=" + std::to_string(c.out),
+                download(dy, ref.size()), ref, tol);
+    }
+  }
+}
+
+TEST(CudaKernels, QkvInOneLaunchEqualsThreeMatmuls) {
+  REQUIRE_DEVICE();
+  const int in = 512, outs[3] = {512, 128, 128};
+  for (DType dt : {DType::kF32, DType::kBF16}) {
+    for (int n : {1, 5, 33}) {
+      const auto x = randn(static_cast<std::size_t>(n) * in, 100 + n);
+      std::vector<Stored> w;
+      std::vector<cuda::DeviceBuffer> dw, dy, dsep;
+      const auto bias = randn(outs[0], 7);
+      auto db = upload(bias);
+      for (int s = 0; s < 3; ++s) {
+        w.push_back(store(randn(static_cast<std::size_t>(outs[s]) * in, 200 + s, 0.05f), dt));
+        dw.push_back(upload(w[s].bytes));
+        dy.push_back(poisoned(static_cast<std::size_t>(n) * outs[s]));
+        dsep.push_back(poisoned(static_cast<std::size_t>(n) * outs[s]));
+      }
+      auto dx = upload(x);
+      cuda::matmul_multi(stream(), dx.as<float>(), n, in, dt, 3, dw[0].get(), outs[0],
+                         db.as<float>(), dy[0].as<float>(), dw[1].get(), outs[1], nullptr,
+                         dy[1].as<float>(), dw[2].get(), outs[2], nullptr, dy[2].as<float>());
+      for (int s = 0; s < 3; ++s)
+        cuda::matmul(nullptr, stream(), dx.as<float>(), n, in, dw[s].get(), dt, outs[s],
+                     s == 0 ? db.as<float>() : nullptr, dsep[s].as<float>(), nullptr, 0);
+      for (int s = 0; s < 3; ++s) {
+        const std::size_t count = static_cast<std::size_t>(n) * outs[s];
+        const std::string what = std::string("matmul_multi ") + name(dt) +
+                                 " n=" + std::to_string(n) + " output " + std::to_string(s);
+        const auto fused = download(dy[s], count);
+        expect_bitwise(what + " vs matmul", fused, download(dsep[s], count));
+        expect_l2(what, fused, ref_matmul(x, n, in, w[s].wide, outs[s], s == 0 ? &bias : nullptr),
+                  1e-5);
+      }
+    }
+  }
+}
+
+TEST(CudaKernels, SwigluInOneLaunchEqualsTwoMatmulsAndSiluMul) {
+  REQUIRE_DEVICE();
+  const int in = 768, rows = 1000;  // rows not a multiple of the block's 4
+  for (DType dt : {DType::kF32, DType::kBF16, DType::kF16}) {
+    for (int n : {1, 4, 64}) {
+      const auto x = randn(static_cast<std::size_t>(n) * in, 300 + n);
+      const Stored gu = store(randn(2 * static_cast<std::size_t>(rows) * in, 301, 0.05f), dt);
+      auto dx = upload(x), dgu = upload(gu.bytes);
+      const std::size_t count = static_cast<std::size_t>(n) * rows;
+      auto fused = poisoned(count), g = poisoned(count), u = poisoned(count), y = poisoned(count);
+      cuda::swiglu_gemv(stream(), dx.as<float>(), n, in, dgu.get(), dt, rows, fused.as<float>());
+      const std::byte* up =
+          dgu.as<std::byte>() + static_cast<std::size_t>(rows) * in * dtype_size(dt);
+      cuda::matmul(nullptr, stream(), dx.as<float>(), n, in, dgu.get(), dt, rows, nullptr,
+                   g.as<float>(), nullptr, 0);
+      cuda::matmul(nullptr, stream(), dx.as<float>(), n, in, up, dt, rows, nullptr, u.as<float>(),
+                   nullptr, 0);
+      cuda::silu_mul(stream(), g.as<float>(), u.as<float>(), y.as<float>(), count);
+      const std::string what = std::string("swiglu_gemv ") + name(dt) + " n=" + std::to_string(n);
+      const auto out = download(fused, count);
+      expect_bitwise(what + " vs matmul+matmul+silu_mul", out, download(y, count));
+      std::vector<float> gate_w(gu.wide.begin(),
+                                gu.wide.begin() + static_cast<std::ptrdiff_t>(rows) * in);
+      std::vector<float> up_w(gu.wide.begin() + static_cast<std::ptrdiff_t>(rows) * in,
+                              gu.wide.end());
+      const auto rg = ref_matmul(x, n, in, gate_w, rows, nullptr);
+      const auto ru = ref_matmul(x, n, in, up_w, rows, nullptr);
+      std::vector<double> ref(count);
+      for (std::size_t i = 0; i < count; ++i) ref[i] = rg[i] / (1.0 + std::exp(-rg[i])) * ru[i];
+      expect_l2(what, out, ref, 1e-5);
+    }
+  }
+}
+
+TEST(CudaKernels, AddRmsnormEqualsAddThenRmsnorm) {
+  REQUIRE_DEVICE();
+  const int dim = 2048;
+  for (DType dt : {DType::kF32, DType::kBF16}) {
+    for (int n : {1, 7, 200}) {
+      const std::size_t count = static_cast<std::size_t>(n) * dim;
+      const auto x = randn(count, 400 + n, 2.0f), delta = randn(count, 401 + n);
+      const Stored w = store(randn(dim, 402, 1.0f), dt);
+      auto x1 = upload(x), x2 = upload(x), d = upload(delta), dw = upload(w.bytes);
+      auto y1 = poisoned(count), y2 = poisoned(count);
+      cuda::add_rmsnorm(stream(), x1.as<float>(), d.as<float>(), n, dim, dw.get(), dt, 1e-5f,
+                        y1.as<float>());
+      cuda::add_inplace(stream(), x2.as<float>(), d.as<float>(), count);
+      cuda::rmsnorm(stream(), x2.as<float>(), n, dim, dw.get(), dt, 1e-5f, y2.as<float>());
+      const std::string what = std::string("add_rmsnorm ") + name(dt) + " n=" + std::to_string(n);
+      const auto out = download(y1, count);
+      expect_bitwise(what + " (output) vs add_inplace+rmsnorm", out, download(y2, count));
+      expect_bitwise(what + " (residual) vs add_inplace", download(x1, count), download(x2, count));
+      std::vector<double> ref(count);
+      for (int t = 0; t < n; ++t) {
+        double ss = 0;
+        for (int i = 0; i < dim; ++i) {
+          const double v = static_cast<double>(x[t * dim + i]) + delta[t * dim + i];
+          ss += v * v;
+        }
+        const double scale = 1.0 / std::sqrt(ss / dim + 1e-5);
+        for (int i = 0; i < dim; ++i)
+          ref[t * dim + i] =
+              (static_cast<double>(x[t * dim + i]) + delta[t * dim + i]) * scale * w.wide[i];
+      }
+      expect_l2(what, out, ref, 1e-5);
+    }
+  }
+}
+
+TEST(CudaKernels, AttentionOverTwoSequencesAgainstFloat64) {
+  REQUIRE_DEVICE();
+  // Two sequences with caches of 37 and 90 positions; 3 new tokens each (a verify window).
+  const int heads = 8, kv_heads = 2, hd = 64, layers = 2, layer = 1, cap = 128, win = 3;
+  const int lens[2] = {37, 90};
+  const std::size_t row = static_cast<std::size_t>(kv_heads) * hd;
+  std::vector<std::vector<float> > caches(2);
+  std::vector<cuda::DeviceBuffer> dcache;
+  for (int s = 0; s < 2; ++s) {
+    caches[s] = randn(static_cast<std::size_t>(layers) * 2 * cap * row, 500 + s);
+    dcache.push_back(upload(caches[s]));
+  }
+  const int n = 2 * win;
+  const auto q = randn(static_cast<std::size_t>(n) * heads * hd, 510);
+  const auto knew = randn(static_cast<std::size_t>(n) * row, 511);
+  const auto vnew = randn(static_cast<std::size_t>(n) * row, 512);
+  std::vector<cuda::KvSlot> slots;
+  for (int s = 0; s < 2; ++s)
+    for (int i = 0; i < win; ++i)
+      slots.push_back(
+          cuda::KvSlot{dcache[s].as<float>(), cap, lens[s] + i, lens[s] + i, 0, nullptr});
+  auto dslots = upload(slots), dq = upload(q), dk = upload(knew), dv = upload(vnew);
+  auto out = poisoned(q.size());
+  cuda::kv_append(stream(), dk.as<float>(), dv.as<float>(), n, kv_heads, hd,
+                  dslots.as<cuda::KvSlot>(), layer);
+  cuda::attention(stream(), dq.as<float>(), n, heads, kv_heads, hd, dslots.as<cuda::KvSlot>(),
+                  layer, out.as<float>());
+  // Reference: the caches with the new keys and values written, causal softmax in float64.
+  for (int s = 0; s < 2; ++s)
+    for (int i = 0; i < win; ++i)
+      for (std::size_t e = 0; e < row; ++e) {
+        const std::size_t plane = static_cast<std::size_t>(cap) * row;
+        const std::size_t at = static_cast<std::size_t>(lens[s] + i) * row + e;
+        caches[s][(layer * 2) * plane + at] = knew[(s * win + i) * row + e];
+        caches[s][(layer * 2 + 1) * plane + at] = vnew[(s * win + i) * row + e];
+      }
+  std::vector<double> ref(q.size());
+  const double scale = 1.0 / std::sqrt(static_cast<double>(hd));
+  for (int t = 0; t < n; ++t) {
+    const int s = t / win, pos = lens[s] + t % win;
+    const std::size_t plane = static_cast<std::size_t>(cap) * row;
+    const float* K = caches[s].data() + layer * 2 * plane;
+    const float* V = K + plane;
+    for (int h = 0; h < heads; ++h) {
+      const int kv = h / (heads / kv_heads);
+      std::vector<double> sc(pos + 1);
+      double mx = -INFINITY;
+      for (int p = 0; p <= pos; ++p) {
+        double d = 0;
+        for (int e = 0; e < hd; ++e)
+          d += static_cast<double>(q[(static_cast<std::size_t>(t) * heads + h) * hd + e]) *
+               K[p * row + kv * hd + e];
+        sc[p] = d * scale;
+        mx = std::max(mx, sc[p]);
+      }
+      double sum = 0;
+      for (double& v : sc) sum += (v = std::exp(v - mx));
+      for (int e = 0; e < hd; ++e) {
+        double o = 0;
+        for (int p = 0; p <= pos; ++p) o += sc[p] * V[p * row + kv * hd + e];
+        ref[(static_cast<std::size_t>(t) * heads + h) * hd + e] = o / sum;
+      }
+    }
+  }
+  expect_l2("kv_append + attention (2 sequences, window 3)", download(out, q.size()), ref, 1e-5);
+}
+
+#endif  // SPECRUN_HAVE_CUDA
