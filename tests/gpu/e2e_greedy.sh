@@ -1,18 +1,30 @@
 #!/usr/bin/env bash
-# End to end on one GPU (label "gpu"): `specrun run` with parallel.backend = "cuda" under
-# mpirun -np 1, baseline and speculative greedy decoding of the same prompts with a synthetic
-# target/draft pair. Checks, with h5py:
-#   - speculative output == baseline output, token for token, for every prompt (BF16 and F32
-#     weights): the core invariant of speculative decoding, on the device;
+# End to end on one GPU (label "gpu"): `specrun run` with parallel.backend = "cuda" on one rank,
+# baseline and speculative greedy decoding of the same prompts. Checks, with h5py:
+#   - speculative output == baseline output, token for token, for every prompt: the core
+#     invariant of speculative decoding, on the device, for each drafter and shape (each verify
+#     pass within the 64 tokens of the batch-invariant kernels: batch x window <= 64):
+#       synthetic pair (BF16 and F32 weights), chain k = 4;
+#       the trained code-target / code-draft pair: chain k = 4 and a draft-model tree 4/5/15;
+#       code-target with its trained EAGLE-3 head (code-eagle3): chain k = 4, trees 4/5/15 and
+#       8/6/32 (the shapes of SGLang's --speculative-topk/num-steps/num-draft-tokens);
 #   - speculation accepted something (tau > 1) and every phase timing is finite and >= 0;
-#   - with F32 weights, the GPU's greedy outputs equal the CPU backend's for at least 90% of
-#     the prompts (float32 reordering may flip a near-tie, rarely).
+#   - the GPU's greedy outputs equal the CPU backend's for at least 90% of the prompts (synthetic
+#     F32 weights, the trained BF16 code-target, and code-target-f32 when present; both backends
+#     keep the weights' dtype and compute in float32, so only a reordering may flip a near-tie).
+# One rank: under `mpirun -np 1`, or started directly as a singleton MPI process when
+# SPECRUN_LAUNCH=direct (the GPU kit, scripts/gpu-kit.sh, has no mpirun).
 # Exits 77 (ctest: skipped) when no GPU is visible or the binary was built without CUDA.
 set -euo pipefail
 
 : "${SPECRUN_BIN:?SPECRUN_BIN must point to the specrun executable}"
-PY=/usr/bin/python3
-MPIRUN=(mpirun --oversubscribe -np 1)
+PY=${SPECRUN_PYTHON:-/usr/bin/python3}
+SHARED=${SPECRUN_SHARED_DIR:-$(cd "$(dirname "$0")/../.." && pwd)/../shared}
+if [[ ${SPECRUN_LAUNCH:-mpirun} == direct ]]; then
+  LAUNCH=()
+else
+  LAUNCH=(mpirun --oversubscribe -np 1)
+fi
 if ! nvidia-smi -L 2>/dev/null | grep -q "GPU"; then
   echo "SKIPPED: no GPU visible (nvidia-smi -L)"
   exit 77
@@ -27,36 +39,44 @@ fail() {
   exit 1
 }
 
-$PY - <<'PYEOF'
-import json, random
+# prompts NAME N VOCAB: N prompts of random ids (seeded), 8..90 tokens (some prefills above 64
+# tokens take the cuBLAS path).
+prompts() {
+  "$PY" - "$1" "$2" "$3" <<'PYEOF'
+import json, random, sys
+name, n, vocab = sys.argv[1], int(sys.argv[2]), int(sys.argv[3])
 random.seed(5)
-with open("prompts.jsonl", "w") as f:
-    for i in range(24):
-        n = random.randint(8, 90)  # some prefills above 64 tokens take the cuBLAS path
-        toks = [1] + [random.randint(3, 511) for _ in range(n - 1)]
-        f.write(json.dumps({"id": f"g{i}", "category": ["short", "long"][n > 40], "tokens": toks}) + "\n")
+with open(name + ".jsonl", "w") as f:
+    for i in range(n):
+        k = random.randint(8, 90)
+        toks = [1] + [random.randint(3, vocab - 1) for _ in range(k - 1)]
+        f.write(json.dumps({"id": f"g{i}", "category": ["short", "long"][k > 40], "tokens": toks}) + "\n")
 PYEOF
-"$SPECRUN_BIN" prepare prompts.jsonl prompts.h5 --overwrite >/dev/null
+  "$SPECRUN_BIN" prepare "$1.jsonl" "$1.h5" --overwrite >/dev/null
+}
 
-write_job() {  # name model_dir backend
-  cat >"$1.toml" <<TOML
+# run NAME BACKEND TARGET DRAFT_KIND DRAFT_PATH PROMPTS [extra --set ...]
+run() {
+  local name=$1 backend=$2 target=$3 kind=$4 draft=$5 prompts=$6
+  shift 6
+  cat >"$name.toml" <<TOML
 [job]
-name = "$1"
-output = "$1.h5"
+name = "$name"
+output = "$name.h5"
 overwrite = true
 [target]
-path = "$2/target"
+path = "$target"
 [draft]
-kind = "model"
-path = "$2/draft"
+kind = "$kind"
+path = "$draft"
 placement = "replicated"
 [parallel]
 tp = 1
-backend = "$3"
+backend = "$backend"
 threads = 2
 comm_timeout_s = 120.0
 [data]
-prompts = "prompts.h5"
+prompts = "$prompts.h5"
 batch_size = 6
 [decode]
 modes = ["baseline", "speculative"]
@@ -65,19 +85,72 @@ draft_len = 4
 temperature = 0.0
 stop_at_eos = false
 TOML
+  local sets=()
+  for s in "$@"; do sets+=(--set "$s"); done
+  local t0=$SECONDS
+  "${LAUNCH[@]}" "$SPECRUN_BIN" run "$name.toml" "${sets[@]}" >"$name.log" 2>&1 ||
+    fail "specrun run $name ($backend) failed: $(tail -20 "$name.log")"
+  echo "$name: $(grep -E 'greedy outputs identical' "$name.log" || echo 'no equality line') ($((SECONDS - t0)) s)"
+  grep -E "step graphs" "$name.log" | sed "s/^/  /" || true
 }
 
+prompts rand512 24 512
 for dtype in bf16 f32; do
-  [[ -f models_$dtype/target/config.json ]] || "$SPECRUN_BIN" make-model models_$dtype --dtype $dtype --layers 4 --draft-layers 1 >/dev/null
-  write_job gpu_$dtype models_$dtype cuda
-  "${MPIRUN[@]}" "$SPECRUN_BIN" run gpu_$dtype.toml || fail "specrun run on the GPU ($dtype) failed"
+  [[ -f models_$dtype/target/config.json ]] ||
+    "$SPECRUN_BIN" make-model models_$dtype --dtype $dtype --layers 4 --draft-layers 1 >/dev/null
+  run syn_$dtype cuda models_$dtype/target model models_$dtype/draft rand512
 done
-write_job cpu_f32 models_f32 cpu
-"${MPIRUN[@]}" "$SPECRUN_BIN" run cpu_f32.toml || fail "specrun run on the CPU (f32) failed"
+run syn_f32_cpu cpu models_f32/target model models_f32/draft rand512
+cases=(syn_bf16 syn_f32)
+pairs=("syn_f32 syn_f32_cpu")
 
-$PY - <<'PYEOF'
+if [[ -f $SHARED/models/code-target/config.json ]]; then
+  "$PY" - "$SHARED/prompts/code_prompts.jsonl" <<'PYEOF' || prompts code 24 2048
+import json, sys
+src = sys.argv[1]
+with open(src) as f, open("code.jsonl", "w") as out:
+    for i, line in enumerate(f):
+        if i == 24:
+            break
+        rec = json.loads(line)
+        out.write(json.dumps({"id": rec.get("id", f"c{i}"), "tokens": rec["tokens"][:200]}) + "\n")
+PYEOF
+  [[ -f code.h5 ]] || "$SPECRUN_BIN" prepare code.jsonl code.h5 --overwrite >/dev/null
+  M=$SHARED/models
+  run code_chain cuda "$M/code-target" model "$M/code-draft" code
+  # Trees at batch 4 and 1: every verify pass stays within the 64 tokens the batch-invariant
+  # kernels take (4 x 16 and 1 x 33; see docs/gpu.md).
+  run code_tree cuda "$M/code-target" model "$M/code-draft" code decode.tree_top_k=4 \
+    decode.tree_depth=5 decode.tree_nodes=15 data.batch_size=4
+  # The same BF16 weights on the CPU: both backends compute in float32.
+  run code_chain_cpu cpu "$M/code-target" model "$M/code-draft" code
+  cases+=(code_chain code_tree)
+  pairs+=("code_chain code_chain_cpu")
+  if [[ -f $M/code-eagle3/config.json ]]; then
+    run eagle3_chain cuda "$M/code-target" eagle3 "$M/code-eagle3" code
+    run eagle3_tree15 cuda "$M/code-target" eagle3 "$M/code-eagle3" code decode.tree_top_k=4 \
+      decode.tree_depth=5 decode.tree_nodes=15 data.batch_size=4
+    run eagle3_tree32 cuda "$M/code-target" eagle3 "$M/code-eagle3" code decode.tree_top_k=8 \
+      decode.tree_depth=6 decode.tree_nodes=32 data.batch_size=1
+    cases+=(eagle3_chain eagle3_tree15 eagle3_tree32)
+  fi
+  if [[ -f $M/code-target-f32/config.json ]]; then
+    run code_f32 cuda "$M/code-target-f32" model "$M/code-draft" code
+    run code_f32_cpu cpu "$M/code-target-f32" model "$M/code-draft" code
+    cases+=(code_f32)
+    pairs+=("code_f32 code_f32_cpu")
+  fi
+else
+  echo "NOTE: $SHARED/models/code-target not found: the trained pair and EAGLE-3 cases are not run"
+fi
+
+"$PY" - "${#cases[@]}" "${cases[@]}" "${pairs[@]}" <<'PYEOF'
 import sys
 import h5py, numpy as np
+
+n_cases = int(sys.argv[1])
+cases = sys.argv[2:2 + n_cases]
+pairs = [p.split() for p in sys.argv[2 + n_cases:]]
 
 def outputs(path, mode):
     with h5py.File(path, "r") as f:
@@ -96,31 +169,35 @@ def outputs(path, mode):
         return out, tau, t
 
 ok = True
-for dtype in ["bf16", "f32"]:
-    base, _, tb = outputs(f"gpu_{dtype}.h5", "baseline")
-    spec, tau, ts = outputs(f"gpu_{dtype}.h5", "speculative")
-    assert len(base) == 24 and set(base) == set(spec), f"{dtype}: prompts missing"
+for name in cases:
+    base, _, tb = outputs(f"{name}.h5", "baseline")
+    spec, tau, ts = outputs(f"{name}.h5", "speculative")
+    if len(base) == 0 or set(base) != set(spec):
+        print(f"FAIL {name}: prompts missing ({len(base)} baseline, {len(spec)} speculative)")
+        ok = False
+        continue
     bad = [i for i in base if base[i] != spec[i]]
-    print(f"{dtype}: {len(base)} prompts, speculative == baseline for {len(base) - len(bad)}, tau {tau:.2f}")
+    print(f"{name}: {len(base)} prompts, speculative == baseline for {len(base) - len(bad)}, tau {tau:.2f}")
     if bad:
         i = bad[0]
-        first = next(j for j, (a, b) in enumerate(zip(base[i], spec[i])) if a != b)
-        print(f"FAIL {dtype}: prompt {i} differs first at token {first}: baseline {base[i][first]}, speculative {spec[i][first]}")
+        first = next((j for j, (a, b) in enumerate(zip(base[i], spec[i])) if a != b), min(len(base[i]), len(spec[i])))
+        print(f"FAIL {name}: prompt {i} differs first at token {first}: baseline {base[i][first:first + 3]}, speculative {spec[i][first:first + 3]}")
         ok = False
     if not tau > 1.0:
-        print(f"FAIL {dtype}: tau {tau} <= 1: the draft's tokens were never accepted")
+        print(f"FAIL {name}: tau {tau} <= 1: the draft's tokens were never accepted")
         ok = False
-    for name, t in [("baseline", tb), ("speculative", ts)]:
+    for mode, t in [("baseline", tb), ("speculative", ts)]:
         if t.size == 0 or not np.all(np.isfinite(t)) or np.any(t < 0):
-            print(f"FAIL {dtype} {name}: phase timings empty, negative or not finite")
+            print(f"FAIL {name} {mode}: phase timings empty, negative or not finite")
             ok = False
-gpu, _, _ = outputs("gpu_f32.h5", "baseline")
-cpu, _, _ = outputs("cpu_f32.h5", "baseline")
-same = sum(gpu[i] == cpu[i] for i in cpu)
-print(f"f32: GPU greedy == CPU greedy for {same} of {len(cpu)} prompts")
-if same < 0.9 * len(cpu):
-    print("FAIL: GPU and CPU greedy outputs differ for more than 10% of the prompts")
-    ok = False
+for gpu_name, cpu_name in pairs:
+    gpu, _, _ = outputs(f"{gpu_name}.h5", "baseline")
+    cpu, _, _ = outputs(f"{cpu_name}.h5", "baseline")
+    same = sum(gpu.get(i) == cpu[i] for i in cpu)
+    print(f"{gpu_name}: GPU greedy == CPU greedy for {same} of {len(cpu)} prompts")
+    if same < 0.9 * len(cpu):
+        print(f"FAIL {gpu_name}: GPU and CPU greedy outputs differ for more than 10% of the prompts")
+        ok = False
 sys.exit(0 if ok else 1)
 PYEOF
-echo "PASS: GPU greedy speculative == baseline"
+echo "PASS: GPU greedy speculative == baseline (${cases[*]})"

@@ -1,7 +1,9 @@
-#!/usr/bin/python3
-"""Figure of the GPU benchmark (tests/unit/test_cuda_bench.cpp): step time and achieved memory
-bandwidth of decode (1 token per sequence) and verify (5 tokens) at batch 1 and 8, with the
-measured copy bandwidth as the reference line.
+#!/usr/bin/env python3
+"""Figure of the GPU benchmark (tests/unit/test_cuda_bench.cpp, bench.json): left, device time
+per forward step of each case (decode, verify of 5, 32-node tree; batch 1 and 8) with step graphs
+off and on; middle, the achieved memory bandwidth as a fraction of the measured copy bandwidth;
+right, where a decode step's device time goes (each op of one layer alone, times 16 layers, and
+lm_head), at 1 and 5 tokens.
 
 usage: plot_bench.py BENCH.json OUT.png
 """
@@ -11,20 +13,64 @@ import sys
 import matplotlib
 
 matplotlib.use("Agg")
-import matplotlib.pyplot as plt
+import matplotlib.pyplot as plt  # noqa: E402
 
 report = json.load(open(sys.argv[1]))
-steps = report["steps"]
-labels = [f"B={s['batch']}\n{'decode' if s['tokens_per_sequence'] == 1 else 'verify k+1=' + str(s['tokens_per_sequence'])}" for s in steps]
-fig, (ax1, ax2) = plt.subplots(1, 2, figsize=(10, 4))
-ax1.bar(labels, [s["step_ms"] for s in steps], color="tab:blue")
-ax1.set_ylabel("step time (ms)")
-ax1.set_title("forward step, ~1.1B BF16 synthetic model")
-ax2.bar(labels, [s["achieved_gbs"] for s in steps], color="tab:green")
-ax2.axhline(report["copy_bandwidth_gbs"], color="k", linestyle="--", label="D2D copy bandwidth")
-ax2.set_ylabel("achieved GB/s (weights + KV read / step time)")
-ax2.legend()
-fig.suptitle(report["device"], fontsize=9)
+steps = report.get("steps", [])
+cases = []
+for s in steps:
+    key = (s["case"], s["batch"])
+    if key not in cases:
+        cases.append(key)
+labels = [f"{c}\nB={b}" for c, b in cases]
+
+
+def value(case, batch, graphs, field):
+    for s in steps:
+        if s["case"] == case and s["batch"] == batch and s["graphs"] == graphs:
+            return s[field]
+    return 0.0
+
+
+fig, axes = plt.subplots(1, 3, figsize=(16, 4.5))
+x = range(len(cases))
+w = 0.38
+ax = axes[0]
+ax.bar([i - w / 2 for i in x], [value(c, b, False, "device_ms") for c, b in cases], w,
+       label="launch by launch", color="tab:gray")
+ax.bar([i + w / 2 for i in x], [value(c, b, True, "device_ms") for c, b in cases], w,
+       label="step graphs", color="tab:blue")
+ax.set_xticks(list(x))
+ax.set_xticklabels(labels, fontsize=8)
+ax.set_ylabel("device time per step (ms)")
+ax.set_title("forward step, ~1.1B BF16 synthetic Llama")
+ax.legend(fontsize=8)
+
+ax = axes[1]
+ax.bar(list(x), [100 * value(c, b, True, "fraction_of_copy") for c, b in cases], color="tab:green")
+ax.axhline(80, color="k", linestyle="--", label="target for decode: 80%")
+ax.set_xticks(list(x))
+ax.set_xticklabels(labels, fontsize=8)
+ax.set_ylabel("achieved bandwidth, % of D2D copy")
+ax.set_title(f"copy bandwidth {report.get('copy_bandwidth_gbs', 0):.0f} GB/s (read + write)")
+ax.legend(fontsize=8)
+
+ax = axes[2]
+ops = report.get("ops", [])
+names = [o["op"] for o in ops if o.get("tokens") == 1 and o["op"] != "layer total"]
+for i, n in enumerate([1, 5]):
+    us = []
+    for name in names:
+        row = next((o for o in ops if o["op"] == name and o.get("tokens") == n), None)
+        mult = 16 if row and row.get("per_layer") else 1
+        us.append(mult * (row["us"] if row else 0) / 1e3)
+    ax.barh([j + (i - 0.5) * w for j in range(len(names))], us, w, label=f"{n} token(s)")
+ax.set_yticks(range(len(names)))
+ax.set_yticklabels(names, fontsize=8)
+ax.set_xlabel("ms per step (per-layer ops x 16)")
+ax.set_title("each op alone, in graphs")
+ax.legend(fontsize=8)
+fig.suptitle(report.get("device", ""), fontsize=9)
 fig.tight_layout()
-fig.savefig(sys.argv[2], dpi=120)
+fig.savefig(sys.argv[2], dpi=110)
 print(f"wrote {sys.argv[2]}")
