@@ -28,6 +28,7 @@ TEST(CudaKernels, RequiresCudaBuild) {
 #include <string>
 #include <vector>
 
+#include "cpu_test_data.h"
 #include "cuda_test_util.h"
 #include "kernels/cpu/dtype.h"
 #include "kernels/cuda/device_buffer.h"
@@ -63,28 +64,6 @@ std::vector<float> randn(std::size_t n, std::uint32_t salt, float scale = 1.0f) 
 
 cudaStream_t stream() {
   return test::device_context()->stream();
-}
-
-// Values as stored in `dtype` (raw bytes) and the float32 values those bytes mean.
-struct Stored {
-  std::vector<std::uint8_t> bytes;
-  std::vector<float> wide;
-};
-Stored store(const std::vector<float>& v, DType dtype) {
-  Stored s;
-  s.bytes.resize(v.size() * dtype_size(dtype));
-  s.wide.resize(v.size());
-  for (std::size_t i = 0; i < v.size(); ++i) {
-    if (dtype == DType::kF32) {
-      std::memcpy(s.bytes.data() + 4 * i, &v[i], 4);
-      s.wide[i] = v[i];
-    } else {
-      const std::uint16_t h = dtype == DType::kBF16 ? f32_to_bf16(v[i]) : f32_to_f16(v[i]);
-      std::memcpy(s.bytes.data() + 2 * i, &h, 2);
-      s.wide[i] = dtype == DType::kBF16 ? bf16_to_f32(h) : f16_to_f32(h);
-    }
-  }
-  return s;
 }
 
 // Copies and fills go on the kernels' stream: the context's stream does not wait for the legacy
@@ -186,9 +165,10 @@ TEST(CudaKernels, MatmulAgainstFloat64) {
     std::uint32_t salt = 0;
     for (const Case& c : cases) {
       const auto x = randn(static_cast<std::size_t>(c.n) * c.in, ++salt);
-      const Stored w = store(randn(static_cast<std::size_t>(c.out) * c.in, ++salt, 0.05f), dt);
+      const test::Weights w =
+          test::make_weights(randn(static_cast<std::size_t>(c.out) * c.in, ++salt, 0.05f), dt);
       const auto bias = randn(c.out, ++salt);
-      const auto ref = ref_matmul(x, c.n, c.in, w.wide, c.out, c.bias ? &bias : nullptr);
+      const auto ref = ref_matmul(x, c.n, c.in, w.widened, c.out, c.bias ? &bias : nullptr);
       auto dx = upload(x), dw = upload(w.bytes), db = upload(bias);
       auto dy = poisoned(ref.size());
       cuda::DeviceBuffer scratch(
@@ -211,12 +191,13 @@ TEST(CudaKernels, QkvInOneLaunchEqualsThreeMatmuls) {
   for (DType dt : {DType::kF32, DType::kBF16}) {
     for (int n : {1, 5, 33}) {
       const auto x = randn(static_cast<std::size_t>(n) * in, 100 + n);
-      std::vector<Stored> w;
+      std::vector<test::Weights> w;
       std::vector<cuda::DeviceBuffer> dw, dy, dsep;
       const auto bias = randn(outs[0], 7);
       auto db = upload(bias);
       for (int s = 0; s < 3; ++s) {
-        w.push_back(store(randn(static_cast<std::size_t>(outs[s]) * in, 200 + s, 0.05f), dt));
+        w.push_back(
+            test::make_weights(randn(static_cast<std::size_t>(outs[s]) * in, 200 + s, 0.05f), dt));
         dw.push_back(upload(w[s].bytes));
         dy.push_back(poisoned(static_cast<std::size_t>(n) * outs[s]));
         dsep.push_back(poisoned(static_cast<std::size_t>(n) * outs[s]));
@@ -234,8 +215,8 @@ TEST(CudaKernels, QkvInOneLaunchEqualsThreeMatmuls) {
                                  " n=" + std::to_string(n) + " output " + std::to_string(s);
         const auto fused = download(dy[s], count);
         expect_bitwise(what + " vs matmul", fused, download(dsep[s], count));
-        expect_l2(what, fused, ref_matmul(x, n, in, w[s].wide, outs[s], s == 0 ? &bias : nullptr),
-                  1e-5);
+        expect_l2(what, fused,
+                  ref_matmul(x, n, in, w[s].widened, outs[s], s == 0 ? &bias : nullptr), 1e-5);
       }
     }
   }
@@ -247,7 +228,8 @@ TEST(CudaKernels, SwigluInOneLaunchEqualsTwoMatmulsAndSiluMul) {
   for (DType dt : {DType::kF32, DType::kBF16, DType::kF16}) {
     for (int n : {1, 4, 64}) {
       const auto x = randn(static_cast<std::size_t>(n) * in, 300 + n);
-      const Stored gu = store(randn(2 * static_cast<std::size_t>(rows) * in, 301, 0.05f), dt);
+      const test::Weights gu =
+          test::make_weights(randn(2 * static_cast<std::size_t>(rows) * in, 301, 0.05f), dt);
       auto dx = upload(x), dgu = upload(gu.bytes);
       const std::size_t count = static_cast<std::size_t>(n) * rows;
       auto fused = poisoned(count), g = poisoned(count), u = poisoned(count), y = poisoned(count);
@@ -262,10 +244,10 @@ TEST(CudaKernels, SwigluInOneLaunchEqualsTwoMatmulsAndSiluMul) {
       const std::string what = std::string("swiglu_gemv ") + name(dt) + " n=" + std::to_string(n);
       const auto out = download(fused, count);
       expect_bitwise(what + " vs matmul+matmul+silu_mul", out, download(y, count));
-      std::vector<float> gate_w(gu.wide.begin(),
-                                gu.wide.begin() + static_cast<std::ptrdiff_t>(rows) * in);
-      std::vector<float> up_w(gu.wide.begin() + static_cast<std::ptrdiff_t>(rows) * in,
-                              gu.wide.end());
+      std::vector<float> gate_w(gu.widened.begin(),
+                                gu.widened.begin() + static_cast<std::ptrdiff_t>(rows) * in);
+      std::vector<float> up_w(gu.widened.begin() + static_cast<std::ptrdiff_t>(rows) * in,
+                              gu.widened.end());
       const auto rg = ref_matmul(x, n, in, gate_w, rows, nullptr);
       const auto ru = ref_matmul(x, n, in, up_w, rows, nullptr);
       std::vector<double> ref(count);
@@ -282,7 +264,7 @@ TEST(CudaKernels, AddRmsnormEqualsAddThenRmsnorm) {
     for (int n : {1, 7, 200}) {
       const std::size_t count = static_cast<std::size_t>(n) * dim;
       const auto x = randn(count, 400 + n, 2.0f), delta = randn(count, 401 + n);
-      const Stored w = store(randn(dim, 402, 1.0f), dt);
+      const test::Weights w = test::make_weights(randn(dim, 402, 1.0f), dt);
       auto x1 = upload(x), x2 = upload(x), d = upload(delta), dw = upload(w.bytes);
       auto y1 = poisoned(count), y2 = poisoned(count);
       cuda::add_rmsnorm(stream(), x1.as<float>(), d.as<float>(), n, dim, dw.get(), dt, 1e-5f,
@@ -303,7 +285,7 @@ TEST(CudaKernels, AddRmsnormEqualsAddThenRmsnorm) {
         const double scale = 1.0 / std::sqrt(ss / dim + 1e-5);
         for (int i = 0; i < dim; ++i)
           ref[t * dim + i] =
-              (static_cast<double>(x[t * dim + i]) + delta[t * dim + i]) * scale * w.wide[i];
+              (static_cast<double>(x[t * dim + i]) + delta[t * dim + i]) * scale * w.widened[i];
       }
       expect_l2(what, out, ref, 1e-5);
     }
