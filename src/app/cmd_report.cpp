@@ -15,6 +15,7 @@
 #include "common/json_depth.h"
 #include "dist/mpi_comm.h"
 #include "engine/compare.h"
+#include "engine/host_load.h"
 #include "engine/outputs_export.h"
 #include "engine/summary.h"
 #include "io/checked_read.h"
@@ -180,7 +181,8 @@ int cmd_report(CommandContext& ctx, const std::vector<std::string>& args) {
               << std::endl;
     return 0;
   }
-  RunSummary summary = summarize_run(load_mode_data(reader), greedy, seed);
+  const std::vector<ModeData> modes = load_mode_data(reader);
+  RunSummary summary = summarize_run(modes, greedy, seed);
   const bool finished = !info.finished.empty();
   std::int64_t batches = 0;
   for (const std::string& mode : reader.modes()) batches += reader.batches_committed(mode);
@@ -191,6 +193,7 @@ int cmd_report(CommandContext& ctx, const std::vector<std::string>& args) {
   if (vm.count("json")) {
     nlohmann::json j = summary_to_json(summary);
     j["cross_rank_mismatches"] = mismatches;
+    j["hosts"] = hosts_to_json(modes);
     j["identities_checked"] = kIdentitiesChecked;
     j["file"] = path;
     j["schema"] = info.schema;
@@ -227,6 +230,7 @@ int cmd_report(CommandContext& ctx, const std::vector<std::string>& args) {
     for (const std::string& m : mismatches) std::cout << "  " << m << "\n";
   }
   std::cout << format_summary(summary);
+  std::cout << format_hosts(modes);
   std::cout << "identities checked for every mode: " << kIdentitiesChecked << "\n";
   return 0;
 }

@@ -1,4 +1,5 @@
-// Wall-clock helpers shared by the engine, the benchmark and the communicators.
+// Clock helpers shared by the engine, the benchmark and the communicators: wall time on the
+// steady clock, and the calling thread's CPU time.
 #pragma once
 
 #include <chrono>
@@ -13,6 +14,10 @@ using SteadyClockPoint = SteadyClock::time_point;
 inline double seconds_since(SteadyClock::time_point t0) {
   return std::chrono::duration<double>(SteadyClock::now() - t0).count();
 }
+
+// The calling thread's CPU time in seconds (CLOCK_THREAD_CPUTIME_ID; a vDSO call, well under a
+// microsecond), from an arbitrary origin.
+double thread_cpu_seconds();
 
 // The current UTC time as "2026-12-01T22:09:28Z".
 std::string utc_timestamp();

@@ -243,10 +243,10 @@ void for_each_option(Config& config, Visitor&& visit) {
         config.dataset.commit_s);
   // [debug]
   visit(S{"debug", "inject_delay_ms",
-          "TEST ONLY: milliseconds to sleep in inject_phase on every step (fakes a slowdown)."}
+          "TEST ONLY: milliseconds to spin in inject_phase on every step (fakes slower code)."}
             .range(0, 60000),
         config.debug.inject_delay_ms);
-  visit(S{"debug", "inject_phase", "TEST ONLY: phase that sleeps inject_delay_ms per step."}.one_of(
+  visit(S{"debug", "inject_phase", "TEST ONLY: phase that spins inject_delay_ms per step."}.one_of(
             {"none", "draft", "verify", "sample"}),
         config.debug.inject_phase);
 }

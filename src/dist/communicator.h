@@ -28,20 +28,26 @@ class Communicator {
 
   // Seconds spent inside collectives since the last reset (host wall clock on the CPU backend).
   double comm_seconds() const { return comm_seconds_; }
+  // The calling thread's CPU seconds inside those calls (waiting ranks spin or yield; on CUDA the
+  // host cost of enqueueing).
+  double comm_cpu_seconds() const { return comm_cpu_seconds_; }
   std::int64_t comm_calls() const { return comm_calls_; }
   void reset_timing() {
     comm_seconds_ = 0;
+    comm_cpu_seconds_ = 0;
     comm_calls_ = 0;
   }
 
  protected:
-  void add_timing(double seconds) {
+  void add_timing(double seconds, double cpu_seconds = 0) {
     comm_seconds_ += seconds;
+    comm_cpu_seconds_ += cpu_seconds;
     ++comm_calls_;
   }
 
  private:
   double comm_seconds_ = 0;
+  double comm_cpu_seconds_ = 0;
   std::int64_t comm_calls_ = 0;
 };
 

@@ -21,14 +21,24 @@
 namespace specrun {
 namespace {
 
+// A collective's wall and CPU seconds (the calling thread's).
+struct CallTime {
+  double wall = 0, cpu = 0;
+};
+
 class ScopedTimer {
  public:
-  explicit ScopedTimer(double* out) : out_(out), start_(SteadyClock::now()) {}
-  ~ScopedTimer() { *out_ = seconds_since(start_); }
+  explicit ScopedTimer(CallTime* out)
+      : out_(out), start_(SteadyClock::now()), cpu_start_(thread_cpu_seconds()) {}
+  ~ScopedTimer() {
+    out_->wall = seconds_since(start_);
+    out_->cpu = thread_cpu_seconds() - cpu_start_;
+  }
 
  private:
-  double* out_;
+  CallTime* out_;
   SteadyClockPoint start_;
+  double cpu_start_;
 };
 
 int checked_count(std::size_t n) {
@@ -108,56 +118,56 @@ MpiComm::MpiComm(MpiComm&& other) noexcept
 
 void MpiComm::all_reduce_sum(float* data, std::size_t count) {
   if (size_ == 1) return;
-  double t = 0;
+  CallTime t;
   {
     ScopedTimer timer(&t);
     Watched w(*this, "all-reduce (sum)");
     MPI_CHECK(MPI_Allreduce(MPI_IN_PLACE, data, checked_count(count), MPI_FLOAT, MPI_SUM, comm_));
   }
-  add_timing(t);
+  add_timing(t.wall, t.cpu);
 }
 
 void MpiComm::all_reduce_max(float* data, std::size_t count) {
   if (size_ == 1) return;
-  double t = 0;
+  CallTime t;
   {
     ScopedTimer timer(&t);
     Watched w(*this, "all-reduce (max)");
     MPI_CHECK(MPI_Allreduce(MPI_IN_PLACE, data, checked_count(count), MPI_FLOAT, MPI_MAX, comm_));
   }
-  add_timing(t);
+  add_timing(t.wall, t.cpu);
 }
 
 void MpiComm::all_gather(const void* send, void* recv, std::size_t bytes_per_rank) {
-  double t = 0;
+  CallTime t;
   {
     ScopedTimer timer(&t);
     Watched w(*this, "all-gather");
     MPI_CHECK(MPI_Allgather(send, checked_count(bytes_per_rank), MPI_BYTE, recv,
                             checked_count(bytes_per_rank), MPI_BYTE, comm_));
   }
-  add_timing(t);
+  add_timing(t.wall, t.cpu);
 }
 
 void MpiComm::broadcast(void* data, std::size_t bytes, int root) {
   if (size_ == 1) return;
-  double t = 0;
+  CallTime t;
   {
     ScopedTimer timer(&t);
     Watched w(*this, "broadcast");
     MPI_CHECK(MPI_Bcast(data, checked_count(bytes), MPI_BYTE, root, comm_));
   }
-  add_timing(t);
+  add_timing(t.wall, t.cpu);
 }
 
 void MpiComm::barrier() {
-  double t = 0;
+  CallTime t;
   {
     ScopedTimer timer(&t);
     Watched w(*this, "barrier");
     MPI_CHECK(MPI_Barrier(comm_));
   }
-  add_timing(t);
+  add_timing(t.wall, t.cpu);
 }
 
 void MpiComm::set_timeout(double seconds, const std::string& group) {

@@ -1,10 +1,52 @@
 #include "engine/batch_codec.h"
 
+#include <limits>
 #include <nlohmann/json.hpp>
 
 #include "common/error.h"
 
 namespace specrun {
+namespace {
+
+constexpr float kNaN = std::numeric_limits<float>::quiet_NaN();
+
+// Per-rank tables of n_rows x width values, interleaved into [n_rows x ranks x width]. A rank
+// that sent none (an older peer, or a part it could not measure) gets NaN rows.
+std::vector<float> interleave(const std::vector<const std::vector<float>*>& by_rank, int n_rows,
+                              int width, const char* what, std::int64_t batch) {
+  const std::size_t ranks = by_rank.size(), rows = static_cast<std::size_t>(n_rows);
+  const std::size_t w = static_cast<std::size_t>(width);
+  std::vector<float> out(rows * ranks * w, kNaN);
+  for (std::size_t r = 0; r < ranks; ++r) {
+    const std::vector<float>& src = *by_rank[r];
+    if (src.empty()) continue;
+    SPEC_CHECK(src.size() == rows * w, "tp rank " << r << " sent " << src.size() << " " << what
+                                                  << " values for " << n_rows << " rows of batch "
+                                                  << batch);
+    for (std::size_t i = 0; i < rows; ++i)
+      std::copy_n(src.begin() + static_cast<std::ptrdiff_t>(i * w), w,
+                  out.begin() + static_cast<std::ptrdiff_t>((i * ranks + r) * w));
+  }
+  return out;
+}
+
+// [n_rows x group x width] placed at ranks [first, first + group) of [n_rows x world x width].
+std::vector<float> widen(const std::vector<float>& group_rows, int n_rows, int group, int width,
+                         int first, int world) {
+  const std::size_t w = static_cast<std::size_t>(width);
+  std::vector<float> out(static_cast<std::size_t>(n_rows) * world * w, kNaN);
+  if (group_rows.empty()) return out;
+  for (int i = 0; i < n_rows; ++i)
+    for (int r = 0; r < group; ++r)
+      std::copy_n(group_rows.begin() +
+                      static_cast<std::ptrdiff_t>((static_cast<std::size_t>(i) * group + r) * w),
+                  w,
+                  out.begin() + static_cast<std::ptrdiff_t>(
+                                    (static_cast<std::size_t>(i) * world + first + r) * w));
+  return out;
+}
+
+}  // namespace
 
 std::string encode_batch(const BatchResult& r, bool with_records) {
   nlohmann::json j;
@@ -12,6 +54,9 @@ std::string encode_batch(const BatchResult& r, bool with_records) {
   j["n_steps"] = r.n_steps;
   j["n_ranks"] = r.n_ranks;
   j["timings_ms"] = r.timings_ms;
+  j["cpu_ms"] = r.cpu_ms;
+  j["host"] = r.host;
+  j["host_busy"] = r.host_busy;
   if (with_records) {
     j["app"] = r.accepted_per_position;
     nlohmann::json seqs = nlohmann::json::array();
@@ -38,6 +83,16 @@ BatchResult decode_batch(const std::string& bytes) {
   r.n_steps = j.at("n_steps");
   r.n_ranks = j.at("n_ranks");
   r.timings_ms = j.at("timings_ms").get<std::vector<float>>();
+  // NaN does not survive JSON/CBOR as a number in every path: null reads back as NaN.
+  auto floats = [&](const char* key) {
+    std::vector<float> v;
+    if (!j.contains(key)) return v;
+    for (const auto& x : j.at(key)) v.push_back(x.is_number() ? x.get<float>() : kNaN);
+    return v;
+  };
+  r.cpu_ms = floats("cpu_ms");
+  r.host = floats("host");
+  if (j.contains("host_busy")) r.host_busy = j.at("host_busy").get<std::vector<std::string>>();
   if (j.contains("seqs")) {
     r.accepted_per_position = j.at("app").get<std::vector<std::int64_t>>();
     for (const auto& s : j.at("seqs")) {
@@ -72,18 +127,34 @@ BatchResult merge_group(const std::vector<BatchResult>& by_tp_rank) {
                           << out.batch << " but tp rank 0 ran " << out.n_steps
                           << ": the ranks of a tp group diverged");
   out.n_ranks = tp;
-  out.timings_ms.assign(static_cast<std::size_t>(out.n_steps) * tp * kNumPhases, 0.0f);
-  for (int r = 0; r < tp; ++r) {
-    const auto& src = by_tp_rank[r].timings_ms;
-    SPEC_CHECK(src.size() == static_cast<std::size_t>(out.n_steps) * kNumPhases,
-               "tp rank " << r << " sent " << src.size() << " timing values for " << out.n_steps
-                          << " steps");
-    for (int s = 0; s < out.n_steps; ++s)
-      for (int p = 0; p < kNumPhases; ++p)
-        out.timings_ms[(static_cast<std::size_t>(s) * tp + r) * kNumPhases + p] =
-            src[static_cast<std::size_t>(s) * kNumPhases + p];
+  std::vector<const std::vector<float>*> timings, cpu, host;
+  for (const BatchResult& r : by_tp_rank) {
+    SPEC_CHECK(!r.timings_ms.empty() || out.n_steps == 0,
+               "a tp rank sent no timings for batch " << out.batch);
+    timings.push_back(&r.timings_ms);
+    cpu.push_back(&r.cpu_ms);
+    host.push_back(&r.host);
   }
+  out.timings_ms = interleave(timings, out.n_steps, kNumPhases, "timing", out.batch);
+  out.cpu_ms = interleave(cpu, out.n_steps, kNumCpuColumns, "CPU", out.batch);
+  out.host = interleave(host, 1, kNumHostFields, "host", out.batch);
+  out.host_busy.clear();
+  for (const BatchResult& r : by_tp_rank)
+    out.host_busy.push_back(r.host_busy.empty() ? std::string() : r.host_busy[0]);
   return out;
+}
+
+BatchResult place_group(BatchResult group, int first_rank, int world_size) {
+  const int tp = group.n_ranks;
+  group.timings_ms = widen(group.timings_ms, group.n_steps, tp, kNumPhases, first_rank, world_size);
+  group.cpu_ms = widen(group.cpu_ms, group.n_steps, tp, kNumCpuColumns, first_rank, world_size);
+  group.host = widen(group.host, 1, tp, kNumHostFields, first_rank, world_size);
+  std::vector<std::string> busy(static_cast<std::size_t>(world_size));
+  for (int r = 0; r < tp && r < static_cast<int>(group.host_busy.size()); ++r)
+    busy[static_cast<std::size_t>(first_rank + r)] = group.host_busy[static_cast<std::size_t>(r)];
+  group.host_busy = std::move(busy);
+  group.n_ranks = world_size;
+  return group;
 }
 
 }  // namespace specrun

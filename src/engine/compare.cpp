@@ -24,12 +24,17 @@ const ModeData* find_mode(const std::vector<ModeData>& modes, const std::string&
   return nullptr;
 }
 
-// Worse/better than the threshold with confidence, in the direction that is bad.
-void classify(TimingChange& c, const CompareOptions& options) {
+// Worse/better than the threshold with confidence, in the direction that is bad. step_ms: the
+// BASE step's mean total: communication and "other" (waits and bookkeeping, a small share of the
+// step whose relative changes are large and noisy) must also move the step by the threshold.
+void classify(TimingChange& c, const CompareOptions& options, double step_ms) {
   const double t = options.threshold_pct / 100.0;
   const Interval& iv = c.relative;
   if (c.higher_is_worse) {
-    bool big_enough = c.unit != "ms/step" || std::fabs(c.next - c.base) > options.min_abs_ms;
+    const bool wait_phase = c.name == kPhaseNames[kPhaseComm] || c.name == kPhaseNames[kPhaseOther];
+    const double moved = std::fabs(c.next - c.base);
+    const bool big_enough =
+        c.unit != "ms/step" || (moved > options.min_abs_ms && (!wait_phase || moved > t * step_ms));
     c.regression = iv.low > t && big_enough;
     c.improvement = iv.high < -t && big_enough;
   } else {
@@ -53,6 +58,105 @@ double per_token(const std::vector<double>& per_step, const ModeData& data) {
   return tokens > 0 ? ms / tokens : 0;
 }
 
+bool is_compute_phase(const std::string& name) {
+  return name == kPhaseNames[kPhaseDraft] || name == kPhaseNames[kPhaseVerify] ||
+         name == kPhaseNames[kPhaseSample];
+}
+
+int phase_index(const std::string& name) {
+  for (int p = 0; p < kNumPhases; ++p)
+    if (name == kPhaseNames[p]) return p;
+  return -1;
+}
+
+// A mode's step total that changed while none of its phases did (TimingChange::diffuse):
+// reported, not judged. (tokens/s stays judged: it also counts the prefill, which no phase does.)
+void mark_diffuse(Comparison& out) {
+  for (TimingChange& t : out.timings) {
+    if (t.name != kPhaseNames[kPhaseTotal]) continue;
+    if (!t.regression && !t.improvement) continue;
+    bool phase_moved = false;
+    for (const TimingChange& o : out.timings)
+      if (o.mode == t.mode && o.unit == "ms/step" && o.name != kPhaseNames[kPhaseTotal] &&
+          (t.regression ? o.regression : o.improvement))
+        phase_moved = true;
+    if (phase_moved) continue;
+    t.regression = t.improvement = false;
+    t.diffuse = true;
+  }
+}
+
+// The reference phase for judging `name` of `mode` (host_explains_phase): other code that the
+// same host load would inflate alike. Verify (either mode) against the draft; the draft against
+// the speculative verify. Null when the job has no such phase.
+std::pair<const ModeData*, int> reference_phase(const std::vector<ModeData>& runs,
+                                                const std::string& name) {
+  const ModeData* spec = find_mode(runs, kModeSpeculative);
+  if (spec == nullptr) return {nullptr, 0};
+  if (name == kPhaseNames[kPhaseDraft]) return {spec, kPhaseVerify};
+  return {spec, kPhaseDraft};
+}
+
+// Marks as environment the changes that a busier host explains (engine/host_load.h): compute
+// phases whose CPU time did not follow their wall time; communication and "other"; the step
+// total and tokens/s when no compute phase of the mode is the code's; the speedup. A run's modes
+// share its host (their batches alternate), so one mode's evidence counts for both.
+void attribute_to_host(Comparison& out, const std::vector<ModeData>& base,
+                       const std::vector<ModeData>& next, const CompareOptions& options,
+                       std::uint64_t seed) {
+  bool next_busier = false, base_busier = false;
+  for (const char* mode : {kModeBaseline, kModeSpeculative}) {
+    const ModeData* b = find_mode(base, mode);
+    const ModeData* n = find_mode(next, mode);
+    if (b == nullptr || n == nullptr) continue;
+    out.hosts.push_back(compare_host(mode, *b, *n, options.threshold_pct, options.min_abs_ms,
+                                     options.resamples, ++seed));
+    next_busier = next_busier || out.hosts.back().next_busier;
+    base_busier = base_busier || out.hosts.back().base_busier;
+  }
+  if (next_busier == base_busier) return;  // neither (or both: no side to blame)
+  for (HostChange& h : out.hosts) {
+    h.next_busier = next_busier;
+    h.base_busier = base_busier;
+  }
+  for (const HostChange& h : out.hosts) {
+    const ModeData* b = find_mode(base, h.mode);
+    const ModeData* n = find_mode(next, h.mode);
+    auto suspect = [&](const TimingChange& t) {
+      return t.mode == h.mode && (next_busier ? t.regression : t.improvement);
+    };
+    bool code_here = false;
+    for (TimingChange& t : out.timings) {
+      if (!suspect(t) || !is_compute_phase(t.name)) continue;
+      const auto [ref_b, ref_phase] = reference_phase(base, t.name);
+      const ModeData* ref_n = reference_phase(next, t.name).first;
+      if (host_explains_phase(*b, *n, phase_index(t.name), ref_b, ref_n, ref_phase,
+                              options.threshold_pct, options.min_abs_ms)) {
+        t.regression = t.improvement = false;
+        t.environment = true;
+      } else {
+        code_here = true;
+      }
+    }
+    // Communication and "other" are waits and bookkeeping: the host's, whatever the code did.
+    // The step total and tokens/s are the code's when a compute phase is.
+    for (TimingChange& t : out.timings) {
+      if (!suspect(t) || is_compute_phase(t.name)) continue;
+      if (code_here && (t.name == "total" || t.name == "tokens/s")) continue;
+      t.regression = t.improvement = false;
+      t.environment = true;
+    }
+  }
+  // The speedup pairs the two modes on the same prompts, and host load weighs on them unequally
+  // (the baseline's many more steps wait for partners more often): the host's whenever one run
+  // ran on a busier host, even beside a code regression.
+  SpeedupChange& s = out.speedup;
+  if (s.regression || s.improvement) {
+    s.regression = s.improvement = false;
+    s.environment = true;
+  }
+}
+
 }  // namespace
 
 Comparison compare_modes(const std::vector<ModeData>& base, const std::vector<ModeData>& next,
@@ -74,8 +178,16 @@ Comparison compare_modes(const std::vector<ModeData>& base, const std::vector<Mo
                           (b->sequences.empty() ? "BASE" : "NEW") + ": not compared");
       continue;
     }
+    const double step_ms = mean(phase_per_step(*b, kPhaseTotal));
     for (int p = 0; p < kNumPhases; ++p) {
-      std::vector<double> bv = phase_per_step(*b, p), nv = phase_per_step(*n, p);
+      // Communication is judged on the rank that waited least in each step: the collective's own
+      // cost; the others' waits are their partners' lateness (skew), which reruns scatter.
+      std::vector<double> bv = p == kPhaseComm
+                                   ? per_step_min(b->timings_ms, b->n_ranks, kNumPhases, p)
+                                   : phase_per_step(*b, p);
+      std::vector<double> nv = p == kPhaseComm
+                                   ? per_step_min(n->timings_ms, n->n_ranks, kNumPhases, p)
+                                   : phase_per_step(*n, p);
       if (bv.empty() || nv.empty()) continue;
       TimingChange c;
       c.mode = mode;
@@ -93,7 +205,7 @@ Comparison compare_modes(const std::vector<ModeData>& base, const std::vector<Mo
       if (c.base == 0) c.relative = Interval{INFINITY, INFINITY, INFINITY};
       c.base_per_token = per_token(bv, *b);
       c.next_per_token = per_token(nv, *n);
-      classify(c, options);
+      classify(c, options, step_ms);
       out.timings.push_back(c);
     }
     TimingChange t;
@@ -110,7 +222,7 @@ Comparison compare_modes(const std::vector<ModeData>& base, const std::vector<Mo
     t.base_n = static_cast<std::int64_t>(btok.size());
     t.next_n = static_cast<std::int64_t>(ntok.size());
     t.relative = bootstrap_relative_change(btok, bsec, ntok, nsec, options.resamples, ++seed);
-    classify(t, options);
+    classify(t, options, step_ms);
     out.timings.push_back(t);
 
     if (bs.drafted > 0 || ns.drafted > 0) {
@@ -132,6 +244,8 @@ Comparison compare_modes(const std::vector<ModeData>& base, const std::vector<Mo
     s.regression = s.relative.high < 1.0 / (1.0 + t) - 1.0;
     s.improvement = s.relative.low > t;
   }
+  mark_diffuse(out);
+  attribute_to_host(out, base, next, options, ++seed);
   for (const TimingChange& c : out.timings) out.regression = out.regression || c.regression;
   out.regression = out.regression || out.speedup.regression;
   return out;
@@ -339,319 +453,6 @@ Comparison compare_results(const ResultReader& base, const ResultReader& next,
   if (next.info().finished.empty())
     c.notes.push_back("NEW " + next.path() + " is from a job that did not finish");
   return c;
-}
-
-namespace {
-
-std::string pct(double x) {
-  if (std::isinf(x)) return "+inf%";
-  std::ostringstream out;
-  out << std::showpos << std::fixed << std::setprecision(1) << 100.0 * x << "%";
-  return out.str();
-}
-
-const char* kind_name(ProvenanceChange::Kind k) {
-  switch (k) {
-    case ProvenanceChange::Kind::kAdded:
-      return "added";
-    case ProvenanceChange::Kind::kRemoved:
-      return "removed";
-    default:
-      return "changed";
-  }
-}
-
-std::string quote(const std::string& s) {
-  return "\"" + s + "\"";
-}
-
-std::string describe_change(const ProvenanceChange& c) {
-  std::string out = c.name + ": ";
-  switch (c.kind) {
-    case ProvenanceChange::Kind::kAdded:
-      out += "added " + quote(c.next);
-      break;
-    case ProvenanceChange::Kind::kRemoved:
-      out += "removed (was " + quote(c.base) + ")";
-      break;
-    default:
-      out += quote(c.base) + " -> " + quote(c.next);
-  }
-  if (!c.ranks.empty())
-    out +=
-        std::string(c.ranks.size() == 1 ? " on rank " : " on ranks ") + format_rank_ranges(c.ranks);
-  return out;
-}
-
-}  // namespace
-
-namespace {
-
-std::string ci(const Interval& iv) {
-  return "[95% CI " + pct(iv.low) + ", " + pct(iv.high) + "]";
-}
-
-std::string fixed(double x, int digits) {
-  std::ostringstream out;
-  out << std::fixed << std::setprecision(digits) << x;
-  return out.str();
-}
-
-// "speculative verify +48.6% [95% CI +42.8%, +55.2%] per step (0.610 -> 0.905 ms/token)"
-std::string describe_timing(const TimingChange& t) {
-  std::string out = t.mode + " " + t.name + " " + pct(t.relative.value) + " " + ci(t.relative);
-  if (t.unit == "ms/step")
-    out += " per step (" + fixed(t.base_per_token, 3) + " -> " + fixed(t.next_per_token, 3) +
-           " ms/token)";
-  return out;
-}
-
-// Up to `limit` items joined by "; ", then "; +N more".
-std::string join_limited(const std::vector<std::string>& items, std::size_t limit) {
-  std::string out;
-  for (std::size_t i = 0; i < items.size() && i < limit; ++i) out += (i ? "; " : "") + items[i];
-  if (items.size() > limit) out += "; +" + std::to_string(items.size() - limit) + " more";
-  return out;
-}
-
-// The headline: what the runs are, and what changed with confidence, worst first.
-std::string verdict_line(const Comparison& c) {
-  // The phases that changed, speculative before baseline, largest first; "total" and tokens/s
-  // only when no phase explains them.
-  std::vector<const TimingChange*> worse, better;
-  auto explained = [&](const TimingChange& t, bool regression) {
-    if (t.name != "total" && t.name != "tokens/s") return false;
-    for (const TimingChange& o : c.timings)
-      if (o.mode == t.mode && o.name != "total" && o.name != "tokens/s" &&
-          (regression ? o.regression : o.improvement))
-        return true;
-    return false;
-  };
-  for (const TimingChange& t : c.timings) {
-    if (t.regression && !explained(t, true)) worse.push_back(&t);
-    if (t.improvement && !explained(t, false)) better.push_back(&t);
-  }
-  auto by_size = [](const TimingChange* a, const TimingChange* b) {
-    const bool sa = a->mode == kModeSpeculative, sb = b->mode == kModeSpeculative;
-    if (sa != sb) return sa;
-    return std::fabs(a->relative.value) > std::fabs(b->relative.value);
-  };
-  std::sort(worse.begin(), worse.end(), by_size);
-  std::sort(better.begin(), better.end(), by_size);
-  std::vector<std::string> w, b;
-  for (const TimingChange* t : worse) w.push_back(describe_timing(*t));
-  for (const TimingChange* t : better) b.push_back(describe_timing(*t));
-  if (!c.experiment_keys.empty()) {
-    std::vector<std::string> costs;
-    for (const TimingChange& t : c.timings)
-      if (t.unit == "ms/step" && t.mode == kModeSpeculative && t.name != "total")
-        costs.push_back(t.name + " " + fixed(t.base_per_token, 3) + " -> " +
-                        fixed(t.next_per_token, 3));
-    return "DIFFERENT EXPERIMENTS (" + join_limited(c.experiment_keys, 4) +
-           " differ; phases not judged as regressions): speculative ms per token: " +
-           (costs.empty() ? std::string("-") : join_limited(costs, 6));
-  }
-  if (!w.empty()) return "REGRESSION: " + join_limited(w, 3);
-  if (c.speedup.regression) return "REGRESSION: the speedup fell (below)";
-  if (!b.empty()) return "FASTER: " + join_limited(b, 3);
-  return "SAME: no phase, throughput or speedup changed by more than " +
-         fixed(c.options.threshold_pct, 1) + "% with 95% confidence";
-}
-
-std::string speedup_line(const Comparison& c) {
-  const SpeedupChange& s = c.speedup;
-  if (!s.present) return "speedup: not measured (needs baseline and speculative modes in both)";
-  std::string out = "speedup " + fixed(s.base.value, 3) + "x -> " + fixed(s.next.value, 3) +
-                    "x: " + pct(s.relative.value) + " " + ci(s.relative);
-  if (s.regression) out += "  REGRESSION";
-  if (s.improvement) out += "  improved";
-  return out;
-}
-
-std::string acceptance_line(const Comparison& c) {
-  for (const AcceptanceChange& a : c.acceptance)
-    if (a.mode == kModeSpeculative)
-      return "acceptance: tau " + fixed(a.base_tau, 3) + " -> " + fixed(a.next_tau, 3) +
-             ", alpha " + fixed(a.base_alpha, 3) + " -> " + fixed(a.next_alpha, 3);
-  return "acceptance: no speculative mode in both";
-}
-
-// What differs between the runs, most likely cause first: code, build and libraries,
-// configuration, environment per rank.
-std::string differs_line(const Comparison& c) {
-  std::vector<std::string> parts;
-  if (c.base_code != c.next_code)
-    parts.push_back("code " + c.base_code + " -> " + c.next_code);
-  else
-    parts.push_back("code " + c.base_code + " on both");
-  const ProvenanceDiff& p = c.provenance;
-  std::vector<std::string> items;
-  for (const ProvenanceChange& ch : p.run)
-    if (ch.name != "git_commit" && ch.name != "git_dirty") items.push_back(describe_change(ch));
-  for (const ProvenanceChange& ch : p.libraries) items.push_back(describe_change(ch));
-  if (!items.empty()) parts.push_back("build/libraries: " + join_limited(items, 2));
-  items.clear();
-  for (const ProvenanceChange& ch : p.models) items.push_back(describe_change(ch));
-  if (!items.empty()) parts.push_back("models: " + join_limited(items, 2));
-  items.clear();
-  for (const ProvenanceChange& ch : p.config) items.push_back(describe_change(ch));
-  if (!items.empty()) parts.push_back("configuration: " + join_limited(items, 3));
-  items.clear();
-  for (const ProvenanceChange& ch : p.environment) items.push_back(describe_change(ch));
-  if (!items.empty()) parts.push_back("environment: " + join_limited(items, 3));
-  if (parts.size() == 1 && c.base_code == c.next_code)
-    parts.push_back(
-        "nothing else recorded differs (build, libraries, models, configuration, environment)");
-  return "differs: " + join_limited(parts, 8);
-}
-
-std::string mismatch_line(const Comparison& c) {
-  if (c.base_mismatches.empty() && c.next_mismatches.empty())
-    return "cross-rank mismatches: none in either run";
-  std::string out = "cross-rank mismatches:";
-  if (!c.next_mismatches.empty()) out += " NEW: " + join_limited(c.next_mismatches, 2);
-  if (!c.base_mismatches.empty())
-    out += std::string(c.next_mismatches.empty() ? "" : " |") +
-           " BASE: " + join_limited(c.base_mismatches, 2);
-  return out;
-}
-
-}  // namespace
-
-std::string format_verdict(const Comparison& c) {
-  return verdict_line(c) + "\n" + speedup_line(c) + "\n" + acceptance_line(c) + "\n" +
-         differs_line(c) + "\n" + mismatch_line(c) + "\n";
-}
-
-std::string format_comparison(const Comparison& c, const std::string& base_path,
-                              const std::string& next_path) {
-  std::ostringstream out;
-  out << format_verdict(c) << "(exit " << c.exit_code()
-      << ": 0 same, 1 regression, 3 different experiments, 2 error)\n\n";
-  out << "compare BASE " << base_path << "\n     vs NEW  " << next_path << "\n(threshold "
-      << c.options.threshold_pct << "%, phases also > " << c.options.min_abs_ms
-      << " ms; 95% bootstrap intervals)\n\n";
-  out << "timings                          base        new    change   [95% CI]\n";
-  for (const TimingChange& t : c.timings) {
-    std::string label = t.mode + " " + t.name + (t.unit == "ms/step" ? " ms/step" : "");
-    out << "  " << std::left << std::setw(28) << label << std::right << std::fixed
-        << std::setprecision(3) << std::setw(9) << t.base << std::setw(11) << t.next
-        << std::setw(10) << pct(t.relative.value) << "   [" << pct(t.relative.low) << ", "
-        << pct(t.relative.high) << "]";
-    if (t.regression) out << "  REGRESSION";
-    if (t.improvement) out << "  improved";
-    out << "\n";
-  }
-  if (!c.acceptance.empty()) {
-    out << "\nacceptance\n";
-    for (const AcceptanceChange& a : c.acceptance)
-      out << "  " << a.mode << std::fixed << std::setprecision(3) << ": tau " << a.base_tau
-          << " -> " << a.next_tau << " (" << std::showpos << a.next_tau - a.base_tau
-          << std::noshowpos << "), alpha " << a.base_alpha << " -> " << a.next_alpha << " ("
-          << std::showpos << a.next_alpha - a.base_alpha << std::noshowpos << ")\n";
-  }
-  out << "\nprovenance";
-  const ProvenanceDiff& p = c.provenance;
-  if (p.empty()) out << ": no differences (code, libraries, models, environment, configuration)";
-  out << "\n";
-  auto section = [&](const char* title, const std::vector<ProvenanceChange>& list) {
-    if (list.empty()) return;
-    out << "  " << title << ":\n";
-    for (const ProvenanceChange& ch : list) out << "    " << describe_change(ch) << "\n";
-  };
-  section("run", p.run);
-  section("build, libraries, host", p.libraries);
-  section("models (content fingerprints)", p.models);
-  section("environment (per rank)", p.environment);
-  section("configuration", p.config);
-  for (const std::string& note : c.notes) out << "\nnote: " << note << "\n";
-
-  out << "\n";
-  if (c.regression) {
-    out << "REGRESSION (worse than " << std::defaultfloat << c.options.threshold_pct
-        << "% with 95% confidence):\n";
-    for (const TimingChange& t : c.timings)
-      if (t.regression)
-        out << "  " << t.mode << " " << t.name << " " << pct(t.relative.value) << " [95% CI "
-            << pct(t.relative.low) << ", " << pct(t.relative.high) << "]\n";
-  } else {
-    out << std::defaultfloat << "no regression beyond " << c.options.threshold_pct << "%\n";
-  }
-  return out.str();
-}
-
-nlohmann::json comparison_to_json(const Comparison& c) {
-  nlohmann::json timings = nlohmann::json::array();
-  for (const TimingChange& t : c.timings)
-    timings.push_back({{"mode", t.mode},
-                       {"name", t.name},
-                       {"unit", t.unit},
-                       {"higher_is_worse", t.higher_is_worse},
-                       {"base", t.base},
-                       {"new", t.next},
-                       {"base_samples", t.base_n},
-                       {"new_samples", t.next_n},
-                       {"relative_change", t.relative.value},
-                       {"ci_low", t.relative.low},
-                       {"ci_high", t.relative.high},
-                       {"regression", t.regression},
-                       {"improvement", t.improvement},
-                       {"base_ms_per_token", t.base_per_token},
-                       {"new_ms_per_token", t.next_per_token}});
-  nlohmann::json acceptance = nlohmann::json::array();
-  for (const AcceptanceChange& a : c.acceptance)
-    acceptance.push_back({{"mode", a.mode},
-                          {"base_tau", a.base_tau},
-                          {"new_tau", a.next_tau},
-                          {"base_alpha", a.base_alpha},
-                          {"new_alpha", a.next_alpha},
-                          {"base_acceptance", a.base_acceptance},
-                          {"new_acceptance", a.next_acceptance}});
-  auto changes = [](const std::vector<ProvenanceChange>& list) {
-    nlohmann::json out = nlohmann::json::array();
-    for (const ProvenanceChange& ch : list) {
-      nlohmann::json j{{"name", ch.name}, {"kind", kind_name(ch.kind)}};
-      if (ch.kind != ProvenanceChange::Kind::kAdded) j["base"] = ch.base;
-      if (ch.kind != ProvenanceChange::Kind::kRemoved) j["new"] = ch.next;
-      if (!ch.ranks.empty()) j["ranks"] = ch.ranks;
-      out.push_back(j);
-    }
-    return out;
-  };
-  nlohmann::json speedup = nullptr;
-  if (c.speedup.present)
-    speedup = {{"base", c.speedup.base.value},
-               {"base_ci", {c.speedup.base.low, c.speedup.base.high}},
-               {"new", c.speedup.next.value},
-               {"new_ci", {c.speedup.next.low, c.speedup.next.high}},
-               {"relative_change", c.speedup.relative.value},
-               {"ci_low", c.speedup.relative.low},
-               {"ci_high", c.speedup.relative.high},
-               {"regression", c.speedup.regression},
-               {"improvement", c.speedup.improvement}};
-  std::istringstream verdict(format_verdict(c));
-  std::vector<std::string> verdict_lines;
-  for (std::string line; std::getline(verdict, line);) verdict_lines.push_back(line);
-  return nlohmann::json{
-      {"verdict", verdict_lines},
-      {"exit_code", c.exit_code()},
-      {"experiment_keys", c.experiment_keys},
-      {"speedup", speedup},
-      {"code", {{"base", c.base_code}, {"new", c.next_code}}},
-      {"mismatches", {{"base", c.base_mismatches}, {"new", c.next_mismatches}}},
-      {"threshold_pct", c.options.threshold_pct},
-      {"min_abs_ms", c.options.min_abs_ms},
-      {"regression", c.regression},
-      {"timings", timings},
-      {"acceptance", acceptance},
-      {"provenance",
-       {{"run", changes(c.provenance.run)},
-        {"libraries", changes(c.provenance.libraries)},
-        {"models", changes(c.provenance.models)},
-        {"environment", changes(c.provenance.environment)},
-        {"config", changes(c.provenance.config)}}},
-      {"notes", c.notes},
-  };
 }
 
 }  // namespace specrun

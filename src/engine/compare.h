@@ -21,6 +21,7 @@
 #include <string>
 #include <vector>
 
+#include "engine/host_load.h"
 #include "engine/summary.h"
 #include "io/result_file.h"
 
@@ -44,6 +45,13 @@ struct TimingChange {
   Interval relative;                    // next / base - 1, with its bootstrap 95% interval
   bool regression = false;              // worse than the threshold with confidence
   bool improvement = false;             // better than the threshold with confidence
+  // A change beyond the threshold that the busier host of one run explains better than the code
+  // (engine/host_load.h); regression and improvement are then false.
+  bool environment = false;
+  // The step total changed beyond the threshold while none of the mode's phases did: a change
+  // spread thinly over every phase is run-to-run variance of the machine far more often than
+  // code, which concentrates in a phase. Reported, not judged (regression/improvement false).
+  bool diffuse = false;
   // Phases: the phase's milliseconds per generated token (all its steps' time over the mode's
   // tokens), the cost that stays comparable when the steps change shape (draft_len, trees).
   double base_per_token = 0, next_per_token = 0;
@@ -56,6 +64,7 @@ struct SpeedupChange {
   Interval base, next, relative;
   bool regression = false;   // fell by more than the threshold with confidence
   bool improvement = false;  // rose by more than the threshold with confidence
+  bool environment = false;  // changed beyond the threshold, as the busier host explains
 };
 
 struct AcceptanceChange {
@@ -95,6 +104,8 @@ struct Comparison {
   std::vector<TimingChange> timings;
   SpeedupChange speedup;
   std::vector<AcceptanceChange> acceptance;
+  // Per mode: how busy each run's host was, and whether one was busier (engine/host_load.h).
+  std::vector<HostChange> hosts;
   ProvenanceDiff provenance;
   // Configuration keys whose difference makes the runs two experiments rather than one
   // experiment run twice (everything but job.name/output/overwrite, timeouts and debug.*), and

@@ -119,9 +119,13 @@ BatchDecoder::BatchDecoder(LanguageModel& target, Drafter* drafter, TokenOps& op
 BatchDecoder::~BatchDecoder() = default;
 
 void BatchDecoder::inject(const char* phase) {
-  if (options_.inject_delay_ms > 0 && options_.inject_phase == phase)
-    std::this_thread::sleep_for(
-        std::chrono::duration<double, std::milli>(options_.inject_delay_ms));
+  if (options_.inject_delay_ms <= 0 || options_.inject_phase != phase) return;
+  // Busy, as slower code is: the time is on the CPU (a sleep would look like the host's doing).
+  const SteadyClockPoint until =
+      SteadyClock::now() + std::chrono::duration_cast<SteadyClock::duration>(
+                               std::chrono::duration<double, std::milli>(options_.inject_delay_ms));
+  while (SteadyClock::now() < until) {
+  }
 }
 
 void BatchDecoder::agree(std::vector<std::int32_t>& values) {
@@ -154,6 +158,7 @@ BatchResult BatchDecoder::run(const std::string& mode, std::int64_t batch,
                    "decode.modes includes \"speculative\" but the job has no drafter "
                    "(draft.kind = \"none\")");
   t_batch_ = SteadyClock::now();
+  wait_clock_.refresh();  // threads may have come and gone since the last batch
   start_batch(prompts);
   BatchResult result;
   result.batch = batch;
@@ -163,6 +168,7 @@ BatchResult BatchDecoder::run(const std::string& mode, std::int64_t batch,
   const std::size_t max_steps = static_cast<std::size_t>(options_.max_new_tokens);
   result.steps.reserve(max_steps * prompts.size());
   result.timings_ms.reserve(max_steps * kNumPhases);
+  result.cpu_ms.reserve(max_steps * kNumCpuColumns);
   // The first token is the target's, exactly as in baseline mode (with the prompts' features
   // when the drafter wants them).
   const std::span<const int> capture =
@@ -263,7 +269,7 @@ bool BatchDecoder::collect_active() {
 }
 
 void BatchDecoder::baseline_step(std::int64_t batch, std::int32_t step, BatchResult& result) {
-  StepTimer timer(tp_comm_);
+  StepTimer timer(tp_comm_, &wait_clock_);
   const std::size_t n = active_.size();
 
   timer.begin(kPhaseVerify);
@@ -288,11 +294,11 @@ void BatchDecoder::baseline_step(std::int64_t batch, std::int32_t step, BatchRes
                                       0, 0, 0, emitted});
   }
   timer.end();
-  timer.finish(result.timings_ms);
+  timer.finish(result.timings_ms, result.cpu_ms);
 }
 
 void BatchDecoder::speculative_step(std::int64_t batch, std::int32_t step, BatchResult& result) {
-  StepTimer timer(tp_comm_);
+  StepTimer timer(tp_comm_, &wait_clock_);
   const std::size_t n = active_.size();
 
   // Draft: a tree (a chain when tree_top_k is 1) per sequence, fewer nodes near the end.
@@ -329,7 +335,7 @@ void BatchDecoder::speculative_step(std::int64_t batch, std::int32_t step, Batch
   timer.begin(kPhaseDraft);
   tell_drafter(fwd.hidden);
   timer.end();
-  timer.finish(result.timings_ms);
+  timer.finish(result.timings_ms, result.cpu_ms);
 }
 
 // The target scores each sequence's uncommitted tokens and its proposal in one pass: a chain of

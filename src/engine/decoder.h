@@ -17,6 +17,7 @@
 #include <vector>
 
 #include "common/clock.h"
+#include "common/host_stats.h"
 #include "dist/communicator.h"
 #include "io/prompt_file.h"
 #include "io/records.h"
@@ -48,7 +49,8 @@ struct DecodeOptions {
   int max_depth() const { return tree() ? tree_depth : draft_len; }
   // decode.acceptance: real, or a synthetic rule that overrides the verifier's verdicts.
   SyntheticAcceptance acceptance;
-  // Test-only: sleep this long in `inject_phase` ("draft", "verify", "sample") every step.
+  // Test-only: spin (on the CPU, like slower code) this long in `inject_phase` ("draft",
+  // "verify", "sample") every step.
   double inject_delay_ms = 0;
   std::string inject_phase = "none";
 };
@@ -124,6 +126,7 @@ class BatchDecoder {
   DecodeOptions options_;
   std::vector<Sequence> seqs_;
   SteadyClockPoint t_batch_;
+  ThreadWaitClock wait_clock_;  // run-queue wait of this process's threads (the CPU rows)
 
   // Per-step scratch (grown, never shrunk: no allocation per step once warm).
   std::vector<int> active_, rows_;

@@ -1,6 +1,7 @@
 #include "engine/job_runner.h"
 
 #include <omp.h>
+#include <unistd.h>
 
 #include <algorithm>
 #include <cmath>
@@ -15,12 +16,14 @@
 #include "common/build_info.h"
 #include "common/clock.h"
 #include "common/error.h"
+#include "common/host_stats.h"
 #include "common/log.h"
 #include "dist/gather.h"
 #include "dist/mpi_comm.h"
 #include "engine/batch_codec.h"
 #include "engine/dataset_job.h"
 #include "engine/decoder.h"
+#include "engine/host_load.h"
 #include "engine/job_parts.h"
 #include "engine/stop_request.h"
 #include "engine/stop_tokens.h"
@@ -196,22 +199,30 @@ class Progress {
   SteadyClockPoint start_ = SteadyClock::now();
 };
 
-// Merges one dp group's per-tp-rank results; timings are stored for every world rank (ranks of
-// other groups are NaN for this batch).
+// Merges one dp group's per-tp-rank results; timings, CPU rows and host snapshots are stored for
+// every world rank (ranks of other groups are NaN for this batch).
 BatchResult merge_for_world(const std::vector<std::string>& blobs, int group, const World& world) {
   std::vector<BatchResult> parts;
   for (int r = 0; r < world.tp; ++r) parts.push_back(decode_batch(blobs[group * world.tp + r]));
-  BatchResult merged = merge_group(parts);
-  std::vector<float> wide(static_cast<std::size_t>(merged.n_steps) * world.size * kNumPhases,
-                          std::numeric_limits<float>::quiet_NaN());
-  for (int s = 0; s < merged.n_steps; ++s)
-    for (int r = 0; r < world.tp; ++r)
-      for (int p = 0; p < kNumPhases; ++p)
-        wide[(static_cast<std::size_t>(s) * world.size + group * world.tp + r) * kNumPhases + p] =
-            merged.timings_ms[(static_cast<std::size_t>(s) * world.tp + r) * kNumPhases + p];
-  merged.timings_ms = std::move(wide);
-  merged.n_ranks = world.size;
-  return merged;
+  return place_group(merge_group(parts), group * world.tp, world.size);
+}
+
+// This rank's host after a batch: the snapshot (other processes of the job on this host are not
+// counted as busy) and its busy processes, into `result` (one rank's row).
+void record_host(HostMonitor& monitor, BatchResult& result) {
+  const HostSnapshot snap = monitor.sample();
+  result.host.assign(snap.values.begin(), snap.values.end());
+  std::string busy;
+  for (const std::string& b : snap.busy) busy += (busy.empty() ? "" : "; ") + b;
+  result.host_busy = {busy};
+}
+
+// The process ids of every rank (a rank's busy-process scan leaves the job's own out).
+std::set<long> job_pids(MpiComm& world_comm) {
+  const std::int64_t mine = static_cast<std::int64_t>(::getpid());
+  std::vector<std::int64_t> all(static_cast<std::size_t>(world_comm.size()));
+  world_comm.all_gather(&mine, all.data(), sizeof mine);
+  return std::set<long>(all.begin(), all.end());
 }
 
 // The models, the drafter and the decisions of one rank, loaded once for the job.
@@ -275,6 +286,7 @@ bool decode_rounds(const JobConfig& config, const World& world, MpiComm& world_c
                    std::map<std::string, std::set<std::int64_t>>& done, BatchDecoder& decoder,
                    Communicator& decisions, ResultWriter* writer, Progress& progress,
                    const Logger& log) {
+  HostMonitor host(job_pids(world_comm));
   auto stop_everywhere = [&]() {
     float flag = stop_requested() ? 1.0f : 0.0f;
     world_comm.all_reduce_max(&flag, 1);
@@ -295,6 +307,7 @@ bool decode_rounds(const JobConfig& config, const World& world, MpiComm& world_c
       if (mine) {
         decisions.reset_timing();
         BatchResult result = decoder.run(mode, my_batch, batch_prompts);
+        record_host(host, result);
         payload = encode_batch(result, world.tp_rank == 0);
       }
       std::vector<std::string> blobs = gather_strings(world_comm, payload, 0);
@@ -469,9 +482,11 @@ int run_job(const JobConfig& config, MpiSession& mpi, const RunOptions& options)
     writer->finish();
     writer.reset();
     ResultReader reader(config.job.output.resolved);
-    RunSummary summary = summarize_run(load_mode_data(reader), config.decode.temperature <= 0,
+    const std::vector<ModeData> modes = load_mode_data(reader);
+    RunSummary summary = summarize_run(modes, config.decode.temperature <= 0,
                                        static_cast<std::uint64_t>(config.job.seed));
-    log.info(format_summary(summary) + "result file: " + config.job.output.resolved);
+    log.info(format_summary(summary) + format_hosts(modes) +
+             "result file: " + config.job.output.resolved);
   }
   world_comm.barrier();
   return 0;

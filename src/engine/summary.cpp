@@ -191,23 +191,49 @@ void throughput_samples(const ModeData& data, std::vector<double>& tokens,
   }
 }
 
-std::vector<double> phase_per_step(const ModeData& data, int phase) {
-  const int ranks = std::max(1, data.n_ranks);
-  const std::size_t rows = data.timings_ms.size() / (static_cast<std::size_t>(ranks) * kNumPhases);
+namespace {
+
+// Per row of [rows x ranks x width], over the ranks with a value in `column`: their mean, or
+// their minimum (least). Rows without any value are left out.
+std::vector<double> over_ranks(const std::vector<float>& table, int n_ranks, int width, int column,
+                               bool least) {
+  const int ranks = std::max(1, n_ranks);
+  const std::size_t rows = table.size() / (static_cast<std::size_t>(ranks) * width);
   std::vector<double> out;
   out.reserve(rows);
   for (std::size_t r = 0; r < rows; ++r) {
-    double sum = 0;
+    double sum = 0, low = INFINITY;
     int n = 0;
     for (int k = 0; k < ranks; ++k) {
-      double v = data.timings_ms[(r * ranks + k) * kNumPhases + phase];
+      const double v = table[(r * ranks + k) * width + column];
       if (std::isnan(v)) continue;
       sum += v;
+      low = std::min(low, v);
       ++n;
     }
-    if (n > 0) out.push_back(sum / n);
+    if (n > 0) out.push_back(least ? low : sum / n);
   }
   return out;
+}
+
+}  // namespace
+
+std::vector<double> per_step_mean(const std::vector<float>& table, int n_ranks, int width,
+                                  int column) {
+  return over_ranks(table, n_ranks, width, column, false);
+}
+
+std::vector<double> per_step_min(const std::vector<float>& table, int n_ranks, int width,
+                                 int column) {
+  return over_ranks(table, n_ranks, width, column, true);
+}
+
+std::vector<double> phase_per_step(const ModeData& data, int phase) {
+  return per_step_mean(data.timings_ms, data.n_ranks, kNumPhases, phase);
+}
+
+std::vector<double> cpu_per_step(const ModeData& data, int column) {
+  return per_step_mean(data.cpu_ms, data.n_ranks, kNumCpuColumns, column);
 }
 
 const char* const kIdentitiesChecked =
@@ -511,6 +537,10 @@ std::vector<ModeData> load_mode_data(const ResultReader& reader) {
     d.batch_size = batch_size;
     d.accepted_per_position = reader.accepted_per_position(mode);
     d.source = reader.path();
+    d.cpu_ms = reader.cpu_timings(mode).ms;
+    HostTable host = reader.host(mode);
+    d.host = std::move(host.values);
+    d.host_busy = std::move(host.busy);
     out.push_back(std::move(d));
   }
   return out;

@@ -50,6 +50,12 @@ struct ModeData {
   std::vector<std::int64_t> timing_batch;
   std::vector<std::int64_t> accepted_per_position;
   std::string source;
+  // The timings rows' CPU rows, [rows x n_ranks x kNumCpuColumns] ms (io/records.h kCpuColumns),
+  // and each rank's host snapshot per batch, [batches x n_ranks x kNumHostFields], with the busy
+  // processes of each batch. Empty for files before schema version 3.
+  std::vector<float> cpu_ms;
+  std::vector<float> host;
+  std::vector<std::string> host_busy;
 };
 
 struct Quantiles {
@@ -157,8 +163,18 @@ Interval bootstrap_speedup_change(const PairedSamples& base, const PairedSamples
 void throughput_samples(const ModeData& data, std::vector<double>& tokens,
                         std::vector<double>& seconds);
 
+// Per row of a [rows x n_ranks x width] table, the mean of `column` over the ranks with a value
+// (NaN: the rank did not run that row); rows without any value are left out.
+std::vector<double> per_step_mean(const std::vector<float>& table, int n_ranks, int width,
+                                  int column);
+// The same with the minimum over those ranks.
+std::vector<double> per_step_min(const std::vector<float>& table, int n_ranks, int width,
+                                 int column);
 // Per-step values of one phase (ms, the mean over the ranks that ran the step), in row order.
 std::vector<double> phase_per_step(const ModeData& data, int phase);
+// Per-step values of one CPU column (io/records.h kCpuColumns; ms, the same rows); empty for
+// files without CPU rows.
+std::vector<double> cpu_per_step(const ModeData& data, int column);
 
 class ResultReader;
 // Every mode's committed data from a result file, baseline first.

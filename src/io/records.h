@@ -8,6 +8,8 @@
 #include <string>
 #include <vector>
 
+#include "common/host_stats.h"
+
 namespace specrun {
 
 // Decoding modes, which are also the result file's top-level group names.
@@ -32,6 +34,17 @@ inline constexpr std::array<const char*, 6> kPhaseNames = {"draft",  "verify", "
                                                            "sample", "other",  "total"};
 inline constexpr int kNumPhases = static_cast<int>(kPhaseNames.size());
 enum Phase : int { kPhaseDraft, kPhaseVerify, kPhaseComm, kPhaseSample, kPhaseOther, kPhaseTotal };
+
+// Columns of a step's CPU row (the cpu_timings array's last axis): the rank's main thread's CPU
+// time in each phase of kPhaseNames ("comm": the step's CPU time outside the other phases;
+// "total": the whole step's), then "run_queue_wait": how long the process's threads were
+// runnable but waiting for a CPU during the step (the scheduler's schedstat; NaN where the
+// kernel does not keep it). Wall time a phase took beyond its CPU time was spent blocked or
+// descheduled; run-queue wait that grows between two runs means something else took the CPUs.
+inline constexpr std::array<const char*, 7> kCpuColumns = {
+    "draft", "verify", "comm", "sample", "other", "total", "run_queue_wait"};
+inline constexpr int kNumCpuColumns = static_cast<int>(kCpuColumns.size());
+inline constexpr int kCpuRunQueueWait = kNumPhases;
 
 // Why a sequence stopped.
 enum FinishReason : int8_t { kFinishLength = 0, kFinishEos = 1 };
@@ -75,6 +88,14 @@ struct BatchResult {
   int32_t n_ranks = 0;  // world size
   // [n_steps x n_ranks x kNumPhases] milliseconds, row-major: timings_ms[(s*n_ranks + r)*6 + p].
   std::vector<float> timings_ms;
+  // [n_steps x n_ranks x kNumCpuColumns] milliseconds, the same rows: CPU time and run-queue
+  // wait of each step (kCpuColumns).
+  std::vector<float> cpu_ms;
+  // [n_ranks x kNumHostFields]: each rank's host snapshot after the batch (common/host_stats.h
+  // kHostFields; NaN for what a rank could not read, and for ranks of other dp groups), and per
+  // rank the busy processes named ("name (pid) 97%; ...", busiest first).
+  std::vector<float> host;
+  std::vector<std::string> host_busy;
   // Length max_depth (draft_len for chains, tree_depth for trees; empty in baseline mode):
   // element i-1 counts the verify steps of this batch (over all sequences) in which at least i
   // draft tokens were accepted.

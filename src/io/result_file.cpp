@@ -5,6 +5,7 @@
 
 #include <algorithm>
 #include <filesystem>
+#include <limits>
 #include <map>
 #include <optional>
 #include <set>
@@ -48,6 +49,16 @@ void validate_batch(const std::string& where, const BatchResult& b, int32_t worl
              where << ": batch " << b.batch << " has " << b.timings_ms.size()
                    << " timing values, expected n_steps x n_ranks x phases = " << b.n_steps << " x "
                    << b.n_ranks << " x " << kNumPhases);
+  const size_t cells = static_cast<size_t>(b.n_steps) * static_cast<size_t>(b.n_ranks);
+  SPEC_CHECK(b.cpu_ms.empty() || b.cpu_ms.size() == cells * kNumCpuColumns,
+             where << ": batch " << b.batch << " has " << b.cpu_ms.size()
+                   << " CPU values, expected none or n_steps x n_ranks x " << kNumCpuColumns);
+  SPEC_CHECK(b.host.empty() || b.host.size() == static_cast<size_t>(b.n_ranks) * kNumHostFields,
+             where << ": batch " << b.batch << " has " << b.host.size()
+                   << " host values, expected none or n_ranks x " << kNumHostFields);
+  SPEC_CHECK(b.host_busy.empty() || b.host_busy.size() == static_cast<size_t>(b.n_ranks),
+             where << ": batch " << b.batch << " has " << b.host_busy.size()
+                   << " busy-process lists for " << b.n_ranks << " ranks");
   if (draft_len)
     SPEC_CHECK(static_cast<int32_t>(b.accepted_per_position.size()) == *draft_len,
                where << ": batch " << b.batch << " has " << b.accepted_per_position.size()
@@ -332,6 +343,23 @@ void ResultWriter::Impl::append(const std::string& mode, const BatchResult& b) {
 
   t.timings.append(b.timings_ms.data(), b.n_steps);
   t.timings_batch.append(std::vector<int64_t>(static_cast<size_t>(b.n_steps), b.batch));
+  // CPU rows and the host snapshot; NaN where a batch came without them.
+  const size_t cells = static_cast<size_t>(b.n_steps) * static_cast<size_t>(b.n_ranks);
+  const float nan = std::numeric_limits<float>::quiet_NaN();
+  if (b.cpu_ms.empty())
+    t.cpu_timings.append(std::vector<float>(cells * kNumCpuColumns, nan).data(), b.n_steps);
+  else
+    t.cpu_timings.append(b.cpu_ms.data(), b.n_steps);
+  if (b.host.empty())
+    t.host.append(std::vector<float>(static_cast<size_t>(b.n_ranks) * kNumHostFields, nan).data(),
+                  1);
+  else
+    t.host.append(b.host.data(), 1);
+  std::string busy;
+  for (size_t r = 0; r < b.host_busy.size(); ++r)
+    if (!b.host_busy[r].empty())
+      busy += (busy.empty() ? "" : " | ") + ("rank " + std::to_string(r) + ": ") + b.host_busy[r];
+  t.host_busy.append_strings({busy});
   s.at("output_offsets").append(offsets);
 
   // 2. Running totals (rewritten in place; readers recompute them from /<mode>/batches).
@@ -534,6 +562,30 @@ std::vector<StepRecord> ResultReader::steps(const std::string& mode) const {
       r.emitted = -1;
     }
   }
+  return out;
+}
+
+TimingTable ResultReader::cpu_timings(const std::string& mode) const {
+  TimingTable out;
+  const ModeTables* t = impl_->mode(mode);
+  if (!t || !t->cpu_timings.valid()) return out;
+  out.rows = impl_->committed.at(mode).timing_rows;
+  out.ranks = t->n_ranks;
+  out.phases = t->cpu_timings.attr_strings("columns");
+  out.ms = t->cpu_timings.read<float>(0, out.rows);
+  out.batch = t->timings_batch.read<int64_t>(0, out.rows);
+  return out;
+}
+
+HostTable ResultReader::host(const std::string& mode) const {
+  HostTable out;
+  const ModeTables* t = impl_->mode(mode);
+  if (!t || !t->host.valid()) return out;
+  out.batches = impl_->committed.at(mode).batches;
+  out.ranks = t->n_ranks;
+  out.fields = t->host.attr_strings("fields");
+  out.values = t->host.read<float>(0, out.batches);
+  out.busy = t->host_busy.read_strings(0, out.batches);
   return out;
 }
 

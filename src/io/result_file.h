@@ -21,7 +21,7 @@
 namespace specrun {
 
 inline constexpr const char* kResultSchema = "specrun.result";
-inline constexpr int kResultSchemaVersion = 2;
+inline constexpr int kResultSchemaVersion = 3;
 
 // What the caller knows when the job starts.
 struct ResultHeader {
@@ -129,6 +129,19 @@ struct TimingTable {
   }
 };
 
+// Each rank's host snapshot per committed batch (schema version 3; empty for older files).
+struct HostTable {
+  int64_t batches = 0;
+  int32_t ranks = 0;
+  std::vector<std::string> fields;  // kHostFields
+  std::vector<float> values;        // [batches x ranks x fields]
+  std::vector<std::string> busy;    // [batches]: "rank R: name (pid) share; ... | rank S: ..."
+  float at(int64_t batch, int32_t rank, int field) const {
+    return values[static_cast<size_t>((batch * ranks + rank) * static_cast<int64_t>(fields.size()) +
+                                      field)];
+  }
+};
+
 class ResultReader {
  public:
   // Opens read-only and reads the header. Throws (exit code 2) for a file that is not a
@@ -155,6 +168,10 @@ class ResultReader {
   std::vector<SequenceRecord> sequences(const std::string& mode) const;
   std::vector<StepRecord> steps(const std::string& mode) const;
   TimingTable timings(const std::string& mode) const;
+  // The CPU rows of the timings rows (kCpuColumns in `phases`; empty before schema version 3).
+  TimingTable cpu_timings(const std::string& mode) const;
+  // The host snapshots (empty before schema version 3).
+  HostTable host(const std::string& mode) const;
   // Totals over committed batches, length draft_len (recomputed from /<mode>/batches).
   std::vector<int64_t> accepted_per_position(const std::string& mode) const;
 

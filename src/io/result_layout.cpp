@@ -185,6 +185,14 @@ ModeTables create_mode(h5::Group& root, const std::string& mode, int32_t draft_l
   t.timings.set_attr_strings("phases", phases);
   t.timings_batch = h5::create_rows<int64_t>(t.group, "timings_batch", uncompressed({}));
   describe(t.timings_batch, "", "batch number of each timings row");
+  std::vector<std::string> cpu_columns(kCpuColumns.begin(), kCpuColumns.end());
+  t.cpu_timings = h5::create_rows<float>(
+      t.group, "cpu_timings",
+      uncompressed({static_cast<hsize_t>(n_ranks), static_cast<hsize_t>(kNumCpuColumns)}));
+  describe(t.cpu_timings, "ms",
+           "per timings row and rank: the main thread's CPU time in each phase, then the "
+           "run-queue wait of the rank's threads over the step (columns)");
+  t.cpu_timings.set_attr_strings("columns", cpu_columns);
 
   std::vector<int64_t> zeros(static_cast<size_t>(draft_len), 0);
   t.apos = h5::create_fixed<int64_t>(t.group, "accepted_per_position",
@@ -198,6 +206,18 @@ ModeTables create_mode(h5::Group& root, const std::string& mode, int32_t draft_l
                                               uncompressed({static_cast<hsize_t>(draft_len)}));
   describe(apos, "steps", "this batch's accepted_per_position counts");
   t.batches.emplace("accepted_per_position", std::move(apos));
+  std::vector<std::string> host_fields(kHostFields.begin(), kHostFields.end());
+  t.host = h5::create_rows<float>(
+      batches, "host",
+      uncompressed({static_cast<hsize_t>(n_ranks), static_cast<hsize_t>(kNumHostFields)}));
+  describe(t.host, "", "each rank's host after this batch (fields; NaN: not readable)");
+  t.host.set_attr_strings("fields", host_fields);
+  h5::RowsOptions strings = uncompressed({});
+  strings.chunk_rows = 256;
+  t.host_busy = h5::create_string_rows(batches, "host_busy", strings);
+  describe(t.host_busy, "",
+           "processes outside the job using >= half a CPU during this batch, per rank "
+           "(\"rank R: name (pid) share; ...\", ranks joined by \" | \")");
   return t;
 }
 
@@ -222,6 +242,23 @@ ModeTables open_mode(const h5::Group& root, const std::string& mode) {
                    t.timings.where() << " should be [steps x ranks x " << kNumPhases << " phases]");
   t.n_ranks = static_cast<int32_t>(dims[1]);
   t.timings_batch = t.group.dataset("timings_batch");
+  if (t.version >= 3) {
+    t.cpu_timings = t.group.dataset("cpu_timings");
+    std::vector<hsize_t> cdims = t.cpu_timings.dims();
+    SPEC_INPUT_CHECK(cdims.size() == 3 && cdims[1] == dims[1] &&
+                         cdims[2] == static_cast<hsize_t>(kNumCpuColumns),
+                     t.cpu_timings.where() << " should be [steps x " << dims[1] << " ranks x "
+                                           << kNumCpuColumns << " columns]");
+    t.host = batches.dataset("host");
+    std::vector<hsize_t> hdims = t.host.dims();
+    SPEC_INPUT_CHECK(hdims.size() == 3 && hdims[1] == dims[1] &&
+                         hdims[2] == static_cast<hsize_t>(kNumHostFields),
+                     t.host.where() << " should be [batches x " << dims[1] << " ranks x "
+                                    << kNumHostFields << " fields]");
+    t.host_busy = batches.dataset("host_busy");
+    SPEC_INPUT_CHECK(t.host_busy.rank() == 1 && t.host_busy.is_string(),
+                     t.host_busy.where() << " should be a 1-D string dataset");
+  }
   t.apos = t.group.dataset("accepted_per_position");
   SPEC_INPUT_CHECK(t.apos.rank() == 1 && t.apos.rows() == t.draft_len,
                    t.apos.where() << " should hold draft_len = " << t.draft_len << " values");
@@ -241,7 +278,9 @@ Committed find_committed(const ModeTables& t) {
   const int64_t step_rows = min_rows(t.steps, "");
   const int64_t offset_rows = t.seq.at("output_offsets").rows();
   const int64_t token_rows = t.seq.at("output_tokens").rows();
-  const int64_t timing_rows = std::min(t.timings.rows(), t.timings_batch.rows());
+  int64_t timing_rows = std::min(t.timings.rows(), t.timings_batch.rows());
+  if (t.cpu_timings.valid()) timing_rows = std::min(timing_rows, t.cpu_timings.rows());
+  if (t.host.valid()) n = std::min({n, t.host.rows(), t.host_busy.rows()});
   for (; n > 0; --n) {
     Committed c;
     c.batches = n;
@@ -267,6 +306,11 @@ void truncate_to(ModeTables& t, const Committed& c) {
   for (auto& [name, d] : t.batches) d.resize_rows(c.batches);
   t.timings.resize_rows(c.timing_rows);
   t.timings_batch.resize_rows(c.timing_rows);
+  if (t.cpu_timings.valid()) t.cpu_timings.resize_rows(c.timing_rows);
+  if (t.host.valid()) {
+    t.host.resize_rows(c.batches);
+    t.host_busy.resize_rows(c.batches);
+  }
   t.group.set_attr_int64("batches_committed", c.batches);
   t.group.set_attr_int64("sequences_committed", c.sequences);
 }

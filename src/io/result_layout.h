@@ -19,7 +19,12 @@ struct ModeTables {
   std::map<std::string, h5::Dataset> batches;  // /<mode>/batches/<column> (commit records)
   h5::Dataset timings;                         // [rows x ranks x phases] float32 ms
   h5::Dataset timings_batch;                   // [rows] int64
-  h5::Dataset apos;                            // accepted_per_position totals [draft_len] int64
+  // From schema version 3 (invalid handles in older files): CPU rows [rows x ranks x
+  // kNumCpuColumns] float32 ms beside timings; per batch, each rank's host snapshot
+  // (batches/host [batches x ranks x kNumHostFields]) and busy processes (batches/host_busy,
+  // one string per batch).
+  h5::Dataset cpu_timings, host, host_busy;
+  h5::Dataset apos;       // accepted_per_position totals [draft_len] int64
   int32_t draft_len = 0;  // length of accepted_per_position: the longest proposal path
   int32_t n_ranks = 0;
   int64_t version = 0;  // the file's schema_version (steps/depth, bonus, emitted from 2)

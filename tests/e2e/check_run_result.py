@@ -76,7 +76,7 @@ def check_layout(f, world, draft_len):
         if check(name in f.attrs, f"root attribute {name} missing"):
             check(attr_dtype_ok(f, name, want), f"root attribute {name}: not {want}")
     check(f.attrs.get("schema") == "specrun.result", "schema is not specrun.result")
-    check(int(f.attrs.get("schema_version", 0)) == 2, "schema_version is not 2")
+    check(int(f.attrs.get("schema_version", 0)) == 3, "schema_version is not 3")
     for name in JOB_ATTRS:
         if check(name in f["job"].attrs, f"/job attribute {name} missing"):
             check(attr_dtype_ok(f["job"], name, "str"), f"/job attribute {name}: not a string")
@@ -121,6 +121,30 @@ def check_layout(f, world, draft_len):
         check(tb.dtype == np.int64 and tb.shape == t.shape[:1], f"{mode}/timings_batch {tb.shape}")
         app = g["accepted_per_position"]
         check(app.dtype == np.int64 and app.shape == (k,), f"{mode}/accepted_per_position {app.shape}")
+        # Version 3: the CPU rows beside the timings, the host snapshot of each batch.
+        c = g["cpu_timings"]
+        check(c.dtype == np.float32 and c.ndim == 3 and c.shape == t.shape[:1] + (world, 7),
+              f"{mode}/cpu_timings: {c.dtype} {c.shape}, expected float32 [steps, {world}, 7]")
+        check([str(x) for x in c.attrs.get("columns", [])] == PHASES + ["run_queue_wait"],
+              f"{mode}/cpu_timings columns {c.attrs.get('columns')}")
+        h = g["batches/host"]
+        check(h.dtype == np.float32 and h.ndim == 3 and h.shape[1:] == (world, 9),
+              f"{mode}/batches/host: {h.dtype} {h.shape}, expected float32 [batches, {world}, 9]")
+        check(len(h.attrs.get("fields", [])) == 9, f"{mode}/batches/host fields")
+        hb = g["batches/host_busy"]
+        check(dtype_ok(hb, "str") and hb.shape == h.shape[:1], f"{mode}/batches/host_busy {hb.shape}")
+        # A rank has CPU rows exactly where it has timings (NaN: another dp group's batch), and
+        # a host snapshot for each batch its group decoded.
+        nb, _, _, nt = committed(g)
+        if nt:
+            cpu, took_part = c[:nt, :, :6], np.isfinite(t[:nt, :, 0])
+            check(np.array_equal(np.isfinite(cpu).all(axis=2), took_part) and
+                  np.all(cpu[took_part] >= 0), f"{mode}/cpu_timings: not finite and >= 0 where "
+                  "the rank has timings, or not NaN elsewhere")
+        if nb:
+            load = h[:nb, :, 0]
+            check(np.all(np.isfinite(load).any(axis=1)) and np.all(load[np.isfinite(load)] >= 0),
+                  f"{mode}/batches/host load1: {load}")
 
 
 def committed(g):

@@ -143,16 +143,25 @@ TEST(Compare, ThroughputDropIsFlaggedAndThresholdMatters) {
 }
 
 TEST(Compare, TinyPhasesNeedAnAbsoluteChange) {
-  // `other` is 0.1 ms: doubling it is +100% but only 0.1 ms; with min_abs_ms = 0.5 it is not
-  // flagged, with the default 0.05 ms it is.
+  // `other` is 0.1 ms of an ~11 ms step. Doubling it is +100% but moves the step by 1%: waits and
+  // bookkeeping (comm, other) must also move the step by the threshold. +0.8 ms (7% of the step)
+  // is flagged with the default 0.05 ms minimum, not with min_abs_ms = 1.
   Synthetic p;
   std::vector<ModeData> a = {make_mode(kModeBaseline, p, 31)};
-  std::vector<ModeData> b = {make_mode(kModeBaseline, p, 32)};
-  for (std::size_t i = 4; i < b[0].timings_ms.size(); i += kNumPhases) b[0].timings_ms[i] *= 2;
-  EXPECT_TRUE(find(compare_modes(a, b, CompareOptions{}), kModeBaseline, "other")->regression);
+  std::vector<ModeData> doubled = {make_mode(kModeBaseline, p, 32)};
+  std::vector<ModeData> grown = doubled;
+  for (std::size_t i = 4; i < doubled[0].timings_ms.size(); i += kNumPhases) {
+    doubled[0].timings_ms[i] *= 2;
+    grown[0].timings_ms[i] += 0.8f;
+  }
+  const TimingChange* other =
+      find(compare_modes(a, doubled, CompareOptions{}), kModeBaseline, "other");
+  EXPECT_GT(other->relative.low, 0.5);
+  EXPECT_FALSE(other->regression);
+  EXPECT_TRUE(find(compare_modes(a, grown, CompareOptions{}), kModeBaseline, "other")->regression);
   CompareOptions strict;
-  strict.min_abs_ms = 0.5;
-  EXPECT_FALSE(find(compare_modes(a, b, strict), kModeBaseline, "other")->regression);
+  strict.min_abs_ms = 1.0;
+  EXPECT_FALSE(find(compare_modes(a, grown, strict), kModeBaseline, "other")->regression);
 }
 
 TEST(Compare, ModeInOneRunOnlyIsANote) {

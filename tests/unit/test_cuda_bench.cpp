@@ -161,21 +161,23 @@ double decode_loop_ms(LanguageModel& model, TokenOps& ops, Communicator& comm, K
                       int context, int steps, bool timed) {
   std::vector<std::int32_t> token = {7}, next(1);
   const std::vector<int> rows = {0};
-  std::vector<float> timing_rows;
+  std::vector<float> timing_rows, cpu_rows;
   timing_rows.reserve(static_cast<std::size_t>(steps) * kNumPhases);
+  cpu_rows.reserve(static_cast<std::size_t>(steps) * kNumCpuColumns);
+  const ThreadWaitClock wait;
   model.synchronize();
   const auto t0 = Clock::now();
   for (int s = 0; s < steps; ++s) {
     SeqChunk chunk{&cache, token.data(), 1};
     if (timed) {
-      StepTimer timer(comm);
+      StepTimer timer(comm, &wait);
       timer.begin(kPhaseVerify);
       const ForwardResult out = model.forward({&chunk, 1}, ForwardRequest{});
       timer.end();
       timer.begin(kPhaseSample);
       ops.argmax(out.logits, rows, next);
       timer.end();
-      timer.finish(timing_rows);
+      timer.finish(timing_rows, cpu_rows);
     } else {
       const ForwardResult out = model.forward({&chunk, 1}, ForwardRequest{});
       ops.argmax(out.logits, rows, next);
