@@ -299,7 +299,14 @@ void ThreadWaitClock::refresh() {
   ::closedir(dir);
   last_ms_.assign(fds_.size(), 0.0);
   // Each thread's wait so far, so that a thread that exits keeps what it had.
-  (void)now_ms();
+  mark_ms_ = now_ms();
+}
+
+double ThreadWaitClock::since_last_ms() {
+  const double now = now_ms();
+  const double d = now - mark_ms_;
+  mark_ms_ = now;
+  return d;
 }
 
 double ThreadWaitClock::now_ms() const {

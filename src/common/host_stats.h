@@ -107,12 +107,15 @@ class ThreadWaitClock {
   ThreadWaitClock& operator=(const ThreadWaitClock&) = delete;
   void refresh();
   double now_ms() const;
+  // The wait since the previous call (or refresh()): one read per decoding step.
+  double since_last_ms();
 
  private:
   void close_all();
   std::vector<int> fds_;
   // Each thread's last value: a thread that has exited keeps it, so the total never goes back.
   mutable std::vector<double> last_ms_;
+  double mark_ms_ = 0;  // the total at the previous since_last_ms() or refresh()
 };
 
 }  // namespace specrun

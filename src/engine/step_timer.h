@@ -22,15 +22,15 @@ namespace specrun {
 class StepTimer {
  public:
   // comm: the communicator whose comm_seconds() and comm_cpu_seconds() count the step's
-  // collectives; wait: the process's run-queue clock (null: the wait column is NaN).
-  StepTimer(const Communicator& comm, const ThreadWaitClock* wait)
+  // collectives; wait: the process's run-queue clock, read once per step at finish() (the wait
+  // since the previous step's; null: the wait column is NaN).
+  StepTimer(const Communicator& comm, ThreadWaitClock* wait)
       : comm_(comm),
         wait_(wait),
         start_(SteadyClock::now()),
         comm_start_(comm.comm_seconds()),
         comm_cpu_start_(comm.comm_cpu_seconds()),
-        cpu_start_(thread_cpu_seconds()),
-        wait_start_(wait != nullptr ? wait->now_ms() : 0) {}
+        cpu_start_(thread_cpu_seconds()) {}
 
   // Starts timing `phase`, which is also this process's activity (common/activity.h) until end().
   void begin(Phase phase) {
@@ -65,15 +65,15 @@ class StepTimer {
         cpu_ms_[kPhaseDraft] + cpu_ms_[kPhaseVerify] + cpu_ms_[kPhaseSample] + cpu_ms_[kPhaseComm];
     cpu_ms_[kPhaseOther] = std::max(0.0, cpu_ms_[kPhaseTotal] - known_cpu);
     for (int i = 0; i < kNumPhases; ++i) cpu_out.push_back(static_cast<float>(cpu_ms_[i]));
-    cpu_out.push_back(wait_ != nullptr ? static_cast<float>(wait_->now_ms() - wait_start_)
+    cpu_out.push_back(wait_ != nullptr ? static_cast<float>(wait_->since_last_ms())
                                        : std::numeric_limits<float>::quiet_NaN());
   }
 
  private:
   const Communicator& comm_;
-  const ThreadWaitClock* wait_;
+  ThreadWaitClock* wait_;
   SteadyClock::time_point start_, t_;
-  double comm_start_, comm_cpu_start_, cpu_start_, wait_start_;
+  double comm_start_, comm_cpu_start_, cpu_start_;
   double c_ = 0, cc_ = 0, cpu_ = 0;
   Phase phase_ = kPhaseOther;
   std::array<double, kNumPhases> ms_{}, cpu_ms_{};

@@ -38,7 +38,7 @@ enum Phase : int { kPhaseDraft, kPhaseVerify, kPhaseComm, kPhaseSample, kPhaseOt
 // Columns of a step's CPU row (the cpu_timings array's last axis): the rank's main thread's CPU
 // time in each phase of kPhaseNames ("comm": the step's CPU time outside the other phases;
 // "total": the whole step's), then "run_queue_wait": how long the process's threads were
-// runnable but waiting for a CPU during the step (the scheduler's schedstat; NaN where the
+// runnable but waiting for a CPU since the previous step (the scheduler's schedstat; NaN where the
 // kernel does not keep it). Wall time a phase took beyond its CPU time was spent blocked or
 // descheduled; run-queue wait that grows between two runs means something else took the CPUs.
 inline constexpr std::array<const char*, 7> kCpuColumns = {

@@ -164,7 +164,7 @@ double decode_loop_ms(LanguageModel& model, TokenOps& ops, Communicator& comm, K
   std::vector<float> timing_rows, cpu_rows;
   timing_rows.reserve(static_cast<std::size_t>(steps) * kNumPhases);
   cpu_rows.reserve(static_cast<std::size_t>(steps) * kNumCpuColumns);
-  const ThreadWaitClock wait;
+  ThreadWaitClock wait;
   model.synchronize();
   const auto t0 = Clock::now();
   for (int s = 0; s < steps; ++s) {
