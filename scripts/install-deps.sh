@@ -7,7 +7,7 @@ PACKAGES=(build-essential cmake git ccache pkg-config
   openmpi-bin libopenmpi-dev openssh-client
   libhdf5-dev hdf5-tools
   libtomlplusplus-dev libboost-program-options-dev libgtest-dev nlohmann-json3-dev
-  libsentencepiece-dev libpcre2-dev libutf8proc-dev
+  libsentencepiece-dev libpcre2-dev libutf8proc-dev libxxhash-dev
   python3 python3-h5py python3-numpy python3-matplotlib
   python3-torch python3-sentencepiece hdf5-filter-plugin
   clang-format qemu-user "$@")

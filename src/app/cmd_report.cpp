@@ -41,6 +41,7 @@ int report_table(const std::vector<std::string>& files, bool json) {
     std::string file;
     std::map<std::string, std::string> config;
     RunSummary summary;
+    std::map<std::string, std::map<std::string, double>> ms_per_token;  // mode -> phase -> ms
   };
   std::vector<Row> rows;
   for (const std::string& path : files) {
@@ -50,9 +51,10 @@ int report_table(const std::vector<std::string>& files, bool json) {
     Row row;
     row.file = path;
     flatten_json(parse_json_or_discarded(info.header.resolved_json), "", row.config);
-    row.summary =
-        summarize_run(load_mode_data(reader), resolved_is_greedy(info.header.resolved_json),
-                      resolved_seed(info.header.resolved_json));
+    const std::vector<ModeData> modes = load_mode_data(reader);
+    row.summary = summarize_run(modes, resolved_is_greedy(info.header.resolved_json),
+                                resolved_seed(info.header.resolved_json));
+    for (const ModeData& m : modes) row.ms_per_token[m.mode] = phase_ms_per_token(m);
     rows.push_back(std::move(row));
   }
   std::set<std::string> keys;
@@ -94,6 +96,7 @@ int report_table(const std::vector<std::string>& files, bool json) {
                         {"ci_high", r.summary.speedup.high}};
       else
         j["speedup"] = nullptr;
+      j["ms_per_token"] = r.ms_per_token;
       out["runs"].push_back(j);
     }
     std::cout << out.dump(2) << std::endl;
@@ -128,6 +131,40 @@ int report_table(const std::vector<std::string>& files, bool json) {
             << (differing.empty() ? " (none)" : "") << ", then speculative tau, alpha and "
             << "tokens/s, and the speedup over baseline (docs/analysis.md)\n";
   return 0;
+}
+
+// The /provenance models attribute as JSON ({} in files from before it was recorded; a value
+// that is not JSON is reported as such rather than failing the whole report).
+nlohmann::json parse_models(const std::string& text) {
+  nlohmann::json j = nlohmann::json::parse(text.empty() ? "{}" : text, nullptr, false);
+  return j.is_discarded() || !j.is_object() ? nlohmann::json::object() : j;
+}
+
+// One line per model: "models: target xxh3:... (path: 3 files, 268.2 MB, hashed in 0.014 s)".
+std::vector<std::string> model_lines(const std::string& text) {
+  std::vector<std::string> lines;
+  const nlohmann::json models = parse_models(text);
+  std::vector<std::string> roles;
+  for (const char* role : {"target", "draft"})
+    if (models.contains(role)) roles.push_back(role);
+  for (auto it = models.begin(); it != models.end(); ++it)
+    if (it.key() != "target" && it.key() != "draft") roles.push_back(it.key());
+  for (const std::string& role : roles) {
+    const nlohmann::json& m = models[role];
+    if (!m.is_object()) continue;
+    std::ostringstream line;
+    line << "model " << role << ": " << m.value("fingerprint", std::string("?")) << " ("
+         << m.value("path", std::string("?"));
+    if (m.contains("files") && m["files"].is_array()) {
+      double bytes = 0;
+      for (const nlohmann::json& f : m["files"]) bytes += f.value("bytes", 0.0);
+      line << ": " << m["files"].size() << " files, " << fixed(bytes / 1e6, 1) << " MB, hashed in "
+           << fixed(m.value("hash_s", 0.0), 3) << " s";
+    }
+    line << ")";
+    lines.push_back(line.str());
+  }
+  return lines;
 }
 
 }  // namespace
@@ -193,6 +230,7 @@ int cmd_report(CommandContext& ctx, const std::vector<std::string>& args) {
   if (vm.count("json")) {
     nlohmann::json j = summary_to_json(summary);
     j["cross_rank_mismatches"] = mismatches;
+    j["models"] = parse_models(info.header.models);
     j["hosts"] = hosts_to_json(modes);
     j["identities_checked"] = kIdentitiesChecked;
     j["file"] = path;
@@ -229,6 +267,7 @@ int cmd_report(CommandContext& ctx, const std::vector<std::string>& args) {
     std::cout << "cross-rank mismatches (" << mismatches.size() << "):\n";
     for (const std::string& m : mismatches) std::cout << "  " << m << "\n";
   }
+  for (const std::string& line : model_lines(info.header.models)) std::cout << line << "\n";
   std::cout << format_summary(summary);
   std::cout << format_hosts(modes);
   std::cout << "identities checked for every mode: " << kIdentitiesChecked << "\n";

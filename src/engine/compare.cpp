@@ -13,6 +13,7 @@
 
 #include "common/error.h"
 #include "common/json_depth.h"
+#include "io/model_fingerprint.h"
 #include "io/provenance.h"
 
 namespace specrun {
@@ -353,22 +354,53 @@ ProvenanceDiff diff_provenance(const ResultInfo& base, const ResultInfo& next,
   // Models by content (files from before fingerprints were recorded have none: not a change).
   const nlohmann::json bm = parse_json(bh.models, "/provenance models", base_path);
   const nlohmann::json nm = parse_json(nh.models, "/provenance models", next_path);
+  // Fingerprints of two schemes (the first/last-MiB "fnv1a64:" of older files, the whole-file
+  // "xxh3:") cannot be compared: not reported. Two file lists say which files differ.
   for (const char* role : {"target", "draft"}) {
-    auto fingerprint = [&](const nlohmann::json& m) -> std::optional<std::string> {
-      if (!m.is_object() || !m.contains(role) || !m[role].is_object()) return std::nullopt;
-      const nlohmann::json& r = m[role];
-      return r.value("fingerprint", std::string()) + " (" + r.value("path", std::string()) + ")";
+    auto entry = [&](const nlohmann::json& m) -> const nlohmann::json* {
+      if (!m.is_object() || !m.contains(role) || !m[role].is_object()) return nullptr;
+      return &m[role];
     };
-    const auto b = fingerprint(bm), n = fingerprint(nm);
-    if (bh.models != "{}" && nh.models != "{}")
-      add_change(d.models, std::string(role) + " model", b, n, std::nullopt);
+    const nlohmann::json* be = entry(bm);
+    const nlohmann::json* ne = entry(nm);
+    auto text = [](const nlohmann::json* e,
+                   const std::string& detail) -> std::optional<std::string> {
+      if (!e) return std::nullopt;
+      return e->value("fingerprint", std::string()) + " (" + e->value("path", std::string()) +
+             detail + ")";
+    };
+    auto scheme = [](const nlohmann::json* e) {
+      const std::string f = e->value("fingerprint", std::string());
+      return f.substr(0, f.find(':'));
+    };
+    if (bh.models == "{}" || nh.models == "{}") continue;
+    if (be && ne && scheme(be) != scheme(ne)) continue;
+    std::string detail;
+    if (be && ne && be->contains("files") && ne->contains("files")) {
+      const std::vector<std::string> files = describe_file_changes((*be)["files"], (*ne)["files"]);
+      for (std::size_t i = 0; i < files.size(); ++i) detail += (i == 0 ? "; " : ", ") + files[i];
+    }
+    add_change(d.models, std::string(role) + " model", text(be, ""), text(ne, detail),
+               std::nullopt);
   }
 
   // Per rank: record fields and environment, rank r against rank r.
   const std::size_t ranks = std::min(bh.provenance.size(), nh.provenance.size());
-  static const std::set<std::string> kSkipFields = {"pid",        "world_rank",     "local_rank",
-                                                    "world_size", "environment",    "git_commit",
-                                                    "git_dirty",  "specrun_version"};
+  static const std::set<std::string> kSkipFields = {
+      "pid",        "world_rank", "local_rank",      "world_size",  "environment",
+      "git_commit", "git_dirty",  "specrun_version", "nccl_config", "mpi_config"};
+  // The communication libraries' configuration files and parameters, key by key.
+  auto config_fields = [](const nlohmann::json& record, const std::string& path,
+                          const std::string& what, std::map<std::string, std::string>& out) {
+    ProvenanceRecord r;
+    try {
+      if (record.contains("nccl_config")) record["nccl_config"].get_to(r.nccl_config);
+      if (record.contains("mpi_config")) record["mpi_config"].get_to(r.mpi_config);
+    } catch (const Error& e) {
+      SPEC_INPUT_FAIL(path << ": " << what << ": " << e.what());
+    }
+    out.merge(comm_config_fields(r));
+  };
   for (std::size_t r = 0; r < ranks; ++r) {
     const std::string what = "provenance record of rank " + std::to_string(r);
     nlohmann::json b = parse_json(bh.provenance[r], what, base_path);
@@ -378,6 +410,8 @@ ProvenanceDiff diff_provenance(const ResultInfo& base, const ResultInfo& next,
       if (!kSkipFields.count(it.key())) bf[it.key()] = value_text(it.value());
     for (auto it = n.begin(); n.is_object() && it != n.end(); ++it)
       if (!kSkipFields.count(it.key())) nf[it.key()] = value_text(it.value());
+    if (b.is_object()) config_fields(b, base_path, what, bf);
+    if (n.is_object()) config_fields(n, next_path, what, nf);
     if (b.contains("environment")) flatten_json(b["environment"], "", be);
     if (n.contains("environment")) flatten_json(n["environment"], "", ne);
     std::set<std::string> keys;

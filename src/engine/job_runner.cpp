@@ -30,6 +30,7 @@
 #include "engine/summary.h"
 #include "io/checked_read.h"
 #include "io/dataset_file.h"
+#include "io/model_fingerprint.h"
 #include "io/prompt_file.h"
 #include "io/provenance.h"
 #include "io/result_file.h"
@@ -344,12 +345,16 @@ ResultHeader job_header(const JobConfig& config, const World& world,
   for (const ProvenanceRecord& r : records) header.provenance.push_back(nlohmann::json(r).dump());
   header.provenance_mismatches = nlohmann::json(find_mismatches(records)).dump();
   // Which checkpoints, by content: a model replaced at the same path is told apart (compare).
+  // Each file is hashed whole (io/model_fingerprint.h); the pages were just read by the load.
   nlohmann::json models = nlohmann::json::object();
-  models["target"] = {{"path", config.target.path.resolved},
-                      {"fingerprint", model_fingerprint(config.target.path.resolved)}};
+  auto add_model = [&](const char* role, const std::string& dir) {
+    nlohmann::json m = fingerprint_model(dir);
+    m["path"] = dir;
+    models[role] = std::move(m);
+  };
+  add_model("target", config.target.path.resolved);
   if (!config.draft.path.empty() && std::filesystem::is_directory(config.draft.path.resolved))
-    models["draft"] = {{"path", config.draft.path.resolved},
-                       {"fingerprint", model_fingerprint(config.draft.path.resolved)}};
+    add_model("draft", config.draft.path.resolved);
   header.models = models.dump();
   header.stop_token_ids =
       nlohmann::json(all_stop_ids(config, ModelConfig::from_file(config.target.path.resolved +

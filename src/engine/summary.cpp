@@ -232,6 +232,18 @@ std::vector<double> phase_per_step(const ModeData& data, int phase) {
   return per_step_mean(data.timings_ms, data.n_ranks, kNumPhases, phase);
 }
 
+std::map<std::string, double> phase_ms_per_token(const ModeData& data) {
+  double tokens = 0;
+  for (const SequenceRecord& sq : data.sequences) tokens += static_cast<double>(sq.generated);
+  std::map<std::string, double> out;
+  for (int p = 0; p < kNumPhases; ++p) {
+    double ms = 0;
+    for (double x : phase_per_step(data, p)) ms += x;
+    out[kPhaseNames[p]] = tokens > 0 ? ms / tokens : 0;
+  }
+  return out;
+}
+
 std::vector<double> cpu_per_step(const ModeData& data, int column) {
   return per_step_mean(data.cpu_ms, data.n_ranks, kNumCpuColumns, column);
 }

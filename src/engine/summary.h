@@ -172,6 +172,10 @@ std::vector<double> per_step_min(const std::vector<float>& table, int n_ranks, i
                                  int column);
 // Per-step values of one phase (ms, the mean over the ranks that ran the step), in row order.
 std::vector<double> phase_per_step(const ModeData& data, int phase);
+// Each phase's (and the total's) milliseconds per generated token: its per-step values summed
+// over the mode's generated tokens; the cost that stays comparable when a step changes shape
+// (draft length, tree size). 0 for a mode without tokens.
+std::map<std::string, double> phase_ms_per_token(const ModeData& data);
 // Per-step values of one CPU column (io/records.h kCpuColumns; ms, the same rows); empty for
 // files without CPU rows.
 std::vector<double> cpu_per_step(const ModeData& data, int column);

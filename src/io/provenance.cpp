@@ -310,6 +310,10 @@ ProvenanceRecord collect_local_provenance(const World& world) {
   std::vector<std::string> entries;
   for (char** e = environ; e != nullptr && *e != nullptr; ++e) entries.emplace_back(*e);
   r.environment = select_environment(entries);
+  // Configuration files the communication libraries read (io/comm_config.h): NCCL's where it is
+  // linked, Open MPI's MCA parameter files where it is the MPI.
+  if (r.cuda_build) r.nccl_config = read_nccl_config();
+  if (r.mpi_library.find("Open MPI") != std::string::npos) r.mpi_config = read_openmpi_config();
   return r;
 }
 
@@ -378,6 +382,8 @@ void to_json(nlohmann::json& j, const ProvenanceRecord& r) {
                      {"cpu_isa", r.cpu_isa},
                      {"cpu_isa_forced", r.cpu_isa_forced},
                      {"environment", r.environment}};
+  if (!r.nccl_config.library.empty()) j["nccl_config"] = r.nccl_config;
+  if (!r.mpi_config.library.empty()) j["mpi_config"] = r.mpi_config;
 }
 
 void from_json(const nlohmann::json& j, ProvenanceRecord& r) {
@@ -408,6 +414,9 @@ void from_json(const nlohmann::json& j, ProvenanceRecord& r) {
   read_field(j, "cpu_isa", r.cpu_isa, what);
   read_field(j, "cpu_isa_forced", r.cpu_isa_forced, what);
   read_field(j, "environment", r.environment, what);
+  // Recorded since issue 17's communication configuration; absent in older files.
+  if (j.contains("nccl_config")) read_field(j, "nccl_config", r.nccl_config, what);
+  if (j.contains("mpi_config")) read_field(j, "mpi_config", r.mpi_config, what);
 }
 
 void to_json(nlohmann::json& j, const MismatchValue& v) {
@@ -460,6 +469,29 @@ std::vector<Mismatch> find_mismatches(const std::vector<ProvenanceRecord>& recor
     }
     if (auto m = group_values(name, true, values)) out.push_back(std::move(*m));
   }
+  // Configuration files and the parameters they set (a file present on some nodes only).
+  std::vector<std::map<std::string, std::string>> config(records.size());
+  std::set<std::string> keys;
+  for (std::size_t i = 0; i < records.size(); ++i) {
+    config[i] = comm_config_fields(records[i]);
+    for (const auto& [key, value] : config[i]) keys.insert(key);
+  }
+  for (const std::string& key : keys) {
+    std::vector<std::pair<int, std::optional<std::string>>> values;
+    for (std::size_t i = 0; i < records.size(); ++i) {
+      auto it = config[i].find(key);
+      values.emplace_back(records[i].world_rank, it == config[i].end()
+                                                     ? std::nullopt
+                                                     : std::optional<std::string>(it->second));
+    }
+    if (auto m = group_values(key, false, values)) out.push_back(std::move(*m));
+  }
+  return out;
+}
+
+std::map<std::string, std::string> comm_config_fields(const ProvenanceRecord& r) {
+  std::map<std::string, std::string> out = comm_config_fields(r.nccl_config, "NCCL config");
+  out.merge(comm_config_fields(r.mpi_config, "Open MPI config"));
   return out;
 }
 
@@ -527,6 +559,15 @@ std::string format_record(const ProvenanceRecord& r) {
     s << (i ? " " : "") << kRecordedEnvPrefixes[i] << "*";
   s << ")";
   for (const auto& [name, value] : r.environment) s << "\n  " << name << "=" << value;
+  for (const CommConfig* c : {&r.nccl_config, &r.mpi_config}) {
+    if (c->library.empty()) continue;
+    s << "\n" << c->library << " configuration files (" << c->note << "):";
+    for (const CommConfigFile& f : c->files)
+      s << "\n  " << f.path << ": "
+        << (f.present ? f.hash + ", " + std::to_string(f.entries.size()) + " entries" : "absent");
+    for (const auto& [name, p] : c->params)
+      s << "\n  " << name << "=" << p.value << " (" << p.source << ")";
+  }
   return s.str();
 }
 

@@ -14,6 +14,8 @@
 #include <string>
 #include <vector>
 
+#include "io/comm_config.h"
+
 namespace specrun {
 
 class MpiSession;
@@ -71,7 +73,17 @@ struct ProvenanceRecord {
 
   // Every variable whose name starts with one of kRecordedEnvPrefixes, sorted by name.
   std::map<std::string, std::string> environment;
+
+  // The configuration files NCCL (CUDA builds) and Open MPI read, and the parameters they set
+  // (io/comm_config.h); library empty when not recorded (older files, another MPI).
+  CommConfig nccl_config;
+  CommConfig mpi_config;
 };
+
+// The flat form of a record's nccl_config and mpi_config ("NCCL config NCCL_PROTO" ->
+// "LL (/etc/nccl.conf)", "Open MPI config file <path>" -> hash or "absent"): what
+// find_mismatches and compare diff.
+std::map<std::string, std::string> comm_config_fields(const ProvenanceRecord& record);
 
 // Name prefixes of the environment variables a record keeps.
 inline constexpr const char* kRecordedEnvPrefixes[] = {"NCCL_", "CUDA_",  "OMPI_",

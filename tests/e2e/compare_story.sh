@@ -103,7 +103,7 @@ rc=0
 head -5 swapped.txt
 [[ $rc -eq 3 ]] || fail "swapped draft: exit $rc, expected 3"
 head -1 swapped.txt | grep -qF 'DIFFERENT EXPERIMENTS (draft model differ' || fail "the swapped draft is not the verdict"
-head -5 swapped.txt | grep -qE 'models: draft model: "fnv1a64:[0-9a-f]{16} \(.*models/draft\)" -> "fnv1a64:[0-9a-f]{16} \(' ||
+head -5 swapped.txt | grep -qE 'models: draft model: "xxh3:[0-9a-f]{16} \(.*models/draft\)" -> "xxh3:[0-9a-f]{16} \(.*models/draft; model.safetensors: values \(same tensors\)\)"' ||
   fail "the draft's fingerprints are not shown"
 if head -5 swapped.txt | grep -q 'target model'; then fail "the unchanged target is reported"; fi
 echo "compare_story: OK"

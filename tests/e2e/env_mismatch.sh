@@ -58,6 +58,21 @@ for r in 0 7; do
   grep -qF "process:     rank $r of 8" clean.txt || fail "--all-ranks did not print rank $r's record"
 done
 
+# 3b. An Open MPI parameter file that differs between the ranks (here two home directories, on a
+# cluster a node's own /etc/openmpi): no environment variable differs, yet the parameter it sets
+# is a mismatch that names the value, the file and the ranks.
+mkdir -p h1/.openmpi h2/.openmpi
+echo "btl_tcp_eager_limit = 65536" >h1/.openmpi/mca-params.conf
+echo "btl_tcp_eager_limit = 4096" >h2/.openmpi/mca-params.conf
+"${MPIRUN[@]}" -np 2 -x HOME="$PWD/h1" "$SPECRUN_BIN" env : -np 2 -x HOME="$PWD/h2" \
+  "$SPECRUN_BIN" env >mcafile.txt
+grep -F 'differs:' mcafile.txt
+grep -qF "Open MPI config btl_tcp_eager_limit differs: \"65536 ($PWD/h1/.openmpi/mca-params.conf)\" on ranks 0-1; \"4096 ($PWD/h2/.openmpi/mca-params.conf)\" on ranks 2-3" mcafile.txt ||
+  fail "the parameter file that differs between ranks is not reported"
+if grep -F 'differs:' mcafile.txt | grep -q 'OMPI_MCA\|NCCL_'; then fail "an environment variable was reported"; fi
+grep -qF "btl_tcp_eager_limit=65536 ($PWD/h1/.openmpi/mca-params.conf)" mcafile.txt ||
+  fail "rank 0's record does not list the parameter"
+
 # 4. A single process without mpirun works too.
 "$SPECRUN_BIN" env >single.txt
 grep -qF 'environment check: 1 rank, no mismatches' single.txt || fail "single-process env failed"

@@ -1,8 +1,10 @@
 #!/usr/bin/env bash
 # `specrun sweep` (issue 17): the code pair (../shared/models) over decode.draft_len 1,2,4,8 runs
 # locally, one mpirun and one result file per point; `specrun report` over the files prints one
-# row per point with draft_len as the column that differs; running the sweep again skips the
-# finished points; a bad grid is a usage error naming it. Without ../shared, the synthetic pair.
+# row per point with draft_len as the column that differs, --json with each phase's cost per token,
+# and scripts/plot_sweep.py draws speedup, tau and cost per token against draft_len; running the
+# sweep again skips the finished points; a bad grid is a usage error naming it. Without
+# ../shared, the synthetic pair.
 set -euo pipefail
 source "$(dirname "$0")/run_common.sh"
 SHARED=${SPECRUN_SHARED_DIR:-$E2E_DIR/../../../shared}
@@ -69,8 +71,37 @@ assert t["keys"] == ["decode.draft_len"], t["keys"]
 assert [r["config"]["decode.draft_len"] for r in t["runs"]] == ["1", "2", "4", "8"], t["runs"]
 taus = [r["tau"] for r in t["runs"]]
 assert all(1.0 <= x <= k + 1 for x, k in zip(taus, [1, 2, 4, 8])), taus
+# Per-token phase costs: every phase of both modes, and the phases add up to the total.
+for r in t["runs"]:
+    for mode in ("baseline", "speculative"):
+        c = r["ms_per_token"][mode]
+        parts = sum(c[p] for p in ("draft", "verify", "comm", "sample", "other"))
+        assert c["total"] > 0 and abs(parts - c["total"]) <= 1e-3 * c["total"], (mode, c)
+    assert r["ms_per_token"]["baseline"]["draft"] == 0, r["ms_per_token"]
 print("report --json over the sweep ok:", taus)
 PY
+PLOT_SWEEP="${SPECRUN_SOURCE_DIR:-$E2E_DIR/../..}/scripts/plot_sweep.py"
+# Plots against the swept key: three real PNGs with drawn content; a one-run table is refused.
+"$PY" "$PLOT_SWEEP" table.json plots >plots.txt || fail "plot_sweep failed"
+"$PY" - plots <<'PY'
+import os, sys
+import matplotlib
+matplotlib.use("Agg")
+import matplotlib.image as mpimg
+import numpy as np
+for name in ("speedup.png", "tau.png", "cost_per_token.png"):
+    path = os.path.join(sys.argv[1], name)
+    with open(path, "rb") as f:
+        assert f.read(8) == b"\x89PNG\r\n\x1a\n", f"{path} is not a PNG"
+    img = mpimg.imread(path)
+    colours = len(np.unique(img.reshape(-1, img.shape[2]), axis=0))
+    assert img.shape[0] >= 400 and img.shape[1] >= 600 and colours > 50, (path, img.shape, colours)
+    print(f"{name}: {img.shape[1]}x{img.shape[0]}, {colours} colours")
+PY
+"$SPECRUN_BIN" report sw/draft_len=1.h5 sw/draft_len=1.h5 --json >same.json
+rc=0
+"$PY" "$PLOT_SWEEP" same.json bad >bad_plot.txt 2>&1 || rc=$?
+[[ $rc -ne 0 ]] && grep -q 'do not differ' bad_plot.txt || fail "a table without a swept key was plotted: $(cat bad_plot.txt)"
 
 # Again: every point is finished, nothing runs.
 "$SPECRUN_BIN" sweep job.toml --grid decode.draft_len=1,2,4,8 --out sw --np 2 \

@@ -10,6 +10,7 @@
 
 #include "common/error.h"
 #include "engine/compare.h"
+#include "io/comm_config.h"
 
 using namespace specrun;
 
@@ -247,6 +248,86 @@ TEST(Compare, ProvenanceDiffNamesCommitEnvironmentRanksAndConfig) {
 
   // Identical provenance: nothing to report.
   EXPECT_TRUE(diff_provenance(base, base, "a", "a").empty());
+}
+
+// Models: a whole-file fingerprint that changed is named with the files that differ; one of an
+// older scheme (first/last MiB, fnv1a64) against a whole-file one is not comparable and not a
+// change; an unchanged model is not reported.
+TEST(Compare, ModelFingerprintsNameTheFilesAndSkipOtherSchemes) {
+  auto models = [](const std::string& fp, const std::string& weights_header,
+                   const std::string& weights_content) {
+    nlohmann::json files = nlohmann::json::array();
+    files.push_back({{"name", "config.json"}, {"bytes", 10}, {"content", "xxh3:1"}});
+    files.push_back({{"name", "model.safetensors"},
+                     {"bytes", 100},
+                     {"content", weights_content},
+                     {"header", weights_header}});
+    nlohmann::json m;
+    m["target"] = {{"path", "/m/target"}, {"fingerprint", "xxh3:0000000000000001"}};
+    m["draft"] = {{"path", "/m/draft"}, {"fingerprint", fp}, {"files", files}};
+    return m.dump();
+  };
+  ResultInfo base = make_info("aaa", false, false, "4", "1.10.8");
+  ResultInfo next = base;
+  base.header.models = models("xxh3:00000000000000aa", "xxh3:h", "xxh3:c1");
+  next.header.models = models("xxh3:00000000000000bb", "xxh3:h", "xxh3:c2");
+  ProvenanceDiff d = diff_provenance(base, next, "a.h5", "b.h5");
+  ASSERT_EQ(d.models.size(), 1u);
+  EXPECT_EQ(d.models[0].name, "draft model");
+  EXPECT_EQ(d.models[0].base, "xxh3:00000000000000aa (/m/draft)");
+  EXPECT_EQ(d.models[0].next,
+            "xxh3:00000000000000bb (/m/draft; model.safetensors: values (same tensors))");
+
+  next.header.models = models("xxh3:00000000000000bb", "xxh3:h2", "xxh3:c2");
+  d = diff_provenance(base, next, "a.h5", "b.h5");
+  ASSERT_EQ(d.models.size(), 1u);
+  EXPECT_NE(d.models[0].next.find("model.safetensors: tensors"), std::string::npos);
+
+  nlohmann::json old = nlohmann::json::parse(base.header.models);
+  old["draft"] = {{"path", "/m/draft"}, {"fingerprint", "fnv1a64:0123456789abcdef"}};
+  next.header.models = old.dump();
+  EXPECT_TRUE(diff_provenance(base, next, "a.h5", "b.h5").models.empty());
+  EXPECT_TRUE(diff_provenance(base, base, "a.h5", "a.h5").models.empty());
+}
+
+// An MCA parameter file edited between two runs (nothing in the environment changed): compare
+// names the parameter and the file, per rank, among the per-rank differences.
+TEST(Compare, EditedMcaParameterFileIsNamedByParameter) {
+  auto with_config = [](ResultInfo info, const std::string& limit, const std::string& hash) {
+    for (std::string& text : info.header.provenance) {
+      nlohmann::json j = nlohmann::json::parse(text);
+      CommConfigFile f{
+          "/etc/openmpi/openmpi-mca-params.conf", true, hash, {{"btl_tcp_eager_limit", limit}}};
+      j["mpi_config"] = resolve_mca_config({f}, {});
+      text = j.dump();
+    }
+    return info;
+  };
+  const ResultInfo plain = make_info("aaa", false, false, "4", "1.10.8");
+  const ResultInfo base = with_config(plain, "65536", "xxh3:1");
+  const ResultInfo next = with_config(plain, "4096", "xxh3:2");
+  const ProvenanceDiff d = diff_provenance(base, next, "a.h5", "b.h5");
+  EXPECT_TRUE(d.environment.empty());
+  ASSERT_EQ(d.libraries.size(), 2u);
+  EXPECT_EQ(d.libraries[0].name, "Open MPI config btl_tcp_eager_limit");
+  EXPECT_EQ(d.libraries[0].base, "65536 (/etc/openmpi/openmpi-mca-params.conf)");
+  EXPECT_EQ(d.libraries[0].next, "4096 (/etc/openmpi/openmpi-mca-params.conf)");
+  EXPECT_EQ(d.libraries[0].ranks, (std::vector<int>{0, 1, 2, 3}));
+  EXPECT_EQ(d.libraries[1].name, "Open MPI config file /etc/openmpi/openmpi-mca-params.conf");
+  // Files from before the configuration was recorded against newer ones: the parameters appear
+  // as added, never as an error.
+  EXPECT_EQ(diff_provenance(plain, base, "a.h5", "b.h5").libraries.size(), 2u);
+  ResultInfo broken = base;
+  nlohmann::json j = nlohmann::json::parse(broken.header.provenance[2]);
+  j["mpi_config"]["params"] = 3;
+  broken.header.provenance[2] = j.dump();
+  try {
+    diff_provenance(base, broken, "a.h5", "b.h5");
+    FAIL() << "a malformed configuration was accepted";
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find("b.h5"), std::string::npos) << e.what();
+    EXPECT_NE(std::string(e.what()).find("rank 2"), std::string::npos) << e.what();
+  }
 }
 
 TEST(Compare, MalformedProvenanceIsAnInputError) {

@@ -274,5 +274,112 @@ TEST(Provenance, MismatchJsonRoundTrip) {
   EXPECT_EQ(back[0].values[1].ranks, (std::vector<int>{4, 5, 6, 7}));
 }
 
+// Communication configuration files (io/comm_config.h): each library's parsing rules, its
+// precedence (environment, then the earlier file), the files it would read, and the mismatch
+// of a file that differs between nodes.
+TEST(CommConfig, NcclParsesLikeNccl) {
+  // '#' only at the start of a line, nothing trimmed, the first line for a name counts, lines
+  // without '=' skipped.
+  const auto e = parse_nccl_conf(
+      "# comment\nNCCL_PROTO=LL\nNCCL_ALGO = Ring\nno equals sign\n  #NCCL_X=1\nNCCL_PROTO=Simple\n"
+      "NCCL_DEBUG=\n");
+  EXPECT_EQ(e.at("NCCL_PROTO"), "LL");
+  EXPECT_EQ(e.at("NCCL_ALGO "), " Ring");
+  EXPECT_EQ(e.at("  #NCCL_X"), "1");
+  EXPECT_EQ(e.at("NCCL_DEBUG"), "");
+  EXPECT_EQ(e.size(), 4u);
+}
+
+TEST(CommConfig, MpiParsesLikeOpenMpi) {
+  const auto e = parse_mca_conf(
+      "# Open MPI\n  btl = ^openib,ofi \n\npml=ob1\n   # indented comment\nbtl_tcp_eager_limit = "
+      "1\n"
+      "btl_tcp_eager_limit = 2\njunk line\n");
+  EXPECT_EQ(e.at("btl"), "^openib,ofi");
+  EXPECT_EQ(e.at("pml"), "ob1");
+  EXPECT_EQ(e.at("btl_tcp_eager_limit"), "2");
+  EXPECT_EQ(e.size(), 3u);
+}
+
+TEST(CommConfig, EnvironmentWinsThenTheEarlierFile) {
+  CommConfigFile user{
+      "/home/u/.nccl.conf", true, "xxh3:1", {{"NCCL_PROTO", "LL"}, {"NCCL_ALGO", "Tree"}}};
+  CommConfigFile system{
+      "/etc/nccl.conf", true, "xxh3:2", {{"NCCL_PROTO", "Simple"}, {"NCCL_IB_HCA", "mlx5"}}};
+  CommConfig c = resolve_nccl_config({user, system}, {{"NCCL_ALGO", "Ring"}});
+  EXPECT_EQ(c.library, "NCCL");
+  EXPECT_EQ(c.params.at("NCCL_PROTO").value, "LL");
+  EXPECT_EQ(c.params.at("NCCL_PROTO").source, "/home/u/.nccl.conf");
+  EXPECT_EQ(c.params.at("NCCL_ALGO").value, "Ring");
+  EXPECT_EQ(c.params.at("NCCL_ALGO").source, "environment");
+  EXPECT_EQ(c.params.at("NCCL_IB_HCA").source, "/etc/nccl.conf");
+
+  CommConfigFile mca{"/etc/openmpi/openmpi-mca-params.conf", true, "xxh3:3", {{"btl", "^openib"}}};
+  CommConfig m = resolve_mca_config({mca}, {{"OMPI_MCA_btl", "self,tcp"}, {"btl", "no"}});
+  EXPECT_EQ(m.params.at("btl").value, "self,tcp");
+  EXPECT_EQ(m.params.at("btl").source, "environment");
+}
+
+TEST(CommConfig, TheFilesEachLibraryReads) {
+  EXPECT_EQ(nccl_conf_paths({}, "/home/u"),
+            (std::vector<std::string>{"/home/u/.nccl.conf", "/etc/nccl.conf"}));
+  EXPECT_EQ(nccl_conf_paths({{"NCCL_CONF_FILE", "/opt/my.conf"}}, "/home/u"),
+            (std::vector<std::string>{"/opt/my.conf", "/etc/nccl.conf"}));
+  EXPECT_EQ(mca_param_file_paths({}, "/home/u", "/etc/openmpi"),
+            (std::vector<std::string>{"/home/u/.openmpi/mca-params.conf",
+                                      "/etc/openmpi/openmpi-mca-params.conf"}));
+  EXPECT_EQ(
+      mca_param_file_paths({{"OMPI_MCA_mca_base_param_files", "/a.conf,/b.conf"}}, "/h", "/e"),
+      (std::vector<std::string>{"/a.conf", "/b.conf"}));
+  // This process: Open MPI's file list is read without error; absent files are recorded.
+  const CommConfig here = read_openmpi_config();
+  EXPECT_EQ(here.library, "Open MPI");
+  EXPECT_FALSE(here.files.empty());
+  for (const CommConfigFile& f : here.files) EXPECT_EQ(f.present, !f.hash.empty()) << f.path;
+}
+
+TEST(CommConfig, AFileThatDiffersOnSomeRanksIsAMismatchAndRoundTrips) {
+  std::vector<ProvenanceRecord> records;
+  for (int r = 0; r < 4; ++r) {
+    ProvenanceRecord rec = make_record(r, 4);
+    CommConfigFile f{"/etc/nccl.conf", r < 2, r < 2 ? "xxh3:00000000000000aa" : "", {}};
+    if (r < 2) f.entries["NCCL_PROTO"] = "LL";
+    rec.cuda_build = true;
+    rec.nccl_config = resolve_nccl_config({f}, {});
+    records.push_back(rec);
+  }
+  const std::vector<Mismatch> m = find_mismatches(records);
+  std::vector<std::string> text;
+  for (const Mismatch& x : m) text.push_back(describe(x));
+  ASSERT_EQ(text.size(), 2u) << ::testing::PrintToString(text);
+  EXPECT_EQ(text[0],
+            "NCCL config NCCL_PROTO differs: \"LL (/etc/nccl.conf)\" on ranks 0-1; <unset> on "
+            "ranks 2-3");
+  EXPECT_EQ(text[1],
+            "NCCL config file /etc/nccl.conf differs: \"xxh3:00000000000000aa\" on ranks 0-1; "
+            "\"absent\" on ranks 2-3");
+  EXPECT_FALSE(m[0].is_environment);
+
+  // The record's JSON carries the configuration and reads back; a record from before it was
+  // recorded (no nccl_config / mpi_config keys) still reads.
+  const nlohmann::json j = records[0];
+  ASSERT_TRUE(j.contains("nccl_config"));
+  EXPECT_FALSE(j.contains("mpi_config"));
+  const ProvenanceRecord back = j.get<ProvenanceRecord>();
+  EXPECT_EQ(nlohmann::json(back), j);
+  EXPECT_EQ(back.nccl_config.params.at("NCCL_PROTO").source, "/etc/nccl.conf");
+  nlohmann::json old = j;
+  old.erase("nccl_config");
+  EXPECT_TRUE(old.get<ProvenanceRecord>().nccl_config.library.empty());
+  nlohmann::json bad = j;
+  bad["nccl_config"].erase("files");
+  try {
+    (void)bad.get<ProvenanceRecord>();
+    FAIL() << "a configuration without files was accepted";
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find("files"), std::string::npos) << e.what();
+  }
+}
+
 }  // namespace
 }  // namespace specrun
