@@ -20,24 +20,14 @@
 #include "io/dataset_file.h"
 #include "kernels/cpu/dtype.h"
 #include "model/synthetic.h"
+#include "temp_dir.h"
 
 using namespace specrun;
 namespace fs = std::filesystem;
 
 namespace {
 
-class TempDir {
- public:
-  TempDir() {
-    std::string tmpl = (fs::temp_directory_path() / "specrun_dataset_XXXXXX").string();
-    path_ = mkdtemp(tmpl.data());
-  }
-  ~TempDir() { fs::remove_all(path_); }
-  std::string file(const std::string& name) const { return (fs::path(path_) / name).string(); }
-
- private:
-  std::string path_;
-};
+using test::TempDir;
 
 DatasetLayout small_layout(StoreType t = StoreType::kBF16) {
   DatasetLayout l;

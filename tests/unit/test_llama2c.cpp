@@ -11,6 +11,7 @@
 #include "common/error.h"
 #include "model/checkpoint.h"
 #include "model/llama2c.h"
+#include "temp_dir.h"
 #include "text/tokenizer.h"
 
 namespace specrun {
@@ -21,18 +22,7 @@ const std::string kShared = SPECRUN_SOURCE_DIR "/../shared";
 const std::string kStories = kShared + "/models/stories260K/stories260K.bin";
 const std::string kTok512 = kShared + "/models/stories260K/tok512.bin";
 
-class TempDir {
- public:
-  TempDir() {
-    std::string tmpl = (fs::temp_directory_path() / "specrun_l2c_XXXXXX").string();
-    path_ = ::mkdtemp(tmpl.data());
-  }
-  ~TempDir() { fs::remove_all(path_); }
-  std::string file(const std::string& name) const { return path_ + "/" + name; }
-
- private:
-  std::string path_;
-};
+using test::TempDir;
 
 std::string error_of(const std::function<void()>& f) {
   try {

@@ -11,24 +11,14 @@
 
 #include "common/error.h"
 #include "io/prompt_file.h"
+#include "temp_dir.h"
 
 using namespace specrun;
 namespace fs = std::filesystem;
 
 namespace {
 
-class TempDir {
- public:
-  TempDir() {
-    std::string tmpl = (fs::temp_directory_path() / "specrun_prompt_XXXXXX").string();
-    path_ = mkdtemp(tmpl.data());
-  }
-  ~TempDir() { fs::remove_all(path_); }
-  std::string file(const std::string& name) const { return (fs::path(path_) / name).string(); }
-
- private:
-  std::string path_;
-};
+using test::TempDir;
 
 void write_text(const std::string& path, const std::string& text) {
   std::ofstream(path) << text;

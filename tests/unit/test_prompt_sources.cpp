@@ -9,6 +9,7 @@
 
 #include "common/error.h"
 #include "io/prompt_sources.h"
+#include "temp_dir.h"
 
 using namespace specrun;
 namespace fs = std::filesystem;
@@ -17,18 +18,7 @@ namespace {
 
 const std::string kCodeTarget = SPECRUN_SOURCE_DIR "/../shared/models/code-target";
 
-class TempDir {
- public:
-  TempDir() {
-    std::string tmpl = (fs::temp_directory_path() / "specrun_sources_XXXXXX").string();
-    path_ = mkdtemp(tmpl.data());
-  }
-  ~TempDir() { fs::remove_all(path_); }
-  std::string file(const std::string& name) const { return (fs::path(path_) / name).string(); }
-
- private:
-  std::string path_;
-};
+using test::TempDir;
 
 std::vector<PreparedPrompt> convert_ok(const PromptConverter& c, const std::string& line) {
   std::vector<PreparedPrompt> out;

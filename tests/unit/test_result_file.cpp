@@ -23,6 +23,7 @@
 #include "common/error.h"
 #include "io/h5.h"
 #include "io/result_file.h"
+#include "temp_dir.h"
 
 using namespace specrun;
 namespace fs = std::filesystem;
@@ -33,18 +34,7 @@ constexpr int32_t kRanks = 2;
 constexpr int32_t kDraftLen = 4;
 constexpr int kSeqsPerBatch = 3;
 
-class TempDir {
- public:
-  TempDir() {
-    std::string tmpl = (fs::temp_directory_path() / "specrun_result_XXXXXX").string();
-    path_ = mkdtemp(tmpl.data());
-  }
-  ~TempDir() { fs::remove_all(path_); }
-  std::string file(const std::string& name) const { return (fs::path(path_) / name).string(); }
-
- private:
-  std::string path_;
-};
+using test::TempDir;
 
 // Keep in sync with make_batch in tests/e2e/check_result_file.py.
 BatchResult make_batch(int64_t b, int32_t draft_len) {

@@ -14,6 +14,7 @@
 #include "common/error.h"
 #include "model/checkpoint.h"
 #include "model/safetensors.h"
+#include "temp_dir.h"
 
 namespace specrun {
 namespace {
@@ -22,19 +23,7 @@ namespace fs = std::filesystem;
 
 const std::string kShared = SPECRUN_SOURCE_DIR "/../shared";
 
-class TempDir {
- public:
-  TempDir() {
-    std::string tmpl = (fs::temp_directory_path() / "specrun_st_XXXXXX").string();
-    path_ = ::mkdtemp(tmpl.data());
-  }
-  ~TempDir() { fs::remove_all(path_); }
-  std::string file(const std::string& name) const { return path_ + "/" + name; }
-  const std::string& path() const { return path_; }
-
- private:
-  std::string path_;
-};
+using test::TempDir;
 
 // The error text of f(), or "" when it does not throw.
 std::string error_of(const std::function<void()>& f) {

@@ -13,24 +13,14 @@
 #include "common/error.h"
 #include "model/checkpoint.h"
 #include "model/synthetic.h"
+#include "temp_dir.h"
 
 namespace specrun {
 namespace {
 
 namespace fs = std::filesystem;
 
-class TempDir {
- public:
-  TempDir() {
-    std::string tmpl = (fs::temp_directory_path() / "specrun_syn_XXXXXX").string();
-    path_ = ::mkdtemp(tmpl.data());
-  }
-  ~TempDir() { fs::remove_all(path_); }
-  const std::string& path() const { return path_; }
-
- private:
-  std::string path_;
-};
+using test::TempDir;
 
 std::string error_of(const std::function<void()>& f) {
   try {
