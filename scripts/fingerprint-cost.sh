@@ -1,10 +1,12 @@
 #!/usr/bin/env bash
 # What the model fingerprints cost (docs/analysis.md, "Model fingerprints"): RUNS one-rank jobs
-# on the 100M-parameter perf model of scripts/bench.sh (BF16, a 1-layer draft), each printing the
-# models' load time (the job log) and the time rank 0 spent hashing every model file whole
-# (the result file's models.*.hash_s), both measured in the same run; then the median ratio.
+# on the 100M-parameter perf model of scripts/bench.sh (BF16, a 1-layer draft), each printing,
+# from the same run, the models' load time and the time rank 0 then spent fingerprinting the
+# files (the job log), against runs without fingerprints (debug.fingerprints = false).
 #   usage: scripts/fingerprint-cost.sh [OUTDIR, default fingerprint-out]
-#   env:   SPECRUN (default build/specrun), RUNS (default 10), THREADS (default 2)
+#   env:   SPECRUN (default build/specrun), RUNS (default 10), THREADS (default 2), COLD=1 drops
+#          the page cache before every run (root: /proc/sys/vm/drop_caches), so that the load
+#          reads the files from disk as a job's first load on a node does
 set -euo pipefail
 cd "$(dirname "$0")/.."
 SPECRUN=$(realpath "${SPECRUN:-build/specrun}")
@@ -44,22 +46,40 @@ max_new_tokens = 2
 modes = ["baseline"]
 TOML
 echo "$(date -u +%Y-%m-%dT%H:%M:%SZ)  $(lscpu | sed -n 's/^Model name: *//p')  load: $(cut -d' ' -f1-3 /proc/loadavg)"
+# Alternated: A with the fingerprints (hashed before the load), B without
+# (debug.fingerprints = false), so that a busier moment slows both alike.
 for ((i = 0; i < RUNS; ++i)); do
-  "$SPECRUN" run job.toml 2>&1 | sed -n 's/.*models loaded in \([0-9.]*\) s.*/\1/p' >load.txt
-  /usr/bin/python3 - "$(cat load.txt)" <<'PY'
+  for fp in true false; do
+    if [[ ${COLD:-0} == 1 ]]; then sync && echo 3 >/proc/sys/vm/drop_caches; fi
+    "$SPECRUN" run job.toml --set debug.fingerprints=$fp >log.txt 2>&1
+    load=$(sed -n 's/.*models loaded in \([0-9.]*\) s.*/\1/p' log.txt)
+    extra=$(sed -n 's/.*model files fingerprinted in \([0-9.]*\) s before the load.*/\1/p' log.txt)
+    /usr/bin/python3 - "$fp" "$load" "${extra:-0}" <<'PY'
 import json, sys
 import h5py
-load = float(sys.argv[1])
+fp, load, extra = sys.argv[1] == "true", float(sys.argv[2]), float(sys.argv[3])
 with h5py.File("out.h5", "r") as f:
     models = json.loads(f["provenance"].attrs["models"])
-hashed = sum(m["hash_s"] for m in models.values())
-mb = sum(x["bytes"] for m in models.values() for x in m["files"]) / 1e6
-print(f"load {load:.3f} s  hash {hashed:.4f} s ({mb:.0f} MB, {mb / 1e3 / hashed:.1f} GB/s)  "
-      f"hash/load {100 * hashed / load:.1f}%")
+if fp:
+    hashed = sum(m["hash_s"] for m in models.values())
+    mb = sum(x["bytes"] for m in models.values() for x in m["files"]) / 1e6
+    print(f"A  load {load:.3f} s + fingerprints {extra:.4f} s = {load + extra:.3f} s; hashing "
+          f"took {hashed:.4f} s ({mb:.0f} MB, {mb / 1e3 / hashed:.1f} GB/s)")
+else:
+    assert all("fingerprint" not in m for m in models.values()), models
+    print(f"B  load {load:.3f} s (no fingerprints)")
 PY
+  done
 done | tee runs.txt
 /usr/bin/python3 - <<'PY'
 import re, statistics
-r = [float(m.group(1)) for m in re.finditer(r"hash/load ([0-9.]+)%", open("runs.txt").read())]
-print(f"hash/load over {len(r)} runs: min {min(r):.1f}%  median {statistics.median(r):.1f}%  max {max(r):.1f}%")
+t = open("runs.txt").read()
+a = [float(m.group(1)) for m in re.finditer(r"= ([0-9.]+) s; hashing", t)]
+b = [float(m.group(1)) for m in re.finditer(r"B  load ([0-9.]+) s", t)]
+h = [float(m.group(1)) for m in re.finditer(r"hashing took ([0-9.]+) s", t)]
+ma, mb, mh = statistics.median(a), statistics.median(b), statistics.median(h)
+print(f"load with fingerprints (A): min {min(a):.3f}  median {ma:.3f}  max {max(a):.3f} s")
+print(f"load without (B):           min {min(b):.3f}  median {mb:.3f}  max {max(b):.3f} s")
+print(f"A / B: medians {ma / mb:.3f}, minima {min(a) / min(b):.3f};  the hashing alone: median "
+      f"{mh:.4f} s = {100 * mh / mb:.1f}% of B's median load")
 PY

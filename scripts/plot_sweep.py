@@ -64,7 +64,7 @@ def load(path):
     return x_key, numeric != [], categories, series, x_of
 
 
-def finish(ax, fig, x_key, is_numeric, categories, title, out):
+def style(ax, x_key, is_numeric, categories, title):
     ax.set_xlabel(x_key)
     if not is_numeric:
         ax.set_xticks(range(len(categories)))
@@ -73,10 +73,18 @@ def finish(ax, fig, x_key, is_numeric, categories, title, out):
     ax.grid(True, alpha=0.3)
     if ax.get_legend() is None and ax.get_legend_handles_labels()[0]:
         ax.legend(fontsize=8)
+
+
+def save(fig, out):
     fig.tight_layout()
     fig.savefig(out, dpi=100)
     plt.close(fig)
     print(out)
+
+
+def finish(ax, fig, x_key, is_numeric, categories, title, out):
+    style(ax, x_key, is_numeric, categories, title)
+    save(fig, out)
 
 
 def main():
@@ -137,20 +145,9 @@ def main():
             ax.plot(xs, [y if y is not None else float("nan") for y in base], color="black",
                     linestyle="--", label="baseline total")
         ax.set_ylabel("ms per generated token")
-        finish_title = f"phase cost per token vs {x_key}" + (f" ({label})" if label else "")
-        ax.set_xlabel(x_key)
-        if not is_numeric:
-            ax.set_xticks(range(len(categories)))
-            ax.set_xticklabels(categories)
-        ax.set_title(finish_title)
-        ax.grid(True, alpha=0.3)
-        if ax.get_legend_handles_labels()[0]:
-            ax.legend(fontsize=8)
-    fig.tight_layout()
-    out = os.path.join(outdir, "cost_per_token.png")
-    fig.savefig(out, dpi=100)
-    plt.close(fig)
-    print(out)
+        style(ax, x_key, is_numeric, categories,
+              f"phase cost per token vs {x_key}" + (f" ({label})" if label else ""))
+    save(fig, os.path.join(outdir, "cost_per_token.png"))
 
 
 if __name__ == "__main__":

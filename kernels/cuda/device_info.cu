@@ -6,7 +6,9 @@
 #include <nccl.h>
 
 #include <array>
+#include <cmath>
 
+#include "common/host_stats.h"
 #include "kernels/cuda/cuda_check.h"
 #include "kernels/cuda/device_info.h"
 
@@ -116,6 +118,113 @@ NvmlReadings read_nvml(const std::vector<std::string>& pci_bus_ids) {
   dlclose(lib);
   if (!missing.empty()) return fail_all(missing);
   return out;
+}
+
+// GpuSampler: the NVML calls it makes, with nvml.h's C signatures.
+struct NvmlEventData {  // nvmlEventData_t
+  NvmlDevice device;
+  unsigned long long event_type;
+  unsigned long long event_data;
+  unsigned gpu_instance_id;
+  unsigned compute_instance_id;
+};
+using NvmlEventSet = struct NvmlEventSetOpaque*;
+constexpr unsigned long long kNvmlEventXidCritical = 0x8;  // nvmlEventTypeXidCriticalError
+constexpr int kNvmlTemperatureGpu = 0;                     // NVML_TEMPERATURE_GPU
+constexpr int kNvmlUncorrected = 1;                        // NVML_MEMORY_ERROR_TYPE_UNCORRECTED
+constexpr int kNvmlVolatileEcc = 0;                        // NVML_VOLATILE_ECC
+
+struct GpuSampler::Impl {
+  void* lib = nullptr;
+  NvmlApi api;
+  bool initialised = false;
+  NvmlDevice device = nullptr;
+  NvmlEventSet events = nullptr;
+  NvmlReturn (*temperature)(NvmlDevice, int, unsigned*) = nullptr;
+  NvmlReturn (*power)(NvmlDevice, unsigned*) = nullptr;
+  NvmlReturn (*reasons)(NvmlDevice, unsigned long long*) = nullptr;
+  NvmlReturn (*ecc)(NvmlDevice, int, int, unsigned long long*) = nullptr;
+  NvmlReturn (*event_set_create)(NvmlEventSet*) = nullptr;
+  NvmlReturn (*register_events)(NvmlDevice, unsigned long long, NvmlEventSet) = nullptr;
+  NvmlReturn (*event_wait)(NvmlEventSet, NvmlEventData*, unsigned) = nullptr;
+  NvmlReturn (*event_set_free)(NvmlEventSet) = nullptr;
+};
+
+GpuSampler::GpuSampler(const std::string& pci_bus_id) : impl_(new Impl) {
+  Impl& m = *impl_;
+  m.lib = dlopen("libnvidia-ml.so.1", RTLD_NOW | RTLD_LOCAL);
+  if (m.lib == nullptr) {
+    note_ = "unavailable: cannot load libnvidia-ml.so.1";
+    return;
+  }
+  for (std::string reason :
+       {resolve(m.lib, "nvmlInit_v2", m.api.init), resolve(m.lib, "nvmlShutdown", m.api.shutdown),
+        resolve(m.lib, "nvmlErrorString", m.api.error_string),
+        resolve(m.lib, "nvmlDeviceGetHandleByPciBusId_v2", m.api.handle_by_pci),
+        resolve(m.lib, "nvmlDeviceGetClockInfo", m.api.clock_info)})
+    if (note_.empty()) note_ = reason;
+  if (!note_.empty()) return;
+  NvmlReturn rc = m.api.init();
+  if (rc != kNvmlSuccess) {
+    note_ = nvml_error(m.api, "nvmlInit_v2", rc);
+    return;
+  }
+  m.initialised = true;
+  rc = m.api.handle_by_pci(pci_bus_id.c_str(), &m.device);
+  if (rc != kNvmlSuccess) {
+    note_ = nvml_error(m.api, "nvmlDeviceGetHandleByPciBusId_v2", rc) + " for " + pci_bus_id;
+    m.device = nullptr;
+    return;
+  }
+  // Optional calls: a missing one leaves its field NaN.
+  (void)resolve(m.lib, "nvmlDeviceGetTemperature", m.temperature);
+  (void)resolve(m.lib, "nvmlDeviceGetPowerUsage", m.power);
+  if (!resolve(m.lib, "nvmlDeviceGetCurrentClocksEventReasons", m.reasons).empty())
+    (void)resolve(m.lib, "nvmlDeviceGetCurrentClocksThrottleReasons", m.reasons);
+  (void)resolve(m.lib, "nvmlDeviceGetTotalEccErrors", m.ecc);
+  if (resolve(m.lib, "nvmlEventSetCreate", m.event_set_create).empty() &&
+      resolve(m.lib, "nvmlDeviceRegisterEvents", m.register_events).empty() &&
+      resolve(m.lib, "nvmlEventSetWait_v2", m.event_wait).empty() &&
+      resolve(m.lib, "nvmlEventSetFree", m.event_set_free).empty() &&
+      m.event_set_create(&m.events) == kNvmlSuccess) {
+    if (m.register_events(m.device, kNvmlEventXidCritical, m.events) != kNvmlSuccess) {
+      (void)m.event_set_free(m.events);
+      m.events = nullptr;
+    }
+  }
+}
+
+GpuSampler::~GpuSampler() {
+  if (impl_->events) (void)impl_->event_set_free(impl_->events);
+  if (impl_->initialised) (void)impl_->api.shutdown();
+  if (impl_->lib) dlclose(impl_->lib);
+  delete impl_;
+}
+
+GpuConditions GpuSampler::sample() {
+  const double nan = std::nan("");
+  GpuConditions c{nan, nan, nan, nan, nan, nan, nan};
+  Impl& m = *impl_;
+  if (m.device == nullptr) return c;
+  unsigned u = 0;
+  if (m.api.clock_info(m.device, kNvmlClockSm, &u) == kNvmlSuccess) c.sm_mhz = u;
+  if (m.api.clock_info(m.device, kNvmlClockMem, &u) == kNvmlSuccess) c.mem_mhz = u;
+  if (m.temperature && m.temperature(m.device, kNvmlTemperatureGpu, &u) == kNvmlSuccess)
+    c.temp_c = u;
+  if (m.power && m.power(m.device, &u) == kNvmlSuccess) c.power_w = u / 1000.0;
+  unsigned long long bits = 0;
+  if (m.reasons && m.reasons(m.device, &bits) == kNvmlSuccess)
+    c.slowdown = static_cast<double>(bits & kGpuSlowdownMask);
+  if (m.ecc && m.ecc(m.device, kNvmlUncorrected, kNvmlVolatileEcc, &bits) == kNvmlSuccess)
+    c.ecc_uncorrected = static_cast<double>(bits);
+  if (m.events) {
+    // Drain what arrived since the last sample; at most 64 per call so a storm cannot stall it.
+    int n = 0;
+    NvmlEventData data{};
+    while (n < 64 && m.event_wait(m.events, &data, 0) == kNvmlSuccess) ++n;
+    c.xid = n;
+  }
+  return c;
 }
 
 int device_count(std::string* error) {

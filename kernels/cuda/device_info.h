@@ -40,4 +40,31 @@ struct NvmlReadings {
 // result, never thrown. Local to the process; initialises and shuts NVML down within the call.
 NvmlReadings read_nvml(const std::vector<std::string>& pci_bus_ids);
 
+// The GPU's conditions after a batch (the GPU fields of a host snapshot, common/host_stats.h):
+// NaN where NVML could not read one.
+struct GpuConditions {
+  double sm_mhz = 0, mem_mhz = 0, temp_c = 0, power_w = 0;
+  double slowdown = 0;         // clock event reasons & kGpuSlowdownMask
+  double ecc_uncorrected = 0;  // volatile uncorrected ECC errors
+  double xid = 0;              // XID critical error events since the previous sample
+};
+
+// Samples one device through NVML, kept open between samples (dlopen'ed like read_nvml; a
+// machine without the driver gives NaN readings and `note` says why). The XID count comes from
+// an NVML event set registered for XID critical errors, drained without waiting.
+class GpuSampler {
+ public:
+  explicit GpuSampler(const std::string& pci_bus_id);
+  ~GpuSampler();
+  GpuSampler(const GpuSampler&) = delete;
+  GpuSampler& operator=(const GpuSampler&) = delete;
+  GpuConditions sample();
+  const std::string& note() const { return note_; }
+
+ private:
+  struct Impl;
+  Impl* impl_ = nullptr;
+  std::string note_;
+};
+
 }  // namespace specrun::cuda

@@ -246,6 +246,7 @@ HostSnapshot HostMonitor::sample() {
   v[kHostFreq] = mean_freq_mhz(cpus);
   v[kHostCpusAllowed] = cpus.empty() ? kNaN : static_cast<double>(cpus.size());
   v[kHostCpuLimit] = cgroup_cpu_limit();
+  for (int f = kGpuSmMhz; f < kNumHostFields; ++f) v[f] = kNaN;  // the backend's to fill
 
   // Busy processes: at least half a CPU over the interval.
   const double t = steady_seconds();

@@ -27,10 +27,27 @@ namespace specrun {
 //   busy_processes   processes outside the job that used >= half a CPU since the previous snapshot
 //   cpus_allowed     CPUs in this rank's affinity mask
 //   cpu_limit        the cgroup's CPU limit in CPUs (cpu.max / cfs quota; NaN: no limit)
-inline constexpr std::array<const char*, 9> kHostFields = {
-    "load1",    "procs_running",  "cpu_busy_pct", "steal_pct", "iowait_pct",
-    "freq_mhz", "busy_processes", "cpus_allowed", "cpu_limit"};
+// and, on the CUDA backend, the rank's GPU through NVML (NaN on the CPU backend, or where NVML
+// cannot read it; kernels/cuda/device_info.h GpuSampler):
+//   gpu_sm_mhz       current SM clock
+//   gpu_mem_mhz      current memory clock
+//   gpu_temp_c       GPU temperature, degrees C
+//   gpu_power_w      board power draw, W
+//   gpu_slowdown     the clock event reasons that slow the GPU down, as NVML's bit mask (software
+//                    power cap 0x4, hardware slowdown 0x8, software thermal 0x20, hardware
+//                    thermal 0x40, power brake 0x80; idle, application clocks and sync boost are
+//                    left out); 0: running at the clocks it chose
+//   gpu_ecc_uncorrected  volatile uncorrected ECC errors since the driver loaded
+//   gpu_xid          XID critical error events since the previous snapshot
+// Result schema 3 files have the first 9 fields only (the reader fills the rest with NaN).
+inline constexpr std::array<const char*, 16> kHostFields = {
+    "load1",       "procs_running", "cpu_busy_pct",        "steal_pct",
+    "iowait_pct",  "freq_mhz",      "busy_processes",      "cpus_allowed",
+    "cpu_limit",   "gpu_sm_mhz",    "gpu_mem_mhz",         "gpu_temp_c",
+    "gpu_power_w", "gpu_slowdown",  "gpu_ecc_uncorrected", "gpu_xid"};
 inline constexpr int kNumHostFields = static_cast<int>(kHostFields.size());
+// The fields of result schema 3 (host only).
+inline constexpr int kNumHostFieldsV3 = 9;
 enum HostField : int {
   kHostLoad1,
   kHostProcsRunning,
@@ -40,8 +57,17 @@ enum HostField : int {
   kHostFreq,
   kHostBusyProcesses,
   kHostCpusAllowed,
-  kHostCpuLimit
+  kHostCpuLimit,
+  kGpuSmMhz,
+  kGpuMemMhz,
+  kGpuTempC,
+  kGpuPowerW,
+  kGpuSlowdown,
+  kGpuEccUncorrected,
+  kGpuXid
 };
+// The NVML clock event reasons counted in gpu_slowdown (nvml.h nvmlClocksEventReason*).
+inline constexpr unsigned long long kGpuSlowdownMask = 0x4 | 0x8 | 0x20 | 0x40 | 0x80;
 
 struct HostSnapshot {
   std::array<double, kNumHostFields> values{};

@@ -103,6 +103,7 @@ struct DatasetSection {
 struct DebugSection {
   double inject_delay_ms = 0.0;       // sleep this long in inject_phase on every step
   std::string inject_phase = "none";  // none | draft | verify | sample
+  bool fingerprints = true;           // false: model files not hashed (scripts/fingerprint-cost.sh)
 };
 
 struct JobConfig {

@@ -249,6 +249,10 @@ void for_each_option(Config& config, Visitor&& visit) {
   visit(S{"debug", "inject_phase", "TEST ONLY: phase that spins inject_delay_ms per step."}.one_of(
             {"none", "draft", "verify", "sample"}),
         config.debug.inject_phase);
+  visit(S{"debug", "fingerprints",
+          "MEASUREMENT ONLY: false skips hashing the model files (the result's models attribute "
+          "then holds paths only; compare cannot tell a replaced checkpoint)."},
+        config.debug.fingerprints);
 }
 
 }  // namespace specrun

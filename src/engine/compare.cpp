@@ -116,9 +116,13 @@ void attribute_to_host(Comparison& out, const std::vector<ModeData>& base,
     base_busier = base_busier || out.hosts.back().base_busier;
   }
   if (next_busier == base_busier) return;  // neither (or both: no side to blame)
+  double gpu_ratio = 1;   // the slower GPU's clock against the other's, over the modes
+  bool cpu_side = false;  // CPU evidence (not the GPU's alone): CPU-time attribution applies
   for (HostChange& h : out.hosts) {
     h.next_busier = next_busier;
     h.base_busier = base_busier;
+    gpu_ratio = std::min(gpu_ratio, h.gpu_clock_ratio);
+    cpu_side = cpu_side || h.cpu_busier;
   }
   for (const HostChange& h : out.hosts) {
     const ModeData* b = find_mode(base, h.mode);
@@ -131,8 +135,9 @@ void attribute_to_host(Comparison& out, const std::vector<ModeData>& base,
       if (!suspect(t) || !is_compute_phase(t.name)) continue;
       const auto [ref_b, ref_phase] = reference_phase(base, t.name);
       const ModeData* ref_n = reference_phase(next, t.name).first;
-      if (host_explains_phase(*b, *n, phase_index(t.name), ref_b, ref_n, ref_phase,
-                              options.threshold_pct, options.min_abs_ms)) {
+      if (gpu_explains_change(t.relative.value, gpu_ratio, options.threshold_pct) ||
+          (cpu_side && host_explains_phase(*b, *n, phase_index(t.name), ref_b, ref_n, ref_phase,
+                                           options.threshold_pct, options.min_abs_ms))) {
         t.regression = t.improvement = false;
         t.environment = true;
       } else {

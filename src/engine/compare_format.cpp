@@ -141,13 +141,17 @@ std::string verdict_line(const Comparison& c) {
     std::vector<std::string> h;
     for (const TimingChange* t : host) h.push_back(describe_timing(*t));
     if (c.speedup.environment) h.push_back("the speedup " + pct(c.speedup.relative.value));
+    bool gpu_only = false;
     for (const HostChange& hc : c.hosts)
       if (hc.next_busier || hc.base_busier) {
+        gpu_only = hc.gpu_slower && !hc.cpu_busier;
         h.push_back(std::string(hc.next_busier ? "NEW" : "BASE") +
-                    " ran on a busier host: " + hc.mode + " " + hc.describe());
+                    (gpu_only ? "'s GPU ran slower: " : " ran on a busier host: ") + hc.mode + " " +
+                    hc.describe());
         break;
       }
-    return "ENVIRONMENT (host load, lower confidence; not the code): " + join_limited(h, 4);
+    return std::string(gpu_only ? "ENVIRONMENT (GPU clocks" : "ENVIRONMENT (host load") +
+           ", lower confidence; not the code): " + join_limited(h, 4);
   }
   if (!b.empty()) return "FASTER: " + join_limited(b, 3);
   std::vector<std::string> diffuse;
@@ -362,9 +366,11 @@ nlohmann::json comparison_to_json(const Comparison& c) {
                {"environment", c.speedup.environment}};
   nlohmann::json hosts = nlohmann::json::array();
   auto host_json = [](const HostLoad& h) {
-    return nlohmann::json{{"recorded", h.recorded},   {"run_queue_wait_ms", h.wait_ms},
-                          {"busy_processes", h.busy}, {"load1", h.load1},
-                          {"steal_pct", h.steal_pct}, {"busy_names", h.busy_names}};
+    nlohmann::json j{{"recorded", h.recorded},   {"run_queue_wait_ms", h.wait_ms},
+                     {"busy_processes", h.busy}, {"load1", h.load1},
+                     {"steal_pct", h.steal_pct}, {"busy_names", h.busy_names}};
+    if (h.gpu) j["gpu"] = gpu_to_json(h);
+    return j;
   };
   for (const HostChange& h : c.hosts)
     hosts.push_back({{"mode", h.mode},
@@ -373,7 +379,9 @@ nlohmann::json comparison_to_json(const Comparison& c) {
                      {"wait_relative_change", h.wait_relative.value},
                      {"wait_ci", {h.wait_relative.low, h.wait_relative.high}},
                      {"new_busier", h.next_busier},
-                     {"base_busier", h.base_busier}});
+                     {"base_busier", h.base_busier},
+                     {"gpu_slower", h.gpu_slower},
+                     {"gpu_clock_ratio", h.gpu_clock_ratio}});
   std::istringstream verdict(format_verdict(c));
   std::vector<std::string> verdict_lines;
   for (std::string line; std::getline(verdict, line);) verdict_lines.push_back(line);

@@ -73,8 +73,37 @@ HostLoad summarize_host(const ModeData& data) {
   h.load1 = host_mean(data, kHostLoad1);
   h.steal_pct = host_mean(data, kHostSteal);
   h.busy_names = frequent_busy(data.host_busy, 3);
+  int snapshots = 0, slowed = 0;
+  for (std::size_t i = 0; i + kNumHostFields <= data.host.size(); i += kNumHostFields) {
+    if (std::isnan(data.host[i + kGpuSmMhz])) continue;
+    ++snapshots;
+    const double slowdown = data.host[i + kGpuSlowdown];
+    if (!std::isnan(slowdown) && slowdown != 0) ++slowed;
+    const double ecc = data.host[i + kGpuEccUncorrected], xid = data.host[i + kGpuXid];
+    if (!std::isnan(ecc)) h.gpu_ecc = std::max(h.gpu_ecc, ecc);
+    if (!std::isnan(xid)) h.gpu_xid += xid;
+  }
+  h.gpu = snapshots > 0;
+  if (h.gpu) {
+    h.gpu_sm_mhz = host_mean(data, kGpuSmMhz);
+    h.gpu_mem_mhz = host_mean(data, kGpuMemMhz);
+    h.gpu_temp_c = host_mean(data, kGpuTempC);
+    h.gpu_power_w = host_mean(data, kGpuPowerW);
+    h.gpu_slowdown_share = static_cast<double>(slowed) / snapshots;
+  }
   return h;
 }
+
+namespace {
+
+std::string format_gpu(const HostLoad& h) {
+  return "GPU sm " + fixed(h.gpu_sm_mhz, 0) + " MHz, mem " + fixed(h.gpu_mem_mhz, 0) + " MHz, " +
+         fixed(h.gpu_temp_c, 0) + " C, " + fixed(h.gpu_power_w, 0) + " W, slowed down in " +
+         fixed(100 * h.gpu_slowdown_share, 0) + "% of batches, ECC uncorrected " +
+         fixed(h.gpu_ecc, 0) + ", XID " + fixed(h.gpu_xid, 0);
+}
+
+}  // namespace
 
 std::string format_hosts(const std::vector<ModeData>& modes) {
   std::string out;
@@ -86,9 +115,20 @@ std::string format_hosts(const std::vector<ModeData>& modes) {
            ", steal " + fixed(h.steal_pct, 1) + "%";
     for (std::size_t i = 0; i < h.busy_names.size(); ++i)
       out += (i ? ", " : "; busy: ") + h.busy_names[i];
+    if (h.gpu) out += "; " + format_gpu(h);
     out += "\n";
   }
   return out;
+}
+
+nlohmann::json gpu_to_json(const HostLoad& h) {
+  return {{"sm_mhz", h.gpu_sm_mhz},
+          {"mem_mhz", h.gpu_mem_mhz},
+          {"temp_c", h.gpu_temp_c},
+          {"power_w", h.gpu_power_w},
+          {"slowdown_share", h.gpu_slowdown_share},
+          {"ecc_uncorrected", h.gpu_ecc},
+          {"xid", h.gpu_xid}};
 }
 
 nlohmann::json hosts_to_json(const std::vector<ModeData>& modes) {
@@ -101,6 +141,7 @@ nlohmann::json hosts_to_json(const std::vector<ModeData>& modes) {
                    {"load1", h.load1},
                    {"steal_pct", h.steal_pct},
                    {"busy_names", h.busy_names}};
+    if (h.gpu) out[m.mode]["gpu"] = gpu_to_json(h);
   }
   return out;
 }
@@ -118,6 +159,11 @@ std::string HostChange::describe() const {
   }
   if (std::fabs(next.steal_pct - base.steal_pct) >= 1)
     out += ", steal " + fixed(base.steal_pct, 1) + "% -> " + fixed(next.steal_pct, 1) + "%";
+  if (gpu_slower)
+    out += ", GPU sm clock " + fixed(base.gpu_sm_mhz, 0) + " -> " + fixed(next.gpu_sm_mhz, 0) +
+           " MHz, slowed down in " + fixed(100 * base.gpu_slowdown_share, 0) + "% -> " +
+           fixed(100 * next.gpu_slowdown_share, 0) + "% of batches, XID " + fixed(base.gpu_xid, 0) +
+           " -> " + fixed(next.gpu_xid, 0);
   return out;
 }
 
@@ -141,11 +187,33 @@ HostChange compare_host(const std::string& mode, const ModeData& base, const Mod
     wait_down =
         (c.next.wait_ms == 0 ? d < 0 : c.wait_relative.high < -t / (1 + t)) && -d > min_abs_ms;
   }
-  c.next_busier =
+  // The GPU: one run's ran slower (lower SM clock, slowdown reasons, XID errors).
+  bool gpu_next = false, gpu_base = false;
+  if (c.base.gpu && c.next.gpu && c.base.gpu_sm_mhz > 0 && c.next.gpu_sm_mhz > 0) {
+    const double ratio = c.next.gpu_sm_mhz / c.base.gpu_sm_mhz;
+    gpu_next = ratio < 1 / (1 + t) ||
+               c.next.gpu_slowdown_share >= c.base.gpu_slowdown_share + 0.25 ||
+               c.next.gpu_xid > c.base.gpu_xid;
+    gpu_base = !gpu_next &&
+               (ratio > 1 + t || c.base.gpu_slowdown_share >= c.next.gpu_slowdown_share + 0.25 ||
+                c.base.gpu_xid > c.next.gpu_xid);
+    c.gpu_slower = gpu_next || gpu_base;
+    if (gpu_next) c.gpu_clock_ratio = std::min(1.0, ratio);
+    if (gpu_base) c.gpu_clock_ratio = std::min(1.0, 1 / ratio);
+  }
+  const bool cpu_next =
       wait_up || c.next.busy >= c.base.busy + 0.5 || c.next.steal_pct >= c.base.steal_pct + 5;
-  c.base_busier = !c.next_busier && (wait_down || c.base.busy >= c.next.busy + 0.5 ||
-                                     c.base.steal_pct >= c.next.steal_pct + 5);
+  const bool cpu_base =
+      wait_down || c.base.busy >= c.next.busy + 0.5 || c.base.steal_pct >= c.next.steal_pct + 5;
+  c.next_busier = cpu_next || gpu_next;
+  c.base_busier = !c.next_busier && (cpu_base || gpu_base);
+  c.cpu_busier = c.next_busier ? cpu_next : c.base_busier && cpu_base;
   return c;
+}
+
+bool gpu_explains_change(double relative, double gpu_clock_ratio, double threshold_pct) {
+  if (gpu_clock_ratio >= 1 || gpu_clock_ratio <= 0) return false;
+  return std::fabs(relative) <= 1 / gpu_clock_ratio - 1 + threshold_pct / 100.0;
 }
 
 bool host_explains_phase(const ModeData& base, const ModeData& next, int phase,

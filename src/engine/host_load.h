@@ -32,13 +32,23 @@ struct HostLoad {
   bool recorded = false;  // the file has the records (else all of the above are 0)
   // The busy processes seen most often, "sha256sum (4242) 99%", at most 3.
   std::vector<std::string> busy_names;
+  // The GPU (CUDA runs: schema 4 snapshots with NVML readings; else gpu = false and zeros):
+  // means over the snapshots, the share of snapshots with a slowdown reason, the largest ECC
+  // count and the XID events summed over the snapshots.
+  bool gpu = false;
+  double gpu_sm_mhz = 0, gpu_mem_mhz = 0, gpu_temp_c = 0, gpu_power_w = 0;
+  double gpu_slowdown_share = 0, gpu_ecc = 0, gpu_xid = 0;
 };
 HostLoad summarize_host(const ModeData& data);
 
 // "host (speculative): run-queue wait 2.5 ms/step, busy processes 0.0, load 1.1, steal 0.0%
 // [, busy: sha256sum (4242)]", one line per mode with the records; "" when none has them.
 std::string format_hosts(const std::vector<ModeData>& modes);
-// The same as JSON: mode -> {run_queue_wait_ms, busy_processes, load1, steal_pct, busy_names}.
+// The GPU part of a HostLoad as JSON: {sm_mhz, mem_mhz, temp_c, power_w, slowdown_share,
+// ecc_uncorrected, xid}.
+nlohmann::json gpu_to_json(const HostLoad& h);
+// The same as JSON: mode -> {run_queue_wait_ms, busy_processes, load1, steal_pct, busy_names,
+// gpu (where recorded)}.
 nlohmann::json hosts_to_json(const std::vector<ModeData>& modes);
 
 struct HostChange {
@@ -47,13 +57,20 @@ struct HostChange {
   Interval wait_relative;    // run-queue wait per step, NEW / BASE - 1, bootstrap 95% interval
   bool next_busier = false;  // NEW ran on a busier host than BASE
   bool base_busier = false;  // BASE ran on a busier host than NEW
+  // The GPU ran slower in one run: its SM clock lower by more than the threshold, a slowdown
+  // reason in a quarter more of the snapshots, or XID errors; gpu_clock_ratio = the slower
+  // run's SM clock against the other's (< 1), 1 when not recorded.
+  bool gpu_slower = false;
+  double gpu_clock_ratio = 1;
+  // The CPU side (run-queue wait, busy processes, steal) made a run busier, not the GPU alone.
+  bool cpu_busier = false;
   // "run-queue wait 2.6 -> 26.0 ms/step, busy processes 0.0 -> 1.0 (sha256sum (4242) 99%)".
   std::string describe() const;
 };
 
 // A host is busier when its run-queue wait per step grew by more than threshold_pct with
 // confidence and by more than min_abs_ms, or it had half a busy process more per snapshot, or
-// its CPU steal grew by 5 points.
+// its CPU steal grew by 5 points, or its GPU ran slower (gpu_slower above).
 HostChange compare_host(const std::string& mode, const ModeData& base, const ModeData& next,
                         double threshold_pct, double min_abs_ms, int resamples, std::uint64_t seed);
 
@@ -66,6 +83,11 @@ HostChange compare_host(const std::string& mode, const ModeData& base, const Mod
 // partner), slower code only its own. ref_base/ref_next: that reference phase (`ref_phase` of
 // the given modes; nullptr when the job has none, e.g. baseline only). False (the code's) when
 // either run lacks CPU rows.
+// Whether a GPU clock ratio (HostChange::gpu_clock_ratio, < 1 for the slower run) explains a
+// compute phase's relative change `relative` (NEW / BASE - 1, toward the slower run): device
+// work slows at most as the clock does, so up to 1 / ratio - 1 plus the threshold.
+bool gpu_explains_change(double relative, double gpu_clock_ratio, double threshold_pct);
+
 bool host_explains_phase(const ModeData& base, const ModeData& next, int phase,
                          const ModeData* ref_base, const ModeData* ref_next, int ref_phase,
                          double threshold_pct, double min_abs_ms);

@@ -16,9 +16,17 @@ struct World;
 
 // The identity every output file of the job records: build, layout, job text and hash, prompt
 // file, every rank's provenance and their mismatches.
+// `models`: the models attribute when the caller computed it already (models_json), else it
+// is computed here.
 ResultHeader job_header(const JobConfig& config, const World& world,
                         const std::string& prompts_hash,
-                        const std::vector<ProvenanceRecord>& records);
+                        const std::vector<ProvenanceRecord>& records,
+                        const std::string* models = nullptr);
+
+// The models attribute of the job's files (JSON text): the target's and the draft's directory
+// fingerprinted by content (io/model_fingerprint.h), with their paths. Reads every model file
+// whole; `specrun run` computes it on rank 0 right after the model load (pages cached).
+std::string models_json(const JobConfig& config);
 
 // target.dtype against the checkpoint's stored type: "auto" accepts any; otherwise they must
 // match (weights are kept in their checkpoint dtype). Throws (exit code 2) with advice.

@@ -110,7 +110,8 @@ void check_result_target(const JobConfig& config, const RunOptions& options,
 std::unique_ptr<ResultWriter> open_result(const JobConfig& config, const World& world,
                                           const RunOptions& options,
                                           const std::vector<ProvenanceRecord>& records,
-                                          const std::string& prompts_hash, const Logger& log) {
+                                          const std::string& prompts_hash,
+                                          const std::string& models, const Logger& log) {
   std::unique_ptr<ResultWriter> writer;
   if (options.resume) {  // checked by check_result_target
     writer = std::make_unique<ResultWriter>(ResultWriter::reopen(config.job.output.resolved));
@@ -120,7 +121,7 @@ std::unique_ptr<ResultWriter> open_result(const JobConfig& config, const World& 
       log.warn("job.overwrite = true (" + config.origin("job.overwrite") + "): replacing " +
                config.job.output.resolved + ", the result of an earlier run");
     writer = std::make_unique<ResultWriter>(ResultWriter::create(
-        config.job.output.resolved, job_header(config, world, prompts_hash, records),
+        config.job.output.resolved, job_header(config, world, prompts_hash, records, &models),
         config.job.overwrite));
   }
   for (const Mismatch& m : find_mismatches(records)) log.warn(describe(m));
@@ -209,9 +210,11 @@ BatchResult merge_for_world(const std::vector<std::string>& blobs, int group, co
 }
 
 // This rank's host after a batch: the snapshot (other processes of the job on this host are not
-// counted as busy) and its busy processes, into `result` (one rank's row).
-void record_host(HostMonitor& monitor, BatchResult& result) {
-  const HostSnapshot snap = monitor.sample();
+// counted as busy; on CUDA the GPU's clocks, temperature, power and slowdowns) and its busy
+// processes, into `result` (one rank's row).
+void record_host(HostMonitor& monitor, ModelFactory& factory, BatchResult& result) {
+  HostSnapshot snap = monitor.sample();
+  factory.sample_device(snap);
   result.host.assign(snap.values.begin(), snap.values.end());
   std::string busy;
   for (const std::string& b : snap.busy) busy += (busy.empty() ? "" : "; ") + b;
@@ -285,8 +288,8 @@ struct BatchPlan {
 bool decode_rounds(const JobConfig& config, const World& world, MpiComm& world_comm,
                    PromptReader& prompts, const BatchPlan& plan,
                    std::map<std::string, std::set<std::int64_t>>& done, BatchDecoder& decoder,
-                   Communicator& decisions, ResultWriter* writer, Progress& progress,
-                   const Logger& log) {
+                   Communicator& decisions, ModelFactory& factory, ResultWriter* writer,
+                   Progress& progress, const Logger& log) {
   HostMonitor host(job_pids(world_comm));
   auto stop_everywhere = [&]() {
     float flag = stop_requested() ? 1.0f : 0.0f;
@@ -308,7 +311,7 @@ bool decode_rounds(const JobConfig& config, const World& world, MpiComm& world_c
       if (mine) {
         decisions.reset_timing();
         BatchResult result = decoder.run(mode, my_batch, batch_prompts);
-        record_host(host, result);
+        record_host(host, factory, result);
         payload = encode_batch(result, world.tp_rank == 0);
       }
       std::vector<std::string> blobs = gather_strings(world_comm, payload, 0);
@@ -326,9 +329,23 @@ bool decode_rounds(const JobConfig& config, const World& world, MpiComm& world_c
 
 }  // namespace
 
+std::string models_json(const JobConfig& config) {
+  nlohmann::json models = nlohmann::json::object();
+  auto add_model = [&](const char* role, const std::string& dir) {
+    nlohmann::json m = config.debug.fingerprints ? nlohmann::json(fingerprint_model(dir))
+                                                 : nlohmann::json::object();
+    m["path"] = dir;
+    models[role] = std::move(m);
+  };
+  add_model("target", config.target.path.resolved);
+  if (!config.draft.path.empty() && std::filesystem::is_directory(config.draft.path.resolved))
+    add_model("draft", config.draft.path.resolved);
+  return models.dump();
+}
+
 ResultHeader job_header(const JobConfig& config, const World& world,
                         const std::string& prompts_hash,
-                        const std::vector<ProvenanceRecord>& records) {
+                        const std::vector<ProvenanceRecord>& records, const std::string* models) {
   ResultHeader header;
   const BuildInfo& b = build_info();
   header.specrun_version = b.version;
@@ -345,17 +362,8 @@ ResultHeader job_header(const JobConfig& config, const World& world,
   for (const ProvenanceRecord& r : records) header.provenance.push_back(nlohmann::json(r).dump());
   header.provenance_mismatches = nlohmann::json(find_mismatches(records)).dump();
   // Which checkpoints, by content: a model replaced at the same path is told apart (compare).
-  // Each file is hashed whole (io/model_fingerprint.h); the pages were just read by the load.
-  nlohmann::json models = nlohmann::json::object();
-  auto add_model = [&](const char* role, const std::string& dir) {
-    nlohmann::json m = fingerprint_model(dir);
-    m["path"] = dir;
-    models[role] = std::move(m);
-  };
-  add_model("target", config.target.path.resolved);
-  if (!config.draft.path.empty() && std::filesystem::is_directory(config.draft.path.resolved))
-    add_model("draft", config.draft.path.resolved);
-  header.models = models.dump();
+  // Each file is hashed whole (io/model_fingerprint.h).
+  header.models = models ? *models : models_json(config);
   header.stop_token_ids =
       nlohmann::json(all_stop_ids(config, ModelConfig::from_file(config.target.path.resolved +
                                                                  "/config.json")))
@@ -432,9 +440,26 @@ int run_job(const JobConfig& config, MpiSession& mpi, const RunOptions& options)
                                             prompts_hash, records, log});
   if (world.is_root()) check_result_target(config, options, prompts_hash);
 
+  // Rank 0 fingerprints the model files first: hashing reads them in file order, the fastest
+  // way from disk, and the load then finds their pages in the page cache. Measured (docs/
+  // analysis.md, "Model fingerprints"): a thread beside the load competed with it for the disk,
+  // and hashing after the load faulted the pages in again.
+  std::string models_text;
+  double hash_s = 0;
+  if (world.is_root() && !options.resume) {
+    const SteadyClockPoint t_hash = SteadyClock::now();
+    models_text = models_json(config);
+    hash_s = seconds_since(t_hash);
+  }
   const SteadyClockPoint t_load = SteadyClock::now();
   RankModels models = load_models(config, backend, tp_comm, self_comm, world, threads);
   const double load_s = seconds_since(t_load);
+  if (world.is_root() && !options.resume) {
+    std::ostringstream line;
+    line << "model files fingerprinted in " << std::fixed << std::setprecision(3) << hash_s
+         << " s before the load (" << load_s << " s)";
+    log.info(line.str());
+  }
   DecodeOptions decode = decode_options(config);
   decode.extra_stop_ids = extra_stop_ids(config, models.target->config());
   std::unique_ptr<ResultWriter> writer;
@@ -442,7 +467,7 @@ int run_job(const JobConfig& config, MpiSession& mpi, const RunOptions& options)
     // Every prompt against the target before the result file is touched.
     check_all_prompts(prompts, plan.n_prompts, models.target->config(),
                       config.decode.max_new_tokens);
-    writer = open_result(config, world, options, records, prompts_hash, log);
+    writer = open_result(config, world, options, records, prompts_hash, models_text, log);
   }
   world_comm.barrier();
   auto done = options.resume ? committed_batches(config, world_comm, world)
@@ -452,7 +477,7 @@ int run_job(const JobConfig& config, MpiSession& mpi, const RunOptions& options)
     line << "specrun run " << config.job.name << ": " << plan.n_prompts << " prompts in "
          << plan.n_batches << " batches of " << plan.batch_size << ", world " << world.size
          << " = dp " << world.dp << " x tp " << world.tp << ", " << threads
-         << " thread(s) per rank; models loaded in " << std::fixed << std::setprecision(2) << load_s
+         << " thread(s) per rank; models loaded in " << std::fixed << std::setprecision(3) << load_s
          << " s";
     log.info(line.str());
   }
@@ -467,7 +492,7 @@ int run_job(const JobConfig& config, MpiSession& mpi, const RunOptions& options)
   for (auto& [mode, set] : done) batches_total -= static_cast<std::int64_t>(set.size());
   Progress progress(plan.n_prompts, plan.n_batches, batches_total);
   const bool stopped = !decode_rounds(config, world, world_comm, prompts, plan, done, decoder,
-                                      decisions, writer.get(), progress, log);
+                                      decisions, *models.factory, writer.get(), progress, log);
 
   if (stopped) {
     int sig = 0;

@@ -59,7 +59,6 @@ ModelFileHash hash_file(const fs::path& path) {
       ::close(fd);
       SPEC_INPUT_CHECK(false, "cannot map " << path.string() << ": " << std::strerror(err));
     }
-    ::madvise(const_cast<void*>(map), size, MADV_SEQUENTIAL);
   }
   ::close(fd);
   const auto* bytes = static_cast<const unsigned char*>(map);

@@ -4,6 +4,7 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <cmath>
 #include <filesystem>
 #include <limits>
 #include <map>
@@ -583,8 +584,17 @@ HostTable ResultReader::host(const std::string& mode) const {
   if (!t || !t->host.valid()) return out;
   out.batches = impl_->committed.at(mode).batches;
   out.ranks = t->n_ranks;
-  out.fields = t->host.attr_strings("fields");
-  out.values = t->host.read<float>(0, out.batches);
+  const std::vector<float> stored = t->host.read<float>(0, out.batches);
+  const std::size_t width = static_cast<std::size_t>(t->host.dims().at(2));
+  // Schema 3 files lack the GPU fields: every snapshot widened with NaN.
+  out.fields.assign(kHostFields.begin(), kHostFields.end());
+  out.values.assign(
+      static_cast<std::size_t>(out.batches) * static_cast<std::size_t>(out.ranks) * kNumHostFields,
+      std::nanf(""));
+  for (std::size_t row = 0; row * width < stored.size(); ++row)
+    std::copy(stored.begin() + static_cast<std::ptrdiff_t>(row * width),
+              stored.begin() + static_cast<std::ptrdiff_t>((row + 1) * width),
+              out.values.begin() + static_cast<std::ptrdiff_t>(row * kNumHostFields));
   out.busy = t->host_busy.read_strings(0, out.batches);
   return out;
 }

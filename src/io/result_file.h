@@ -21,7 +21,7 @@
 namespace specrun {
 
 inline constexpr const char* kResultSchema = "specrun.result";
-inline constexpr int kResultSchemaVersion = 3;
+inline constexpr int kResultSchemaVersion = 4;
 
 // What the caller knows when the job starts.
 struct ResultHeader {

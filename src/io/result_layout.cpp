@@ -251,10 +251,11 @@ ModeTables open_mode(const h5::Group& root, const std::string& mode) {
                                            << kNumCpuColumns << " columns]");
     t.host = batches.dataset("host");
     std::vector<hsize_t> hdims = t.host.dims();
-    SPEC_INPUT_CHECK(hdims.size() == 3 && hdims[1] == dims[1] &&
-                         hdims[2] == static_cast<hsize_t>(kNumHostFields),
-                     t.host.where() << " should be [batches x " << dims[1] << " ranks x "
-                                    << kNumHostFields << " fields]");
+    const int fields = t.version >= 4 ? kNumHostFields : kNumHostFieldsV3;
+    SPEC_INPUT_CHECK(
+        hdims.size() == 3 && hdims[1] == dims[1] && hdims[2] == static_cast<hsize_t>(fields),
+        t.host.where() << " should be [batches x " << dims[1] << " ranks x " << fields
+                       << " fields] (result schema " << t.version << ")");
     t.host_busy = batches.dataset("host_busy");
     SPEC_INPUT_CHECK(t.host_busy.rank() == 1 && t.host_busy.is_string(),
                      t.host_busy.where() << " should be a 1-D string dataset");

@@ -8,10 +8,23 @@
 #include <sstream>
 
 #ifdef SPECRUN_HAVE_CUDA
+#include <cuda_runtime_api.h>
+
+#include <array>
+
 #include "kernels/cuda/device_info.h"
 #endif
 
 namespace specrun {
+
+#ifdef SPECRUN_HAVE_CUDA
+struct ModelFactory::DeviceSampler {
+  explicit DeviceSampler(const std::string& pci_bus_id) : nvml(pci_bus_id) {}
+  cuda::GpuSampler nvml;
+};
+#else
+struct ModelFactory::DeviceSampler {};
+#endif
 
 ModelFactory::ModelFactory(BackendKind backend, MpiComm& tp_comm, MpiComm& self_comm,
                            const World& world, int threads, double comm_timeout_s)
@@ -38,6 +51,30 @@ ModelFactory::ModelFactory(BackendKind backend, MpiComm& tp_comm, MpiComm& self_
 }
 
 ModelFactory::~ModelFactory() = default;
+
+void ModelFactory::sample_device(HostSnapshot& snapshot) {
+#ifdef SPECRUN_HAVE_CUDA
+  if (!cuda_) return;
+  if (!sampler_) {
+    std::array<char, 32> pci{};
+    const bool have = cudaDeviceGetPCIBusId(pci.data(), static_cast<int>(pci.size()),
+                                            cuda_->device().device()) == cudaSuccess;
+    if (!have) cudaGetLastError();  // the failed query's sticky error, cleared
+    sampler_ = std::make_unique<DeviceSampler>(have ? std::string(pci.data()) : "unknown");
+  }
+  const cuda::GpuConditions c = sampler_->nvml.sample();
+  auto& v = snapshot.values;
+  v[kGpuSmMhz] = c.sm_mhz;
+  v[kGpuMemMhz] = c.mem_mhz;
+  v[kGpuTempC] = c.temp_c;
+  v[kGpuPowerW] = c.power_w;
+  v[kGpuSlowdown] = c.slowdown;
+  v[kGpuEccUncorrected] = c.ecc_uncorrected;
+  v[kGpuXid] = c.xid;
+#else
+  (void)snapshot;
+#endif
+}
 
 void ModelFactory::set_step_graphs(bool on) {
 #ifdef SPECRUN_HAVE_CUDA

@@ -12,6 +12,7 @@
 #include <string>
 
 #include "backend/backend.h"
+#include "common/host_stats.h"
 #include "dist/communicator.h"
 #include "dist/mpi_comm.h"
 #include "dist/world.h"
@@ -58,6 +59,11 @@ class ModelFactory {
   // empty on the CPU backend.
   std::string step_graph_report() const;
 
+  // CUDA: fills the GPU fields of a host snapshot (common/host_stats.h: clocks, temperature,
+  // power, slowdown reasons, ECC errors, XID events) from NVML for this rank's device; they stay
+  // NaN on the CPU backend or where NVML cannot read them.
+  void sample_device(HostSnapshot& snapshot);
+
   // "cpu, 4 threads" or "cuda device 0 (NVIDIA H200, GPU-<uuid>, sm_90, SASS sm_90)", plus a
   // note worth logging when there is one (per-task GPU binding).
   const std::string& description() const { return description_; }
@@ -70,6 +76,8 @@ class ModelFactory {
   int threads_;
   std::string description_;
   std::unique_ptr<CudaContext> cuda_;
+  struct DeviceSampler;  // NVML, opened at the first sample_device
+  std::unique_ptr<DeviceSampler> sampler_;
 };
 
 // A CPU model outside a job (tests, tools): this rank's shard for the group `tp_comm`.

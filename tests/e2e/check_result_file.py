@@ -219,7 +219,7 @@ def main():
     with h5py.File(args.file, "r") as f:  # a plain open: no SWMR flag, no h5clear
         a = f.attrs
         check(a["schema"] == "specrun.result", f"schema {a['schema']!r}")
-        check(int(a["schema_version"]) == 3, "schema_version")
+        check(int(a["schema_version"]) == 4, "schema_version")
         for k, v in HEADER.items():
             check(a[k] == v, f"root attribute {k}: {a[k]!r} != {v!r}")
         check(a["git_dirty"].dtype == np.bool_ and bool(a["git_dirty"]), "git_dirty is bool True")

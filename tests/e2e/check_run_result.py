@@ -76,7 +76,7 @@ def check_layout(f, world, draft_len):
         if check(name in f.attrs, f"root attribute {name} missing"):
             check(attr_dtype_ok(f, name, want), f"root attribute {name}: not {want}")
     check(f.attrs.get("schema") == "specrun.result", "schema is not specrun.result")
-    check(int(f.attrs.get("schema_version", 0)) == 3, "schema_version is not 3")
+    check(int(f.attrs.get("schema_version", 0)) == 4, "schema_version is not 4")
     for name in JOB_ATTRS:
         if check(name in f["job"].attrs, f"/job attribute {name} missing"):
             check(attr_dtype_ok(f["job"], name, "str"), f"/job attribute {name}: not a string")
@@ -128,9 +128,11 @@ def check_layout(f, world, draft_len):
         check([str(x) for x in c.attrs.get("columns", [])] == PHASES + ["run_queue_wait"],
               f"{mode}/cpu_timings columns {c.attrs.get('columns')}")
         h = g["batches/host"]
-        check(h.dtype == np.float32 and h.ndim == 3 and h.shape[1:] == (world, 9),
-              f"{mode}/batches/host: {h.dtype} {h.shape}, expected float32 [batches, {world}, 9]")
-        check(len(h.attrs.get("fields", [])) == 9, f"{mode}/batches/host fields")
+        check(h.dtype == np.float32 and h.ndim == 3 and h.shape[1:] == (world, 16),
+              f"{mode}/batches/host: {h.dtype} {h.shape}, expected float32 [batches, {world}, 16]")
+        fields = [str(x) for x in h.attrs.get("fields", [])]
+        check(len(fields) == 16 and fields[9] == "gpu_sm_mhz" and fields[15] == "gpu_xid",
+              f"{mode}/batches/host fields {fields}")
         hb = g["batches/host_busy"]
         check(dtype_ok(hb, "str") and hb.shape == h.shape[:1], f"{mode}/batches/host_busy {hb.shape}")
         # A rank has CPU rows exactly where it has timings (NaN: another dp group's batch), and
@@ -145,6 +147,10 @@ def check_layout(f, world, draft_len):
             load = h[:nb, :, 0]
             check(np.all(np.isfinite(load).any(axis=1)) and np.all(load[np.isfinite(load)] >= 0),
                   f"{mode}/batches/host load1: {load}")
+            # The GPU fields are the CUDA backend's: NaN in a CPU run.
+            cuda = json.loads(f["job"].attrs["resolved"]).get("parallel", {}).get("backend") == "cuda"
+            if not cuda:
+                check(np.all(np.isnan(h[:nb, :, 9:])), f"{mode}/batches/host GPU fields in a CPU run")
 
 
 def committed(g):

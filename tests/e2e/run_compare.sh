@@ -69,6 +69,35 @@ assert {"debug.inject_delay_ms", "debug.inject_phase"} == keys, keys
 print("compare --json ok")
 PY
 
+# 2b. A file of the previous schema (3: host snapshots without the GPU fields), made from a.h5 as
+# the previous version wrote it: report and compare read it (the GPU fields NaN), and --resume
+# refuses it by its version.
+cp a.h5 v3.h5
+"$PY" - v3.h5 <<'PY'
+import sys
+import h5py
+import numpy as np
+with h5py.File(sys.argv[1], "r+") as f:
+    f.attrs["schema_version"] = np.int32(3)
+    for mode in ("baseline", "speculative"):
+        g = f[mode]["batches"]
+        old = g["host"]
+        data, attrs = old[:, :, :9], dict(old.attrs)
+        del g["host"]
+        new = g.create_dataset("host", data=data, maxshape=(None,) + data.shape[1:],
+                               chunks=(1,) + data.shape[1:])
+        for k, v in attrs.items():
+            new.attrs[k] = v[:9] if k == "fields" else v
+PY
+"$SPECRUN_BIN" report v3.h5 >v3.txt || fail "report of a schema-3 file: $(cat v3.txt)"
+grep -q '^host (speculative): run-queue wait' v3.txt || fail "no host line for a schema-3 file"
+if grep -q 'GPU sm' v3.txt; then fail "a schema-3 CPU file printed GPU readings"; fi
+rc=0
+"$SPECRUN_BIN" compare v3.h5 a.h5 >v3cmp.txt || rc=$?
+[[ $rc -eq 0 || $rc -eq 1 ]] || fail "compare of a schema-3 file against a new one: exit $rc $(head -3 v3cmp.txt)"
+expect_exit 2 'cannot resume .*v3.h5: it has result schema version 3' v3resume.log -- \
+  "${MPIRUN[@]}" -np 2 "$SPECRUN_BIN" run job.toml --resume --set job.output=v3.h5
+
 # 3. Bad input: exit 2, the file named.
 echo "not hdf5" >text.h5
 expect_exit 2 'missing.h5: no such file' bad1.log -- "$SPECRUN_BIN" compare a.h5 missing.h5

@@ -9,6 +9,7 @@
 #       code-target with its trained EAGLE-3 head (code-eagle3): chain k = 4, trees 4/5/15 and
 #       8/6/32 (the shapes of SGLang's --speculative-topk/num-steps/num-draft-tokens);
 #   - speculation accepted something (tau > 1) and every phase timing is finite and >= 0;
+#   - every batch's host snapshot holds the GPU's NVML readings (SM clock, temperature, power);
 #   - the GPU's greedy outputs equal the CPU backend's for at least 90% of the prompts (synthetic
 #     F32 weights, the trained BF16 code-target, and code-target-f32 when present; both backends
 #     keep the weights' dtype and compute in float32, so only a reordering may flip a near-tie).
@@ -190,6 +191,19 @@ for name in cases:
         if t.size == 0 or not np.all(np.isfinite(t)) or np.any(t < 0):
             print(f"FAIL {name} {mode}: phase timings empty, negative or not finite")
             ok = False
+    # The GPU's conditions after every batch (NVML through the host snapshots, schema 4).
+    with h5py.File(f"{name}.h5", "r") as f:
+        h = f["speculative/batches/host"]
+        fields = [str(x) for x in h.attrs["fields"]]
+        gpu = h[:, 0, fields.index("gpu_sm_mhz"):]
+        sm, temp, power = gpu[:, 0], gpu[:, 2], gpu[:, 3]
+        if not (np.all(sm > 100) and np.all((temp > 0) & (temp < 120)) and np.all(power > 1)):
+            print(f"FAIL {name}: GPU snapshots missing or implausible (sm {sm}, temp {temp}, power {power})")
+            ok = False
+        else:
+            print(f"{name}: GPU sm {sm.mean():.0f} MHz, {temp.mean():.0f} C, {power.mean():.0f} W, "
+                  f"slowdown bits {sorted(set(int(x) for x in gpu[:, 4] if np.isfinite(x)))}, "
+                  f"ECC {np.nanmax(gpu[:, 5])}, XID {np.nansum(gpu[:, 6])}")
 for gpu_name, cpu_name in pairs:
     gpu, _, _ = outputs(f"{gpu_name}.h5", "baseline")
     cpu, _, _ = outputs(f"{cpu_name}.h5", "baseline")

@@ -5,6 +5,7 @@
 // judged on the rank that waited least.
 #include <gtest/gtest.h>
 
+#include <cmath>
 #include <random>
 
 #include "engine/compare.h"
@@ -23,6 +24,10 @@ struct RunSpec {
   double busy = 0;       // busy processes per snapshot
   bool records = true;   // CPU rows and host snapshots (schema 3)
   double noise = 0.05;
+  // The GPU (CUDA runs, schema 4): SM clock (NaN: a CPU run, no GPU fields) and whether a
+  // slowdown reason (power or thermal) was set in every snapshot.
+  double gpu_sm = std::nan("");
+  bool gpu_slowdown = false;
 };
 
 // 30 batches x 4 sequences x 10 steps, 2 ranks.
@@ -67,6 +72,16 @@ ModeData make_mode(const std::string& mode, const RunSpec& r, std::uint64_t seed
     if (!r.records) continue;
     for (int k = 0; k < 2; ++k) {
       std::vector<float> snap(kNumHostFields, 0.0f);
+      for (int f = kGpuSmMhz; f < kNumHostFields; ++f) snap[f] = std::nanf("");
+      if (!std::isnan(r.gpu_sm)) {
+        snap[kGpuSmMhz] = static_cast<float>(r.gpu_sm);
+        snap[kGpuMemMhz] = 3201;
+        snap[kGpuTempC] = r.gpu_slowdown ? 88 : 45;
+        snap[kGpuPowerW] = 700;
+        snap[kGpuSlowdown] = r.gpu_slowdown ? 0x20 : 0;  // software thermal slowdown
+        snap[kGpuEccUncorrected] = 0;
+        snap[kGpuXid] = 0;
+      }
       snap[kHostLoad1] = static_cast<float>(1 + r.busy);
       snap[kHostBusyProcesses] = static_cast<float>(r.busy);
       snap[kHostCpusAllowed] = 2;
@@ -189,4 +204,50 @@ TEST(HostLoad, SmallCommChangesMustMoveTheStep) {
   const TimingChange& comm = find(c, kModeSpeculative, "comm");
   EXPECT_GT(comm.relative.low, 0.3);
   EXPECT_FALSE(comm.regression);
+}
+
+// A CUDA rerun whose GPU throttled (SM clock 1980 -> 1500 MHz, a thermal slowdown reason in every
+// snapshot) on an otherwise quiet host: device phases that slowed by no more than the clock
+// ratio (1980/1500 = +32%) are the GPU's, not the code's, even with the main thread's CPU time
+// following them (a spinning synchronisation); a phase that slowed more is still a regression;
+// the same slowdown at the same clocks is one; CPU runs print no GPU line.
+TEST(HostLoad, ThrottledGpuExplainsSlowdownsUpToItsClockRatio) {
+  RunSpec cool;
+  cool.gpu_sm = 1980;
+  RunSpec hot = cool;
+  hot.gpu_sm = 1500, hot.gpu_slowdown = true;
+  hot.verify *= 1.25, hot.verify_cpu *= 1.25, hot.draft *= 1.25, hot.draft_cpu *= 1.25;
+  const std::vector<ModeData> base = make_run(cool, cool, 7);
+  Comparison c = compare_modes(base, make_run(hot, hot, 17), CompareOptions{});
+  EXPECT_FALSE(c.regression);
+  EXPECT_TRUE(find(c, kModeSpeculative, "verify").environment);
+  ASSERT_FALSE(c.hosts.empty());
+  EXPECT_TRUE(c.hosts[0].gpu_slower);
+  EXPECT_FALSE(c.hosts[0].cpu_busier);
+  EXPECT_NEAR(c.hosts[0].gpu_clock_ratio, 1500.0 / 1980.0, 1e-6);
+  EXPECT_NEAR(c.hosts[0].next.gpu_slowdown_share, 1.0, 1e-9);
+  std::string verdict = format_verdict(c);
+  EXPECT_EQ(verdict.rfind("ENVIRONMENT (GPU clocks", 0), 0u) << verdict;
+  EXPECT_NE(verdict.find("GPU sm clock 1980 -> 1500 MHz"), std::string::npos) << verdict;
+
+  RunSpec worse = hot;
+  worse.verify = cool.verify * 1.8, worse.verify_cpu = cool.verify_cpu * 1.8;
+  c = compare_modes(base, make_run(worse, worse, 27), CompareOptions{});
+  EXPECT_TRUE(c.regression);
+  EXPECT_TRUE(find(c, kModeSpeculative, "verify").regression);
+  EXPECT_TRUE(find(c, kModeSpeculative, "draft").environment);
+  verdict = format_verdict(c);
+  EXPECT_EQ(verdict.rfind("REGRESSION: speculative verify", 0), 0u) << verdict;
+
+  RunSpec same_clocks = hot;
+  same_clocks.gpu_sm = 1980, same_clocks.gpu_slowdown = false;
+  c = compare_modes(base, make_run(same_clocks, same_clocks, 37), CompareOptions{});
+  EXPECT_TRUE(find(c, kModeSpeculative, "verify").regression);
+  EXPECT_FALSE(c.hosts[0].gpu_slower);
+
+  const std::string hosts = format_hosts(base);
+  EXPECT_NE(hosts.find("GPU sm 1980 MHz, mem 3201 MHz, 45 C, 700 W, slowed down in 0% of batches"),
+            std::string::npos)
+      << hosts;
+  EXPECT_EQ(format_hosts(make_run(RunSpec{}, RunSpec{}, 3)).find("GPU"), std::string::npos);
 }
