@@ -159,7 +159,10 @@ std::vector<std::string> model_lines(const std::string& text) {
       double bytes = 0;
       for (const nlohmann::json& f : m["files"]) bytes += f.value("bytes", 0.0);
       line << ": " << m["files"].size() << " files, " << fixed(bytes / 1e6, 1) << " MB, hashed in "
-           << fixed(m.value("hash_s", 0.0), 3) << " s";
+           << fixed(m.value("hash_s", 0.0), 3) << " s"
+           << (m.value("complete", true) ? ""
+                                         : "; weights by size and header only: the job did "
+                                           "not finish");
     }
     line << ")";
     lines.push_back(line.str());

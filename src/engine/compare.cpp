@@ -359,8 +359,8 @@ ProvenanceDiff diff_provenance(const ResultInfo& base, const ResultInfo& next,
   // Models by content (files from before fingerprints were recorded have none: not a change).
   const nlohmann::json bm = parse_json(bh.models, "/provenance models", base_path);
   const nlohmann::json nm = parse_json(nh.models, "/provenance models", next_path);
-  // Fingerprints of two schemes (the first/last-MiB "fnv1a64:" of older files, the whole-file
-  // "xxh3:") cannot be compared: not reported. Two file lists say which files differ.
+  // Two file lists say which files differ; fingerprints of two schemes without them (the
+  // first/last-MiB "fnv1a64:" of older files against a newer one) cannot be compared.
   for (const char* role : {"target", "draft"}) {
     auto entry = [&](const nlohmann::json& m) -> const nlohmann::json* {
       if (!m.is_object() || !m.contains(role) || !m[role].is_object()) return nullptr;
@@ -379,14 +379,20 @@ ProvenanceDiff diff_provenance(const ResultInfo& base, const ResultInfo& next,
       return f.substr(0, f.find(':'));
     };
     if (bh.models == "{}" || nh.models == "{}") continue;
-    if (be && ne && scheme(be) != scheme(ne)) continue;
-    std::string detail;
     if (be && ne && be->contains("files") && ne->contains("files")) {
+      // File by file, on what both recorded (a job that did not finish has the weights' headers,
+      // not their contents): a change only where something differs or the path moved.
       const std::vector<std::string> files = describe_file_changes((*be)["files"], (*ne)["files"]);
+      std::string detail;
       for (std::size_t i = 0; i < files.size(); ++i) detail += (i == 0 ? "; " : ", ") + files[i];
+      if (files.empty() && be->value("path", std::string()) == ne->value("path", std::string()))
+        continue;
+      add_change(d.models, std::string(role) + " model", text(be, ""), text(ne, detail),
+                 std::nullopt);
+      continue;
     }
-    add_change(d.models, std::string(role) + " model", text(be, ""), text(ne, detail),
-               std::nullopt);
+    if (be && ne && scheme(be) != scheme(ne)) continue;
+    add_change(d.models, std::string(role) + " model", text(be, ""), text(ne, ""), std::nullopt);
   }
 
   // Per rank: record fields and environment, rank r against rank r.

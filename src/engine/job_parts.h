@@ -24,9 +24,10 @@ ResultHeader job_header(const JobConfig& config, const World& world,
                         const std::string* models = nullptr);
 
 // The models attribute of the job's files (JSON text): the target's and the draft's directory
-// fingerprinted by content (io/model_fingerprint.h), with their paths. Reads every model file
-// whole; `specrun run` computes it on rank 0 right after the model load (pages cached).
-std::string models_json(const JobConfig& config);
+// fingerprinted by content (io/model_fingerprint.h), with their paths; `contents` false: the
+// weights by size and header only. `specrun run` records that at the start and the whole
+// contents when the job finishes.
+std::string models_json(const JobConfig& config, bool contents = true);
 
 // target.dtype against the checkpoint's stored type: "auto" accepts any; otherwise they must
 // match (weights are kept in their checkpoint dtype). Throws (exit code 2) with advice.

@@ -329,10 +329,10 @@ bool decode_rounds(const JobConfig& config, const World& world, MpiComm& world_c
 
 }  // namespace
 
-std::string models_json(const JobConfig& config) {
+std::string models_json(const JobConfig& config, bool contents) {
   nlohmann::json models = nlohmann::json::object();
   auto add_model = [&](const char* role, const std::string& dir) {
-    nlohmann::json m = config.debug.fingerprints ? nlohmann::json(fingerprint_model(dir))
+    nlohmann::json m = config.debug.fingerprints ? nlohmann::json(fingerprint_model(dir, contents))
                                                  : nlohmann::json::object();
     m["path"] = dir;
     models[role] = std::move(m);
@@ -440,26 +440,14 @@ int run_job(const JobConfig& config, MpiSession& mpi, const RunOptions& options)
                                             prompts_hash, records, log});
   if (world.is_root()) check_result_target(config, options, prompts_hash);
 
-  // Rank 0 fingerprints the model files first: hashing reads them in file order, the fastest
-  // way from disk, and the load then finds their pages in the page cache. Measured (docs/
-  // analysis.md, "Model fingerprints"): a thread beside the load competed with it for the disk,
-  // and hashing after the load faulted the pages in again.
-  std::string models_text;
-  double hash_s = 0;
-  if (world.is_root() && !options.resume) {
-    const SteadyClockPoint t_hash = SteadyClock::now();
-    models_text = models_json(config);
-    hash_s = seconds_since(t_hash);
-  }
+  // The model files by name, size, header and small files' contents now (milliseconds); their
+  // weights' whole contents when the job finishes, so that hashing never weighs on the load or
+  // the timed steps (docs/analysis.md, "Model fingerprints: what they cost").
+  const std::string models_text =
+      world.is_root() && !options.resume ? models_json(config, false) : "";
   const SteadyClockPoint t_load = SteadyClock::now();
   RankModels models = load_models(config, backend, tp_comm, self_comm, world, threads);
   const double load_s = seconds_since(t_load);
-  if (world.is_root() && !options.resume) {
-    std::ostringstream line;
-    line << "model files fingerprinted in " << std::fixed << std::setprecision(3) << hash_s
-         << " s before the load (" << load_s << " s)";
-    log.info(line.str());
-  }
   DecodeOptions decode = decode_options(config);
   decode.extra_stop_ids = extra_stop_ids(config, models.target->config());
   std::unique_ptr<ResultWriter> writer;
@@ -509,7 +497,22 @@ int run_job(const JobConfig& config, MpiSession& mpi, const RunOptions& options)
   if (const std::string graphs = models.factory->step_graph_report(); !graphs.empty())
     log.info(graphs);
   if (world.is_root()) {
-    writer->finish();
+    // A model directory that became unreadable meanwhile leaves the start's fingerprints (sizes
+    // and headers) and a warning: the results are complete and must not be lost over it.
+    const SteadyClockPoint t_hash = SteadyClock::now();
+    std::string fingerprints;
+    try {
+      fingerprints = models_json(config, true);
+      std::ostringstream line;
+      line << "model files fingerprinted whole in " << std::fixed << std::setprecision(3)
+           << seconds_since(t_hash) << " s after the last batch";
+      log.info(line.str());
+    } catch (const Error& e) {
+      log.warn(std::string("model files not fingerprinted whole (the result keeps their sizes and "
+                           "headers): ") +
+               e.what());
+    }
+    writer->finish(fingerprints);
     writer.reset();
     ResultReader reader(config.job.output.resolved);
     const std::vector<ModeData> modes = load_mode_data(reader);

@@ -37,10 +37,12 @@ bool ends_with(const std::string& s, const std::string& tail) {
   return s.size() >= tail.size() && s.compare(s.size() - tail.size(), tail.size(), tail) == 0;
 }
 
-// One file hashed through a read-only mapping (no copy; the loader's pages are reused).
-ModelFileHash hash_file(const fs::path& path) {
+// One file hashed through a read-only mapping. `contents` false: a safetensors file's header
+// only (the mapping then touches its first pages alone).
+ModelFileHash hash_file(const fs::path& path, bool contents) {
   ModelFileHash f;
   f.name = path.filename().string();
+  const bool weights = ends_with(f.name, ".safetensors");
   const int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
   SPEC_INPUT_CHECK(fd >= 0, "cannot read " << path.string() << ": " << std::strerror(errno));
   struct stat st {};
@@ -63,7 +65,7 @@ ModelFileHash hash_file(const fs::path& path) {
   ::close(fd);
   const auto* bytes = static_cast<const unsigned char*>(map);
   // Pieces of kPieceBytes hashed in parallel, then the hash of their hashes (little-endian u64s).
-  const std::size_t pieces = (size + kPieceBytes - 1) / kPieceBytes;
+  const std::size_t pieces = contents || !weights ? (size + kPieceBytes - 1) / kPieceBytes : 0;
   std::vector<unsigned char> piece_hashes(pieces * 8);
 #pragma omp parallel for schedule(dynamic, 1) if (pieces > 1)
   for (std::size_t i = 0; i < pieces; ++i) {
@@ -71,8 +73,9 @@ ModelFileHash hash_file(const fs::path& path) {
     const std::uint64_t h = XXH3_64bits(bytes + at, std::min(kPieceBytes, size - at));
     for (int b = 0; b < 8; ++b) piece_hashes[i * 8 + b] = static_cast<unsigned char>(h >> (8 * b));
   }
-  f.content = hex_of(XXH3_64bits(piece_hashes.data(), piece_hashes.size()));
-  if (ends_with(f.name, ".safetensors")) {
+  if (contents || !weights)
+    f.content = hex_of(XXH3_64bits(piece_hashes.data(), piece_hashes.size()));
+  if (weights) {
     // The 8-byte little-endian header length and the header; a length past the end (a
     // corrupted file, refused by the loader with its own message) hashes what is there.
     std::uint64_t n = 0;
@@ -98,7 +101,7 @@ bool fingerprinted_file(const std::string& name) {
          name == "tokenizer.model";
 }
 
-ModelFingerprint fingerprint_model(const std::string& dir) {
+ModelFingerprint fingerprint_model(const std::string& dir, bool contents) {
   const SteadyClockPoint t0 = SteadyClock::now();
   SPEC_INPUT_CHECK(fs::is_regular_file(fs::path(dir) / "config.json"),
                    "model directory " << dir << " has no config.json");
@@ -114,11 +117,14 @@ ModelFingerprint fingerprint_model(const std::string& dir) {
   ModelFingerprint fp;
   std::string canonical;
   for (const fs::path& p : paths) {
-    fp.files.push_back(hash_file(p));
+    fp.files.push_back(hash_file(p, contents));
     const ModelFileHash& f = fp.files.back();
-    canonical += f.name + '\0' + std::to_string(f.bytes) + '\0' + f.content + '\n';
+    canonical += f.name + '\0' + std::to_string(f.bytes) + '\0' +
+                 (f.content.empty() ? f.header : f.content) + '\n';
   }
-  fp.id = xxh3_text(canonical.data(), canonical.size());
+  fp.complete = contents;
+  fp.id = (contents ? "xxh3:" : "xxh3-headers:") +
+          xxh3_text(canonical.data(), canonical.size()).substr(5);
   fp.seconds = seconds_since(t0);
   return fp;
 }
@@ -126,11 +132,15 @@ ModelFingerprint fingerprint_model(const std::string& dir) {
 void to_json(nlohmann::json& j, const ModelFingerprint& f) {
   nlohmann::json files = nlohmann::json::array();
   for (const ModelFileHash& h : f.files) {
-    nlohmann::json e = {{"name", h.name}, {"bytes", h.bytes}, {"content", h.content}};
+    nlohmann::json e = {{"name", h.name}, {"bytes", h.bytes}};
+    if (!h.content.empty()) e["content"] = h.content;
     if (!h.header.empty()) e["header"] = h.header;
     files.push_back(std::move(e));
   }
-  j = {{"fingerprint", f.id}, {"files", std::move(files)}, {"hash_s", f.seconds}};
+  j = {{"fingerprint", f.id},
+       {"complete", f.complete},
+       {"files", std::move(files)},
+       {"hash_s", f.seconds}};
 }
 
 std::vector<std::string> describe_file_changes(const nlohmann::json& base,
@@ -152,10 +162,14 @@ std::vector<std::string> describe_file_changes(const nlohmann::json& base,
       continue;
     }
     const nlohmann::json& g = it->second;
-    if (f.value("content", std::string()) == g.value("content", std::string()) &&
-        f.value("bytes", std::uint64_t{0}) == g.value("bytes", std::uint64_t{0}))
-      continue;
+    // What both sides have: the whole content, else the safetensors header, else the size.
     const bool headers = f.contains("header") && g.contains("header");
+    const bool sizes = f.value("bytes", std::uint64_t{0}) == g.value("bytes", std::uint64_t{0});
+    const bool same = f.contains("content") && g.contains("content")
+                          ? sizes && f["content"] == g["content"]
+                      : headers ? sizes && f["header"] == g["header"]
+                                : sizes;
+    if (same) continue;
     if (headers && f["header"] == g["header"])
       out[name] = name + ": values (same tensors)";
     else if (headers)

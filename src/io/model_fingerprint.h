@@ -27,8 +27,10 @@ struct ModelFileHash {
 
 struct ModelFingerprint {
   // "xxh3:<16 hex>" over every file's name, size and content hash, in name order: equal for
-  // two directories with the same relevant files, byte for byte.
+  // two directories with the same relevant files, byte for byte. Without the weights' contents
+  // (fingerprint_model(dir, false)): "xxh3-headers:<16 hex>", their headers standing in.
   std::string id;
+  bool complete = true;              // every file's content hashed
   std::vector<ModelFileHash> files;  // sorted by name
   double seconds = 0;                // time spent hashing (reading included)
 };
@@ -39,21 +41,25 @@ struct ModelFingerprint {
 // not change what the model computes and are left out.
 bool fingerprinted_file(const std::string& name);
 
-// Hashes `dir`. Throws specrun::Error naming the directory or file when it cannot be read or has
-// no config.json.
-ModelFingerprint fingerprint_model(const std::string& dir);
+// Hashes `dir`. `contents` false: safetensors files by size and header only (milliseconds;
+// `specrun run` records that at the start and the whole contents when the job finishes, so that
+// hashing never weighs on the load or the timed steps). Throws specrun::Error naming the
+// directory or file when it cannot be read or has no config.json.
+ModelFingerprint fingerprint_model(const std::string& dir, bool contents = true);
 
 // XXH3-64 of `bytes` bytes as "xxh3:<16 hex>".
 std::string xxh3_text(const void* data, std::size_t bytes);
 
-// JSON: {"fingerprint", "files": [{"name", "bytes", "content", "header"?}], "hash_s"}; the
-// models entry of a result file adds "path".
+// JSON: {"fingerprint", "complete", "files": [{"name", "bytes", "content"?, "header"?}],
+// "hash_s"}; the models entry of a result file adds "path".
 void to_json(nlohmann::json& j, const ModelFingerprint& f);
 
 // What differs between two fingerprints' file lists, one phrase per file, in name order:
 // "model.safetensors: values (same tensors)", "model.safetensors: tensors",
 // "config.json: content", "tokenizer.json: added", "tokenizer.json: removed". `base` and `next`
-// are the "files" arrays of the JSON form; an entry without "header" compares content only.
+// are the "files" arrays of the JSON form; each file is compared on what both sides have: the
+// content hash, else the header hash, else the size (a file without a content hash whose
+// header and size match is not a change: it cannot be told).
 std::vector<std::string> describe_file_changes(const nlohmann::json& base,
                                                const nlohmann::json& next);
 

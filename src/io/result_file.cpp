@@ -399,9 +399,10 @@ int64_t ResultWriter::sequences_committed(const std::string& mode) const {
   return it == impl_->committed.end() ? 0 : it->second.sequences;
 }
 
-void ResultWriter::finish() {
+void ResultWriter::finish(const std::string& models) {
   Impl& m = *impl_;
   SPEC_CHECK(m.file.valid(), m.path << ": finish() called twice");
+  if (!models.empty()) m.file.group("provenance").set_attr_string("models", models);
   m.file.set_attr_string("finished", utc_timestamp());
   m.file.flush();
   m.modes.clear();

@@ -106,7 +106,9 @@ class ResultWriter {
   int64_t sequences_committed(const std::string& mode) const;
 
   // Sets the root attribute `finished`, flushes and closes. The writer is unusable afterwards.
-  void finish();
+  // `models`, when not empty, replaces /provenance attribute `models` first (the whole-content
+  // fingerprints computed when the job finished).
+  void finish(const std::string& models = "");
 
   const std::string& path() const;
 

@@ -52,6 +52,26 @@ fi
 "$SPECRUN_BIN" report stop.h5 >stop_report.txt
 grep -q 'the job did not finish' stop_report.txt || fail "report of a stopped job: $(head -3 stop_report.txt)"
 "$SPECRUN_BIN" report stop.h5 --json | "$PY" -c 'import json,sys; assert json.load(sys.stdin)["job_finished"] is False'
+# Model fingerprints: a stopped job has the weights by size and header; the finished one (and
+# the resumed one below) their whole contents, the same as full.h5's.
+models() {
+  "$PY" - "$1" "$2" <<'PY'
+import json, sys
+import h5py
+with h5py.File(sys.argv[1], "r") as f:
+    m = json.loads(f["provenance"].attrs["models"])
+complete = sys.argv[2] == "complete"
+for role in ("target", "draft"):
+    e = m[role]
+    weights = [x for x in e["files"] if x["name"].endswith(".safetensors")]
+    assert e["complete"] is complete and weights, (role, e)
+    assert all(("content" in x) == complete and "header" in x for x in weights), (role, weights)
+    assert e["fingerprint"].startswith("xxh3:" if complete else "xxh3-headers:"), e["fingerprint"]
+    print(role, e["fingerprint"])
+PY
+}
+models stop.h5 headers >/dev/null || fail "the stopped job's model fingerprints"
+models full.h5 complete >full_models.txt || fail "the finished job's model fingerprints"
 
 # 3a. Resume errors, before the successful resume: the stopped file must stay untouched.
 sum_before=$(md5sum stop.h5)
@@ -67,6 +87,8 @@ make_prompt_file prompts.h5 16 --seed 11  # the original again
 "${MPIRUN[@]}" -np $NP "$SPECRUN_BIN" run job.toml --set job.output=stop.h5 "${SLOW[@]}" \
   --resume >resume.log 2>&1 || fail "resume failed: $(tail -5 resume.log)"
 "$PY" "$E2E_DIR/same_results.py" full.h5 stop.h5 --complete
+models stop.h5 complete >resumed_models.txt || fail "the resumed job's model fingerprints"
+cmp -s full_models.txt resumed_models.txt || fail "fingerprints differ: $(cat full_models.txt resumed_models.txt)"
 
 # 2. SIGKILL of the whole launch (mpirun and every rank at once) at three moments.
 for moment in 2 random; do

@@ -283,6 +283,19 @@ TEST(Compare, ModelFingerprintsNameTheFilesAndSkipOtherSchemes) {
   ASSERT_EQ(d.models.size(), 1u);
   EXPECT_NE(d.models[0].next.find("model.safetensors: tensors"), std::string::npos);
 
+  // A job that did not finish has the weights' headers only: compared on them, not a change
+  // when they match; a different header still is.
+  nlohmann::json partial =
+      nlohmann::json::parse(models("xxh3-headers:00000000000000cc", "xxh3:h", "xxh3:c2"));
+  partial["draft"]["files"][1].erase("content");
+  next.header.models = partial.dump();
+  EXPECT_TRUE(diff_provenance(base, next, "a.h5", "b.h5").models.empty());
+  partial["draft"]["files"][1]["header"] = "xxh3:h3";
+  next.header.models = partial.dump();
+  d = diff_provenance(base, next, "a.h5", "b.h5");
+  ASSERT_EQ(d.models.size(), 1u);
+  EXPECT_NE(d.models[0].next.find("model.safetensors: tensors"), std::string::npos);
+
   nlohmann::json old = nlohmann::json::parse(base.header.models);
   old["draft"] = {{"path", "/m/draft"}, {"fingerprint", "fnv1a64:0123456789abcdef"}};
   next.header.models = old.dump();

@@ -139,6 +139,38 @@ TEST(ModelFingerprint, PiecesInOrderAndThreadCountIndependent) {
   EXPECT_EQ(j["files"][0]["bytes"], data.size());
 }
 
+// Without the weights' contents (a job's start): safetensors files by size and header, every
+// other file whole; changed values cannot be told (not a change), a changed shape or config can;
+// a partial fingerprint against a whole one of the same files is not a change either.
+TEST(ModelFingerprint, HeadersOnlyComparesWhatItHas) {
+  TempDir a, b, c;
+  write_model(a, 8, 0.0f);
+  write_model(b, 8, 100.0f);  // other values, same tensors
+  write_model(c, 16, 0.0f);   // another shape
+  const ModelFingerprint pa = fingerprint_model(a.path(), false);
+  const ModelFingerprint pb = fingerprint_model(b.path(), false);
+  const ModelFingerprint pc = fingerprint_model(c.path(), false);
+  const ModelFingerprint wa = fingerprint_model(a.path(), true);
+  const ModelFingerprint wb = fingerprint_model(b.path(), true);
+  EXPECT_FALSE(pa.complete);
+  EXPECT_TRUE(wa.complete);
+  EXPECT_EQ(pa.id.rfind("xxh3-headers:", 0), 0u) << pa.id;
+  EXPECT_EQ(pa.id, pb.id);  // the headers cannot tell other values
+  EXPECT_NE(pa.id, wa.id);
+  ASSERT_EQ(pa.files.size(), 2u);
+  EXPECT_FALSE(pa.files[0].content.empty());  // config.json whole
+  EXPECT_TRUE(pa.files[1].content.empty());   // the weights: header only
+  EXPECT_EQ(pa.files[1].header, wa.files[1].header);
+  const nlohmann::json j = pa;
+  EXPECT_FALSE(j["complete"].get<bool>());
+  EXPECT_FALSE(j["files"][1].contains("content"));
+  EXPECT_TRUE(changes(pa, pb).empty());
+  EXPECT_TRUE(changes(pa, wa).empty());
+  EXPECT_TRUE(changes(wa, pb).empty());
+  EXPECT_EQ(changes(wa, wb), std::vector<std::string>{"model.safetensors: values (same tensors)"});
+  EXPECT_EQ(changes(pa, pc), std::vector<std::string>{"model.safetensors: tensors"});
+}
+
 TEST(ModelFingerprint, MissingConfigNamesTheDirectory) {
   TempDir a;
   try {
