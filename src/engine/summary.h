@@ -189,7 +189,8 @@ bool resolved_is_greedy(const std::string& resolved_json);
 // end-of-run summary, so that `report` prints the same intervals.
 std::uint64_t resolved_seed(const std::string& resolved_json);
 
-// Human-readable text of the summary (what `run` prints at the end and `report` prints).
+// Human-readable text of the summary (what `run` prints at the end and `report` prints);
+// this and summary_to_json live in summary_format.cpp.
 std::string format_summary(const RunSummary& summary);
 // The same numbers as one JSON object (`report --json`); keys are documented in
 // docs/analysis.md.
