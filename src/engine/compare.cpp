@@ -51,14 +51,6 @@ double mean(const std::vector<double>& v) {
   return v.empty() ? 0 : s / static_cast<double>(v.size());
 }
 
-// A phase's milliseconds per generated token: its per-step values summed over the mode's tokens.
-double per_token(const std::vector<double>& per_step, const ModeData& data) {
-  double ms = 0, tokens = 0;
-  for (double x : per_step) ms += x;
-  for (const SequenceRecord& sq : data.sequences) tokens += static_cast<double>(sq.generated);
-  return tokens > 0 ? ms / tokens : 0;
-}
-
 bool is_compute_phase(const std::string& name) {
   return name == kPhaseNames[kPhaseDraft] || name == kPhaseNames[kPhaseVerify] ||
          name == kPhaseNames[kPhaseSample];
@@ -209,8 +201,8 @@ Comparison compare_modes(const std::vector<ModeData>& base, const std::vector<Mo
       std::vector<double> bones(bv.size(), 1.0), nones(nv.size(), 1.0);
       c.relative = bootstrap_relative_change(bv, bones, nv, nones, options.resamples, ++seed);
       if (c.base == 0) c.relative = Interval{INFINITY, INFINITY, INFINITY};
-      c.base_per_token = per_token(bv, *b);
-      c.next_per_token = per_token(nv, *n);
+      c.base_per_token = ms_per_token(bv, *b);
+      c.next_per_token = ms_per_token(nv, *n);
       classify(c, options, step_ms);
       out.timings.push_back(c);
     }

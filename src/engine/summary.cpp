@@ -230,15 +230,17 @@ std::vector<double> phase_per_step(const ModeData& data, int phase) {
   return per_step_mean(data.timings_ms, data.n_ranks, kNumPhases, phase);
 }
 
-std::map<std::string, double> phase_ms_per_token(const ModeData& data) {
-  double tokens = 0;
+double ms_per_token(const std::vector<double>& per_step, const ModeData& data) {
+  double ms = 0, tokens = 0;
+  for (double x : per_step) ms += x;
   for (const SequenceRecord& sq : data.sequences) tokens += static_cast<double>(sq.generated);
+  return tokens > 0 ? ms / tokens : 0;
+}
+
+std::map<std::string, double> phase_ms_per_token(const ModeData& data) {
   std::map<std::string, double> out;
-  for (int p = 0; p < kNumPhases; ++p) {
-    double ms = 0;
-    for (double x : phase_per_step(data, p)) ms += x;
-    out[kPhaseNames[p]] = tokens > 0 ? ms / tokens : 0;
-  }
+  for (int p = 0; p < kNumPhases; ++p)
+    out[kPhaseNames[p]] = ms_per_token(phase_per_step(data, p), data);
   return out;
 }
 

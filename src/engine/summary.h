@@ -172,6 +172,9 @@ std::vector<double> per_step_min(const std::vector<float>& table, int n_ranks, i
                                  int column);
 // Per-step values of one phase (ms, the mean over the ranks that ran the step), in row order.
 std::vector<double> phase_per_step(const ModeData& data, int phase);
+// Per-step milliseconds (one value per step of `data`) summed over the mode's generated tokens;
+// 0 for a mode without tokens.
+double ms_per_token(const std::vector<double>& per_step, const ModeData& data);
 // Each phase's (and the total's) milliseconds per generated token: its per-step values summed
 // over the mode's generated tokens; the cost that stays comparable when a step changes shape
 // (draft length, tree size). 0 for a mode without tokens.
