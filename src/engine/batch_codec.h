@@ -17,8 +17,9 @@ std::string encode_batch(const BatchResult& result, bool with_records);
 BatchResult decode_batch(const std::string& bytes);
 
 // Merges the results of the ranks of one tp group (index = tp rank; rank 0 holds the records)
-// into one BatchResult whose timings are [n_steps x tp x phases] (CPU rows and host snapshots
-// likewise). Throws if the step counts differ (the ranks must have agreed on every decision).
+// into one BatchResult whose timings are [n_steps x tp x phases] (CPU rows, device rows and host
+// snapshots likewise; device rows stay empty when no rank sent any). Throws if the step counts
+// differ (the ranks must have agreed on every decision).
 BatchResult merge_group(const std::vector<BatchResult>& by_tp_rank);
 
 // A group's merged result (n_ranks = tp) widened to the world: its ranks' values at world ranks

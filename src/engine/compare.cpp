@@ -34,8 +34,7 @@ void classify(TimingChange& c, const CompareOptions& options, double step_ms) {
   if (c.higher_is_worse) {
     const bool wait_phase = c.name == kPhaseNames[kPhaseComm] || c.name == kPhaseNames[kPhaseOther];
     const double moved = std::fabs(c.next - c.base);
-    const bool big_enough =
-        c.unit != "ms/step" || (moved > options.min_abs_ms && (!wait_phase || moved > t * step_ms));
+    const bool big_enough = moved > options.min_abs_ms && (!wait_phase || moved > t * step_ms);
     c.regression = iv.low > t && big_enough;
     c.improvement = iv.high < -t && big_enough;
   } else {
@@ -155,6 +154,44 @@ void attribute_to_host(Comparison& out, const std::vector<ModeData>& base,
   }
 }
 
+// The change of the mean ms per step between the per-step values of two runs, as a
+// TimingChange of `unit`, classified; false when either run has no values or both are zero.
+bool per_step_change(const std::string& mode, const std::string& name, const std::string& unit,
+                     const std::vector<double>& bv, const std::vector<double>& nv,
+                     const ModeData& b, const ModeData& n, const CompareOptions& options,
+                     double step_ms, std::uint64_t& seed, TimingChange& c) {
+  if (bv.empty() || nv.empty()) return false;
+  c = TimingChange{};
+  c.mode = mode;
+  c.name = name;
+  c.unit = unit;
+  c.higher_is_worse = true;
+  c.base = mean(bv);
+  c.next = mean(nv);
+  c.base_n = static_cast<std::int64_t>(bv.size());
+  c.next_n = static_cast<std::int64_t>(nv.size());
+  // A phase that is zero in both runs (draft in baseline) has nothing to compare.
+  if (c.base == 0 && c.next == 0) return false;
+  std::vector<double> bones(bv.size(), 1.0), nones(nv.size(), 1.0);
+  c.relative = bootstrap_relative_change(bv, bones, nv, nones, options.resamples, ++seed);
+  if (c.base == 0) c.relative = Interval{INFINITY, INFINITY, INFINITY};
+  c.base_per_token = ms_per_token(bv, b);
+  c.next_per_token = ms_per_token(nv, n);
+  classify(c, options, step_ms);
+  return true;
+}
+
+// The device columns of a mode that both runs recorded (Comparison::device).
+void compare_device(const ModeData& b, const ModeData& n, const CompareOptions& options,
+                    double step_ms, std::uint64_t& seed, std::vector<TimingChange>& out) {
+  for (int col = 0; col < kNumDeviceColumns; ++col) {
+    TimingChange c;
+    if (per_step_change(b.mode, kDeviceColumns[col], "device ms/step", device_per_step(b, col),
+                        device_per_step(n, col), b, n, options, step_ms, seed, c))
+      out.push_back(c);
+  }
+}
+
 }  // namespace
 
 Comparison compare_modes(const std::vector<ModeData>& base, const std::vector<ModeData>& next,
@@ -186,26 +223,12 @@ Comparison compare_modes(const std::vector<ModeData>& base, const std::vector<Mo
       std::vector<double> nv = p == kPhaseComm
                                    ? per_step_min(n->timings_ms, n->n_ranks, kNumPhases, p)
                                    : phase_per_step(*n, p);
-      if (bv.empty() || nv.empty()) continue;
       TimingChange c;
-      c.mode = mode;
-      c.name = kPhaseNames[p];
-      c.unit = "ms/step";
-      c.higher_is_worse = true;
-      c.base = mean(bv);
-      c.next = mean(nv);
-      c.base_n = static_cast<std::int64_t>(bv.size());
-      c.next_n = static_cast<std::int64_t>(nv.size());
-      // A phase that is zero in both runs (draft in baseline) has nothing to compare.
-      if (c.base == 0 && c.next == 0) continue;
-      std::vector<double> bones(bv.size(), 1.0), nones(nv.size(), 1.0);
-      c.relative = bootstrap_relative_change(bv, bones, nv, nones, options.resamples, ++seed);
-      if (c.base == 0) c.relative = Interval{INFINITY, INFINITY, INFINITY};
-      c.base_per_token = ms_per_token(bv, *b);
-      c.next_per_token = ms_per_token(nv, *n);
-      classify(c, options, step_ms);
-      out.timings.push_back(c);
+      if (per_step_change(mode, kPhaseNames[p], "ms/step", bv, nv, *b, *n, options, step_ms, seed,
+                          c))
+        out.timings.push_back(c);
     }
+    compare_device(*b, *n, options, step_ms, seed, out.device);
     TimingChange t;
     t.mode = mode;
     t.name = "tokens/s";

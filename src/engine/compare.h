@@ -102,6 +102,12 @@ inline constexpr int kCompareExperiments = 3;  // the configurations differ: two
 
 struct Comparison {
   std::vector<TimingChange> timings;
+  // Per mode and device column (io/records.h kDeviceColumns), when both runs recorded device time
+  // (CUDA): the device's time per step, unit "device ms/step", classified like a phase
+  // (regression/improvement: the device's work got slower/faster with confidence). Never a
+  // regression of the comparison by itself: they say whether a phase's change in `timings` ran
+  // on the device (kernels, collectives) or on the host (launches, the CPU).
+  std::vector<TimingChange> device;
   SpeedupChange speedup;
   std::vector<AcceptanceChange> acceptance;
   // Per mode: how busy each run's host was, and whether one was busier (engine/host_load.h).

@@ -94,6 +94,22 @@ bool explained_by_host(const Comparison& c, const TimingChange& t) {
   return false;
 }
 
+// Where a phase's change ran, when both runs recorded device time: "; on the device +47.9% [95%
+// CI ...]: the device's work" when the device's time moved the same way with confidence, else
+// "...: not the device's (the host's: launches, the CPU)". Empty without device rows.
+std::string device_note(const Comparison& c, const TimingChange& t) {
+  for (const TimingChange& d : c.device) {
+    if (d.mode != t.mode || d.name != t.name) continue;
+    const bool same_way = t.regression    ? d.regression
+                          : t.improvement ? d.improvement
+                                          : d.regression || d.improvement;
+    return "; on the device " + pct(d.relative.value) + " " + ci(d.relative) +
+           (same_way ? ": the device's work"
+                     : ": not the device's (the host's: launches, the CPU)");
+  }
+  return "";
+}
+
 // The headline: what the runs are, and what changed with confidence, worst first.
 std::string verdict_line(const Comparison& c) {
   // The phases that changed, speculative before baseline, largest first; "total" and tokens/s
@@ -119,8 +135,8 @@ std::string verdict_line(const Comparison& c) {
   std::sort(worse.begin(), worse.end(), by_size);
   std::sort(better.begin(), better.end(), by_size);
   std::vector<std::string> w, b;
-  for (const TimingChange* t : worse) w.push_back(describe_timing(*t));
-  for (const TimingChange* t : better) b.push_back(describe_timing(*t));
+  for (const TimingChange* t : worse) w.push_back(describe_timing(*t) + device_note(c, *t));
+  for (const TimingChange* t : better) b.push_back(describe_timing(*t) + device_note(c, *t));
   if (!c.experiment_keys.empty()) {
     std::vector<std::string> costs;
     for (const TimingChange& t : c.timings)
@@ -255,6 +271,18 @@ std::string format_comparison(const Comparison& c, const std::string& base_path,
     if (t.diffuse) out << "  diffuse";
     out << "\n";
   }
+  if (!c.device.empty()) {
+    out << "device time (events on the GPU's stream; collectives inside the phases)\n";
+    for (const TimingChange& t : c.device) {
+      out << "  " << std::left << std::setw(28) << (t.mode + " " + t.name + " ms/step")
+          << std::right << std::fixed << std::setprecision(3) << std::setw(9) << t.base
+          << std::setw(11) << t.next << std::setw(10) << pct(t.relative.value) << "   ["
+          << pct(t.relative.low) << ", " << pct(t.relative.high) << "]";
+      if (t.regression) out << "  slower";
+      if (t.improvement) out << "  faster";
+      out << "\n";
+    }
+  }
   bool host_recorded = false;
   for (const HostChange& h : c.hosts) host_recorded = host_recorded || h.base.recorded;
   if (host_recorded) {
@@ -312,26 +340,34 @@ std::string format_comparison(const Comparison& c, const std::string& base_path,
   return out.str();
 }
 
+namespace {
+
+nlohmann::json timing_to_json(const TimingChange& t) {
+  return nlohmann::json{{"mode", t.mode},
+                        {"name", t.name},
+                        {"unit", t.unit},
+                        {"higher_is_worse", t.higher_is_worse},
+                        {"base", t.base},
+                        {"new", t.next},
+                        {"base_samples", t.base_n},
+                        {"new_samples", t.next_n},
+                        {"relative_change", t.relative.value},
+                        {"ci_low", t.relative.low},
+                        {"ci_high", t.relative.high},
+                        {"regression", t.regression},
+                        {"improvement", t.improvement},
+                        {"environment", t.environment},
+                        {"diffuse", t.diffuse},
+                        {"base_ms_per_token", t.base_per_token},
+                        {"new_ms_per_token", t.next_per_token}};
+}
+
+}  // namespace
+
 nlohmann::json comparison_to_json(const Comparison& c) {
-  nlohmann::json timings = nlohmann::json::array();
-  for (const TimingChange& t : c.timings)
-    timings.push_back({{"mode", t.mode},
-                       {"name", t.name},
-                       {"unit", t.unit},
-                       {"higher_is_worse", t.higher_is_worse},
-                       {"base", t.base},
-                       {"new", t.next},
-                       {"base_samples", t.base_n},
-                       {"new_samples", t.next_n},
-                       {"relative_change", t.relative.value},
-                       {"ci_low", t.relative.low},
-                       {"ci_high", t.relative.high},
-                       {"regression", t.regression},
-                       {"improvement", t.improvement},
-                       {"environment", t.environment},
-                       {"diffuse", t.diffuse},
-                       {"base_ms_per_token", t.base_per_token},
-                       {"new_ms_per_token", t.next_per_token}});
+  nlohmann::json timings = nlohmann::json::array(), device = nlohmann::json::array();
+  for (const TimingChange& t : c.timings) timings.push_back(timing_to_json(t));
+  for (const TimingChange& t : c.device) device.push_back(timing_to_json(t));
   nlohmann::json acceptance = nlohmann::json::array();
   for (const AcceptanceChange& a : c.acceptance)
     acceptance.push_back({{"mode", a.mode},
@@ -396,6 +432,7 @@ nlohmann::json comparison_to_json(const Comparison& c) {
       {"min_abs_ms", c.options.min_abs_ms},
       {"regression", c.regression},
       {"timings", timings},
+      {"device_timings", device},
       {"acceptance", acceptance},
       {"hosts", hosts},
       {"provenance",

@@ -110,8 +110,14 @@ DraftOptions draft_options(const DecodeOptions& d) {
 }
 
 BatchDecoder::BatchDecoder(LanguageModel& target, Drafter* drafter, TokenOps& ops,
-                           Communicator& tp_comm, const DecodeOptions& options)
-    : target_(target), drafter_(drafter), ops_(ops), tp_comm_(tp_comm), options_(options) {
+                           Communicator& tp_comm, const DecodeOptions& options,
+                           DeviceTimeline* device)
+    : target_(target),
+      drafter_(drafter),
+      ops_(ops),
+      tp_comm_(tp_comm),
+      options_(options),
+      device_log_(device) {
   SPEC_CHECK(options_.max_new_tokens >= 1, "max_new_tokens must be at least 1");
   SPEC_CHECK(ops.backend() == target.backend(), "token ops of another backend than the target's");
 }
@@ -169,6 +175,14 @@ BatchResult BatchDecoder::run(const std::string& mode, std::int64_t batch,
   result.steps.reserve(max_steps * prompts.size());
   result.timings_ms.reserve(max_steps * kNumPhases);
   result.cpu_ms.reserve(max_steps * kNumCpuColumns);
+  if (device_log_.on()) {
+    if (device_log_.pending()) {  // an earlier batch's, cut short by an error
+      std::vector<float> stale;
+      device_log_.resolve(stale);
+    }
+    result.device_ms.reserve(max_steps * kNumDeviceColumns);
+    device_log_.reserve(max_steps, 5);  // a speculative step's phase starts
+  }
   // The first token is the target's, exactly as in baseline mode (with the prompts' features
   // when the drafter wants them).
   const std::span<const int> capture =
@@ -198,6 +212,8 @@ BatchResult BatchDecoder::run(const std::string& mode, std::int64_t batch,
     ++result.n_steps;
   }
   if (speculative) drafter_->end_batch();
+  // The batch's one wait for the device rows (the last step's work may still be running).
+  if (device_log_.on()) device_log_.resolve(result.device_ms);
   finish_batch(result);
   return result;
 }
@@ -269,7 +285,7 @@ bool BatchDecoder::collect_active() {
 }
 
 void BatchDecoder::baseline_step(std::int64_t batch, std::int32_t step, BatchResult& result) {
-  StepTimer timer(tp_comm_, &wait_clock_);
+  StepTimer timer(tp_comm_, &wait_clock_, &device_log_);
   const std::size_t n = active_.size();
 
   timer.begin(kPhaseVerify);
@@ -298,7 +314,7 @@ void BatchDecoder::baseline_step(std::int64_t batch, std::int32_t step, BatchRes
 }
 
 void BatchDecoder::speculative_step(std::int64_t batch, std::int32_t step, BatchResult& result) {
-  StepTimer timer(tp_comm_, &wait_clock_);
+  StepTimer timer(tp_comm_, &wait_clock_, &device_log_);
   const std::size_t n = active_.size();
 
   // Draft: a tree (a chain when tree_top_k is 1) per sequence, fewer nodes near the end.

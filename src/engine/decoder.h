@@ -17,8 +17,10 @@
 #include <vector>
 
 #include "common/clock.h"
+#include "common/device_timeline.h"
 #include "common/host_stats.h"
 #include "dist/communicator.h"
+#include "engine/step_timer.h"
 #include "io/prompt_file.h"
 #include "io/records.h"
 #include "model/language_model.h"
@@ -76,9 +78,10 @@ void check_all_prompts(const PromptReader& prompts, std::int64_t n, const ModelC
 class BatchDecoder {
  public:
   // target: sharded over `tp_comm`; drafter: nullptr for baseline-only jobs; ops: the token
-  // decisions of the target's backend. All must outlive the decoder.
+  // decisions of the target's backend; device: the rank's device clock, for the device rows of
+  // the timings (nullptr: none, BatchResult::device_ms stays empty). All must outlive the decoder.
   BatchDecoder(LanguageModel& target, Drafter* drafter, TokenOps& ops, Communicator& tp_comm,
-               const DecodeOptions& options);
+               const DecodeOptions& options, DeviceTimeline* device = nullptr);
   ~BatchDecoder();
 
   // Decodes `prompts` in `mode` (kModeBaseline or kModeSpeculative). Returns this rank's records;
@@ -127,6 +130,7 @@ class BatchDecoder {
   std::vector<Sequence> seqs_;
   SteadyClockPoint t_batch_;
   ThreadWaitClock wait_clock_;  // run-queue wait of this process's threads (the CPU rows)
+  DevicePhaseLog device_log_;   // the device rows (engine/step_timer.h)
 
   // Per-step scratch (grown, never shrunk: no allocation per step once warm).
   std::vector<int> active_, rows_;

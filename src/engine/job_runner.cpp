@@ -472,7 +472,8 @@ int run_job(const JobConfig& config, MpiSession& mpi, const RunOptions& options)
   if (backend != BackendKind::kCpu) log.info("backend: " + models.factory->description());
   warn_batch_variance(config, backend, log);
   Communicator& decisions = models.factory->tp_comm();
-  BatchDecoder decoder(*models.target, models.drafter.get(), *models.ops, decisions, decode);
+  BatchDecoder decoder(*models.target, models.drafter.get(), *models.ops, decisions, decode,
+                       models.factory->device_timeline());
 
   install_stop_handlers();
   std::int64_t batches_total =

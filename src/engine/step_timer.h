@@ -5,28 +5,95 @@
 // CPU time per phase, split the same way (collectives' CPU time under comm), and the run-queue
 // wait of the process's threads over the step (common/host_stats.h). A phase's wall time beyond
 // its CPU time is time the rank was off the CPU: descheduled, or blocked.
+// On a device (DeviceTimeline), each phase's start and the step's end are also marked on the
+// device's queue; DevicePhaseLog turns a batch's marks into one device row per step
+// (io/records.h kDeviceColumns) at the batch's end, the only wait it adds.
 #pragma once
 
 #include <algorithm>
 #include <array>
+#include <cstddef>
 #include <limits>
+#include <vector>
 
 #include "common/activity.h"
 #include "common/clock.h"
+#include "common/device_timeline.h"
 #include "common/host_stats.h"
 #include "dist/communicator.h"
 #include "io/records.h"
 
 namespace specrun {
 
+// The device marks of a batch's steps (one per phase start, one at each step's end) and their
+// resolution into device rows. Not thread-safe; one per decoder.
+class DevicePhaseLog {
+ public:
+  // timeline: the rank's device clock (nullptr: no device; on() is false and nothing is marked).
+  explicit DevicePhaseLog(DeviceTimeline* timeline) : timeline_(timeline) {}
+  bool on() const { return timeline_ != nullptr; }
+
+  // Room for `steps` steps of up to `phases` phase starts each, so that a step allocates nothing.
+  void reserve(std::size_t steps, std::size_t phases) {
+    marks_.reserve(steps * (phases + 1));
+    elapsed_.reserve(steps * (phases + 1));
+  }
+  // True while marks wait for resolve() (a batch that ended by an error leaves some).
+  bool pending() const { return !marks_.empty(); }
+  void phase(Phase p) { marks_.push_back(Mark{p, timeline_->mark()}); }
+  void end_step() { marks_.push_back(Mark{kStepEnd, timeline_->mark()}); }
+
+  // Waits for the device once (DeviceTimeline::read) and appends a row of kNumDeviceColumns per
+  // step ended since the last call to `out`: each phase's device time from its start to the next
+  // mark, summed when a phase runs twice in a step (the drafter's work after the verdicts),
+  // columns of phases the step did not run 0, and the total from the step's first mark to its
+  // end. Marks after the last ended step are dropped.
+  void resolve(std::vector<float>& out) {
+    timeline_->read(elapsed_);
+    const auto between = [&](int a, int b) {
+      double ms = 0;
+      for (int i = a; i < b && i < static_cast<int>(elapsed_.size()); ++i)
+        ms += elapsed_[static_cast<std::size_t>(i)];
+      return ms;
+    };
+    std::array<double, kNumDeviceColumns> row{};
+    std::size_t first = 0;  // the current step's first mark
+    for (std::size_t i = 0; i < marks_.size(); ++i) {
+      const Mark& m = marks_[i];
+      if (m.phase == kStepEnd) {
+        row[static_cast<std::size_t>(device_column(kPhaseTotal))] =
+            between(marks_[first].index, m.index);
+        for (double v : row) out.push_back(static_cast<float>(v));
+        row.fill(0);
+        first = i + 1;
+      } else if (const int c = device_column(m.phase); c >= 0 && i + 1 < marks_.size()) {
+        row[static_cast<std::size_t>(c)] += between(m.index, marks_[i + 1].index);
+      }
+    }
+    marks_.clear();
+  }
+
+ private:
+  static constexpr int kStepEnd = -1;
+  struct Mark {
+    int phase;  // a Phase, or kStepEnd
+    int index;  // DeviceTimeline::mark's index
+  };
+  DeviceTimeline* timeline_;
+  std::vector<Mark> marks_;
+  std::vector<double> elapsed_;
+};
+
 class StepTimer {
  public:
   // comm: the communicator whose comm_seconds() and comm_cpu_seconds() count the step's
   // collectives; wait: the process's run-queue clock, read once per step at finish() (the wait
-  // since the previous step's; null: the wait column is NaN).
-  StepTimer(const Communicator& comm, ThreadWaitClock* wait)
+  // since the previous step's; null: the wait column is NaN); device: where the step's device
+  // marks go (null or off: none).
+  StepTimer(const Communicator& comm, ThreadWaitClock* wait, DevicePhaseLog* device = nullptr)
       : comm_(comm),
         wait_(wait),
+        device_(device != nullptr && device->on() ? device : nullptr),
         start_(SteadyClock::now()),
         comm_start_(comm.comm_seconds()),
         comm_cpu_start_(comm.comm_cpu_seconds()),
@@ -34,6 +101,7 @@ class StepTimer {
 
   // Starts timing `phase`, which is also this process's activity (common/activity.h) until end().
   void begin(Phase phase) {
+    if (device_ != nullptr) device_->phase(phase);
     phase_ = phase;
     set_activity(kPhaseNames[phase]);
     t_ = SteadyClock::now();
@@ -53,6 +121,7 @@ class StepTimer {
   // (kNumCpuColumns) to `cpu_out`.
   template <class Out>
   void finish(Out& out, Out& cpu_out) {
+    if (device_ != nullptr) device_->end_step();
     ms_[kPhaseComm] = 1e3 * (comm_.comm_seconds() - comm_start_);
     ms_[kPhaseTotal] = 1e3 * seconds_since(start_);
     const double known = ms_[kPhaseDraft] + ms_[kPhaseVerify] + ms_[kPhaseSample] + ms_[kPhaseComm];
@@ -72,6 +141,7 @@ class StepTimer {
  private:
   const Communicator& comm_;
   ThreadWaitClock* wait_;
+  DevicePhaseLog* device_;
   SteadyClock::time_point start_, t_;
   double comm_start_, comm_cpu_start_, cpu_start_;
   double c_ = 0, cc_ = 0, cpu_ = 0;

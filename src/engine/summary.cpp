@@ -248,6 +248,10 @@ std::vector<double> cpu_per_step(const ModeData& data, int column) {
   return per_step_mean(data.cpu_ms, data.n_ranks, kNumCpuColumns, column);
 }
 
+std::vector<double> device_per_step(const ModeData& data, int column) {
+  return per_step_mean(data.device_ms, data.n_ranks, kNumDeviceColumns, column);
+}
+
 const char* const kIdentitiesChecked =
     "step rows sum to each sequence's row (steps, drafted, accepted, emitted + 1 = generated); "
     "0 <= accepted <= depth <= drafted; histogram = verify steps; per-position counts = step "
@@ -441,6 +445,10 @@ ModeSummary summarize_mode(const ModeData& data) {
     }
     m.phases_per_rank[kPhaseNames[p]] = std::move(per_rank);
   }
+  for (int c = 0; c < kNumDeviceColumns; ++c) {
+    std::vector<double> v = device_per_step(data, c);
+    if (!v.empty()) m.device_phases[kDeviceColumns[c]] = quantiles(std::move(v));
+  }
   return m;
 }
 
@@ -550,6 +558,7 @@ std::vector<ModeData> load_mode_data(const ResultReader& reader) {
     d.accepted_per_position = reader.accepted_per_position(mode);
     d.source = reader.path();
     d.cpu_ms = reader.cpu_timings(mode).ms;
+    d.device_ms = reader.device_timings(mode).ms;
     HostTable host = reader.host(mode);
     d.host = std::move(host.values);
     d.host_busy = std::move(host.busy);

@@ -56,6 +56,9 @@ struct ModeData {
   std::vector<float> cpu_ms;
   std::vector<float> host;
   std::vector<std::string> host_busy;
+  // The timings rows' device rows, [rows x n_ranks x kNumDeviceColumns] ms (io/records.h
+  // kDeviceColumns; NaN for ranks without a device). Empty for files before schema version 5.
+  std::vector<float> device_ms;
 };
 
 struct Quantiles {
@@ -95,6 +98,9 @@ struct ModeSummary {
   // phase name -> per-rank quantiles of ms per step (index = world rank; zeros for a rank
   // without rows)
   std::map<std::string, std::vector<Quantiles>> phases_per_rank;
+  // Device column name (kDeviceColumns) -> per-step ms quantiles of the device time (mean over
+  // the ranks with a device); empty when no rank recorded device time (CPU runs, older files).
+  std::map<std::string, Quantiles> device_phases;
   struct Category {
     std::int64_t prompts = 0;
     std::int64_t generated = 0;
@@ -182,6 +188,9 @@ std::map<std::string, double> phase_ms_per_token(const ModeData& data);
 // Per-step values of one CPU column (io/records.h kCpuColumns; ms, the same rows); empty for
 // files without CPU rows.
 std::vector<double> cpu_per_step(const ModeData& data, int column);
+// Per-step values of one device column (io/records.h kDeviceColumns; ms, the same rows, mean
+// over the ranks with a device); empty for runs without device rows.
+std::vector<double> device_per_step(const ModeData& data, int column);
 
 class ResultReader;
 // Every mode's committed data from a result file, baseline first.

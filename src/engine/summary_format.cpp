@@ -74,14 +74,26 @@ std::string format_summary(const RunSummary& run) {
           << "\n";
   }
 
-  out << "\nphases, ms per step        mean      p50      p90\n";
+  // Device time beside the host's wall time when the run recorded it (CUDA): a forward pass's
+  // host time is its launch, its device time the run.
+  bool device = false;
+  for (const ModeSummary& m : run.modes) device = device || !m.device_phases.empty();
+  out << "\nphases, ms per step        mean      p50      p90"
+      << (device ? "   device: mean      p50      p90" : "") << "\n";
   for (const ModeSummary& m : run.modes) {
     for (const char* name : kPhaseNames) {
       const Quantiles& q = m.phases.at(name);
       if (m.drafted == 0 && std::string(name) == "draft") continue;
       out << "  " << std::left << std::setw(12) << m.mode << std::setw(8) << name << std::right
           << std::setprecision(3) << std::setw(9) << q.mean << std::setw(9) << q.p50 << std::setw(9)
-          << q.p90 << "\n";
+          << q.p90;
+      const auto d = m.device_phases.find(name);
+      if (d != m.device_phases.end())
+        out << "   " << std::setw(13) << d->second.mean << std::setw(9) << d->second.p50
+            << std::setw(9) << d->second.p90;
+      else if (device)
+        out << "   " << std::setw(13) << "-";  // comm runs inside the phases on the device
+      out << "\n";
     }
   }
   bool header = false;
@@ -146,6 +158,8 @@ nlohmann::json summary_to_json(const RunSummary& run) {
       per_rank[name] = nlohmann::json{{"ranks", ranks},
                                       {"ranks_differ", ranks_differ(m.phases_per_rank.at(name))}};
     }
+    nlohmann::json device_phases = nlohmann::json::object();  // empty: no device time
+    for (const auto& [name, q] : m.device_phases) device_phases[name] = to_json(q);
     nlohmann::json nodes = nlohmann::json::object();  // keys: node counts as text
     for (const auto& [n, steps] : m.nodes_histogram) nodes[std::to_string(n)] = steps;
     nlohmann::json cats = nlohmann::json::object();
@@ -174,6 +188,7 @@ nlohmann::json summary_to_json(const RunSummary& run) {
         {"mean_depth", m.mean_depth},
         {"phases_ms", phases},
         {"phases_ms_per_rank", per_rank},
+        {"device_phases_ms", device_phases},
         {"categories", cats},
     };
   }

@@ -46,6 +46,27 @@ inline constexpr std::array<const char*, 7> kCpuColumns = {
 inline constexpr int kNumCpuColumns = static_cast<int>(kCpuColumns.size());
 inline constexpr int kCpuRunQueueWait = kNumPhases;
 
+// Columns of a step's device row (the device_timings array's last axis, result schema 5): the
+// device time of each phase, measured on the device's own queue (common/device_timeline.h) from
+// the phase's start to the next phase's start, and of the whole step. The collectives a phase
+// enqueues run inside it on the device, so there is no comm column: the timings row's comm
+// holds their device time on the CUDA backend (NCCL's events). NaN where the rank has no
+// device (the CPU backend). Device time well below the wall time of the same phase means the
+// host, not the device, set the pace (launches, a slow CPU); device time that grew means the
+// kernels or the collectives got slower.
+inline constexpr std::array<const char*, 5> kDeviceColumns = {"draft", "verify", "sample", "other",
+                                                              "total"};
+inline constexpr int kNumDeviceColumns = static_cast<int>(kDeviceColumns.size());
+// The device row's column of a phase of kPhaseNames (-1 for comm).
+inline constexpr int device_column(int phase) {
+  return phase == kPhaseDraft    ? 0
+         : phase == kPhaseVerify ? 1
+         : phase == kPhaseSample ? 2
+         : phase == kPhaseOther  ? 3
+         : phase == kPhaseTotal  ? 4
+                                 : -1;
+}
+
 // Why a sequence stopped.
 enum FinishReason : int8_t { kFinishLength = 0, kFinishEos = 1 };
 
@@ -91,6 +112,9 @@ struct BatchResult {
   // [n_steps x n_ranks x kNumCpuColumns] milliseconds, the same rows: CPU time and run-queue
   // wait of each step (kCpuColumns).
   std::vector<float> cpu_ms;
+  // [n_steps x n_ranks x kNumDeviceColumns] milliseconds, the same rows: each step's device time
+  // per phase (kDeviceColumns); empty when no rank has a device (written as NaN).
+  std::vector<float> device_ms;
   // [n_ranks x kNumHostFields]: each rank's host snapshot after the batch (common/host_stats.h
   // kHostFields; NaN for what a rank could not read, and for ranks of other dp groups), and per
   // rank the busy processes named ("name (pid) 97%; ...", busiest first).

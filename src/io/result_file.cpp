@@ -54,6 +54,9 @@ void validate_batch(const std::string& where, const BatchResult& b, int32_t worl
   SPEC_CHECK(b.cpu_ms.empty() || b.cpu_ms.size() == cells * kNumCpuColumns,
              where << ": batch " << b.batch << " has " << b.cpu_ms.size()
                    << " CPU values, expected none or n_steps x n_ranks x " << kNumCpuColumns);
+  SPEC_CHECK(b.device_ms.empty() || b.device_ms.size() == cells * kNumDeviceColumns,
+             where << ": batch " << b.batch << " has " << b.device_ms.size()
+                   << " device values, expected none or n_steps x n_ranks x " << kNumDeviceColumns);
   SPEC_CHECK(b.host.empty() || b.host.size() == static_cast<size_t>(b.n_ranks) * kNumHostFields,
              where << ": batch " << b.batch << " has " << b.host.size()
                    << " host values, expected none or n_ranks x " << kNumHostFields);
@@ -351,6 +354,10 @@ void ResultWriter::Impl::append(const std::string& mode, const BatchResult& b) {
     t.cpu_timings.append(std::vector<float>(cells * kNumCpuColumns, nan).data(), b.n_steps);
   else
     t.cpu_timings.append(b.cpu_ms.data(), b.n_steps);
+  if (b.device_ms.empty())
+    t.device_timings.append(std::vector<float>(cells * kNumDeviceColumns, nan).data(), b.n_steps);
+  else
+    t.device_timings.append(b.device_ms.data(), b.n_steps);
   if (b.host.empty())
     t.host.append(std::vector<float>(static_cast<size_t>(b.n_ranks) * kNumHostFields, nan).data(),
                   1);
@@ -575,6 +582,18 @@ TimingTable ResultReader::cpu_timings(const std::string& mode) const {
   out.ranks = t->n_ranks;
   out.phases = t->cpu_timings.attr_strings("columns");
   out.ms = t->cpu_timings.read<float>(0, out.rows);
+  out.batch = t->timings_batch.read<int64_t>(0, out.rows);
+  return out;
+}
+
+TimingTable ResultReader::device_timings(const std::string& mode) const {
+  TimingTable out;
+  const ModeTables* t = impl_->mode(mode);
+  if (!t || !t->device_timings.valid()) return out;
+  out.rows = impl_->committed.at(mode).timing_rows;
+  out.ranks = t->n_ranks;
+  out.phases = t->device_timings.attr_strings("columns");
+  out.ms = t->device_timings.read<float>(0, out.rows);
   out.batch = t->timings_batch.read<int64_t>(0, out.rows);
   return out;
 }

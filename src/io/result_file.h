@@ -21,7 +21,7 @@
 namespace specrun {
 
 inline constexpr const char* kResultSchema = "specrun.result";
-inline constexpr int kResultSchemaVersion = 4;
+inline constexpr int kResultSchemaVersion = 5;
 
 // What the caller knows when the job starts.
 struct ResultHeader {
@@ -172,6 +172,9 @@ class ResultReader {
   TimingTable timings(const std::string& mode) const;
   // The CPU rows of the timings rows (kCpuColumns in `phases`; empty before schema version 3).
   TimingTable cpu_timings(const std::string& mode) const;
+  // The device rows of the timings rows (kDeviceColumns in `phases`, NaN for ranks without a
+  // device; empty before schema version 5).
+  TimingTable device_timings(const std::string& mode) const;
   // The host snapshots (empty before schema version 3).
   HostTable host(const std::string& mode) const;
   // Totals over committed batches, length draft_len (recomputed from /<mode>/batches).

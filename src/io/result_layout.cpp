@@ -193,6 +193,14 @@ ModeTables create_mode(h5::Group& root, const std::string& mode, int32_t draft_l
            "per timings row and rank: the main thread's CPU time in each phase, then the "
            "run-queue wait of the rank's threads over the step (columns)");
   t.cpu_timings.set_attr_strings("columns", cpu_columns);
+  std::vector<std::string> device_columns(kDeviceColumns.begin(), kDeviceColumns.end());
+  t.device_timings = h5::create_rows<float>(
+      t.group, "device_timings",
+      uncompressed({static_cast<hsize_t>(n_ranks), static_cast<hsize_t>(kNumDeviceColumns)}));
+  describe(t.device_timings, "ms",
+           "per timings row and rank: device time of each phase, from its start to the next "
+           "mark on the device's queue, and of the whole step (columns; NaN: no device)");
+  t.device_timings.set_attr_strings("columns", device_columns);
 
   std::vector<int64_t> zeros(static_cast<size_t>(draft_len), 0);
   t.apos = h5::create_fixed<int64_t>(t.group, "accepted_per_position",
@@ -260,6 +268,14 @@ ModeTables open_mode(const h5::Group& root, const std::string& mode) {
     SPEC_INPUT_CHECK(t.host_busy.rank() == 1 && t.host_busy.is_string(),
                      t.host_busy.where() << " should be a 1-D string dataset");
   }
+  if (t.version >= 5) {
+    t.device_timings = t.group.dataset("device_timings");
+    std::vector<hsize_t> ddims = t.device_timings.dims();
+    SPEC_INPUT_CHECK(ddims.size() == 3 && ddims[1] == dims[1] &&
+                         ddims[2] == static_cast<hsize_t>(kNumDeviceColumns),
+                     t.device_timings.where() << " should be [steps x " << dims[1] << " ranks x "
+                                              << kNumDeviceColumns << " columns]");
+  }
   t.apos = t.group.dataset("accepted_per_position");
   SPEC_INPUT_CHECK(t.apos.rank() == 1 && t.apos.rows() == t.draft_len,
                    t.apos.where() << " should hold draft_len = " << t.draft_len << " values");
@@ -281,6 +297,7 @@ Committed find_committed(const ModeTables& t) {
   const int64_t token_rows = t.seq.at("output_tokens").rows();
   int64_t timing_rows = std::min(t.timings.rows(), t.timings_batch.rows());
   if (t.cpu_timings.valid()) timing_rows = std::min(timing_rows, t.cpu_timings.rows());
+  if (t.device_timings.valid()) timing_rows = std::min(timing_rows, t.device_timings.rows());
   if (t.host.valid()) n = std::min({n, t.host.rows(), t.host_busy.rows()});
   for (; n > 0; --n) {
     Committed c;
@@ -308,6 +325,7 @@ void truncate_to(ModeTables& t, const Committed& c) {
   t.timings.resize_rows(c.timing_rows);
   t.timings_batch.resize_rows(c.timing_rows);
   if (t.cpu_timings.valid()) t.cpu_timings.resize_rows(c.timing_rows);
+  if (t.device_timings.valid()) t.device_timings.resize_rows(c.timing_rows);
   if (t.host.valid()) {
     t.host.resize_rows(c.batches);
     t.host_busy.resize_rows(c.batches);

@@ -24,6 +24,9 @@ struct ModeTables {
   // (batches/host [batches x ranks x kNumHostFields]) and busy processes (batches/host_busy,
   // one string per batch).
   h5::Dataset cpu_timings, host, host_busy;
+  // From schema version 5: device rows [rows x ranks x kNumDeviceColumns] float32 ms (NaN for
+  // ranks without a device).
+  h5::Dataset device_timings;
   h5::Dataset apos;       // accepted_per_position totals [draft_len] int64
   int32_t draft_len = 0;  // length of accepted_per_position: the longest proposal path
   int32_t n_ranks = 0;

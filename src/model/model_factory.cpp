@@ -1,6 +1,7 @@
 #include "model/model_factory.h"
 
 #include "backend/cuda_backend.h"
+#include "backend/cuda_timeline.h"
 #include "common/error.h"
 #include "model/checkpoint.h"
 
@@ -42,6 +43,7 @@ ModelFactory::ModelFactory(BackendKind backend, MpiComm& tp_comm, MpiComm& self_
                                      "driver (nvidia-smi), or use the cpu backend");
   const int device = choose_device(world.local_rank, world.local_size, count, &note);
   cuda_ = std::make_unique<CudaContext>(device, tp_comm, self_comm, comm_timeout_s);
+  timeline_ = std::make_unique<CudaPhaseTimeline>(*cuda_);
   description_ = "cuda device " + std::to_string(device) + " (" + cuda_->device().description() +
                  ")" + (note.empty() ? "" : "; " + note);
 #else

@@ -12,6 +12,7 @@
 #include <string>
 
 #include "backend/backend.h"
+#include "common/device_timeline.h"
 #include "common/host_stats.h"
 #include "dist/communicator.h"
 #include "dist/mpi_comm.h"
@@ -52,6 +53,10 @@ class ModelFactory {
   // The rank's CUDA state (nullptr on the CPU backend): token decisions run on its stream.
   CudaContext* cuda_context();
 
+  // The device's own clock for the engine's phase timing (common/device_timeline.h): CUDA events
+  // on the rank's stream; nullptr on the CPU backend. Owned by the factory.
+  DeviceTimeline* device_timeline() { return timeline_.get(); }
+
   // CUDA: whether forward passes may run as step graphs (parallel.cuda_graphs; default on);
   // nothing on the CPU backend.
   void set_step_graphs(bool on);
@@ -76,7 +81,8 @@ class ModelFactory {
   int threads_;
   std::string description_;
   std::unique_ptr<CudaContext> cuda_;
-  struct DeviceSampler;  // NVML, opened at the first sample_device
+  std::unique_ptr<DeviceTimeline> timeline_;  // declared after cuda_: destroyed before it
+  struct DeviceSampler;                       // NVML, opened at the first sample_device
   std::unique_ptr<DeviceSampler> sampler_;
 };
 

@@ -77,7 +77,11 @@ def make_batch(b, draft_len, ranks):
     timings = np.array([[[b * 1000 + s * 100 + r * 10 + p for p in range(6)]
                          for r in range(ranks)] for s in range(n_steps)], dtype=np.float32)
     apos = [b + i for i in range(draft_len)]
-    return seqs, steps, timings, apos
+    # Device rows for even batches only (NaN otherwise), as make_batch in test_result_file.cpp.
+    device = np.array([[[b * 1000 + s * 100 + r * 10 + c + 0.5 if b % 2 == 0 else np.nan
+                         for c in range(5)] for r in range(ranks)] for s in range(n_steps)],
+                      dtype=np.float32)
+    return seqs, steps, (timings, device), apos
 
 
 def dtype_ok(ds, want):
@@ -137,6 +141,12 @@ def check_mode(f, mode, draft_len, ranks, args):
     check([p.decode() if isinstance(p, bytes) else p for p in t.attrs["phases"]] == PHASES,
           f"/{mode}/timings phases: {t.attrs['phases']}")
     check(t.attrs["unit"] == "ms", f"/{mode}/timings unit {t.attrs['unit']}")
+    dv = g["device_timings"]
+    check(dv.dtype == np.float32 and dv.ndim == 3 and dv.shape[1:] == (ranks, 5),
+          f"/{mode}/device_timings: {dv.dtype} {dv.shape}")
+    check([c.decode() if isinstance(c, bytes) else c for c in dv.attrs["columns"]] ==
+          ["draft", "verify", "sample", "other", "total"],
+          f"/{mode}/device_timings columns: {dv.attrs['columns']}")
     check(g["batches/accepted_per_position"].shape[1:] == (draft_len,), "batches apos shape")
     check(g["accepted_per_position"].shape == (draft_len,), "accepted_per_position shape")
 
@@ -152,12 +162,13 @@ def check_mode(f, mode, draft_len, ranks, args):
     check(seq_attr == n_seq if args.exact else seq_attr >= n_seq,
           f"{mode}: sequences_committed {seq_attr}, committed rows {n_seq}")
 
-    seqs, steps, timings, apos_rows = [], [], [], []
+    seqs, steps, timings, devices, apos_rows = [], [], [], [], []
     for b in ids:
-        s, st, tm, ap = make_batch(b, draft_len, ranks)
+        s, st, (tm, dm), ap = make_batch(b, draft_len, ranks)
         seqs += s
         steps += st
         timings.append(tm)
+        devices.append(dm)
         apos_rows.append(ap)
     check(n_seq == len(seqs), f"{mode}: {n_seq} committed sequences, expected {len(seqs)}")
     sq = g["sequences"]
@@ -184,6 +195,8 @@ def check_mode(f, mode, draft_len, ranks, args):
     n_rows = ends["timing_rows_end"]
     want_t = np.concatenate(timings) if timings else np.zeros((0, ranks, 6), np.float32)
     check(np.array_equal(t[:n_rows], want_t), f"{mode}: timings differ")
+    want_d = np.concatenate(devices) if devices else np.zeros((0, ranks, 5), np.float32)
+    check(np.array_equal(dv[:n_rows], want_d, equal_nan=True), f"{mode}: device_timings differ")
     check(g["timings_batch"][:n_rows].tolist() == [b for b, tm in zip(ids, timings)
                                                    for _ in range(len(tm))],
           f"{mode}: timings_batch differs")
@@ -219,7 +232,7 @@ def main():
     with h5py.File(args.file, "r") as f:  # a plain open: no SWMR flag, no h5clear
         a = f.attrs
         check(a["schema"] == "specrun.result", f"schema {a['schema']!r}")
-        check(int(a["schema_version"]) == 4, "schema_version")
+        check(int(a["schema_version"]) == 5, "schema_version")
         for k, v in HEADER.items():
             check(a[k] == v, f"root attribute {k}: {a[k]!r} != {v!r}")
         check(a["git_dirty"].dtype == np.bool_ and bool(a["git_dirty"]), "git_dirty is bool True")

@@ -25,6 +25,7 @@ import h5py
 import numpy as np
 
 PHASES = ["draft", "verify", "comm", "sample", "other", "total"]
+DEVICE_COLUMNS = ["draft", "verify", "sample", "other", "total"]
 ROOT_ATTRS = {"schema": "str", "schema_version": "int32", "specrun_version": "str",
               "git_commit": "str", "git_dirty": "bool", "started": "str", "finished": "str",
               "world_size": "int32", "tp": "int32", "dp": "int32", "resumes": "int32"}
@@ -76,7 +77,7 @@ def check_layout(f, world, draft_len):
         if check(name in f.attrs, f"root attribute {name} missing"):
             check(attr_dtype_ok(f, name, want), f"root attribute {name}: not {want}")
     check(f.attrs.get("schema") == "specrun.result", "schema is not specrun.result")
-    check(int(f.attrs.get("schema_version", 0)) == 4, "schema_version is not 4")
+    check(int(f.attrs.get("schema_version", 0)) == 5, "schema_version is not 5")
     for name in JOB_ATTRS:
         if check(name in f["job"].attrs, f"/job attribute {name} missing"):
             check(attr_dtype_ok(f["job"], name, "str"), f"/job attribute {name}: not a string")
@@ -135,6 +136,13 @@ def check_layout(f, world, draft_len):
               f"{mode}/batches/host fields {fields}")
         hb = g["batches/host_busy"]
         check(dtype_ok(hb, "str") and hb.shape == h.shape[:1], f"{mode}/batches/host_busy {hb.shape}")
+        # Version 5: the device rows (NaN on the CPU backend).
+        dv = g["device_timings"]
+        check(dv.dtype == np.float32 and dv.ndim == 3 and dv.shape == t.shape[:1] + (world, 5),
+              f"{mode}/device_timings: {dv.dtype} {dv.shape}, expected float32 [steps, {world}, 5]")
+        check([str(x) for x in dv.attrs.get("columns", [])] == DEVICE_COLUMNS,
+              f"{mode}/device_timings columns {dv.attrs.get('columns')}")
+        check(dv.attrs.get("unit") == "ms", f"{mode}/device_timings unit {dv.attrs.get('unit')}")
         # A rank has CPU rows exactly where it has timings (NaN: another dp group's batch), and
         # a host snapshot for each batch its group decoded.
         nb, _, _, nt = committed(g)
@@ -151,6 +159,30 @@ def check_layout(f, world, draft_len):
             cuda = json.loads(f["job"].attrs["resolved"]).get("parallel", {}).get("backend") == "cuda"
             if not cuda:
                 check(np.all(np.isnan(h[:nb, :, 9:])), f"{mode}/batches/host GPU fields in a CPU run")
+        if nt:
+            check_device_rows(mode, dv[:nt], np.isfinite(t[:nt, :, 0]), cuda_run(f))
+
+
+def cuda_run(f):
+    return json.loads(f["job"].attrs["resolved"]).get("parallel", {}).get("backend") == "cuda"
+
+
+def check_device_rows(mode, dv, took_part, cuda):
+    """Device rows: NaN in a CPU run; on CUDA finite and >= 0 exactly where the rank has timings,
+    the four phases adding up to the total, and the verify phase > 0 in every step (the target's
+    forward runs on the device)."""
+    if not cuda:
+        check(np.all(np.isnan(dv)), f"{mode}/device_timings: values in a CPU run")
+        return
+    finite = np.isfinite(dv).all(axis=2)
+    check(np.array_equal(finite, took_part) and np.all(dv[took_part] >= 0),
+          f"{mode}/device_timings: not finite and >= 0 exactly where the rank has timings")
+    rows = dv[took_part]
+    parts = rows[:, :4].astype(np.float64).sum(axis=1)
+    check(np.allclose(parts, rows[:, 4], rtol=1e-4, atol=1e-3),
+          f"{mode}/device_timings: phases do not add up to the total, worst "
+          f"{np.max(np.abs(parts - rows[:, 4])) if len(rows) else 0} ms")
+    check(np.all(rows[:, 1] > 0), f"{mode}/device_timings: a step without device verify time")
 
 
 def committed(g):
@@ -175,6 +207,8 @@ def load_mode(g):
     d["outputs"] = [tok[off[i]:off[i + 1]] for i in range(n)]
     d["steps"] = {name: g["steps/" + name][:ns] for name in STEP}
     d["timings"] = g["timings"][:nt].astype(np.float64)
+    if "device_timings" in g:
+        d["device_timings"] = g["device_timings"][:nt].astype(np.float64)
     d["timings_batch"] = g["timings_batch"][:nt]
     d["app"] = g["batches/accepted_per_position"][:nb].sum(axis=0) if nb else None
     return d
@@ -260,6 +294,11 @@ def expected_mode(d):
         out["bonus_steps"] = int(st["bonus"].sum())
     t = d["timings"]
     out["phases_ms"] = {p: quantiles(np.nanmean(t[:, :, i], axis=1)) for i, p in enumerate(PHASES)}
+    dv = d.get("device_timings")
+    out["device_phases_ms"] = {}
+    if dv is not None and np.isfinite(dv).any():
+        out["device_phases_ms"] = {c: quantiles(np.nanmean(dv[:, :, i], axis=1))
+                                   for i, c in enumerate(DEVICE_COLUMNS)}
     out["phases_rank_mean"] = {
         p: [float(np.nanmean(t[:, r, i])) for r in range(t.shape[1])] for i, p in enumerate(PHASES)}
     cats = {}
@@ -293,6 +332,14 @@ def check_report(rep, data, unfinished):
             ranks = [r["mean"] for r in got["phases_ms_per_rank"][p]["ranks"]]
             check(all(close(a, b, rel=1e-5, abs_=1e-6) for a, b in zip(ranks, exp["phases_rank_mean"][p])),
                   f"report {mode} {p} per-rank means {ranks} != {exp['phases_rank_mean'][p]}")
+        dgot, dexp = got.get("device_phases_ms"), exp["device_phases_ms"]
+        check(dgot is not None and sorted(dgot) == sorted(dexp),
+              f"report {mode} device_phases_ms columns {dgot} != {sorted(dexp)}")
+        for c in dexp:
+            for q in ("mean", "p50", "p90"):
+                a, b = (dgot or {}).get(c, {}).get(q), dexp[c][q]
+                check(a is not None and close(a, b, rel=1e-5, abs_=1e-6),
+                      f"report {mode} device {c} {q}: {a} != {b}")
         for c, v in exp["categories"].items():
             g = got["categories"].get(c)
             check(g is not None and g["prompts"] == v["prompts"] and close(g["tau"], v["tau"]),

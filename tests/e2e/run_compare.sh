@@ -98,6 +98,53 @@ rc=0
 expect_exit 2 'cannot resume .*v3.h5: it has result schema version 3' v3resume.log -- \
   "${MPIRUN[@]}" -np 2 "$SPECRUN_BIN" run job.toml --resume --set job.output=v3.h5
 
+# 2c. Device rows (schema 5; a CUDA run writes them, a CPU run stores NaN): the same two runs
+# with device rows filled in as a GPU would have them. Device verify unchanged while the host's
+# verify took 20 ms more: the verdict calls the change the host's; device verify grown with it:
+# the device's work. report prints the device columns beside the host's.
+for variant in host device; do
+  cp a.h5 dev_a.h5
+  cp slow.h5 dev_slow_$variant.h5
+  "$PY" - dev_a.h5 dev_slow_$variant.h5 $variant <<'PY'
+import sys
+import h5py
+import numpy as np
+rng = np.random.default_rng(7)
+for path, slow in ((sys.argv[1], False), (sys.argv[2], True)):
+    with h5py.File(path, "r+") as f:
+        for mode in ("baseline", "speculative"):
+            g = f[mode]
+            t, d = g["timings"][:], g["device_timings"]
+            ph = [str(x) for x in g["timings"].attrs["phases"]]
+            rows = np.zeros(d.shape, np.float32)
+            rows[:, :, 0] = t[:, :, ph.index("draft")]
+            rows[:, :, 1] = 0.5 * (1 + 0.05 * rng.standard_normal(t.shape[:2]))
+            if slow and sys.argv[3] == "device":
+                rows[:, :, 1] = t[:, :, ph.index("verify")]
+            rows[:, :, 2] = t[:, :, ph.index("sample")]
+            rows[:, :, 3] = t[:, :, ph.index("other")]
+            rows[:, :, 4] = rows[:, :, :4].sum(axis=2)
+            rows[~np.isfinite(t[:, :, 0])] = np.nan
+            d[...] = rows
+PY
+  rc=0
+  "$SPECRUN_BIN" compare dev_a.h5 dev_slow_$variant.h5 --threshold 100 >dev_$variant.txt || rc=$?
+  [[ $rc -eq 1 ]] || fail "device rows ($variant): exit $rc, expected 1: $(head -3 dev_$variant.txt)"
+  grep -q '^device time (events' dev_$variant.txt || fail "no device table: $(cat dev_$variant.txt)"
+done
+head -4 dev_host.txt
+grep -qE "verify \+[0-9.]+% .*; on the device [-+][0-9.]+% .*: not the device's \(the host's" dev_host.txt ||
+  fail "device verify unchanged, yet the verdict does not call the change the host's: $(head -3 dev_host.txt)"
+grep -qE "verify \+[0-9.]+% .*; on the device \+[0-9.]+% .*: the device's work" dev_device.txt ||
+  fail "device verify grown, yet the verdict does not call it the device's: $(head -3 dev_device.txt)"
+"$SPECRUN_BIN" report dev_a.h5 >dev_report.txt || fail "report with device rows: $(cat dev_report.txt)"
+grep -q 'device: mean' dev_report.txt || fail "report prints no device columns"
+grep -qE '^  speculative verify +[0-9.]+ +[0-9.]+ +[0-9.]+ +0\.[45][0-9]* ' dev_report.txt ||
+  fail "report's device verify column is not the ~0.5 ms written: $(grep verify dev_report.txt)"
+if grep -q '^device time (events' same.txt; then fail "a CPU run's compare printed device rows"; fi
+"$SPECRUN_BIN" report a.h5 >cpu_report.txt
+if grep -q 'device: mean' cpu_report.txt; then fail "a CPU run's report printed device columns"; fi
+
 # 3. Bad input: exit 2, the file named.
 echo "not hdf5" >text.h5
 expect_exit 2 'missing.h5: no such file' bad1.log -- "$SPECRUN_BIN" compare a.h5 missing.h5

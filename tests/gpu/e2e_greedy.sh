@@ -167,7 +167,8 @@ def outputs(path, mode):
             tau = g["sequences/generated"][:n].sum() / max(1, g["sequences/verify_steps"][:n].sum())
         rows = int(g["batches/timing_rows_end"][nb - 1]) if nb else 0
         t = g["timings"][:rows]
-        return out, tau, t
+        d = g["device_timings"][:rows]
+        return out, tau, (t, d)
 
 ok = True
 for name in cases:
@@ -187,10 +188,24 @@ for name in cases:
     if not tau > 1.0:
         print(f"FAIL {name}: tau {tau} <= 1: the draft's tokens were never accepted")
         ok = False
-    for mode, t in [("baseline", tb), ("speculative", ts)]:
+    for mode, (t, d) in [("baseline", tb), ("speculative", ts)]:
         if t.size == 0 or not np.all(np.isfinite(t)) or np.any(t < 0):
             print(f"FAIL {name} {mode}: phase timings empty, negative or not finite")
             ok = False
+        # Device rows (schema 5): finite, >= 0, the phases adding up to the total, the verify
+        # phase on the device in every step; their means beside the host's.
+        parts = d[:, 0, :4].astype(np.float64).sum(axis=1)
+        if (d.size == 0 or not np.all(np.isfinite(d)) or np.any(d < 0) or
+                not np.allclose(parts, d[:, 0, 4], rtol=1e-4, atol=1e-3) or
+                not np.all(d[:, 0, 1] > 0)):
+            print(f"FAIL {name} {mode}: device rows empty, negative, not finite, not adding up "
+                  f"or without verify time")
+            ok = False
+        else:
+            host = {p: t[:, 0, i].mean() for i, p in enumerate(["draft", "verify", "comm", "sample", "other", "total"])}
+            dev = {p: d[:, 0, i].mean() for i, p in enumerate(["draft", "verify", "sample", "other", "total"])}
+            print(f"{name} {mode}: ms per step host / device: " +
+                  ", ".join(f"{p} {host[p]:.3f}/{dev[p]:.3f}" for p in dev))
     # The GPU's conditions after every batch (NVML through the host snapshots, schema 4).
     with h5py.File(f"{name}.h5", "r") as f:
         h = f["speculative/batches/host"]

@@ -424,3 +424,66 @@ TEST(Compare, LaunchSyntaxVariablesAreNotChanges) {
     EXPECT_TRUE(is_per_launch_variable(name)) << name;
   EXPECT_FALSE(is_per_launch_variable("NCCL_PROTO"));
 }
+
+namespace {
+
+// Device rows for every timings row of `d` (2 ranks): verify ~ N(verify_ms, 10%), the other
+// columns fixed, total their sum.
+void add_device_rows(ModeData& d, double verify_ms, std::uint64_t seed) {
+  std::mt19937_64 rng(seed);
+  std::normal_distribution<double> unit(0.0, 1.0);
+  const std::size_t rows = d.timings_ms.size() / (2 * kNumPhases);
+  for (std::size_t r = 0; r < rows * 2; ++r) {
+    const float verify = static_cast<float>(verify_ms * (1.0 + 0.1 * unit(rng)));
+    for (float v : {0.5f, verify, 0.2f, 0.1f, 0.8f + verify}) d.device_ms.push_back(v);
+  }
+}
+
+}  // namespace
+
+// The verify phase 20% slower on the host's clock: whether the device's time moved with it says
+// whose it was. Without device rows (CPU runs) the verdict says nothing about a device.
+TEST(Compare, DeviceRowsSayWhetherAPhaseChangeRanOnTheDevice) {
+  Synthetic base_params, slow_params;
+  slow_params.verify_ms = base_params.verify_ms * 1.2;
+  auto runs = [&](double base_device_ms, double new_device_ms) {
+    std::vector<ModeData> base = {make_mode(kModeSpeculative, base_params, 31)};
+    std::vector<ModeData> next = {make_mode(kModeSpeculative, slow_params, 32)};
+    add_device_rows(base[0], base_device_ms, 33);
+    add_device_rows(next[0], new_device_ms, 34);
+    return compare_modes(base, next, CompareOptions{});
+  };
+
+  // The device's verify 8 -> 9.6 ms: the kernels got slower.
+  Comparison kernels = runs(8.0, 9.6);
+  const TimingChange* dv = nullptr;
+  for (const TimingChange& t : kernels.device)
+    if (t.mode == kModeSpeculative && t.name == "verify") dv = &t;
+  ASSERT_NE(dv, nullptr);
+  EXPECT_EQ(dv->unit, "device ms/step");
+  EXPECT_NEAR(dv->relative.value, 0.2, 0.03);
+  EXPECT_TRUE(dv->regression);
+  std::string verdict = format_verdict(kernels);
+  EXPECT_NE(verdict.find("speculative verify +"), std::string::npos) << verdict;
+  EXPECT_NE(verdict.find("; on the device +"), std::string::npos) << verdict;
+  EXPECT_NE(verdict.find(": the device's work"), std::string::npos) << verdict;
+  const std::string text = format_comparison(kernels, "a.h5", "b.h5");
+  EXPECT_NE(text.find("device time (events"), std::string::npos) << text;
+  EXPECT_NE(text.find("speculative verify ms/step"), std::string::npos) << text;
+  nlohmann::json j = comparison_to_json(kernels);
+  EXPECT_EQ(j["device_timings"].size(), static_cast<std::size_t>(kNumDeviceColumns));
+
+  // The device's verify unchanged at 8 ms: the host's side (launches one by one, a slow CPU).
+  Comparison host = runs(8.0, 8.0);
+  EXPECT_TRUE(host.regression);  // the wall time still regressed: the job is slower
+  verdict = format_verdict(host);
+  EXPECT_NE(verdict.find(": not the device's (the host's"), std::string::npos) << verdict;
+  // Device changes are never regressions by themselves.
+  for (const TimingChange& t : host.device) EXPECT_FALSE(t.regression) << t.name;
+
+  // No device rows: no device section, no note.
+  Comparison cpu = compare_modes({make_mode(kModeSpeculative, base_params, 31)},
+                                 {make_mode(kModeSpeculative, slow_params, 32)}, CompareOptions{});
+  EXPECT_TRUE(cpu.device.empty());
+  EXPECT_EQ(format_verdict(cpu).find("on the device"), std::string::npos);
+}

@@ -12,8 +12,9 @@
 //                   achieved bandwidth = bytes the step must read (weights + KV cache) / device
 //                   time, as a fraction of the copy bandwidth;
 //   instrumentation a greedy decode loop (forward, argmax on the device, ids to the host) with
-//                   and without the engine's per-step phase timing (engine/step_timer.h), in
-//                   alternating rounds: the overhead in % of the step.
+//                   and without the engine's per-step phase timing (engine/step_timer.h: host
+//                   clocks, CPU rows and the device marks of the device rows), in alternating
+//                   rounds: the overhead in % of the step.
 // Opt-in, because it writes a 2.2 GB checkpoint: runs only with SPECRUN_GPU_BENCH=1
 // (tests/gpu/check.sh sets it) and skips visibly otherwise.
 //   SPECRUN_BENCH_DIR   where the synthetic model is written (default: the temp directory)
@@ -45,6 +46,7 @@ TEST(CudaBench, RequiresCudaBuild) {
 #include <vector>
 
 #include "backend/cuda_backend.h"
+#include "backend/cuda_timeline.h"
 #include "dist/mpi_comm.h"
 #include "dist/nccl_comm.h"
 #include "engine/step_timer.h"
@@ -156,21 +158,26 @@ Measured run_case(LanguageModel& model, CudaContext& ctx, const Case& c,
 
 // Greedy decode steps as the engine takes them: forward of one token per sequence, argmax on
 // the device, the ids to the host. With `timed`, each step is wrapped in the engine's phase
-// timing (StepTimer: verify and sample phases, the row appended as the engine does).
+// timing (StepTimer: verify and sample phases, the row appended as the engine does, and the
+// device marks of `device`, resolved after the last step as the engine does after a batch; their
+// mean device verify time goes to *device_verify_ms).
 double decode_loop_ms(LanguageModel& model, TokenOps& ops, Communicator& comm, KvCache& cache,
-                      int context, int steps, bool timed) {
+                      int context, int steps, bool timed, DevicePhaseLog* device = nullptr,
+                      double* device_verify_ms = nullptr) {
   std::vector<std::int32_t> token = {7}, next(1);
   const std::vector<int> rows = {0};
-  std::vector<float> timing_rows, cpu_rows;
+  std::vector<float> timing_rows, cpu_rows, device_rows;
   timing_rows.reserve(static_cast<std::size_t>(steps) * kNumPhases);
   cpu_rows.reserve(static_cast<std::size_t>(steps) * kNumCpuColumns);
+  device_rows.reserve(static_cast<std::size_t>(steps) * kNumDeviceColumns);
+  if (device != nullptr) device->reserve(static_cast<std::size_t>(steps), 3);
   ThreadWaitClock wait;
   model.synchronize();
   const auto t0 = Clock::now();
   for (int s = 0; s < steps; ++s) {
     SeqChunk chunk{&cache, token.data(), 1};
     if (timed) {
-      StepTimer timer(comm, &wait);
+      StepTimer timer(comm, &wait, device);
       timer.begin(kPhaseVerify);
       const ForwardResult out = model.forward({&chunk, 1}, ForwardRequest{});
       timer.end();
@@ -184,7 +191,13 @@ double decode_loop_ms(LanguageModel& model, TokenOps& ops, Communicator& comm, K
     }
     token[0] = next[0];
   }
+  if (timed && device != nullptr && device->on()) device->resolve(device_rows);
   const double ms = ms_since(t0) / steps;
+  if (device_verify_ms != nullptr && !device_rows.empty()) {
+    double sum = 0;
+    for (std::size_t i = 1; i < device_rows.size(); i += kNumDeviceColumns) sum += device_rows[i];
+    *device_verify_ms = sum / static_cast<double>(device_rows.size() / kNumDeviceColumns);
+  }
   cache.truncate(context);
   return ms;
 }
@@ -477,26 +490,37 @@ TEST(CudaBench, DecodeAndVerifyStepsAgainstCopyBandwidth) {
     // Instrumentation: alternating rounds of timed and untimed decode loops (graphs on).
     cuda_ctx.set_step_graphs(true);
     std::unique_ptr<TokenOps> ops = make_token_ops(BackendKind::kCuda, &cuda_ctx);
-    std::vector<double> timed, untimed;
+    // The timed loops mark the phases on the device as a job does (device rows, schema 5).
+    CudaPhaseTimeline timeline(cuda_ctx);
+    DevicePhaseLog device_log(&timeline);
+    std::vector<double> timed, untimed, device_verify;
     for (int round = 0; round < 9; ++round) {
       const bool first_timed = round % 2 == 0;
       for (bool t : {first_timed, !first_timed}) {
-        const double ms = decode_loop_ms(model, *ops, cuda_ctx.tp(), *caches[0], context, 40, t);
+        double verify_ms = 0;
+        const double ms = decode_loop_ms(model, *ops, cuda_ctx.tp(), *caches[0], context, 40, t,
+                                         &device_log, &verify_ms);
         if (round > 0) (t ? timed : untimed).push_back(ms);
+        if (round > 0 && t) device_verify.push_back(verify_ms);
       }
     }
     std::vector<double> diff;
     for (std::size_t i = 0; i < timed.size(); ++i) diff.push_back(timed[i] / untimed[i] - 1.0);
     std::sort(diff.begin(), diff.end());
     const double overhead = median(diff);
-    report["instrumentation"] = {
-        {"timed_step_ms", median(timed)},       {"untimed_step_ms", median(untimed)},
-        {"overhead_fraction", overhead},        {"overhead_fraction_min", diff.front()},
-        {"overhead_fraction_max", diff.back()}, {"rounds", diff.size()}};
+    report["instrumentation"] = {{"timed_step_ms", median(timed)},
+                                 {"untimed_step_ms", median(untimed)},
+                                 {"overhead_fraction", overhead},
+                                 {"overhead_fraction_min", diff.front()},
+                                 {"overhead_fraction_max", diff.back()},
+                                 {"rounds", diff.size()},
+                                 {"device_verify_ms", median(device_verify)}};
     std::cout << std::setprecision(3) << "greedy decode step (forward + argmax + ids to host), "
               << "graphs on: " << median(untimed) << " ms untimed, " << median(timed)
               << " ms with the phase timing; overhead " << std::setprecision(2) << 100 * overhead
-              << "% (rounds from " << 100 * diff.front() << "% to " << 100 * diff.back() << "%)\n";
+              << "% (rounds from " << 100 * diff.front() << "% to " << 100 * diff.back()
+              << "%); device verify per step from the phase marks " << std::setprecision(3)
+              << median(device_verify) << " ms\n";
     std::cout << std::setprecision(2) << "verify (5 tokens) / decode, batch 1, graphs on: "
               << report["verify_over_decode_batch1"].get<double>()
               << "; tree of 32 / decode: " << report["tree32_over_decode_batch1"].get<double>()

@@ -7,6 +7,8 @@
 //    truncate-and-redo equals no rollback (this is what makes greedy speculative == baseline);
 //  - greedy continuations equal the CPU model's, token for token (F32 weights);
 //  - the NCCL communicator's timing is filled from CUDA events without extra synchronisation;
+//  - the phase timeline (backend/cuda_timeline.h) times the device's work between its marks, not
+//    the host's enqueueing, and waits only when read;
 //  - step graphs (kernels/cuda/step_graphs.h): decode steps, verify windows and token trees
 //    replayed from captured graphs give bitwise the logits of the passes launched one by one,
 //    across batch sizes, rollbacks and a buffer that grows mid-run.
@@ -34,6 +36,8 @@ TEST(CudaTransformer, RequiresCudaBuild) {
 #include <vector>
 
 #include "backend/cuda_backend.h"
+#include "backend/cuda_timeline.h"
+#include "common/clock.h"
 #include "cuda_test_util.h"
 #include "dist/mpi_comm.h"
 #include "dist/nccl_comm.h"
@@ -337,6 +341,47 @@ TEST(CudaTransformer, NcclTimingComesFromEventsWithoutExtraSync) {
   EXPECT_EQ(host[2], 3);
   rank.nccl.barrier();
   EXPECT_GE(rank.nccl.comm_calls(), 1);
+}
+
+TEST(CudaTransformer, PhaseTimelineTimesTheDeviceNotTheHost) {
+  REQUIRE_DEVICE();
+  GpuRank rank;
+  CudaPhaseTimeline timeline(rank.context);
+  constexpr std::size_t kBytes = std::size_t{1} << 30;
+  cuda::DeviceBuffer a(kBytes), b(kBytes);
+  CUDA_CHECK(cudaMemsetAsync(a.get(), 1, kBytes, rank.context.stream()));
+  auto copies = [&](int n) {
+    for (int i = 0; i < n; ++i)
+      CUDA_CHECK(cudaMemcpyAsync(b.get(), a.get(), kBytes, cudaMemcpyDeviceToDevice,
+                                 rank.context.stream()));
+  };
+  // The copies' device time, waited for on the host (the reference).
+  rank.context.synchronize();
+  const SteadyClockPoint t0 = SteadyClock::now();
+  copies(8);
+  rank.context.synchronize();
+  const double synced_ms = 1e3 * seconds_since(t0);
+
+  std::vector<double> out;
+  timeline.read(out);  // no marks: nothing, and no wait
+  EXPECT_TRUE(out.empty());
+  EXPECT_EQ(timeline.mark(), 0);
+  const SteadyClockPoint t1 = SteadyClock::now();
+  copies(8);
+  const double enqueue_ms = 1e3 * seconds_since(t1);
+  EXPECT_EQ(timeline.mark(), 1);
+  EXPECT_EQ(timeline.mark(), 2);  // nothing in between
+  timeline.read(out);
+  ASSERT_EQ(out.size(), 2u);
+  std::cout << "8 copies of 1 GiB: " << synced_ms << " ms waited for, " << enqueue_ms
+            << " ms to enqueue, " << out[0] << " ms between the marks, " << out[1]
+            << " ms between two adjacent marks\n";
+  EXPECT_GT(out[0], 0.5 * synced_ms) << "the marks did not time the copies";
+  EXPECT_LT(out[0], 1.5 * synced_ms + 1.0);
+  EXPECT_LT(out[1], 0.05 * out[0]) << "adjacent marks should be (nearly) simultaneous";
+  EXPECT_EQ(timeline.mark(), 0) << "read() forgets the marks";
+  timeline.read(out);
+  EXPECT_TRUE(out.empty());
 }
 
 TEST(CudaTransformer, RejectsCachesOfAnotherBackend) {

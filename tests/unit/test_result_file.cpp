@@ -76,6 +76,12 @@ BatchResult make_batch(int64_t b, int32_t draft_len) {
     for (int32_t rank = 0; rank < kRanks; ++rank)
       for (int p = 0; p < kNumPhases; ++p)
         r.timings_ms.push_back(static_cast<float>(b * 1000 + s * 100 + rank * 10 + p));
+  // Device rows for even batches only (a batch without them is stored as NaN).
+  if (b % 2 == 0)
+    for (int32_t s = 0; s < r.n_steps; ++s)
+      for (int32_t rank = 0; rank < kRanks; ++rank)
+        for (int c = 0; c < kNumDeviceColumns; ++c)
+          r.device_ms.push_back(static_cast<float>(b * 1000 + s * 100 + rank * 10 + c) + 0.5f);
   for (int32_t i = 0; i < draft_len; ++i) r.accepted_per_position.push_back(b + i);
   return r;
 }
@@ -118,6 +124,9 @@ void expect_batches_match(const ResultReader& r, const std::string& mode, int32_
   std::vector<SequenceRecord> seqs = r.sequences(mode);
   std::vector<StepRecord> steps = r.steps(mode);
   TimingTable timings = r.timings(mode);
+  TimingTable device = r.device_timings(mode);
+  EXPECT_EQ(device.rows, timings.rows);
+  EXPECT_EQ(device.phases, std::vector<std::string>(kDeviceColumns.begin(), kDeviceColumns.end()));
   size_t si = 0, ti = 0;
   int64_t row = 0;
   std::vector<int64_t> apos(static_cast<size_t>(draft_len), 0);
@@ -158,6 +167,14 @@ void expect_batches_match(const ResultReader& r, const std::string& mode, int32_
         for (int p = 0; p < kNumPhases; ++p)
           EXPECT_EQ(timings.at(row, rank, p),
                     static_cast<float>(b * 1000 + s * 100 + rank * 10 + p));
+      for (int32_t rank = 0; rank < kRanks; ++rank)
+        for (int c = 0; c < kNumDeviceColumns; ++c) {
+          const float got = device.at(row, rank, c);
+          if (b % 2 == 0)
+            EXPECT_EQ(got, static_cast<float>(b * 1000 + s * 100 + rank * 10 + c) + 0.5f);
+          else
+            EXPECT_TRUE(std::isnan(got)) << "batch " << b << " has no device rows";
+        }
     }
     for (int32_t i = 0; i < draft_len; ++i) apos[static_cast<size_t>(i)] += b + i;
   }
@@ -288,6 +305,10 @@ TEST(ResultFile, InvalidBatchIsRejectedBeforeAnythingIsWritten) {
   bad = make_batch(1, kDraftLen);
   bad.sequences[1].generated += 1;
   EXPECT_NE(error_of([&] { w.append_batch(kModeSpeculative, bad); }).find("output tokens"),
+            std::string::npos);
+  bad = make_batch(2, kDraftLen);
+  bad.device_ms.pop_back();
+  EXPECT_NE(error_of([&] { w.append_batch(kModeSpeculative, bad); }).find("device values"),
             std::string::npos);
   bad = make_batch(1, kDraftLen);
   bad.n_ranks = 3;

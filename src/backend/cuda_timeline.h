@@ -1,0 +1,41 @@
+// The CUDA backend's DeviceTimeline (common/device_timeline.h): marks are CUDA events recorded on
+// the rank's compute stream, the one every kernel, collective and token decision of the rank
+// runs on, so the time between two marks is the device time of the work enqueued between them
+// (idle time included when the device ran ahead of the host and waited for it). Events are kept
+// in a pool that grows to the most marks between two reads and is reused, so a warm step
+// creates none. Built only with CUDA (SPECRUN_HAVE_CUDA).
+#pragma once
+
+#ifdef SPECRUN_HAVE_CUDA
+
+#include <cuda_runtime.h>
+
+#include <vector>
+
+#include "common/device_timeline.h"
+
+namespace specrun {
+
+class CudaContext;
+
+class CudaPhaseTimeline final : public DeviceTimeline {
+ public:
+  // context must outlive the timeline.
+  explicit CudaPhaseTimeline(CudaContext& context);
+  ~CudaPhaseTimeline() override;
+  CudaPhaseTimeline(const CudaPhaseTimeline&) = delete;
+  CudaPhaseTimeline& operator=(const CudaPhaseTimeline&) = delete;
+
+  int mark() override;
+  // Waits with CudaContext::synchronize (the communicators' deadline).
+  void read(std::vector<double>& out) override;
+
+ private:
+  CudaContext& ctx_;
+  std::vector<cudaEvent_t> events_;  // the pool; the first used_ are this read's marks
+  int used_ = 0;
+};
+
+}  // namespace specrun
+
+#endif  // SPECRUN_HAVE_CUDA

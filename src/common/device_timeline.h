@@ -1,0 +1,31 @@
+// Time on an accelerator's own work queue. The host's clock times a phase by when the host got
+// through it; on a GPU a forward pass only enqueues work, so that clock says how long launching
+// took, and the device's time lands in whichever later phase waits. A DeviceTimeline puts marks
+// into the queue between the phases (CUDA events on the rank's compute stream), and reads the
+// time between consecutive marks only after the device has passed them, at a wait that happens
+// anyway (the end of a batch): never one wait per step.
+// The CUDA backend's implementation is CudaPhaseTimeline (backend/cuda_timeline.h); the CPU
+// backend has none (its work is done when the host returns).
+#pragma once
+
+#include <vector>
+
+namespace specrun {
+
+class DeviceTimeline {
+ public:
+  virtual ~DeviceTimeline() = default;
+
+  // Puts a mark into the device's queue after everything enqueued so far; returns its index
+  // among the marks since the last read() (0, 1, ...). Cheap on the host (one event record), no
+  // wait.
+  virtual int mark() = 0;
+
+  // Waits until the device has passed every mark (a deadline-bound wait: a hung device becomes
+  // an error, not a hang), sets out[i] to the milliseconds of device time between mark i and
+  // mark i + 1 (out has marks - 1 elements; none when fewer than two marks), and forgets the
+  // marks.
+  virtual void read(std::vector<double>& out) = 0;
+};
+
+}  // namespace specrun
