@@ -73,10 +73,10 @@ class CpuBackend {
   Floats upload_floats(const std::vector<float>& v) const { return v; }
   // Nothing to check on the host: the weights are repacked at their own size.
   void check_fits(std::size_t, int, int, const std::string&) const {}
-  // End of a forward call (the CUDA backend collects communication timing here) and of the
-  // model's life: nothing to wait for on the host.
-  template <class Comm>
-  void end_forward(Comm&) {}
+  // End of a forward call (the CUDA backend issues a recorded step graph and marks the staged
+  // inputs reusable; every begin_forward needs its end_forward) and of the model's life: nothing
+  // to wait for on the host.
+  void end_forward() {}
   void finish() {}
   void synchronize() {}
 

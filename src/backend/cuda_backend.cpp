@@ -193,7 +193,7 @@ void CudaBackend::begin_forward(std::span<const SeqSpan<KvBlock>> seqs, const st
     while (n_paths < paths_.size()) n_paths *= 2;
   }
   const std::size_t staged = static_cast<std::size_t>(n + B) * sizeof(cuda::KvSlot) +
-                             (2 * static_cast<std::size_t>(n) + B + n_paths) * sizeof(std::int32_t);
+                             (3 * static_cast<std::size_t>(n) + B + n_paths) * sizeof(std::int32_t);
   staging_host_.grow(staged);
   staging_.grow(staged);
   std::byte* at = staging_host_.as<std::byte>();
@@ -202,6 +202,8 @@ void CudaBackend::begin_forward(std::span<const SeqSpan<KvBlock>> seqs, const st
   auto* tok = carve<std::int32_t>(at, n);
   auto* pos = carve<std::int32_t>(at, n);
   auto* last = carve<std::int32_t>(at, B);
+  input_rows_host_ = carve<std::int32_t>(at, n);
+  input_rows_staged_ = false;
   auto* path = carve<std::int32_t>(at, n_paths);
   std::byte* dev = staging_.as<std::byte>();
   slots_ = carve<cuda::KvSlot>(dev, n);
@@ -209,6 +211,7 @@ void CudaBackend::begin_forward(std::span<const SeqSpan<KvBlock>> seqs, const st
   tokens_ = carve<std::int32_t>(dev, n);
   positions_ = carve<std::int32_t>(dev, n);
   last_rows_ = carve<std::int32_t>(dev, B);
+  input_rows_ = carve<std::int32_t>(dev, n);
   const std::int32_t* dev_paths = carve<std::int32_t>(dev, n_paths);
   for (int b = 0; b < B; ++b) {
     const SeqSpan<KvBlock>& s = seqs[b];
@@ -372,7 +375,20 @@ void CudaBackend::keep_last_rows(F a, std::size_t width) {
 
 void CudaBackend::gather_rows(CF src, std::size_t width, std::span<const int> rows, F dst) {
   if (rows.empty()) return;
-  const std::int32_t* dev_rows = upload_rows(rows);
+  const std::int32_t* dev_rows = nullptr;
+  if (graphs_->recording()) {
+    // The pass's launches, the staged copy first, run when end_forward issues them: indices
+    // written to the pinned staging buffer now travel with that copy, and the graph of a shape
+    // reads them from the same place every step. One such gather of at most n rows per pass.
+    SPEC_CHECK(!input_rows_staged_ && rows.size() <= static_cast<std::size_t>(n_),
+               "gather_rows: " << rows.size() << " host-index rows in a recorded pass of " << n_
+                               << " tokens (at most one gather of at most that many)");
+    std::copy(rows.begin(), rows.end(), input_rows_host_);
+    input_rows_staged_ = true;
+    dev_rows = input_rows_;
+  } else {
+    dev_rows = upload_rows(rows);
+  }
   launch(&cuda::select_rows, src.get(), static_cast<int>(width), dev_rows,
          static_cast<int>(rows.size()), dst.get());
 }

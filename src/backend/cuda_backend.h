@@ -157,10 +157,9 @@ class CudaBackend {
   // (kernels/cuda/step_graphs.h). Larger passes (prefill, through cuBLAS) run launch by launch.
   void begin_forward(std::span<const SeqSpan<KvBlock>> seqs, const std::int32_t* tokens,
                      const std::int32_t* positions, int n, bool step_graph);
-  template <class Comm>
-  void end_forward(Comm&) {
-    finish_forward();
-  }
+  // Issues the recorded pass (if any) and records when its staged inputs have been copied, so that
+  // the next begin_forward may rewrite the pinned buffer. Every begin_forward needs one.
+  void end_forward() { finish_forward(); }
 
   void embed(const Weight& table, int vocab_begin, F x);
   void rope_table(const Floats& inv_freq, int head_dim, F table);
@@ -192,8 +191,9 @@ class CudaBackend {
   cuda::DeviceBuffer weights_;
   std::size_t weights_bytes_ = 0, weights_used_ = 0;
 
-  // The staged forward call: [slots n][last slots B][tokens n][positions n][last rows B], one
-  // host-to-device copy from pinned memory.
+  // The staged forward call: [slots n][last slots B][tokens n][positions n][last rows B][input
+  // rows n][tree paths], one host-to-device copy from pinned memory. The input rows are filled
+  // by a recorded pass's gather_rows (an EAGLE-3 head's hidden inputs), after begin_forward.
   cuda::PinnedBuffer staging_host_;
   cuda::DeviceBuffer staging_;
   // Recorded after each pass: the pinned staging buffer is rewritten only once the pass that
@@ -203,6 +203,9 @@ class CudaBackend {
   std::unique_ptr<cuda::StepGraphs> graphs_;
   cuda::KvSlot *slots_ = nullptr, *last_slots_ = nullptr;
   std::int32_t *tokens_ = nullptr, *positions_ = nullptr, *last_rows_ = nullptr;
+  std::int32_t* input_rows_ = nullptr;       // device side of the staged input rows
+  std::int32_t* input_rows_host_ = nullptr;  // their place in the pinned buffer
+  bool input_rows_staged_ = false;           // this pass's gather_rows has filled them
   int n_ = 0, n_seqs_ = 0;
   // `rows` copied to the device (keep_rows_dev_), valid until the next call.
   const std::int32_t* upload_rows(std::span<const int> rows);

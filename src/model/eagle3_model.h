@@ -148,8 +148,9 @@ ForwardResult Eagle3Model<B>::forward(std::span<const SeqChunk> batch, const Row
                                                      << " of " << n << " tokens");
   for (int r : rows)
     SPEC_CHECK(r >= 0 && r < source.rows, "EAGLE-3 head: input row " << r << " of " << source.rows);
-  // Not as a step graph: the head gathers its input rows from host indices (gather_rows).
-  Base::stage_batch(batch, n, false);
+  // As a step graph on one rank (like the target: a sharded head's collectives sit between its
+  // kernels): the input rows' indices travel with the staged inputs (CudaBackend::gather_rows).
+  Base::stage_batch(batch, n, tp_ == 1);
   const float eps = c.rms_norm_eps;
   const std::size_t N = static_cast<std::size_t>(n);
 
@@ -213,7 +214,7 @@ ForwardResult Eagle3Model<B>::forward(std::span<const SeqChunk> batch, const Row
     comm_->all_gather(mine.get(), gathered.get(), local * sizeof(float));
     b_.unshard_vocab(gathered, out_rows, tp_, plan.vocab, logits);
   }
-  if (comm_ != nullptr) b_.end_forward(*comm_);
+  b_.end_forward();
   ForwardResult result;
   result.logits = RowsView{B::kKind, logits.get(), out_rows, c.vocab_size};
   result.hidden = RowsView{B::kKind, x.get(), n, H};

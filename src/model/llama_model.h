@@ -177,7 +177,7 @@ ForwardResult LlamaModel<B>::forward(std::span<const SeqChunk> batch,
     comm_.all_gather(mine.get(), gathered.get(), local * sizeof(float));
     b_.unshard_vocab(gathered, out_rows, tp_, v_local, logits);
   }
-  b_.end_forward(comm_);
+  b_.end_forward();
   ForwardResult result;
   result.logits = RowsView{B::kKind, logits.get(), out_rows, V};
   if (n_capture_ > 0) result.hidden = RowsView{B::kKind, hidden_.grow(0).get(), n, n_capture_ * H};

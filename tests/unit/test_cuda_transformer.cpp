@@ -11,7 +11,8 @@
 //    the host's enqueueing, and waits only when read;
 //  - step graphs (kernels/cuda/step_graphs.h): decode steps, verify windows and token trees
 //    replayed from captured graphs give bitwise the logits of the passes launched one by one,
-//    across batch sizes, rollbacks and a buffer that grows mid-run.
+//    across batch sizes, rollbacks and a buffer that grows mid-run; likewise an EAGLE-3 head's
+//    drafting passes (../shared/models/code-eagle3-bf16 on code-target).
 // Skips visibly without a CUDA build or without a device.
 #include <gtest/gtest.h>
 
@@ -45,6 +46,8 @@ TEST(CudaTransformer, RequiresCudaBuild) {
 #include "kernels/cuda/device_context.h"
 #include "kernels/cuda/device_info.h"
 #include "model/checkpoint.h"
+#include "model/draft_head.h"
+#include "model/eagle3_config.h"
 #include "model/model_factory.h"
 #include "model/synthetic.h"
 #include "single_rank_comm.h"
@@ -323,6 +326,111 @@ TEST(CudaTransformer, StepGraphsReplayBitwiseThePassesLaunchedOneByOne) {
               << after.captures - before.captures << " captures, " << after.replays - before.replays
               << " replays, " << after.eager - before.eager << " eager\n";
   }
+}
+
+namespace {
+
+std::string shared_models() {
+  if (const char* env = std::getenv("SPECRUN_SHARED_DIR")) return std::string(env) + "/models";
+  return std::string(SPECRUN_SOURCE_DIR) + "/../shared/models";
+}
+
+// An EAGLE-3 head drafting as the drafter drives it: an extend pass over a prompt's captured
+// target features, then one-token draft steps fed by its own previous output, a two-sequence
+// step, a 4-node tree, and rollbacks; every pass's logits read back, in order.
+std::vector<float> head_workload(LanguageModel& target, DraftHead& head) {
+  std::vector<float> all;
+  const int V = head.config().head.vocab_size;
+  auto keep = [&](const ForwardResult& r) {
+    const std::size_t at = all.size();
+    all.resize(at + static_cast<std::size_t>(r.logits.rows) * V);
+    target.read(r.logits, 0, r.logits.rows, all.data() + at);
+  };
+  const std::vector<std::int32_t> tokens = {1, 822, 903, 1012, 309, 421, 288, 1300, 77, 9, 640, 12};
+  const int n = static_cast<int>(tokens.size()) - 1;
+  std::vector<std::unique_ptr<KvCache> > caches;
+  for (int s = 0; s < 2; ++s) caches.push_back(head.new_cache(64));
+  for (int round = 0; round < 3; ++round) {
+    auto tcache = target.new_cache(64);
+    const SeqChunk tchunk{tcache.get(), tokens.data(), n + 1};
+    const ForwardResult t =
+        target.forward({&tchunk, 1}, ForwardRequest{false, head.config().capture});
+    for (auto& c : caches) c->truncate(0);
+    std::vector<int> rows(n);
+    for (int i = 0; i < n; ++i) rows[i] = i;
+    const SeqChunk extend{caches[0].get(), tokens.data() + 1, n};
+    ForwardResult r = head.forward({&extend, 1}, t.hidden, rows, false);
+    keep(r);
+    for (int step = 0; step < 6; ++step) {  // chain drafting from its own output
+      const std::int32_t tok = tokens[(step * 5 + round) % tokens.size()];
+      const SeqChunk one{caches[0].get(), &tok, 1};
+      const std::vector<int> last = {r.hidden.rows - 1};
+      r = head.forward({&one, 1}, r.hidden, last, false);
+      keep(r);
+    }
+    // Two sequences in one step, each fed a row of the previous output.
+    const SeqChunk ext1{caches[1].get(), tokens.data() + 1, 4};
+    const std::vector<int> four = {0, 1, 2, 3};
+    r = head.forward({&ext1, 1}, t.hidden, four, false);
+    keep(r);
+    const std::int32_t pair[2] = {421, 288};
+    const SeqChunk two[2] = {{caches[0].get(), &pair[0], 1}, {caches[1].get(), &pair[1], 1}};
+    const std::vector<int> both = {0, 0};
+    r = head.forward({two, 2}, r.hidden, both, true);
+    keep(r);
+    // A tree under the last token: 4 nodes, then rolled back.
+    KvCache& c = *caches[0];
+    const int P = c.length();
+    const std::vector<std::int32_t> nodes = {7, 8, 9, 10};
+    const std::vector<std::int32_t> parents = {P - 1, P - 1, P, P + 1};
+    const SeqChunk tree{&c, nodes.data(), 4, parents.data()};
+    const std::vector<int> tree_rows = {0, 0, 0, 0};
+    r = head.forward({&tree, 1}, r.hidden, tree_rows, true);
+    keep(r);
+    c.truncate(P);
+  }
+  return all;
+}
+
+}  // namespace
+
+// The EAGLE-3 head's passes as step graphs (their input rows staged with the pass's inputs):
+// bitwise the logits of the passes launched one by one, with graphs captured and replayed.
+TEST(CudaTransformer, Eagle3HeadStepGraphsReplayBitwise) {
+  REQUIRE_DEVICE();
+  const std::string models = shared_models();
+  if (!fs::exists(models + "/code-eagle3-bf16/config.json"))
+    GTEST_SKIP() << "shared models not found at " << models;
+  GpuRank rank;
+  const Checkpoint target_ckpt(models + "/code-target");
+  auto target = rank.load(target_ckpt);
+  const std::string dir = models + "/code-eagle3-bf16";
+  const Eagle3Config cfg = Eagle3Config::from_file(dir + "/config.json", target_ckpt.config());
+  const Checkpoint head_ckpt(dir, [&](const std::string&) { return cfg.head; });
+  auto head = load_cuda_head(head_ckpt, target_ckpt, cfg, rank.context);
+  rank.context.set_step_graphs(false);
+  const std::vector<float> eager = head_workload(*target, *head);
+  const cuda::StepGraphStats before = rank.context.step_graph_stats();
+  rank.context.set_step_graphs(true);
+  const std::vector<float> graphed = head_workload(*target, *head);
+  const std::vector<float> again = head_workload(*target, *head);
+  const cuda::StepGraphStats& after = rank.context.step_graph_stats();
+  ASSERT_EQ(eager.size(), graphed.size());
+  std::size_t first = eager.size();
+  for (std::size_t i = 0; i < eager.size() && first == eager.size(); ++i)
+    if (std::memcmp(&eager[i], &graphed[i], sizeof(float)) != 0) first = i;
+  EXPECT_EQ(first, eager.size()) << "head logits of step graphs differ from the passes launched "
+                                    "one by one, first at value "
+                                 << first << ": " << eager[first] << " vs " << graphed[first];
+  EXPECT_EQ(0, std::memcmp(eager.data(), again.data(), eager.size() * sizeof(float)))
+      << "a second round of replays differs";
+  EXPECT_GT(after.captures, before.captures) << "no step graph was captured";
+  EXPECT_GT(after.replays - before.replays, 10)
+      << "hardly any replay: " << after.replays - before.replays << " replays, "
+      << after.eager - before.eager << " eager";
+  std::cout << "EAGLE-3 head (and target prefill): " << after.steps - before.steps
+            << " graphable passes, " << after.captures - before.captures << " captures, "
+            << after.replays - before.replays << " replays\n";
 }
 
 TEST(CudaTransformer, NcclTimingComesFromEventsWithoutExtraSync) {
