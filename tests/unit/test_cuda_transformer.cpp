@@ -12,7 +12,7 @@
 //  - step graphs (kernels/cuda/step_graphs.h): decode steps, verify windows and token trees
 //    replayed from captured graphs give bitwise the logits of the passes launched one by one,
 //    across batch sizes, rollbacks and a buffer that grows mid-run; likewise an EAGLE-3 head's
-//    drafting passes (../shared/models/code-eagle3-bf16 on code-target).
+//    drafting passes (../shared/models/code-eagle3 on code-target).
 // Skips visibly without a CUDA build or without a device.
 #include <gtest/gtest.h>
 
@@ -399,12 +399,12 @@ std::vector<float> head_workload(LanguageModel& target, DraftHead& head) {
 TEST(CudaTransformer, Eagle3HeadStepGraphsReplayBitwise) {
   REQUIRE_DEVICE();
   const std::string models = shared_models();
-  if (!fs::exists(models + "/code-eagle3-bf16/config.json"))
+  if (!fs::exists(models + "/code-eagle3/config.json"))
     GTEST_SKIP() << "shared models not found at " << models;
   GpuRank rank;
   const Checkpoint target_ckpt(models + "/code-target");
   auto target = rank.load(target_ckpt);
-  const std::string dir = models + "/code-eagle3-bf16";
+  const std::string dir = models + "/code-eagle3";
   const Eagle3Config cfg = Eagle3Config::from_file(dir + "/config.json", target_ckpt.config());
   const Checkpoint head_ckpt(dir, [&](const std::string&) { return cfg.head; });
   auto head = load_cuda_head(head_ckpt, target_ckpt, cfg, rank.context);
