@@ -30,6 +30,7 @@ __global__ void __launch_bounds__(kWarps* kWarp)
                      float* __restrict__ out) {
   __shared__ float warp_max[kWarps], warp_sum[kWarps];
   __shared__ float warp_out[kWarps][kMaxHeadDim];
+  detail::allow_dependents();  // o_proj's GEMV may start fetching its weights
   const int t = blockIdx.x / n_heads, h = blockIdx.x % n_heads;
   const int kv = h / (n_heads / n_kv_heads);
   const int lane = threadIdx.x % kWarp, warp = threadIdx.x / kWarp;

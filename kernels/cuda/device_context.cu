@@ -68,6 +68,7 @@ std::string check_architecture(int device) {
 DeviceContext::DeviceContext(int device) : device_(device) {
   description_ = check_architecture(device);
   CUDA_CHECK(cudaSetDevice(device));
+  CUDA_CHECK(cudaDeviceGetAttribute(&compute_major_, cudaDevAttrComputeCapabilityMajor, device));
   CUDA_CHECK(cudaStreamCreateWithFlags(&stream_, cudaStreamNonBlocking));
   CUBLAS_CHECK(cublasCreate(&cublas_));
   CUBLAS_CHECK(cublasSetStream(cublas_, stream_));

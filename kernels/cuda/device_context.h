@@ -37,12 +37,15 @@ class DeviceContext {
   cudaStream_t stream() const { return stream_; }
   cublasHandle_t cublas() const { return cublas_; }
   const std::string& description() const { return description_; }
+  // The device's compute capability, major version (9 for H100/H200).
+  int compute_major() const { return compute_major_; }
   // Free and total device memory in bytes, now.
   std::size_t free_bytes() const;
   std::size_t total_bytes() const;
 
  private:
   int device_ = 0;
+  int compute_major_ = 0;
   cudaStream_t stream_ = nullptr;
   cublasHandle_t cublas_ = nullptr;
   void* workspace_ = nullptr;

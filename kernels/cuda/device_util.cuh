@@ -7,7 +7,9 @@
 #include <cuda_fp16.h>
 #include <cuda_runtime.h>
 
+#include <cstddef>
 #include <cstdint>
+#include <utility>
 
 #include "kernels/cpu/dtype.h"
 #include "kernels/cuda/cuda_check.h"
@@ -67,6 +69,43 @@ __device__ __forceinline__ float block_reduce(float v, float* shared) {
   v = lane < n_warps ? shared[lane] : neutral;
   v = kMax ? warp_max(v) : warp_sum(v);
   return v;
+}
+
+// Programmatic dependent launch (compute capability 9.0 on; docs/gpu.md "Dependent launches").
+// A kernel launched with `dependent` (launch_dependent below) may start while the kernel before
+// it on the stream is still running: it may read only what no earlier kernel writes (weights)
+// before wait_for_prior_grids(), which returns once the earlier kernels have finished and their
+// writes are visible; every thread of such a kernel calls it before touching anything else. A
+// kernel that calls allow_dependents() lets the next dependent launch start once every block of
+// this kernel has started (the next kernel's blocks then only take SM room this one no longer
+// needs). Both compile to nothing below sm_90 and do nothing for launches without the attribute.
+__device__ __forceinline__ void wait_for_prior_grids() {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+  asm volatile("griddepcontrol.wait;" ::: "memory");
+#endif
+}
+__device__ __forceinline__ void allow_dependents() {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+  asm volatile("griddepcontrol.launch_dependents;" ::: "memory");
+#endif
+}
+
+// Launches kernel<<<grid, block, smem, stream>>>(args...), as a programmatic dependent launch
+// when `dependent` (the kernel must then call wait_for_prior_grids() as above), and checks it.
+template <class... Params, class... Args>
+void launch_dependent(bool dependent, void (*kernel)(Params...), dim3 grid, dim3 block,
+                      std::size_t smem, cudaStream_t stream, Args&&... args) {
+  cudaLaunchConfig_t config{};
+  config.gridDim = grid;
+  config.blockDim = block;
+  config.dynamicSmemBytes = smem;
+  config.stream = stream;
+  cudaLaunchAttribute attribute[1]{};
+  attribute[0].id = cudaLaunchAttributeProgrammaticStreamSerialization;
+  attribute[0].val.programmaticStreamSerializationAllowed = 1;
+  config.attrs = dependent ? attribute : nullptr;
+  config.numAttrs = dependent ? 1 : 0;
+  CUDA_CHECK(cudaLaunchKernelEx(&config, kernel, std::forward<Args>(args)...));
 }
 
 // Blocks for n elements at `threads` per block, capped to what a grid x dimension allows

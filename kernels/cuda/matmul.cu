@@ -11,12 +11,21 @@
 // are read with 16-byte loads (when `in` and the pointers allow) once per tile of up to 8
 // tokens; each activation load serves kRowsPerWarp rows.
 //
+// Launched as a programmatic dependent launch (device_util.cuh; the backend does so in step
+// graphs on sm_90), a block fetches its weight rows into L2 and only then waits for the kernel
+// before it (the norm or the attention that writes x), so weight streaming overlaps that kernel's
+// end and the launch gap; nothing in the arithmetic changes. Launched persistent, as many blocks
+// as fit on the device walk the groups of rows with a grid stride (the next group's rows asked
+// of L2 first) instead of one block per group in waves; again the same arithmetic.
+//
 // Larger batches (prefill) go to cublasGemmEx: W^T (op T on the column-major view of the
 // row-major W) times x, with x first rounded to W's dtype, C in float32 and CUBLAS_COMPUTE_32F.
 #include <cuda_bf16.h>
 #include <cuda_fp16.h>
 
+#include <algorithm>
 #include <cstring>
+#include <unordered_map>
 
 #include "kernels/cuda/device_util.cuh"
 #include "kernels/cuda/ops.h"
@@ -44,7 +53,37 @@ struct GemvSegment {
 struct GemvPlan {
   GemvSegment seg[kMaxSegments];
   int n_seg;
+  int n_groups;    // groups of kRowsPerWarp rows over all segments (the blocks of a plain launch)
+  bool dependent;  // launched as a programmatic dependent launch: prefetch, then wait
 };
+
+// The segment of row group g and its first row, read with constant indices (a run-time index
+// would copy the plan to local memory).
+__device__ __forceinline__ GemvSegment group_segment(const GemvPlan& plan, int g, int* row0) {
+  const GemvSegment seg = plan.n_seg > 2 && g >= plan.seg[2].first_block   ? plan.seg[2]
+                          : plan.n_seg > 1 && g >= plan.seg[1].first_block ? plan.seg[1]
+                                                                           : plan.seg[0];
+  *row0 = (g - seg.first_block) * kRowsPerWarp;
+  return seg;
+}
+
+// Asks L2 for the weight rows of row group g (kR rows: kSwiglu adds up's rows after gate's),
+// kThreads / kR threads per row, a 128-byte line each per step. No kernel writes weights, so
+// this may run before the kernel that writes x has finished.
+template <typename W, bool kSwiglu, int kR>
+__device__ __forceinline__ void prefetch_group(const GemvPlan& plan, int g, int in) {
+  int row0 = 0;
+  const GemvSegment seg = group_segment(plan, g, &row0);
+  const int r = static_cast<int>(threadIdx.x) % kR, rr = r % kRowsPerWarp;
+  const char* row = reinterpret_cast<const char*>(
+      static_cast<const W*>(seg.w) +
+      static_cast<std::int64_t>(row0 + rr < seg.out ? row0 + rr : row0) * in +
+      (kSwiglu && r >= kRowsPerWarp ? static_cast<std::int64_t>(seg.out) * in : 0));
+  const std::int64_t row_bytes = static_cast<std::int64_t>(in) * sizeof(W);
+  for (std::int64_t off = static_cast<std::int64_t>(threadIdx.x / kR) * 128; off < row_bytes;
+       off += static_cast<std::int64_t>(kThreads / kR) * 128)
+    asm volatile("prefetch.global.L2 [%0];" ::"l"(row + off));
+}
 
 // For every row r of the block's kRowsPerWarp rows and token t of a tile, lane l of warp p
 // accumulates W[r, i] * x[t, i] over its elements i in increasing order with fmaf (one weight
@@ -56,29 +95,15 @@ struct GemvPlan {
 // kTokenTile (1, 4 or 8, the smallest >= n_tokens up to 8) sizes the accumulators: a decode
 // step of one token keeps few registers. It changes no result: every (row, token) is reduced in
 // the same order whatever the tile.
-template <typename W, bool kVectorized, bool kSwiglu, int kTokenTile>
-__global__ void __launch_bounds__(kThreads)
-    gemv_kernel(const float* __restrict__ x, int n_tokens, int in, GemvPlan plan) {
-  constexpr int kR = kSwiglu ? 2 * kRowsPerWarp : kRowsPerWarp;
-  __shared__ float partial[kR][kWarpsPerRow][kTokenTile];
-  // The block's segment, read with constant indices (a run-time index would copy the plan to
-  // local memory).
-  const int b = static_cast<int>(blockIdx.x);
-  const GemvSegment seg = plan.n_seg > 2 && b >= plan.seg[2].first_block   ? plan.seg[2]
-                          : plan.n_seg > 1 && b >= plan.seg[1].first_block ? plan.seg[1]
-                                                                           : plan.seg[0];
-  const W* w = static_cast<const W*>(seg.w);
+// The rows [row0, row0 + kRowsPerWarp) of one segment (and, kSwiglu, up's same rows), every token:
+// the loop over token tiles described above. partial: the block's shared reduction buffer.
+template <typename W, bool kVectorized, bool kSwiglu, int kTokenTile,
+          int kR = kSwiglu ? 2 * kRowsPerWarp : kRowsPerWarp>
+__device__ __forceinline__ void gemv_rows(const float* __restrict__ x, int n_tokens, int in,
+                                          const GemvSegment& seg, int row0,
+                                          const W* const (&wr)[kR], int lane, int part,
+                                          float (&partial)[kR][kWarpsPerRow][kTokenTile]) {
   const int out = seg.out;
-  const int lane = threadIdx.x % kWarp;
-  const int part = threadIdx.x / kWarp;
-  const int row0 = (b - seg.first_block) * kRowsPerWarp;
-  const W* wr[kR];
-#pragma unroll
-  for (int r = 0; r < kRowsPerWarp; ++r) {
-    wr[r] = w + static_cast<std::int64_t>(row0 + r < out ? row0 + r : row0) * in;
-    if constexpr (kSwiglu) wr[kRowsPerWarp + r] = wr[r] + static_cast<std::int64_t>(out) * in;
-  }
-
   for (int t0 = 0; t0 < n_tokens; t0 += kTokenTile) {
     const int nt = min(kTokenTile, n_tokens - t0);
     const float* xt = x + static_cast<std::int64_t>(t0) * in;
@@ -184,8 +209,59 @@ __global__ void __launch_bounds__(kThreads)
   }
 }
 
+template <typename W, bool kVectorized, bool kSwiglu, int kTokenTile>
+__global__ void __launch_bounds__(kThreads)
+    gemv_kernel(const float* __restrict__ x, int n_tokens, int in, GemvPlan plan) {
+  constexpr int kR = kSwiglu ? 2 * kRowsPerWarp : kRowsPerWarp;
+  __shared__ float partial[kR][kWarpsPerRow][kTokenTile];
+  const int lane = threadIdx.x % kWarp;
+  const int part = threadIdx.x / kWarp;
+  // The next dependent launch may start once every block of this one has (device_util.cuh).
+  detail::allow_dependents();
+  if (plan.dependent) {
+    prefetch_group<W, kSwiglu, kR>(plan, static_cast<int>(blockIdx.x), in);
+    detail::wait_for_prior_grids();
+  }
+  // Row group g: a plain launch has one block per group; a persistent one (gridDim.x < the
+  // groups: as many blocks as fit on the device at once) walks them with a grid stride, asking
+  // L2 for its next group's rows before it computes this one, so that no block waits for DRAM
+  // at its start and no wave of blocks is left half-full. Each row is computed the same way.
+  for (int g = static_cast<int>(blockIdx.x); g < plan.n_groups; g += static_cast<int>(gridDim.x)) {
+    if (g + static_cast<int>(gridDim.x) < plan.n_groups)
+      prefetch_group<W, kSwiglu, kR>(plan, g + static_cast<int>(gridDim.x), in);
+    int row0 = 0;
+    const GemvSegment seg = group_segment(plan, g, &row0);
+    const W* w = static_cast<const W*>(seg.w);
+    const int out = seg.out;
+    const W* wr[kR];
+#pragma unroll
+    for (int r = 0; r < kRowsPerWarp; ++r) {
+      wr[r] = w + static_cast<std::int64_t>(row0 + r < out ? row0 + r : row0) * in;
+      if constexpr (kSwiglu) wr[kRowsPerWarp + r] = wr[r] + static_cast<std::int64_t>(out) * in;
+    }
+    gemv_rows<W, kVectorized, kSwiglu, kTokenTile>(x, n_tokens, in, seg, row0, wr, lane, part,
+                                                   partial);
+  }
+}
+
+// Blocks of `kernel` that fit on the current device at once (SMs x resident blocks per SM),
+// asked once per kernel (a process drives one device; launches come from one thread).
+template <class... Params>
+int resident_blocks(void (*kernel)(Params...)) {
+  static std::unordered_map<const void*, int> known;
+  const void* key = reinterpret_cast<const void*>(kernel);
+  auto it = known.find(key);
+  if (it != known.end()) return it->second;
+  int device = 0, sms = 0, per_sm = 0;
+  CUDA_CHECK(cudaGetDevice(&device));
+  CUDA_CHECK(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, device));
+  CUDA_CHECK(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, kernel, kThreads, 0));
+  return known[key] = std::max(1, sms * per_sm);
+}
+
 template <typename W, bool kSwiglu>
-void launch_gemv(cudaStream_t stream, const float* x, int n_tokens, int in, GemvPlan plan) {
+void launch_gemv(cudaStream_t stream, const float* x, int n_tokens, int in, GemvPlan plan,
+                 int flags) {
   constexpr int kV = 16 / sizeof(W);
   bool aligned = in % kV == 0 && reinterpret_cast<std::uintptr_t>(x) % 16 == 0;
   int blocks = 0;
@@ -194,34 +270,38 @@ void launch_gemv(cudaStream_t stream, const float* x, int n_tokens, int in, Gemv
     plan.seg[s].first_block = blocks;
     blocks += (plan.seg[s].out + kRowsPerWarp - 1) / kRowsPerWarp;
   }
-  const dim3 grid(static_cast<unsigned>(blocks));
+  plan.n_groups = blocks;
+  plan.dependent = (flags & kGemvDependent) != 0;
+  auto go = [&](auto kernel) {
+    const int grid =
+        (flags & kGemvPersistent) != 0 ? std::min(blocks, resident_blocks(kernel)) : blocks;
+    detail::launch_dependent(plan.dependent, kernel, dim3(static_cast<unsigned>(grid)),
+                             dim3(kThreads), 0, stream, x, n_tokens, in, plan);
+  };
   if (aligned) {
     if (n_tokens == 1)
-      gemv_kernel<W, true, kSwiglu, 1><<<grid, kThreads, 0, stream>>>(x, n_tokens, in, plan);
+      go(gemv_kernel<W, true, kSwiglu, 1>);
     else if (n_tokens <= 4)
-      gemv_kernel<W, true, kSwiglu, 4><<<grid, kThreads, 0, stream>>>(x, n_tokens, in, plan);
+      go(gemv_kernel<W, true, kSwiglu, 4>);
     else
-      gemv_kernel<W, true, kSwiglu, kMaxTokenTile>
-          <<<grid, kThreads, 0, stream>>>(x, n_tokens, in, plan);
+      go(gemv_kernel<W, true, kSwiglu, kMaxTokenTile>);
   } else {  // unaligned rows: scalar loads, one tile size
-    gemv_kernel<W, false, kSwiglu, kMaxTokenTile>
-        <<<grid, kThreads, 0, stream>>>(x, n_tokens, in, plan);
+    go(gemv_kernel<W, false, kSwiglu, kMaxTokenTile>);
   }
-  CUDA_CHECK_LAUNCH();
 }
 
 template <bool kSwiglu>
 void launch_gemv_dtype(cudaStream_t stream, const float* x, int n_tokens, int in, DType w_dtype,
-                       const GemvPlan& plan) {
+                       const GemvPlan& plan, int flags) {
   switch (w_dtype) {
     case DType::kBF16:
-      launch_gemv<__nv_bfloat16, kSwiglu>(stream, x, n_tokens, in, plan);
+      launch_gemv<__nv_bfloat16, kSwiglu>(stream, x, n_tokens, in, plan, flags);
       break;
     case DType::kF16:
-      launch_gemv<__half, kSwiglu>(stream, x, n_tokens, in, plan);
+      launch_gemv<__half, kSwiglu>(stream, x, n_tokens, in, plan, flags);
       break;
     case DType::kF32:
-      launch_gemv<float, kSwiglu>(stream, x, n_tokens, in, plan);
+      launch_gemv<float, kSwiglu>(stream, x, n_tokens, in, plan, flags);
       break;
   }
 }
@@ -274,7 +354,7 @@ void matmul(cublasHandle_t cublas, cudaStream_t stream, const float* x, int n_to
     GemvPlan plan{};
     plan.seg[0] = GemvSegment{w, bias, y, out, 0};
     plan.n_seg = 1;
-    launch_gemv_dtype<false>(stream, x, n_tokens, in, w_dtype, plan);
+    launch_gemv_dtype<false>(stream, x, n_tokens, in, w_dtype, plan, 0);
     return;
   }
 
@@ -319,7 +399,7 @@ namespace specrun::cuda {
 void matmul_multi(cudaStream_t stream, const float* x, int n_tokens, int in, DType w_dtype,
                   int n_outs, const void* w0, int out0, const float* bias0, float* y0,
                   const void* w1, int out1, const float* bias1, float* y1, const void* w2, int out2,
-                  const float* bias2, float* y2) {
+                  const float* bias2, float* y2, int flags) {
   CUDA_OP_CHECK("matmul_multi", n_tokens >= 1 && n_tokens <= kMaxGemvTokens && in >= 1,
                 "needs 1.." << kMaxGemvTokens << " tokens (got " << n_tokens << ") and in >= 1");
   CUDA_OP_CHECK("matmul_multi", n_outs >= 1 && n_outs <= kMaxSegments,
@@ -337,11 +417,11 @@ void matmul_multi(cudaStream_t stream, const float* x, int n_tokens, int in, DTy
         "output " << s << " needs a weight, an output not aliasing x and out >= 1");
     plan.seg[s] = GemvSegment{ws[s], biases[s], ys[s], outs[s], 0};
   }
-  launch_gemv_dtype<false>(stream, x, n_tokens, in, w_dtype, plan);
+  launch_gemv_dtype<false>(stream, x, n_tokens, in, w_dtype, plan, flags);
 }
 
 void swiglu_gemv(cudaStream_t stream, const float* x, int n_tokens, int in, const void* gate_up,
-                 DType w_dtype, int rows, float* y) {
+                 DType w_dtype, int rows, float* y, int flags) {
   CUDA_OP_CHECK(
       "swiglu_gemv", n_tokens >= 1 && n_tokens <= kMaxGemvTokens && in >= 1 && rows >= 1,
       "needs 1.." << kMaxGemvTokens << " tokens (got " << n_tokens << "), in >= 1, rows >= 1");
@@ -350,7 +430,7 @@ void swiglu_gemv(cudaStream_t stream, const float* x, int n_tokens, int in, cons
   GemvPlan plan{};
   plan.seg[0] = GemvSegment{gate_up, nullptr, y, rows, 0};
   plan.n_seg = 1;
-  launch_gemv_dtype<true>(stream, x, n_tokens, in, w_dtype, plan);
+  launch_gemv_dtype<true>(stream, x, n_tokens, in, w_dtype, plan, flags);
 }
 
 }  // namespace specrun::cuda

@@ -47,16 +47,26 @@ void matmul(cublasHandle_t cublas, cudaStream_t stream, const float* x, int n_to
 // Up to three GEMVs sharing x in one launch (q, k and v): y_s = x W_s^T (+ bias_s) for s <
 // n_outs, W_s [out_s, in] in w_dtype. Bitwise what matmul gives for each alone. Decode and verify
 // windows only: 1 <= n_tokens <= kMaxGemvTokens. Unused outputs: pass nullptr / 0.
+// flags (kGemv*, or'ed; results are bitwise the same whatever they are):
+//   kGemvDependent   a programmatic dependent launch (sm_90 on; device_util.cuh): the blocks may
+//                    start while the previous kernel on the stream runs, fetch their weight rows
+//                    into L2, and wait for it before reading x;
+//   kGemvPersistent  as many blocks as fit on the device at once, each walking groups of rows
+//                    with a grid stride and asking L2 for its next group's rows first (instead of
+//                    one block per group of rows, in waves).
+inline constexpr int kGemvDependent = 1;
+inline constexpr int kGemvPersistent = 2;
 void matmul_multi(cudaStream_t stream, const float* x, int n_tokens, int in, DType w_dtype,
                   int n_outs, const void* w0, int out0, const float* bias0, float* y0,
                   const void* w1, int out1, const float* bias1, float* y1, const void* w2, int out2,
-                  const float* bias2, float* y2);
+                  const float* bias2, float* y2, int flags = 0);
 
 // SwiGLU MLP input in one launch: y[t, r] = silu(x gate[r]) * (x up[r]) for r < rows, with
 // gate_up [2 * rows, in] in w_dtype (gate's rows, then up's). Bitwise what two matmul calls
 // and silu_mul give. 1 <= n_tokens <= kMaxGemvTokens; y [n_tokens, rows] must not alias x.
+// flags as for matmul_multi.
 void swiglu_gemv(cudaStream_t stream, const float* x, int n_tokens, int in, const void* gate_up,
-                 DType w_dtype, int rows, float* y);
+                 DType w_dtype, int rows, float* y, int flags = 0);
 
 // Embedding lookup of a vocab-sharded table: out[t, :] = widen(table[ids[t] - row_begin, :])
 // when row_begin <= ids[t] < row_begin + n_rows, else zeros (a sum over shards is the lookup).

@@ -17,6 +17,7 @@ __global__ void __launch_bounds__(kThreads)
     rmsnorm_kernel(float* x, const float* __restrict__ delta, int dim, const void* __restrict__ w,
                    DType w_dtype, float eps, float* y) {
   __shared__ float shared[detail::kWarp];
+  detail::allow_dependents();  // the projection after the norm may start fetching its weights
   float* xt = x + static_cast<std::size_t>(blockIdx.x) * dim;
   float* yt = y + static_cast<std::size_t>(blockIdx.x) * dim;
   float sum = 0.0f;

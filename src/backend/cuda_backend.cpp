@@ -59,6 +59,10 @@ NcclComm& CudaContext::self() {
   return *self_;
 }
 
+bool CudaContext::dependent_launch() const {
+  return dependent_launch_ && device_->compute_major() >= 9;
+}
+
 void CudaContext::synchronize() {
   tp_->synchronize();  // every communicator of the rank shares this stream
   tp_->collect_timing();
@@ -282,7 +286,7 @@ void CudaBackend::linear(CF x, int n, const Weight& w, const Weight* bias, F y) 
   const float* b = bias != nullptr ? static_cast<const float*>(bias->data) : nullptr;
   if (graphs_->recording()) {  // the GEMV path only (n <= kMaxGemvTokens): no cuBLAS
     launch(&cuda::matmul_multi, x.get(), n, w.cols, w.dtype, 1, w.data, w.rows, b, y.get(), nullptr,
-           0, nullptr, nullptr, nullptr, 0, nullptr, nullptr);
+           0, nullptr, nullptr, nullptr, 0, nullptr, nullptr, gemv_flags());
     return;
   }
   cuda::matmul(cublas, stream_, x.get(), n, w.cols, w.data, w.dtype, w.rows, b, y.get(),
@@ -293,7 +297,7 @@ void CudaBackend::swiglu(CF x, int n, const Weight& gate_up, F y) {
   SPEC_CHECK(gate_up.pair, "swiglu needs a gate/up pair");
   if (n <= cuda::kMaxGemvTokens) {
     launch(&cuda::swiglu_gemv, x.get(), n, gate_up.cols, gate_up.data, gate_up.dtype, gate_up.rows,
-           y.get());
+           y.get(), gemv_flags());
     return;
   }
   Weight gate = gate_up, up = gate_up;
@@ -324,7 +328,7 @@ void CudaBackend::linear_multi(CF x, int n, std::span<const LinearOut> outs) {
   }
   launch(&cuda::matmul_multi, x.get(), n, outs[0].w->cols, outs[0].w->dtype,
          static_cast<int>(outs.size()), w[0], rows[0], bias[0], y[0], w[1], rows[1], bias[1], y[1],
-         w[2], rows[2], bias[2], y[2]);
+         w[2], rows[2], bias[2], y[2], gemv_flags());
 }
 
 void CudaBackend::silu_mul(CF gate, CF up, F y, std::size_t n) {

@@ -57,12 +57,24 @@ class CudaContext {
   // Counts over all of this rank's models.
   cuda::StepGraphStats& step_graph_stats() { return graph_stats_; }
 
+  // Whether the projections of a step graph are programmatic dependent launches
+  // (parallel.cuda_pdl, on by default; kernels/cuda/device_util.cuh): asked for, and the device
+  // has them (compute capability 9.0 on). Read at every launch.
+  bool dependent_launch() const;
+  void set_dependent_launch(bool on) { dependent_launch_ = on; }
+  // Whether the projections run as persistent GEMVs (cuda::kGemvPersistent: as many blocks as
+  // fit on the device, walking groups of rows; on by default; the benchmark compares both).
+  bool persistent_gemv() const { return persistent_gemv_; }
+  void set_persistent_gemv(bool on) { persistent_gemv_ = on; }
+
  private:
   std::unique_ptr<cuda::DeviceContext> device_;
   MpiComm& self_group_;
   double timeout_s_;
   std::unique_ptr<NcclComm> tp_, self_;
   bool step_graphs_ = true;
+  bool dependent_launch_ = true;
+  bool persistent_gemv_ = true;
   cuda::StepGraphStats graph_stats_;
 };
 
@@ -214,7 +226,22 @@ class CudaBackend {
   template <class... P, class... A>
   void launch(void (*fn)(cudaStream_t, P...), A&&... args) {
     graphs_->launch(fn, stream_, std::forward<A>(args)...);
+    const void* f = reinterpret_cast<const void*>(fn);
+    after_kernel_ = f != reinterpret_cast<const void*>(&cuda::memcpy_async) &&
+                    f != reinterpret_cast<const void*>(&cuda::memcpy2d_async);
   }
+  // The projections of a recorded pass go as programmatic dependent launches when the context
+  // allows them and the launch before was a kernel (a programmatic dependency links two kernels;
+  // after a copy, e.g. keep_last_rows before lm_head, the projection waits as usual).
+  bool dependent_launch() const {
+    return graphs_->recording() && after_kernel_ && ctx_->dependent_launch();
+  }
+  // cuda::kGemv* flags of this pass's projections.
+  int gemv_flags() const {
+    return (dependent_launch() ? cuda::kGemvDependent : 0) |
+           (ctx_->persistent_gemv() ? cuda::kGemvPersistent : 0);
+  }
+  bool after_kernel_ = false;                    // the last launch was a kernel, not a copy
   std::vector<std::int32_t> paths_, keep_rows_;  // token-tree paths; kv_keep's / gather's rows
   std::vector<int> path_at_;                     // per token: its path's first entry, or -1
   cuda::DeviceBuffer keep_rows_dev_;

@@ -146,6 +146,11 @@ void for_each_option(Config& config, Visitor&& visit) {
           "backend = cuda: issue each decode, verify and drafting pass (at most 64 tokens, one "
           "rank per model) as a CUDA graph captured once per shape; false: launch by launch."},
         config.parallel.cuda_graphs);
+  visit(S{"parallel", "cuda_pdl",
+          "backend = cuda, on GPUs of compute capability 9.0 on: the projections of a step graph "
+          "start while the kernel before them finishes (programmatic dependent launch: their "
+          "weights stream in meanwhile); false: each waits for the previous kernel to end."},
+        config.parallel.cuda_pdl);
   // [data]
   visit(S{"data", "prompts", "HDF5 prompt file (make one with `specrun prepare`)."}.required(),
         config.data.prompts);

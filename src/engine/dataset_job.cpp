@@ -220,6 +220,7 @@ int run_dataset_job(const JobConfig& config, const RunOptions& options,
   ModelFactory factory(backend, in.tp_comm, in.self_comm, world, in.threads,
                        config.parallel.comm_timeout_s);
   factory.set_step_graphs(config.parallel.cuda_graphs);
+  factory.set_dependent_launch(config.parallel.cuda_pdl);
   std::unique_ptr<LanguageModel> target = factory.load(target_ckpt, /*sharded=*/true);
   std::unique_ptr<TokenOps> ops = make_token_ops(backend, factory.cuda_context());
   Communicator& decisions = factory.tp_comm();

@@ -245,6 +245,7 @@ RankModels load_models(const JobConfig& config, BackendKind backend, MpiComm& tp
   m.factory = std::make_unique<ModelFactory>(backend, tp_comm, self_comm, world, threads,
                                              config.parallel.comm_timeout_s);
   m.factory->set_step_graphs(config.parallel.cuda_graphs);
+  m.factory->set_dependent_launch(config.parallel.cuda_pdl);
   m.target = m.factory->load(target_ckpt, /*sharded=*/true);
   m.ops = make_token_ops(backend, m.factory->cuda_context());
   if (config.uses_mode(kModeSpeculative)) {

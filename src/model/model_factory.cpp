@@ -86,6 +86,14 @@ void ModelFactory::set_step_graphs(bool on) {
 #endif
 }
 
+void ModelFactory::set_dependent_launch(bool on) {
+#ifdef SPECRUN_HAVE_CUDA
+  if (cuda_) cuda_->set_dependent_launch(on);
+#else
+  (void)on;
+#endif
+}
+
 std::string ModelFactory::step_graph_report() const {
 #ifdef SPECRUN_HAVE_CUDA
   if (cuda_) {
@@ -93,7 +101,8 @@ std::string ModelFactory::step_graph_report() const {
     std::ostringstream out;
     out << "step graphs " << (cuda_->step_graphs() ? "on" : "off") << ": " << s.replays << " of "
         << s.steps << " passes replayed, " << s.captures << " graphs captured (" << std::fixed
-        << std::setprecision(1) << s.capture_ms << " ms), " << s.eager << " launched one by one";
+        << std::setprecision(1) << s.capture_ms << " ms), " << s.eager << " launched one by one"
+        << "; dependent launches " << (cuda_->dependent_launch() ? "on" : "off");
     return out.str();
   }
 #endif

@@ -60,6 +60,9 @@ class ModelFactory {
   // CUDA: whether forward passes may run as step graphs (parallel.cuda_graphs; default on);
   // nothing on the CPU backend.
   void set_step_graphs(bool on);
+  // CUDA: whether a step graph's projections are programmatic dependent launches
+  // (parallel.cuda_pdl; default on; used on GPUs of compute capability 9.0 on).
+  void set_dependent_launch(bool on);
   // CUDA: "step graphs: R of S passes replayed, C captured (M ms), E launched one by one";
   // empty on the CPU backend.
   std::string step_graph_report() const;

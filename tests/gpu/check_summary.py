@@ -80,7 +80,10 @@ peer = load_json(os.path.join(out, "peer.json"))
 
 def step(case, batch, graphs):
     for s in bench.get("steps", []):
-        if s.get("case") == case and s.get("batch") == batch and s.get("graphs") == graphs:
+        # Step graphs as a job runs them ("on"; the variants beside them have other labels;
+        # files before the variants have none).
+        if (s.get("case") == case and s.get("batch") == batch and s.get("graphs") == graphs and
+                s.get("config", "on" if graphs else "off") == ("on" if graphs else "off")):
             return s
     return None
 

@@ -87,7 +87,9 @@ temperature = 0.0
 stop_at_eos = false
 TOML
   local sets=()
-  for s in "$@"; do sets+=(--set "$s"); done
+  # SPECRUN_RUN_SETS: extra key=value settings for every run, space-separated (e.g.
+  # "parallel.cuda_pdl=false" to rerun the cases without dependent launches).
+  for s in "$@" ${SPECRUN_RUN_SETS:-}; do sets+=(--set "$s"); done
   local t0=$SECONDS
   "${LAUNCH[@]}" "$SPECRUN_BIN" run "$name.toml" "${sets[@]}" >"$name.log" 2>&1 ||
     fail "specrun run $name ($backend) failed: $(tail -20 "$name.log")"

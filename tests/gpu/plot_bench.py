@@ -27,7 +27,8 @@ labels = [f"{c}\nB={b}" for c, b in cases]
 
 def value(case, batch, graphs, field):
     for s in steps:
-        if s["case"] == case and s["batch"] == batch and s["graphs"] == graphs:
+        if (s["case"] == case and s["batch"] == batch and s["graphs"] == graphs and
+                s.get("config", "on" if graphs else "off") == ("on" if graphs else "off")):
             return s[field]
     return 0.0
 

@@ -423,12 +423,13 @@ TEST(CudaBench, DecodeAndVerifyStepsAgainstCopyBandwidth) {
     report["weight_bytes"] = weight_bytes;
     report["parameters"] = params;
     report["model_make_s"] = make_s;
-    std::cout << "device: " << ctx.description() << "\n"
-              << "copy bandwidth (D2D, read+write): " << std::fixed << std::setprecision(1)
-              << copy_gbs << " GB/s\n"
-              << "model: " << std::setprecision(2) << params / 1e9 << "B parameters, "
-              << weight_bytes / 1e9 << " GB of BF16 weights read per step, context 128 tokens\n"
-              << "  case        batch tokens graphs  host ms  device ms  step ms  GB/s   % copy\n";
+    std::cout
+        << "device: " << ctx.description() << "\n"
+        << "copy bandwidth (D2D, read+write): " << std::fixed << std::setprecision(1) << copy_gbs
+        << " GB/s\n"
+        << "model: " << std::setprecision(2) << params / 1e9 << "B parameters, "
+        << weight_bytes / 1e9 << " GB of BF16 weights read per step, context 128 tokens\n"
+        << "  case        batch tokens    graphs  host ms  device ms  step ms  GB/s   % copy\n";
 
     const int context = 128, reps = 30;
     const std::vector<Case> cases = {{"decode", 1, 1, false},
@@ -447,15 +448,29 @@ TEST(CudaBench, DecodeAndVerifyStepsAgainstCopyBandwidth) {
       model.forward({&pre, 1}, ForwardRequest{});  // prefill
     }
     std::map<std::string, double> device_ms;
-    for (bool graphs : {false, true}) {
+    // Launch by launch; step graphs whose projections wait for the kernel before them to end;
+    // step graphs whose projections launch one block per group of rows (in waves); step graphs
+    // as a job runs them (dependent launches, persistent GEMVs: "on").
+    struct Config {
+      bool graphs, pdl, persistent;
+      const char* label;
+    };
+    const Config configs[] = {{false, true, true, "off"},
+                              {true, false, true, "on-nopdl"},
+                              {true, true, false, "on-waves"},
+                              {true, true, true, "on"}};
+    for (const auto& [graphs, pdl, persistent, label_text] : configs) {
+      const std::string label = label_text;
       cuda_ctx.set_step_graphs(graphs);
+      cuda_ctx.set_dependent_launch(pdl);
+      cuda_ctx.set_persistent_gemv(persistent);
       for (const Case& c : cases) {
         const Measured m = run_case(model, cuda_ctx, c, caches, tokens, context, reps);
         const double kv_bytes = 2.0 * c.batch * cfg.num_layers * (context + c.tokens) *
                                 model.kv_heads() * cfg.head_dim * sizeof(float);
         const double gbs = (weight_bytes + kv_bytes) / (m.device_ms * 1e-3) / 1e9;
         std::cout << "  " << std::left << std::setw(10) << c.name << std::right << std::setw(7)
-                  << c.batch << std::setw(7) << c.tokens << std::setw(7) << (graphs ? "on" : "off")
+                  << c.batch << std::setw(7) << c.tokens << std::setw(10) << label
                   << std::setprecision(3) << std::setw(9) << m.host_ms << std::setw(11)
                   << m.device_ms << std::setw(9) << m.step_ms << std::setprecision(0)
                   << std::setw(7) << gbs << std::setprecision(1) << std::setw(8)
@@ -464,12 +479,15 @@ TEST(CudaBench, DecodeAndVerifyStepsAgainstCopyBandwidth) {
                                    {"batch", c.batch},
                                    {"tokens_per_sequence", c.tokens},
                                    {"graphs", graphs},
+                                   {"pdl", graphs && pdl && cuda_ctx.dependent_launch()},
+                                   {"persistent", persistent},
+                                   {"config", label},
                                    {"host_enqueue_ms", m.host_ms},
                                    {"device_ms", m.device_ms},
                                    {"step_ms", m.step_ms},
                                    {"achieved_gbs", gbs},
                                    {"fraction_of_copy", gbs / copy_gbs}});
-        device_ms[c.name + "/" + std::to_string(c.batch) + (graphs ? "/on" : "/off")] = m.device_ms;
+        device_ms[c.name + "/" + std::to_string(c.batch) + "/" + label] = m.device_ms;
         // A measurement above the copy bandwidth would mean the byte count or timing is wrong.
         EXPECT_LT(gbs, 1.1 * copy_gbs) << c.name << " batch " << c.batch;
       }
@@ -486,9 +504,19 @@ TEST(CudaBench, DecodeAndVerifyStepsAgainstCopyBandwidth) {
     report["graphs_speedup_decode_batch1"] = device_ms["decode/1/off"] / decode;
     report["graphs_speedup_verify5_batch1"] =
         device_ms["verify5/1/off"] / device_ms["verify5/1/on"];
+    // What the dependent launches bring inside step graphs (both measured in this run).
+    report["dependent_launch"] = cuda_ctx.dependent_launch();
+    report["pdl_speedup_decode_batch1"] = device_ms["decode/1/on-nopdl"] / decode;
+    report["pdl_speedup_verify5_batch1"] =
+        device_ms["verify5/1/on-nopdl"] / device_ms["verify5/1/on"];
+    report["persistent_speedup_decode_batch1"] = device_ms["decode/1/on-waves"] / decode;
+    report["persistent_speedup_verify5_batch1"] =
+        device_ms["verify5/1/on-waves"] / device_ms["verify5/1/on"];
 
     // Instrumentation: alternating rounds of timed and untimed decode loops (graphs on).
     cuda_ctx.set_step_graphs(true);
+    cuda_ctx.set_dependent_launch(true);
+    cuda_ctx.set_persistent_gemv(true);
     std::unique_ptr<TokenOps> ops = make_token_ops(BackendKind::kCuda, &cuda_ctx);
     // The timed loops mark the phases on the device as a job does (device rows, schema 5).
     CudaPhaseTimeline timeline(cuda_ctx);
@@ -526,7 +554,13 @@ TEST(CudaBench, DecodeAndVerifyStepsAgainstCopyBandwidth) {
               << "; tree of 32 / decode: " << report["tree32_over_decode_batch1"].get<double>()
               << "; step graphs speed decode up "
               << report["graphs_speedup_decode_batch1"].get<double>() << "x, verify "
-              << report["graphs_speedup_verify5_batch1"].get<double>() << "x\n"
+              << report["graphs_speedup_verify5_batch1"].get<double>() << "x; dependent launches ("
+              << (cuda_ctx.dependent_launch() ? "on" : "unavailable") << ") speed decode up "
+              << report["pdl_speedup_decode_batch1"].get<double>() << "x, verify "
+              << report["pdl_speedup_verify5_batch1"].get<double>()
+              << "x; persistent GEMVs speed decode up "
+              << report["persistent_speedup_decode_batch1"].get<double>() << "x, verify "
+              << report["persistent_speedup_verify5_batch1"].get<double>() << "x\n"
               << "step graphs: " << st.replays << " of " << st.steps << " passes replayed, "
               << st.captures << " captured in " << std::setprecision(1) << st.capture_ms << " ms\n";
     // Where a step's device time goes: each op alone, in graphs, from memory.

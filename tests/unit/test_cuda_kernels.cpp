@@ -7,7 +7,8 @@
 //  - tolerances: float32 arithmetic 1e-5 (far under 1e-3); activations rounded to BF16 for
 //    cuBLAS (prefill) 1e-2, to F16 2e-3;
 //  - the fused ops (q/k/v in one launch, gate/up with SiLU, residual add with RMSNorm) give
-//    bitwise what the compositions they replace give, on the same device.
+//    bitwise what the compositions they replace give, on the same device; so do projections
+//    launched as programmatic dependent launches or as persistent GEMVs (eager and in a graph).
 // Skips visibly without a CUDA build or without a device.
 #include <gtest/gtest.h>
 
@@ -357,6 +358,105 @@ TEST(CudaKernels, AttentionOverTwoSequencesAgainstFloat64) {
     }
   }
   expect_l2("kv_append + attention (2 sequences, window 3)", download(out, q.size()), ref, 1e-5);
+}
+
+// A layer's chain of launches as a step graph issues it: add + RMSNorm writes y; q/k/v, the
+// SwiGLU input and the down projection read what the launch before wrote. As programmatic
+// dependent launches, as persistent GEMVs, and both (eager, and captured in a graph and
+// replayed), every output is bitwise that of the plain launches; every buffer starts as NaN, so
+// a projection that read its input before the kernel writing it had finished, or a row no block
+// computed, would show. Row counts not multiples of the 4-row groups; the down projection's
+// 2818 inputs take the unaligned path.
+TEST(CudaKernels, DependentAndPersistentLaunchesEqualPlainOnes) {
+  REQUIRE_DEVICE();
+  const int dim = 1024, qkv_out[3] = {1002, 250, 250}, inter = 2818;
+  for (DType dt : {DType::kBF16, DType::kF32}) {
+    for (int n : {1, 5, 33}) {
+      const std::size_t nd = static_cast<std::size_t>(n) * dim;
+      const auto x0 = randn(nd, 500 + n, 2.0f), delta = randn(nd, 501 + n);
+      const test::Weights norm = test::make_weights(randn(dim, 502, 1.0f), dt);
+      std::vector<test::Weights> wqkv;
+      for (int s = 0; s < 3; ++s)
+        wqkv.push_back(test::make_weights(
+            randn(static_cast<std::size_t>(qkv_out[s]) * dim, 503 + s, 0.05f), dt));
+      const test::Weights gu =
+          test::make_weights(randn(2 * static_cast<std::size_t>(inter) * dim, 506, 0.05f), dt);
+      const test::Weights down =
+          test::make_weights(randn(static_cast<std::size_t>(dim) * inter, 507, 0.05f), dt);
+      auto dnorm = upload(norm.bytes), dgu = upload(gu.bytes), ddown = upload(down.bytes),
+           dd = upload(delta);
+      std::vector<cuda::DeviceBuffer> dq;
+      for (int s = 0; s < 3; ++s) dq.push_back(upload(wqkv[s].bytes));
+      const std::size_t sizes[6] = {nd,
+                                    static_cast<std::size_t>(n) * qkv_out[0],
+                                    static_cast<std::size_t>(n) * qkv_out[1],
+                                    static_cast<std::size_t>(n) * qkv_out[2],
+                                    static_cast<std::size_t>(n) * inter,
+                                    nd};
+      cuda::DeviceBuffer dx(nd * sizeof(float));
+      std::vector<cuda::DeviceBuffer> out;  // y, q, k, v, act, down
+      for (std::size_t size : sizes) out.emplace_back(size * sizeof(float));
+      auto reset = [&] {
+        CUDA_CHECK(cudaMemcpyAsync(dx.get(), x0.data(), nd * sizeof(float), cudaMemcpyHostToDevice,
+                                   stream()));
+        for (int i = 0; i < 6; ++i)
+          CUDA_CHECK(cudaMemsetAsync(out[i].get(), 0xFF, sizes[i] * sizeof(float), stream()));
+      };
+      auto chain = [&](int flags) {
+        cuda::add_rmsnorm(stream(), dx.as<float>(), dd.as<float>(), n, dim, dnorm.get(), dt, 1e-5f,
+                          out[0].as<float>());
+        cuda::matmul_multi(stream(), out[0].as<float>(), n, dim, dt, 3, dq[0].get(), qkv_out[0],
+                           nullptr, out[1].as<float>(), dq[1].get(), qkv_out[1], nullptr,
+                           out[2].as<float>(), dq[2].get(), qkv_out[2], nullptr, out[3].as<float>(),
+                           flags);
+        cuda::swiglu_gemv(stream(), out[0].as<float>(), n, dim, dgu.get(), dt, inter,
+                          out[4].as<float>(), flags);
+        cuda::matmul_multi(stream(), out[4].as<float>(), n, inter, dt, 1, ddown.get(), dim, nullptr,
+                           out[5].as<float>(), nullptr, 0, nullptr, nullptr, nullptr, 0, nullptr,
+                           nullptr, flags);
+      };
+      auto results = [&] {
+        std::vector<std::vector<float> > r;
+        for (int i = 0; i < 6; ++i) r.push_back(download(out[i], sizes[i]));
+        return r;
+      };
+      reset();
+      chain(0);
+      const auto plain = results();
+      const char* names[6] = {"y", "q", "k", "v", "act", "down"};
+      for (int i = 0; i < 6; ++i)
+        for (float v : plain[i])
+          ASSERT_TRUE(std::isfinite(v)) << names[i] << ": plain chain" << seed_note();
+      const int kinds[3] = {cuda::kGemvDependent, cuda::kGemvPersistent,
+                            cuda::kGemvDependent | cuda::kGemvPersistent};
+      for (int flags : kinds) {
+        reset();
+        chain(flags);
+        const auto eager = results();
+        cudaGraph_t graph = nullptr;
+        cudaGraphExec_t exec = nullptr;
+        CUDA_CHECK(cudaStreamBeginCapture(stream(), cudaStreamCaptureModeThreadLocal));
+        chain(flags);
+        CUDA_CHECK(cudaStreamEndCapture(stream(), &graph));
+        CUDA_CHECK(cudaGraphInstantiate(&exec, graph, 0));
+        std::vector<std::vector<std::vector<float> > > replays;
+        for (int rep = 0; rep < 2; ++rep) {
+          reset();
+          CUDA_CHECK(cudaGraphLaunch(exec, stream()));
+          replays.push_back(results());
+        }
+        CUDA_CHECK(cudaGraphExecDestroy(exec));
+        CUDA_CHECK(cudaGraphDestroy(graph));
+        for (int i = 0; i < 6; ++i) {
+          const std::string what = std::string("launch flags ") + std::to_string(flags) + " " +
+                                   name(dt) + " n=" + std::to_string(n) + " " + names[i];
+          expect_bitwise(what + " eager", eager[i], plain[i]);
+          expect_bitwise(what + " graph", replays[0][i], plain[i]);
+          expect_bitwise(what + " graph again", replays[1][i], plain[i]);
+        }
+      }
+    }
+  }
 }
 
 #endif  // SPECRUN_HAVE_CUDA
