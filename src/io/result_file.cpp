@@ -575,27 +575,13 @@ std::vector<StepRecord> ResultReader::steps(const std::string& mode) const {
 }
 
 TimingTable ResultReader::cpu_timings(const std::string& mode) const {
-  TimingTable out;
   const ModeTables* t = impl_->mode(mode);
-  if (!t || !t->cpu_timings.valid()) return out;
-  out.rows = impl_->committed.at(mode).timing_rows;
-  out.ranks = t->n_ranks;
-  out.phases = t->cpu_timings.attr_strings("columns");
-  out.ms = t->cpu_timings.read<float>(0, out.rows);
-  out.batch = t->timings_batch.read<int64_t>(0, out.rows);
-  return out;
+  return t ? timing_rows(mode, t->cpu_timings, "columns") : TimingTable{};
 }
 
 TimingTable ResultReader::device_timings(const std::string& mode) const {
-  TimingTable out;
   const ModeTables* t = impl_->mode(mode);
-  if (!t || !t->device_timings.valid()) return out;
-  out.rows = impl_->committed.at(mode).timing_rows;
-  out.ranks = t->n_ranks;
-  out.phases = t->device_timings.attr_strings("columns");
-  out.ms = t->device_timings.read<float>(0, out.rows);
-  out.batch = t->timings_batch.read<int64_t>(0, out.rows);
-  return out;
+  return t ? timing_rows(mode, t->device_timings, "columns") : TimingTable{};
 }
 
 HostTable ResultReader::host(const std::string& mode) const {
@@ -620,13 +606,19 @@ HostTable ResultReader::host(const std::string& mode) const {
 }
 
 TimingTable ResultReader::timings(const std::string& mode) const {
+  const ModeTables* t = impl_->mode(mode);
+  return t ? timing_rows(mode, t->timings, "phases") : TimingTable{};
+}
+
+TimingTable ResultReader::timing_rows(const std::string& mode, const h5::Dataset& rows,
+                                      const char* names_attr) const {
   TimingTable out;
   const ModeTables* t = impl_->mode(mode);
-  if (!t) return out;
+  if (!t || !rows.valid()) return out;
   out.rows = impl_->committed.at(mode).timing_rows;
   out.ranks = t->n_ranks;
-  out.phases = t->timings.attr_strings("phases");
-  out.ms = t->timings.read<float>(0, out.rows);
+  out.phases = rows.attr_strings(names_attr);
+  out.ms = rows.read<float>(0, out.rows);
   out.batch = t->timings_batch.read<int64_t>(0, out.rows);
   return out;
 }

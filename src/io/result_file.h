@@ -48,7 +48,8 @@ struct ResultHeader {
 
 namespace h5 {
 class File;
-}
+class Dataset;
+}  // namespace h5
 
 // The job identity shared by result and dataset files: root attributes specrun_version,
 // git_commit, git_dirty, started (now), finished (""), world_size, tp, dp, resumes (0), and the
@@ -181,6 +182,10 @@ class ResultReader {
   std::vector<int64_t> accepted_per_position(const std::string& mode) const;
 
  private:
+  // A per-step rows dataset of `mode` ([rows x ranks x columns]) read to its committed rows, the
+  // column names from attribute `names_attr`; empty when the dataset is absent (older files).
+  TimingTable timing_rows(const std::string& mode, const h5::Dataset& rows,
+                          const char* names_attr) const;
   struct Impl;
   std::unique_ptr<Impl> impl_;
 };
