@@ -135,6 +135,8 @@ class ThreadWaitClock {
   double now_ms() const;
   // The wait since the previous call (or refresh()): one read per decoding step.
   double since_last_ms();
+  // Threads whose wait is read (those alive at the last refresh()).
+  int threads() const { return static_cast<int>(fds_.size()); }
 
  private:
   void close_all();

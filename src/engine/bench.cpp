@@ -21,7 +21,9 @@
 
 #include "common/clock.h"
 #include "common/error.h"
+#include "common/host_stats.h"
 #include "dist/communicator.h"
+#include "engine/step_timer.h"
 #include "kernels/cpu/dispatch.h"
 #include "kernels/cpu/ops.h"
 #include "model/checkpoint.h"
@@ -175,8 +177,8 @@ void check_options(const BenchOptions& o) {
   SPEC_INPUT_CHECK(o.batch >= 1, "--batch must be at least 1, got " << o.batch);
   for (const std::string& c : o.cases)
     SPEC_INPUT_CHECK(
-        c == "decode" || c == "verify" || c == "prefill" || c == "batch",
-        "--cases: unknown case '" << c << "' (choose from decode, verify, prefill, batch)");
+        c == "decode" || c == "verify" || c == "prefill" || c == "batch" || c == "timing",
+        "--cases: unknown case '" << c << "' (choose from decode, verify, prefill, batch, timing)");
 }
 
 bool wants(const BenchOptions& o, const char* name) {
@@ -368,6 +370,31 @@ class ModelCases {
   std::vector<SeqChunk> chunks_;
 };
 
+// The engine's phase timing alone: `steps` speculative-shaped steps (draft, verify, sample,
+// other, draft) with nothing in their phases, then the batch's device read, as BatchDecoder
+// does. Seconds per step; `threads`: the threads whose run-queue wait a step reads.
+double timing_step_s(Communicator& comm, DeviceTimeline* device, int steps, int* threads) {
+  ThreadWaitClock wait;
+  *threads = wait.threads();
+  DevicePhaseLog log(device);
+  log.reserve(static_cast<std::size_t>(steps), 5);
+  std::vector<float> rows, cpu, device_rows;
+  rows.reserve(static_cast<std::size_t>(steps) * kNumPhases);
+  cpu.reserve(static_cast<std::size_t>(steps) * kNumCpuColumns);
+  device_rows.reserve(static_cast<std::size_t>(steps) * kNumDeviceColumns);
+  const auto t0 = Clock::now();
+  for (int s = 0; s < steps; ++s) {
+    StepTimer timer(comm, &wait, &log);
+    for (Phase p : {kPhaseDraft, kPhaseVerify, kPhaseSample, kPhaseOther, kPhaseDraft}) {
+      timer.begin(p);
+      timer.end();
+    }
+    timer.finish(rows, cpu);
+  }
+  if (log.on()) log.resolve(device_rows);
+  return seconds_since(t0) / steps;
+}
+
 void add_ratios(BenchReport& rep) {
   const double bw = rep.cases.front().gb_per_s;
   for (BenchCase& c : rep.cases) c.pct_bandwidth = 100.0 * c.gb_per_s / bw;
@@ -418,6 +445,8 @@ BenchReport run_bench(const BenchOptions& o, ModelFactory& factory, Communicator
   BandwidthProbes probes(factory, static_cast<std::size_t>(rep.weight_bytes / tp), o.threads);
   ModelCases cases(o, *model, comm);
   CaseTimes t;
+  std::vector<double> timing_s;
+  constexpr int kTimingSteps = 2000;
   for (int round = 0; round < o.warmup + o.repeats; ++round) {
     const bool record = round >= o.warmup;
     if (root)
@@ -425,6 +454,17 @@ BenchReport run_bench(const BenchOptions& o, ModelFactory& factory, Communicator
                 << (record ? "" : " (warm-up)") << std::endl;
     probes.round(comm, record);
     cases.round(record, t);
+    if (wants(o, "timing")) {
+      const double s =
+          timing_step_s(comm, factory.device_timeline(), kTimingSteps, &rep.timing_threads);
+      if (record) timing_s.push_back(s);
+    }
+  }
+  if (!timing_s.empty()) {
+    rep.timing_us = 1e6 * median_of(timing_s);
+    rep.timing_us_min = 1e6 * *std::min_element(timing_s.begin(), timing_s.end());
+    rep.timing_us_max = 1e6 * *std::max_element(timing_s.begin(), timing_s.end());
+    rep.timing_device = factory.device_timeline() != nullptr;
   }
 
   probes.report(rep, tp);
@@ -478,6 +518,16 @@ std::string format_table(const BenchReport& r) {
     out << "prefill / decode tokens/s: " << r.prefill_over_decode << " (target >= 8)\n";
   if (r.batch_over_decode > 0)
     out << "batch / decode tokens/s: " << r.batch_over_decode << " (target >= 4)\n";
+  if (r.timing_us > 0) {
+    out << "phase timing: " << std::setprecision(2) << r.timing_us << " us per step ("
+        << r.timing_us_min << " - " << r.timing_us_max << "; " << r.timing_threads
+        << " threads' run-queue wait" << (r.timing_device ? ", device marks" : "") << ")";
+    for (const BenchCase& c : r.cases)
+      if (c.name == "decode")
+        out << ", " << std::setprecision(2) << 100.0 * r.timing_us / (1e3 * c.ms_median)
+            << "% of a decode step (target < 1%)";
+    out << "\n";
+  }
   return out.str();
 }
 
@@ -516,6 +566,11 @@ std::string to_json(const BenchReport& r, const std::string& command_line) {
   j["verify_over_decode"] = r.verify_over_decode;
   j["prefill_over_decode"] = r.prefill_over_decode;
   j["batch_over_decode"] = r.batch_over_decode;
+  j["timing"] = {{"us_per_step", r.timing_us},
+                 {"us_per_step_min", r.timing_us_min},
+                 {"us_per_step_max", r.timing_us_max},
+                 {"threads", r.timing_threads},
+                 {"device_marks", r.timing_device}};
   return j.dump(2);
 }
 

@@ -9,7 +9,11 @@
 //   decode     batch 1, one new token per forward;
 //   verify     batch 1, k+1 new tokens scored in one forward (all logits), then rolled back;
 //   prefill    batch 1, a prompt of `prefill` tokens from an empty cache;
-//   batch      `batch` sequences, one new token each, in one forward.
+//   batch      `batch` sequences, one new token each, in one forward;
+//   timing     the engine's per-step phase timing alone (engine/step_timer.h: clocks, CPU rows,
+//              the run-queue wait of every thread, and on a device its marks, read once per
+//              batch): a speculative step's five phases with nothing in them, microseconds per
+//              step and its share of a decode step.
 // Every case starts from a cache of `context` tokens (prefill: empty) so that attention stays
 // short and equal across rounds. Round 0 .. warmup-1 are not recorded. Figures are medians with
 // min/max over the recorded rounds of each round's mean step time.
@@ -40,7 +44,7 @@ struct BenchOptions {
   int verify_k = 4;       // verify scores k+1 tokens
   int prefill = 128;      // prompt length of the prefill case
   int batch = 8;          // sequences of the batched-decode case
-  std::vector<std::string> cases = {"decode", "verify", "prefill", "batch"};
+  std::vector<std::string> cases = {"decode", "verify", "prefill", "batch", "timing"};
 };
 
 // One measured case.
@@ -76,6 +80,11 @@ struct BenchReport {
   // The ratios (0 when a case was not run): verify ms / decode ms; prefill tokens/s /
   // decode tokens/s; batch tokens/s / decode tokens/s.
   double verify_over_decode = 0, prefill_over_decode = 0, batch_over_decode = 0;
+  // The phase timing's cost per step (median over the rounds, rank 0), the threads whose
+  // run-queue wait it reads, whether it marked a device; 0 when the case was not run.
+  double timing_us = 0, timing_us_min = 0, timing_us_max = 0;
+  int timing_threads = 0;
+  bool timing_device = false;
 };
 
 // Runs the benchmark on every rank of `tp_comm` (size = tp), with the model built by `factory`

@@ -12,6 +12,7 @@
 
 #include <algorithm>
 #include <array>
+#include <chrono>
 #include <cstddef>
 #include <limits>
 #include <vector>
@@ -91,45 +92,48 @@ class StepTimer {
   // since the previous step's; null: the wait column is NaN); device: where the step's device
   // marks go (null or off: none).
   StepTimer(const Communicator& comm, ThreadWaitClock* wait, DevicePhaseLog* device = nullptr)
-      : comm_(comm),
-        wait_(wait),
-        device_(device != nullptr && device->on() ? device : nullptr),
-        start_(SteadyClock::now()),
-        comm_start_(comm.comm_seconds()),
-        comm_cpu_start_(comm.comm_cpu_seconds()),
-        cpu_start_(thread_cpu_seconds()) {}
+      : comm_(comm), wait_(wait), device_(device != nullptr && device->on() ? device : nullptr) {
+    read(now_);
+    start_ = now_;
+  }
 
   // Starts timing `phase`, which is also this process's activity (common/activity.h) until end().
+  // Right after the constructor or end(), their clock readings are the start's: a phase
+  // boundary costs one reading of each clock (the thread CPU clock is a system call), and the
+  // phases and the rest of the step still partition its total.
   void begin(Phase phase) {
     if (device_ != nullptr) device_->phase(phase);
     phase_ = phase;
     set_activity(kPhaseNames[phase]);
-    t_ = SteadyClock::now();
-    c_ = comm_.comm_seconds();
-    cc_ = comm_.comm_cpu_seconds();
-    cpu_ = thread_cpu_seconds();
+    if (!fresh_) read(now_);
+    fresh_ = false;
+    begin_ = now_;
   }
   void end() {
-    const double wall = seconds_since(t_);
-    const double comm = comm_.comm_seconds() - c_;
-    const double comm_cpu = comm_.comm_cpu_seconds() - cc_;
+    read(now_);
+    fresh_ = true;
+    const double wall = std::chrono::duration<double>(now_.wall - begin_.wall).count();
+    const double comm = now_.comm - begin_.comm;
+    const double comm_cpu = now_.comm_cpu - begin_.comm_cpu;
     ms_[phase_] += 1e3 * std::max(0.0, wall - comm);
-    cpu_ms_[phase_] += 1e3 * std::max(0.0, thread_cpu_seconds() - cpu_ - comm_cpu);
+    cpu_ms_[phase_] += 1e3 * std::max(0.0, now_.cpu - begin_.cpu - comm_cpu);
     set_activity(nullptr);
   }
   // Appends the step's row of milliseconds (kNumPhases) to `out` and its CPU row
-  // (kNumCpuColumns) to `cpu_out`.
+  // (kNumCpuColumns) to `cpu_out`. Right after end(), its readings are the step's end.
   template <class Out>
   void finish(Out& out, Out& cpu_out) {
     if (device_ != nullptr) device_->end_step();
-    ms_[kPhaseComm] = 1e3 * (comm_.comm_seconds() - comm_start_);
-    ms_[kPhaseTotal] = 1e3 * seconds_since(start_);
+    if (!fresh_) read(now_);
+    fresh_ = false;
+    ms_[kPhaseComm] = 1e3 * (now_.comm - start_.comm);
+    ms_[kPhaseTotal] = 1e3 * std::chrono::duration<double>(now_.wall - start_.wall).count();
     const double known = ms_[kPhaseDraft] + ms_[kPhaseVerify] + ms_[kPhaseSample] + ms_[kPhaseComm];
     ms_[kPhaseOther] = std::max(0.0, ms_[kPhaseTotal] - known);
     for (int i = 0; i < kNumPhases; ++i) out.push_back(static_cast<float>(ms_[i]));
 
-    cpu_ms_[kPhaseComm] = 1e3 * (comm_.comm_cpu_seconds() - comm_cpu_start_);
-    cpu_ms_[kPhaseTotal] = 1e3 * (thread_cpu_seconds() - cpu_start_);
+    cpu_ms_[kPhaseComm] = 1e3 * (now_.comm_cpu - start_.comm_cpu);
+    cpu_ms_[kPhaseTotal] = 1e3 * (now_.cpu - start_.cpu);
     const double known_cpu =
         cpu_ms_[kPhaseDraft] + cpu_ms_[kPhaseVerify] + cpu_ms_[kPhaseSample] + cpu_ms_[kPhaseComm];
     cpu_ms_[kPhaseOther] = std::max(0.0, cpu_ms_[kPhaseTotal] - known_cpu);
@@ -139,12 +143,23 @@ class StepTimer {
   }
 
  private:
+  // One reading of every clock the rows need.
+  struct Reading {
+    SteadyClock::time_point wall;
+    double comm = 0, comm_cpu = 0, cpu = 0;
+  };
+  void read(Reading& r) const {
+    r.wall = SteadyClock::now();
+    r.comm = comm_.comm_seconds();
+    r.comm_cpu = comm_.comm_cpu_seconds();
+    r.cpu = thread_cpu_seconds();
+  }
+
   const Communicator& comm_;
   ThreadWaitClock* wait_;
   DevicePhaseLog* device_;
-  SteadyClock::time_point start_, t_;
-  double comm_start_, comm_cpu_start_, cpu_start_;
-  double c_ = 0, cc_ = 0, cpu_ = 0;
+  Reading start_, begin_, now_;  // the step's start, the phase's start, the last reading
+  bool fresh_ = true;            // now_ was read by the constructor or end() and not used since
   Phase phase_ = kPhaseOther;
   std::array<double, kNumPhases> ms_{}, cpu_ms_{};
 };

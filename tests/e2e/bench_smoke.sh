@@ -15,6 +15,8 @@ TINY=(--hidden 64 --layers 2 --heads 4 --kv-heads 2 --intermediate 128 --vocab 2
 "$SPECRUN_BIN" bench "${TINY[@]}" --threads 2 --json one.json >one.txt
 cat one.txt
 grep -q "decode" one.txt || fail "no decode row in the table"
+grep -qE "^phase timing: [0-9.]+ us per step .*% of a decode step" one.txt ||
+  fail "no phase timing line in the table"
 mpirun --oversubscribe -np 2 "$SPECRUN_BIN" bench "${TINY[@]}" --tp 2 --threads 1 \
   --cases decode,verify --json two.json >two.txt
 cat two.txt
@@ -44,8 +46,16 @@ def check(path, names, tp, verify_k):
     ver = next(c for c in d["cases"] if c["name"] == "verify")
     assert ver["tokens_per_step"] == verify_k + 1
     assert abs(d["verify_over_decode"] - ver["ms_median"] / dec["ms_median"]) < 1e-9
-check("one.json", ["bandwidth", "decode", "verify", "prefill", "batch"], 1, 3)
-check("two.json", ["bandwidth", "decode", "verify"], 2, 3)
+    return d
+one = check("one.json", ["bandwidth", "decode", "verify", "prefill", "batch"], 1, 3)
+two = check("two.json", ["bandwidth", "decode", "verify"], 2, 3)
+# The phase timing case (default on; not asked for in two.json): microseconds per step, the
+# threads whose run-queue wait it reads (this process has at least the main thread and 2 OpenMP
+# threads), no device marks on the CPU.
+t = one["timing"]
+assert 0 < t["us_per_step_min"] <= t["us_per_step"] <= t["us_per_step_max"] < 10000, t
+assert t["threads"] >= 2 and t["device_marks"] is False, t
+assert two["timing"]["us_per_step"] == 0, two["timing"]
 print("bench JSON ok")
 PYEOF
 
