@@ -13,12 +13,16 @@ CudaPhaseTimeline::~CudaPhaseTimeline() {
   for (cudaEvent_t e : events_) (void)cudaEventDestroy(e);
 }
 
-int CudaPhaseTimeline::mark() {
-  if (used_ == static_cast<int>(events_.size())) {
+void CudaPhaseTimeline::reserve(int marks) {
+  while (static_cast<int>(events_.size()) < marks) {
     cudaEvent_t e = nullptr;
     CUDA_CHECK(cudaEventCreate(&e));  // with timing (the default flags)
     events_.push_back(e);
   }
+}
+
+int CudaPhaseTimeline::mark() {
+  if (used_ == static_cast<int>(events_.size())) reserve(used_ + 1);
   CUDA_CHECK(cudaEventRecord(events_[static_cast<std::size_t>(used_)], ctx_.stream()));
   return used_++;
 }

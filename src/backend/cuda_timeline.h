@@ -2,8 +2,8 @@
 // the rank's compute stream, the one every kernel, collective and token decision of the rank
 // runs on, so the time between two marks is the device time of the work enqueued between them
 // (idle time included when the device ran ahead of the host and waited for it). Events are kept
-// in a pool that grows to the most marks between two reads and is reused, so a warm step
-// creates none. Built only with CUDA (SPECRUN_HAVE_CUDA).
+// in a pool, made ahead by reserve() (the decoder reserves a batch's worth) or as marks need
+// them, and reused, so a timed step creates none. Built only with CUDA (SPECRUN_HAVE_CUDA).
 #pragma once
 
 #ifdef SPECRUN_HAVE_CUDA
@@ -27,6 +27,8 @@ class CudaPhaseTimeline final : public DeviceTimeline {
   CudaPhaseTimeline& operator=(const CudaPhaseTimeline&) = delete;
 
   int mark() override;
+  // Creates events until the pool holds `marks` (it never shrinks).
+  void reserve(int marks) override;
   // Waits with CudaContext::synchronize (the communicators' deadline).
   void read(std::vector<double>& out) override;
 

@@ -21,6 +21,10 @@ class DeviceTimeline {
   // wait.
   virtual int mark() = 0;
 
+  // Room for `marks` marks between two reads, made now, so that marking during the timed steps
+  // creates nothing (the CUDA events of a batch; nothing for clocks that need no room).
+  virtual void reserve(int marks) { (void)marks; }
+
   // Waits until the device has passed every mark (a deadline-bound wait: a hung device becomes
   // an error, not a hang), sets out[i] to the milliseconds of device time between mark i and
   // mark i + 1 (out has marks - 1 elements; none when fewer than two marks), and forgets the

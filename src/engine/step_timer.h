@@ -38,6 +38,7 @@ class DevicePhaseLog {
   void reserve(std::size_t steps, std::size_t phases) {
     marks_.reserve(steps * (phases + 1));
     elapsed_.reserve(steps * (phases + 1));
+    if (timeline_ != nullptr) timeline_->reserve(static_cast<int>(steps * (phases + 1)));
   }
   // True while marks wait for resolve() (a batch that ended by an error leaves some).
   bool pending() const { return !marks_.empty(); }

@@ -25,6 +25,7 @@ class ScriptedTimeline final : public DeviceTimeline {
  public:
   explicit ScriptedTimeline(std::vector<double> gaps) : gaps_(std::move(gaps)) {}
   int mark() override { return marks_++; }
+  void reserve(int marks) override { reserved = marks; }
   void read(std::vector<double>& out) override {
     out.clear();
     for (int i = 0; i + 1 < marks_; ++i) out.push_back(gaps_.at(next_ + i));
@@ -34,6 +35,7 @@ class ScriptedTimeline final : public DeviceTimeline {
   }
   int marks() const { return marks_; }
   int reads = 0;
+  int reserved = 0;
 
  private:
   std::vector<double> gaps_;
@@ -104,6 +106,8 @@ TEST(DevicePhaseLog, MarksAfterTheLastStepAreDroppedAndNoDeviceMeansNoMarks) {
 TEST(DevicePhaseLog, StepTimerMarksEachPhaseStartAndTheStepEnd) {
   ScriptedTimeline clock({1.5, 2.5, 0.5, 100});
   DevicePhaseLog log(&clock);
+  log.reserve(3, 5);
+  EXPECT_EQ(clock.reserved, 18) << "a batch's marks are made before its steps";
   test::SingleRankComm comm;
   std::vector<float> wall, cpu, device;
   {
