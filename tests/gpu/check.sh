@@ -11,7 +11,8 @@
 # Stages (correctness first, in parallel; then the measurements, alone on the GPU):
 #   unit     every gpu-labelled GoogleTest program: each CUDA op against the CPU reference
 #            (test_cuda_ops) and a float64 one (test_cuda_kernels, with the fused ops against
-#            their compositions), the device token decisions (test_cuda_sampling), the model
+#            their compositions), the device token decisions (test_cuda_sampling,
+#            test_cuda_tree_sampling), the model
 #            graph on CUDA against the CPU and step graphs against launch by launch
 #            (test_cuda_transformer), the device self-test (test_cuda)
 #   memcheck compute-sanitizer --tool memcheck over test_cuda_kernels and the step-graph tests
@@ -125,7 +126,7 @@ if [[ -z ${KIT:-} ]]; then
   stage configure 600 cmake -S "$SRC" -B "$BUILD" -DSPECRUN_CUDA=ON -DSPECRUN_WERROR=ON \
     -DCMAKE_BUILD_TYPE=Release || exit 1
   stage build 1800 cmake --build "$BUILD" -j"${JOBS:-16}" --target specrun test_cuda test_cuda_ops test_cuda_kernels \
-    test_cuda_sampling test_cuda_transformer test_cuda_bench || exit 1
+    test_cuda_sampling test_cuda_tree_sampling test_cuda_transformer test_cuda_bench || exit 1
 fi
 "$BIN/specrun" --version >"$LOGS/specrun_version.txt" 2>&1
 "$BIN/specrun" env >"$LOGS/specrun_env.txt" 2>&1
@@ -141,7 +142,7 @@ fi
 # Correctness, in parallel (three process groups on one GPU).
 unit_tests() {
   local rc=0 t
-  for t in test_cuda test_cuda_ops test_cuda_kernels test_cuda_sampling test_cuda_transformer; do
+  for t in test_cuda test_cuda_ops test_cuda_kernels test_cuda_sampling test_cuda_tree_sampling test_cuda_transformer; do
     stage "unit_$t" 180 "$TESTS/$t" --gtest_color=no "--gtest_output=xml:$LOGS/$t.xml" || rc=1
   done
   return $rc
