@@ -32,7 +32,7 @@ ARCHS=${KIT_CUDA_ARCHS:-90}
 BINARIES=(specrun test_cuda test_cuda_ops test_cuda_kernels test_cuda_sampling test_cuda_tree_sampling test_cuda_transformer test_cuda_bench)
 # The trained pair and its EAGLE-3 head (BF16; the f32 copies would not fit the 64 MiB a device
 # call carries, and GPU-vs-CPU checks need none: both backends compute in float32).
-MODELS=(code-target code-draft code-eagle3)
+MODELS=(code-target code-draft code-eagle3 code-eagle3-bf16)
 # Libraries the GPU machine provides: glibc, the C++ runtime (used from the kit's compat/ when
 # the machine's is older), the NVIDIA driver, and the big CUDA libraries (cuBLAS is 600 MB and
 # NCCL 200 MB: the machine's toolkit or its pip wheels have them).

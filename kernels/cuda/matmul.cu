@@ -18,6 +18,9 @@
 // as fit on the device walk the groups of rows with a grid stride (the next group's rows asked
 // of L2 first) instead of one block per group in waves; again the same arithmetic.
 //
+// With kGemvTensorCores, BF16 projections go to the tensor-core kernel instead (gemv_mma.cu;
+// gemv.cuh holds what the two share: the launch plan, row groups, prefetch, resident blocks).
+//
 // Larger batches (prefill) go to cublasGemmEx: W^T (op T on the column-major view of the
 // row-major W) times x, with x first rounded to W's dtype, C in float32 and CUBLAS_COMPUTE_32F.
 #include <cuda_bf16.h>
@@ -25,65 +28,22 @@
 
 #include <algorithm>
 #include <cstring>
-#include <unordered_map>
 
 #include "kernels/cuda/device_util.cuh"
+#include "kernels/cuda/gemv.cuh"
 #include "kernels/cuda/ops.h"
 
 namespace specrun::cuda {
 namespace {
 
+using detail::GemvPlan;
+using detail::GemvSegment;
+using detail::kMaxSegments;
 using detail::kWarp;
 constexpr int kWarpsPerRow = 4;  // warps splitting one row's `in` (fixed interleave)
 constexpr int kRowsPerWarp = 4;  // rows sharing each activation load (register reuse of x)
 constexpr int kThreads = kWarp * kWarpsPerRow;  // 128: a block owns kRowsPerWarp rows
 constexpr int kMaxTokenTile = 8;                // tokens sharing each weight load
-
-// One output matrix of a GEMV launch: y [n_tokens, out] = x W^T (+ bias); blocks
-// [first_block, first_block + ceil(out / kRowsPerWarp)) of the grid compute it. A launch covers
-// up to kMaxSegments matrices sharing x (q, k and v in one launch).
-constexpr int kMaxSegments = 3;
-struct GemvSegment {
-  const void* w;
-  const float* bias;
-  float* y;
-  int out;
-  int first_block;
-};
-struct GemvPlan {
-  GemvSegment seg[kMaxSegments];
-  int n_seg;
-  int n_groups;    // groups of kRowsPerWarp rows over all segments (the blocks of a plain launch)
-  bool dependent;  // launched as a programmatic dependent launch: prefetch, then wait
-};
-
-// The segment of row group g and its first row, read with constant indices (a run-time index
-// would copy the plan to local memory).
-__device__ __forceinline__ GemvSegment group_segment(const GemvPlan& plan, int g, int* row0) {
-  const GemvSegment seg = plan.n_seg > 2 && g >= plan.seg[2].first_block   ? plan.seg[2]
-                          : plan.n_seg > 1 && g >= plan.seg[1].first_block ? plan.seg[1]
-                                                                           : plan.seg[0];
-  *row0 = (g - seg.first_block) * kRowsPerWarp;
-  return seg;
-}
-
-// Asks L2 for the weight rows of row group g (kR rows: kSwiglu adds up's rows after gate's),
-// kThreads / kR threads per row, a 128-byte line each per step. No kernel writes weights, so
-// this may run before the kernel that writes x has finished.
-template <typename W, bool kSwiglu, int kR>
-__device__ __forceinline__ void prefetch_group(const GemvPlan& plan, int g, int in) {
-  int row0 = 0;
-  const GemvSegment seg = group_segment(plan, g, &row0);
-  const int r = static_cast<int>(threadIdx.x) % kR, rr = r % kRowsPerWarp;
-  const char* row = reinterpret_cast<const char*>(
-      static_cast<const W*>(seg.w) +
-      static_cast<std::int64_t>(row0 + rr < seg.out ? row0 + rr : row0) * in +
-      (kSwiglu && r >= kRowsPerWarp ? static_cast<std::int64_t>(seg.out) * in : 0));
-  const std::int64_t row_bytes = static_cast<std::int64_t>(in) * sizeof(W);
-  for (std::int64_t off = static_cast<std::int64_t>(threadIdx.x / kR) * 128; off < row_bytes;
-       off += static_cast<std::int64_t>(kThreads / kR) * 128)
-    asm volatile("prefetch.global.L2 [%0];" ::"l"(row + off));
-}
 
 // For every row r of the block's kRowsPerWarp rows and token t of a tile, lane l of warp p
 // accumulates W[r, i] * x[t, i] over its elements i in increasing order with fmaf (one weight
@@ -219,7 +179,8 @@ __global__ void __launch_bounds__(kThreads)
   // The next dependent launch may start once every block of this one has (device_util.cuh).
   detail::allow_dependents();
   if (plan.dependent) {
-    prefetch_group<W, kSwiglu, kR>(plan, static_cast<int>(blockIdx.x), in);
+    detail::prefetch_group<W, kSwiglu, kRowsPerWarp, kThreads>(plan, static_cast<int>(blockIdx.x),
+                                                               in);
     detail::wait_for_prior_grids();
   }
   // Row group g: a plain launch has one block per group; a persistent one (gridDim.x < the
@@ -228,9 +189,10 @@ __global__ void __launch_bounds__(kThreads)
   // at its start and no wave of blocks is left half-full. Each row is computed the same way.
   for (int g = static_cast<int>(blockIdx.x); g < plan.n_groups; g += static_cast<int>(gridDim.x)) {
     if (g + static_cast<int>(gridDim.x) < plan.n_groups)
-      prefetch_group<W, kSwiglu, kR>(plan, g + static_cast<int>(gridDim.x), in);
+      detail::prefetch_group<W, kSwiglu, kRowsPerWarp, kThreads>(
+          plan, g + static_cast<int>(gridDim.x), in);
     int row0 = 0;
-    const GemvSegment seg = group_segment(plan, g, &row0);
+    const GemvSegment seg = detail::group_segment<kRowsPerWarp>(plan, g, &row0);
     const W* w = static_cast<const W*>(seg.w);
     const int out = seg.out;
     const W* wr[kR];
@@ -244,37 +206,19 @@ __global__ void __launch_bounds__(kThreads)
   }
 }
 
-// Blocks of `kernel` that fit on the current device at once (SMs x resident blocks per SM),
-// asked once per kernel (a process drives one device; launches come from one thread).
-template <class... Params>
-int resident_blocks(void (*kernel)(Params...)) {
-  static std::unordered_map<const void*, int> known;
-  const void* key = reinterpret_cast<const void*>(kernel);
-  auto it = known.find(key);
-  if (it != known.end()) return it->second;
-  int device = 0, sms = 0, per_sm = 0;
-  CUDA_CHECK(cudaGetDevice(&device));
-  CUDA_CHECK(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, device));
-  CUDA_CHECK(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, kernel, kThreads, 0));
-  return known[key] = std::max(1, sms * per_sm);
-}
-
 template <typename W, bool kSwiglu>
 void launch_gemv(cudaStream_t stream, const float* x, int n_tokens, int in, GemvPlan plan,
                  int flags) {
   constexpr int kV = 16 / sizeof(W);
   bool aligned = in % kV == 0 && reinterpret_cast<std::uintptr_t>(x) % 16 == 0;
-  int blocks = 0;
-  for (int s = 0; s < plan.n_seg; ++s) {
+  for (int s = 0; s < plan.n_seg; ++s)
     aligned = aligned && reinterpret_cast<std::uintptr_t>(plan.seg[s].w) % 16 == 0;
-    plan.seg[s].first_block = blocks;
-    blocks += (plan.seg[s].out + kRowsPerWarp - 1) / kRowsPerWarp;
-  }
-  plan.n_groups = blocks;
+  const int blocks = detail::number_groups(plan, kRowsPerWarp);
   plan.dependent = (flags & kGemvDependent) != 0;
   auto go = [&](auto kernel) {
-    const int grid =
-        (flags & kGemvPersistent) != 0 ? std::min(blocks, resident_blocks(kernel)) : blocks;
+    const int grid = (flags & kGemvPersistent) != 0
+                         ? std::min(blocks, detail::resident_blocks(kernel, kThreads))
+                         : blocks;
     detail::launch_dependent(plan.dependent, kernel, dim3(static_cast<unsigned>(grid)),
                              dim3(kThreads), 0, stream, x, n_tokens, in, plan);
   };
@@ -293,6 +237,9 @@ void launch_gemv(cudaStream_t stream, const float* x, int n_tokens, int in, Gemv
 template <bool kSwiglu>
 void launch_gemv_dtype(cudaStream_t stream, const float* x, int n_tokens, int in, DType w_dtype,
                        const GemvPlan& plan, int flags) {
+  if (w_dtype == DType::kBF16 && (flags & kGemvTensorCores) != 0 &&
+      detail::launch_gemv_mma(stream, x, n_tokens, in, plan, kSwiglu, flags))
+    return;
   switch (w_dtype) {
     case DType::kBF16:
       launch_gemv<__nv_bfloat16, kSwiglu>(stream, x, n_tokens, in, plan, flags);
@@ -344,7 +291,7 @@ std::size_t matmul_scratch_bytes(int n_tokens, int in, DType w_dtype) {
 
 void matmul(cublasHandle_t cublas, cudaStream_t stream, const float* x, int n_tokens, int in,
             const void* w, DType w_dtype, int out, const float* bias, float* y, void* scratch,
-            std::size_t scratch_bytes) {
+            std::size_t scratch_bytes, int flags) {
   CUDA_OP_CHECK(
       "matmul", n_tokens >= 1 && in >= 1 && out >= 1,
       "needs positive sizes, got n_tokens " << n_tokens << ", in " << in << ", out " << out);
@@ -354,7 +301,7 @@ void matmul(cublasHandle_t cublas, cudaStream_t stream, const float* x, int n_to
     GemvPlan plan{};
     plan.seg[0] = GemvSegment{w, bias, y, out, 0};
     plan.n_seg = 1;
-    launch_gemv_dtype<false>(stream, x, n_tokens, in, w_dtype, plan, 0);
+    launch_gemv_dtype<false>(stream, x, n_tokens, in, w_dtype, plan, flags);
     return;
   }
 

@@ -33,29 +33,39 @@ namespace specrun::cuda {
 //    y[t, o] is reduced in one fixed order that does not depend on n_tokens or on t's place in
 //    the batch, so a token scored in a verify window gets bit-for-bit the logits it would get
 //    when decoded alone: the greedy speculative == baseline invariant holds on the GPU too.
-//    The weights are read once per 8 tokens; activations stay float32 (no rounding).
+//    Activations stay float32 (no rounding). Which kernel, by `flags` (below):
+//     - on the CUDA cores (the default): float32 FMA, the weights read once per 8 tokens;
+//     - on the tensor cores (kGemvTensorCores; BF16 weights with `in` a multiple of 32 on
+//       compute capability 8.0 on, else the CUDA-core kernel): BF16 mma.sync with float32
+//       accumulation, each activation split into three BF16 parts whose sum is the float32
+//       value (hi + mid + lo), so the products keep float32's precision; the weights are read
+//       once for up to 64 tokens. Its sums are in another order than the CUDA cores': results
+//       differ from theirs by float32 rounding, and a job uses one kernel for all its passes.
 //  - larger n_tokens (prefill): cublasGemmEx. x is first rounded to w_dtype in `scratch`
 //    (BF16 x BF16 or F16 x F16 -> F32 output, CUBLAS_COMPUTE_32F, i.e. float32 accumulation;
 //    F32 weights: F32 x F32, CUBLAS_COMPUTE_32F without TF32). scratch must hold
 //    matmul_scratch_bytes(n_tokens, in, w_dtype) bytes; the handle must be bound to `stream`.
-inline constexpr int kMaxGemvTokens = 64;
-std::size_t matmul_scratch_bytes(int n_tokens, int in, DType w_dtype);
-void matmul(cublasHandle_t cublas, cudaStream_t stream, const float* x, int n_tokens, int in,
-            const void* w, DType w_dtype, int out, const float* bias, float* y, void* scratch,
-            std::size_t scratch_bytes);
-
-// Up to three GEMVs sharing x in one launch (q, k and v): y_s = x W_s^T (+ bias_s) for s <
-// n_outs, W_s [out_s, in] in w_dtype. Bitwise what matmul gives for each alone. Decode and verify
-// windows only: 1 <= n_tokens <= kMaxGemvTokens. Unused outputs: pass nullptr / 0.
-// flags (kGemv*, or'ed; results are bitwise the same whatever they are):
+// flags (kGemv*, or'ed) apply to the first path. kGemvTensorCores chooses the kernel; the
+// others change how it is launched, never a result bit:
 //   kGemvDependent   a programmatic dependent launch (sm_90 on; device_util.cuh): the blocks may
 //                    start while the previous kernel on the stream runs, fetch their weight rows
 //                    into L2, and wait for it before reading x;
 //   kGemvPersistent  as many blocks as fit on the device at once, each walking groups of rows
 //                    with a grid stride and asking L2 for its next group's rows first (instead of
 //                    one block per group of rows, in waves).
+inline constexpr int kMaxGemvTokens = 64;
 inline constexpr int kGemvDependent = 1;
 inline constexpr int kGemvPersistent = 2;
+inline constexpr int kGemvTensorCores = 4;
+std::size_t matmul_scratch_bytes(int n_tokens, int in, DType w_dtype);
+void matmul(cublasHandle_t cublas, cudaStream_t stream, const float* x, int n_tokens, int in,
+            const void* w, DType w_dtype, int out, const float* bias, float* y, void* scratch,
+            std::size_t scratch_bytes, int flags = 0);
+
+// Up to three GEMVs sharing x in one launch (q, k and v): y_s = x W_s^T (+ bias_s) for s <
+// n_outs, W_s [out_s, in] in w_dtype. Bitwise what matmul gives for each alone with the same
+// flags. Decode and verify windows only: 1 <= n_tokens <= kMaxGemvTokens. Unused outputs: pass
+// nullptr / 0. flags as for matmul.
 void matmul_multi(cudaStream_t stream, const float* x, int n_tokens, int in, DType w_dtype,
                   int n_outs, const void* w0, int out0, const float* bias0, float* y0,
                   const void* w1, int out1, const float* bias1, float* y1, const void* w2, int out2,
@@ -63,8 +73,8 @@ void matmul_multi(cudaStream_t stream, const float* x, int n_tokens, int in, DTy
 
 // SwiGLU MLP input in one launch: y[t, r] = silu(x gate[r]) * (x up[r]) for r < rows, with
 // gate_up [2 * rows, in] in w_dtype (gate's rows, then up's). Bitwise what two matmul calls
-// and silu_mul give. 1 <= n_tokens <= kMaxGemvTokens; y [n_tokens, rows] must not alias x.
-// flags as for matmul_multi.
+// and silu_mul give (with the same flags). 1 <= n_tokens <= kMaxGemvTokens; y [n_tokens, rows]
+// must not alias x. flags as for matmul.
 void swiglu_gemv(cudaStream_t stream, const float* x, int n_tokens, int in, const void* gate_up,
                  DType w_dtype, int rows, float* y, int flags = 0);
 

@@ -66,6 +66,11 @@ class CudaContext {
   // fit on the device, walking groups of rows; on by default; the benchmark compares both).
   bool persistent_gemv() const { return persistent_gemv_; }
   void set_persistent_gemv(bool on) { persistent_gemv_ = on; }
+  // Whether the projections of decode and verify passes run on the tensor cores
+  // (cuda::kGemvTensorCores: BF16 weights, compute capability 8.0 on; parallel.cuda_tensor_cores,
+  // off by default). Set before a job's first pass: a job uses one kernel for all its passes.
+  bool tensor_core_gemv() const { return tensor_core_gemv_; }
+  void set_tensor_core_gemv(bool on) { tensor_core_gemv_ = on; }
 
  private:
   std::unique_ptr<cuda::DeviceContext> device_;
@@ -75,6 +80,7 @@ class CudaContext {
   bool step_graphs_ = true;
   bool dependent_launch_ = true;
   bool persistent_gemv_ = true;
+  bool tensor_core_gemv_ = false;
   cuda::StepGraphStats graph_stats_;
 };
 
@@ -239,7 +245,8 @@ class CudaBackend {
   // cuda::kGemv* flags of this pass's projections.
   int gemv_flags() const {
     return (dependent_launch() ? cuda::kGemvDependent : 0) |
-           (ctx_->persistent_gemv() ? cuda::kGemvPersistent : 0);
+           (ctx_->persistent_gemv() ? cuda::kGemvPersistent : 0) |
+           (ctx_->tensor_core_gemv() ? cuda::kGemvTensorCores : 0);
   }
   bool after_kernel_ = false;                    // the last launch was a kernel, not a copy
   std::vector<std::int32_t> paths_, keep_rows_;  // token-tree paths; kv_keep's / gather's rows

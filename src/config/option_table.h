@@ -151,6 +151,11 @@ void for_each_option(Config& config, Visitor&& visit) {
           "start while the kernel before them finishes (programmatic dependent launch: their "
           "weights stream in meanwhile); false: each waits for the previous kernel to end."},
         config.parallel.cuda_pdl);
+  visit(S{"parallel", "cuda_tensor_cores",
+          "backend = cuda: the projections of decode and verify passes (BF16 weights) on the "
+          "tensor cores, activations split into three BF16 parts (float32 precision, sums in "
+          "another order than the CUDA cores'); false: float32 FMA on the CUDA cores."},
+        config.parallel.cuda_tensor_cores);
   // [data]
   visit(S{"data", "prompts", "HDF5 prompt file (make one with `specrun prepare`)."}.required(),
         config.data.prompts);

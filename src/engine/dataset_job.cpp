@@ -219,8 +219,7 @@ int run_dataset_job(const JobConfig& config, const RunOptions& options,
   const SteadyClockPoint t_load = SteadyClock::now();
   ModelFactory factory(backend, in.tp_comm, in.self_comm, world, in.threads,
                        config.parallel.comm_timeout_s);
-  factory.set_step_graphs(config.parallel.cuda_graphs);
-  factory.set_dependent_launch(config.parallel.cuda_pdl);
+  configure_cuda(factory, config);
   std::unique_ptr<LanguageModel> target = factory.load(target_ckpt, /*sharded=*/true);
   std::unique_ptr<TokenOps> ops = make_token_ops(backend, factory.cuda_context());
   Communicator& decisions = factory.tp_comm();

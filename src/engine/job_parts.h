@@ -12,6 +12,7 @@
 namespace specrun {
 
 class Checkpoint;
+class ModelFactory;
 struct World;
 
 // The identity every output file of the job records: build, layout, job text and hash, prompt
@@ -32,5 +33,9 @@ std::string models_json(const JobConfig& config, bool contents = true);
 // target.dtype against the checkpoint's stored type: "auto" accepts any; otherwise they must
 // match (weights are kept in their checkpoint dtype). Throws (exit code 2) with advice.
 void check_target_dtype(const JobConfig& config, const Checkpoint& checkpoint);
+
+// The [parallel] section's CUDA launch settings (cuda_graphs, cuda_pdl, cuda_tensor_cores) on
+// the factory's device, before its first pass; nothing on the CPU backend.
+void configure_cuda(ModelFactory& factory, const JobConfig& config);
 
 }  // namespace specrun

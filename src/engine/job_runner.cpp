@@ -244,8 +244,7 @@ RankModels load_models(const JobConfig& config, BackendKind backend, MpiComm& tp
   check_target_dtype(config, target_ckpt);
   m.factory = std::make_unique<ModelFactory>(backend, tp_comm, self_comm, world, threads,
                                              config.parallel.comm_timeout_s);
-  m.factory->set_step_graphs(config.parallel.cuda_graphs);
-  m.factory->set_dependent_launch(config.parallel.cuda_pdl);
+  configure_cuda(*m.factory, config);
   m.target = m.factory->load(target_ckpt, /*sharded=*/true);
   m.ops = make_token_ops(backend, m.factory->cuda_context());
   if (config.uses_mode(kModeSpeculative)) {
@@ -370,6 +369,11 @@ ResultHeader job_header(const JobConfig& config, const World& world,
                                                                  "/config.json")))
           .dump();
   return header;
+}
+
+void configure_cuda(ModelFactory& factory, const JobConfig& config) {
+  factory.set_cuda_launch(CudaLaunchOptions{config.parallel.cuda_graphs, config.parallel.cuda_pdl,
+                                            config.parallel.cuda_tensor_cores});
 }
 
 void check_target_dtype(const JobConfig& config, const Checkpoint& ckpt) {

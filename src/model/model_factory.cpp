@@ -78,19 +78,15 @@ void ModelFactory::sample_device(HostSnapshot& snapshot) {
 #endif
 }
 
-void ModelFactory::set_step_graphs(bool on) {
+void ModelFactory::set_cuda_launch(const CudaLaunchOptions& options) {
 #ifdef SPECRUN_HAVE_CUDA
-  if (cuda_) cuda_->set_step_graphs(on);
+  if (cuda_) {
+    cuda_->set_step_graphs(options.step_graphs);
+    cuda_->set_dependent_launch(options.dependent_launch);
+    cuda_->set_tensor_core_gemv(options.tensor_cores);
+  }
 #else
-  (void)on;
-#endif
-}
-
-void ModelFactory::set_dependent_launch(bool on) {
-#ifdef SPECRUN_HAVE_CUDA
-  if (cuda_) cuda_->set_dependent_launch(on);
-#else
-  (void)on;
+  (void)options;
 #endif
 }
 
@@ -102,7 +98,8 @@ std::string ModelFactory::step_graph_report() const {
     out << "step graphs " << (cuda_->step_graphs() ? "on" : "off") << ": " << s.replays << " of "
         << s.steps << " passes replayed, " << s.captures << " graphs captured (" << std::fixed
         << std::setprecision(1) << s.capture_ms << " ms), " << s.eager << " launched one by one"
-        << "; dependent launches " << (cuda_->dependent_launch() ? "on" : "off");
+        << "; dependent launches " << (cuda_->dependent_launch() ? "on" : "off")
+        << "; projections on the " << (cuda_->tensor_core_gemv() ? "tensor" : "CUDA") << " cores";
     return out.str();
   }
 #endif

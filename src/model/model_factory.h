@@ -25,6 +25,15 @@ namespace specrun {
 class Checkpoint;
 class CudaContext;
 
+// How a CUDA rank launches its forward passes (the [parallel] section's cuda_* keys).
+struct CudaLaunchOptions {
+  bool step_graphs = true;       // parallel.cuda_graphs: passes of <= 64 tokens as step graphs
+  bool dependent_launch = true;  // parallel.cuda_pdl: a step graph's projections as programmatic
+                                 // dependent launches (compute capability 9.0 on)
+  bool tensor_cores = false;     // parallel.cuda_tensor_cores: decode and verify projections of
+                                 // BF16 weights on the tensor cores (kernels/cuda/gemv_mma.cu)
+};
+
 class ModelFactory {
  public:
   // Collective over tp_comm for CUDA (NCCL bootstrap). tp_comm and self_comm (MPI_COMM_SELF)
@@ -57,12 +66,8 @@ class ModelFactory {
   // on the rank's stream; nullptr on the CPU backend. Owned by the factory.
   DeviceTimeline* device_timeline() { return timeline_.get(); }
 
-  // CUDA: whether forward passes may run as step graphs (parallel.cuda_graphs; default on);
-  // nothing on the CPU backend.
-  void set_step_graphs(bool on);
-  // CUDA: whether a step graph's projections are programmatic dependent launches
-  // (parallel.cuda_pdl; default on; used on GPUs of compute capability 9.0 on).
-  void set_dependent_launch(bool on);
+  // CUDA: how this rank's passes are launched (CudaLaunchOptions); nothing on the CPU backend.
+  void set_cuda_launch(const CudaLaunchOptions& options);
   // CUDA: "step graphs: R of S passes replayed, C captured (M ms), E launched one by one";
   // empty on the CPU backend.
   std::string step_graph_report() const;

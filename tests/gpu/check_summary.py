@@ -78,12 +78,14 @@ if os.path.exists(os.path.join(logs, "oracle_1b.json")):  # the ~1.1B model, aft
 peer = load_json(os.path.join(out, "peer.json"))
 
 
-def step(case, batch, graphs):
+def step(case, batch, graphs, config=None):
     for s in bench.get("steps", []):
-        # Step graphs as a job runs them ("on"; the variants beside them have other labels;
-        # files before the variants have none).
+        # Step graphs as a job runs them by default ("on"; the variants beside them have other
+        # labels, e.g. "on-tc" with the projections on the tensor cores; files before the
+        # variants have none).
+        want = config or ("on" if graphs else "off")
         if (s.get("case") == case and s.get("batch") == batch and s.get("graphs") == graphs and
-                s.get("config", "on" if graphs else "off") == ("on" if graphs else "off")):
+                s.get("config", "on" if graphs else "off") == want):
             return s
     return None
 
@@ -101,6 +103,14 @@ target("decode batch 1 achieved bandwidth / copy bandwidth", d and d["fraction_o
        d and d["fraction_of_copy"] >= 0.80)
 v = bench.get("verify_over_decode_batch1")
 target("verify (k+1 = 5) / decode, batch 1", v, "<= 1.15", v is not None and v <= 1.15)
+# The same two with the projections on the tensor cores (parallel.cuda_tensor_cores), if measured.
+d = step("decode", 1, True, "on-tc")
+if d:
+    target("decode batch 1 achieved bandwidth / copy bandwidth, tensor cores",
+           d["fraction_of_copy"], ">= 0.80", d["fraction_of_copy"] >= 0.80)
+v = bench.get("verify_over_decode_batch1_tensor_cores")
+if v is not None:
+    target("verify (k+1 = 5) / decode, batch 1, tensor cores", v, "<= 1.15", v <= 1.15)
 r = (peer.get("ratios") or {}).get("specrun_baseline_over_hf_greedy") if isinstance(peer, dict) else None
 target("specrun decode tokens/s / transformers greedy", r, ">= 3", r is not None and r >= 3)
 ins = (bench.get("instrumentation") or {}).get("overhead_fraction")

@@ -8,11 +8,14 @@
 #       the trained code-target / code-draft pair: chain k = 4 and a draft-model tree 4/5/15;
 #       code-target with its trained EAGLE-3 head (code-eagle3): chain k = 4, trees 4/5/15 and
 #       8/6/32 (the shapes of SGLang's --speculative-topk/num-steps/num-draft-tokens);
+#       with the projections on the tensor cores (parallel.cuda_tensor_cores = true): the code
+#       pair's chain and tree and the EAGLE-3 tree of 32 (the head in BF16 when the kit has it);
 #   - speculation accepted something (tau > 1) and every phase timing is finite and >= 0;
 #   - every batch's host snapshot holds the GPU's NVML readings (SM clock, temperature, power);
 #   - the GPU's greedy outputs equal the CPU backend's for at least 90% of the prompts (synthetic
-#     F32 weights, the trained BF16 code-target, and code-target-f32 when present; both backends
-#     keep the weights' dtype and compute in float32, so only a reordering may flip a near-tie).
+#     F32 weights, the trained BF16 code-target (CUDA and tensor cores), and code-target-f32 when
+#     present; both backends keep the weights' dtype and compute in float32, so only a reordering
+#     may flip a near-tie).
 # One rank: under `mpirun -np 1`, or started directly as a singleton MPI process when
 # SPECRUN_LAUNCH=direct (the GPU kit, scripts/gpu-kit.sh, has no mpirun).
 # Exits 77 (ctest: skipped) when no GPU is visible or the binary was built without CUDA.
@@ -136,6 +139,21 @@ PYEOF
     run eagle3_tree32 cuda "$M/code-target" eagle3 "$M/code-eagle3" code decode.tree_top_k=8 \
       decode.tree_depth=6 decode.tree_nodes=32 data.batch_size=1
     cases+=(eagle3_chain eagle3_tree15 eagle3_tree32)
+  fi
+  # The projections on the tensor cores (parallel.cuda_tensor_cores; kernels/cuda/gemv_mma.cu):
+  # speculative == baseline with that kernel in every pass, and its greedy tokens against the CPU.
+  run code_chain_tc cuda "$M/code-target" model "$M/code-draft" code parallel.cuda_tensor_cores=true
+  run code_tree_tc cuda "$M/code-target" model "$M/code-draft" code decode.tree_top_k=4 \
+    decode.tree_depth=5 decode.tree_nodes=15 data.batch_size=4 parallel.cuda_tensor_cores=true
+  cases+=(code_chain_tc code_tree_tc)
+  pairs+=("code_chain_tc code_chain_cpu")
+  # The head in BF16 (code-eagle3-bf16) puts its projections on the tensor cores too.
+  E3=$M/code-eagle3-bf16
+  [[ -f $E3/config.json ]] || E3=$M/code-eagle3
+  if [[ -f $E3/config.json ]]; then
+    run eagle3_tree32_tc cuda "$M/code-target" eagle3 "$E3" code decode.tree_top_k=8 \
+      decode.tree_depth=6 decode.tree_nodes=32 data.batch_size=1 parallel.cuda_tensor_cores=true
+    cases+=(eagle3_tree32_tc)
   fi
   if [[ -f $M/code-target-f32/config.json ]]; then
     run code_f32 cuda "$M/code-target-f32" model "$M/code-draft" code

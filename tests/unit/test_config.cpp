@@ -65,6 +65,9 @@ TEST(JobConfig, DefaultsComeFromTheStructInitializers) {
   EXPECT_TRUE(c.decode.stop_at_eos);
   EXPECT_EQ(c.parallel.tp, 1);
   EXPECT_EQ(c.parallel.backend, "cpu");
+  EXPECT_TRUE(c.parallel.cuda_graphs);
+  EXPECT_TRUE(c.parallel.cuda_pdl);
+  EXPECT_FALSE(c.parallel.cuda_tensor_cores);  // until a GPU has measured it
   EXPECT_EQ(c.target.dtype, "auto");
   EXPECT_EQ(c.draft.kind, "model");
   EXPECT_EQ(c.data.max_prompts, 0);
@@ -85,6 +88,8 @@ overwrite = true
 tp = 4
 backend = "cuda"
 comm_timeout_s = 30   # an integer is accepted for a float option
+cuda_pdl = false
+cuda_tensor_cores = true
 [decode]
 modes = ["speculative"]
 draft_len = 8
@@ -98,6 +103,8 @@ stop_at_eos = false
   EXPECT_EQ(c.parallel.tp, 4);
   EXPECT_EQ(c.parallel.backend, "cuda");
   EXPECT_EQ(c.parallel.comm_timeout_s, 30.0);
+  EXPECT_FALSE(c.parallel.cuda_pdl);
+  EXPECT_TRUE(c.parallel.cuda_tensor_cores);
   EXPECT_EQ(c.decode.modes, std::vector<std::string>{"speculative"});
   EXPECT_EQ(c.decode.draft_len, 8);
   EXPECT_DOUBLE_EQ(c.decode.temperature, 0.7);

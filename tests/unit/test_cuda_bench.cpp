@@ -296,20 +296,27 @@ nlohmann::json op_breakdown(cudaStream_t stream, double copy_gbs, std::ostream& 
   const int ns[3] = {1, 5, 33};
   for (int ni = 0; ni < 3; ++ni) {
     const int n = ns[ni];
-    auto row = [&](const std::string& op, double us, double bytes, bool per_layer) {
+    // per_layer: once per layer (x16 a step); tensor_cores: the alternative kernel of a
+    // projection, left out of the layer's sum.
+    auto row = [&](const std::string& op, double us, double bytes, bool per_layer,
+                   bool tensor_cores = false) {
       const double gbs = bytes / (us * 1e-6) / 1e9;
       rows.push_back({{"op", op},
                       {"tokens", n},
                       {"us", us},
                       {"gb_per_s", gbs},
                       {"fraction_of_copy", gbs / copy_gbs},
-                      {"per_layer", per_layer}});
-      if (per_layer) layer_us[ni] += us;
+                      {"per_layer", per_layer},
+                      {"tensor_cores", tensor_cores}});
+      if (per_layer && !tensor_cores) layer_us[ni] += us;
       log << "  " << std::left << std::setw(42) << op << std::right << std::setw(7) << n
           << std::setprecision(1) << std::setw(9) << us << std::setprecision(0) << std::setw(8)
           << gbs << std::setprecision(1) << std::setw(8) << 100 * gbs / copy_gbs << "\n";
     };
-    for (std::size_t m = 0; m < std::size(mats); ++m) {
+    for (std::size_t k = 0; k < 2 * std::size(mats); ++k) {
+      // The CUDA-core kernel, then the tensor-core one (kGemvTensorCores; not in the layer sum).
+      const std::size_t m = k % std::size(mats);
+      const int flags = k < std::size(mats) ? 0 : cuda::kGemvTensorCores;
       const Mat& mat = mats[m];
       auto& w = weights[m];
       const double bytes = static_cast<double>(mat.rows * mat.in * 2) +
@@ -323,14 +330,15 @@ nlohmann::json op_breakdown(cudaStream_t stream, double copy_gbs, std::ostream& 
               kv_heads * hd, nullptr, yf + n * H,
               static_cast<const std::byte*>(wp) +
                   (static_cast<std::size_t>(H) + kv_heads * hd) * H * 2,
-              kv_heads * hd, nullptr, yf + n * (H + kv_heads * hd));
+              kv_heads * hd, nullptr, yf + n * (H + kv_heads * hd), flags);
         else if (m == 2)
-          cuda::swiglu_gemv(stream, xf, n, H, wp, bf, I, yf);
+          cuda::swiglu_gemv(stream, xf, n, H, wp, bf, I, yf, flags);
         else
           cuda::matmul(nullptr, stream, xf, n, static_cast<int>(mat.in), wp, bf,
-                       static_cast<int>(mat.rows), nullptr, yf, nullptr, 0);
+                       static_cast<int>(mat.rows), nullptr, yf, nullptr, 0, flags);
       });
-      row(mat.name, us, bytes, m != 4);
+      row(std::string(mat.name) + (flags == 0 ? "" : " [tensor cores]"), us, bytes, m != 4,
+          flags != 0);
     }
     const double kv_bytes = 2.0 * (ctx + n) * kv_row * 4;
     row("kv_append + attention (context 128)",
@@ -450,20 +458,23 @@ TEST(CudaBench, DecodeAndVerifyStepsAgainstCopyBandwidth) {
     std::map<std::string, double> device_ms;
     // Launch by launch; step graphs whose projections wait for the kernel before them to end;
     // step graphs whose projections launch one block per group of rows (in waves); step graphs
-    // as a job runs them (dependent launches, persistent GEMVs: "on").
+    // as a job runs them by default (dependent launches, persistent GEMVs: "on"); and so with
+    // the projections on the tensor cores (parallel.cuda_tensor_cores: "on-tc").
     struct Config {
-      bool graphs, pdl, persistent;
+      bool graphs, pdl, persistent, tensor_cores;
       const char* label;
     };
-    const Config configs[] = {{false, true, true, "off"},
-                              {true, false, true, "on-nopdl"},
-                              {true, true, false, "on-waves"},
-                              {true, true, true, "on"}};
-    for (const auto& [graphs, pdl, persistent, label_text] : configs) {
+    const Config configs[] = {{false, true, true, false, "off"},
+                              {true, false, true, false, "on-nopdl"},
+                              {true, true, false, false, "on-waves"},
+                              {true, true, true, false, "on"},
+                              {true, true, true, true, "on-tc"}};
+    for (const auto& [graphs, pdl, persistent, tensor_cores, label_text] : configs) {
       const std::string label = label_text;
       cuda_ctx.set_step_graphs(graphs);
       cuda_ctx.set_dependent_launch(pdl);
       cuda_ctx.set_persistent_gemv(persistent);
+      cuda_ctx.set_tensor_core_gemv(tensor_cores);
       for (const Case& c : cases) {
         const Measured m = run_case(model, cuda_ctx, c, caches, tokens, context, reps);
         const double kv_bytes = 2.0 * c.batch * cfg.num_layers * (context + c.tokens) *
@@ -481,6 +492,7 @@ TEST(CudaBench, DecodeAndVerifyStepsAgainstCopyBandwidth) {
                                    {"graphs", graphs},
                                    {"pdl", graphs && pdl && cuda_ctx.dependent_launch()},
                                    {"persistent", persistent},
+                                   {"tensor_cores", tensor_cores},
                                    {"config", label},
                                    {"host_enqueue_ms", m.host_ms},
                                    {"device_ms", m.device_ms},
@@ -512,6 +524,16 @@ TEST(CudaBench, DecodeAndVerifyStepsAgainstCopyBandwidth) {
     report["persistent_speedup_decode_batch1"] = device_ms["decode/1/on-waves"] / decode;
     report["persistent_speedup_verify5_batch1"] =
         device_ms["verify5/1/on-waves"] / device_ms["verify5/1/on"];
+    // The projections on the tensor cores against the CUDA cores, both as a job runs them.
+    const double decode_tc = device_ms["decode/1/on-tc"];
+    report["tensor_core_speedup_decode_batch1"] = decode / decode_tc;
+    report["tensor_core_speedup_verify5_batch1"] =
+        device_ms["verify5/1/on"] / device_ms["verify5/1/on-tc"];
+    report["tensor_core_speedup_tree32_batch1"] =
+        device_ms["tree32/1/on"] / device_ms["tree32/1/on-tc"];
+    report["verify_over_decode_batch1_tensor_cores"] = device_ms["verify5/1/on-tc"] / decode_tc;
+    report["tree32_over_decode_batch1_tensor_cores"] = device_ms["tree32/1/on-tc"] / decode_tc;
+    cuda_ctx.set_tensor_core_gemv(false);
 
     // Instrumentation: alternating rounds of timed and untimed decode loops (graphs on).
     cuda_ctx.set_step_graphs(true);
@@ -561,6 +583,14 @@ TEST(CudaBench, DecodeAndVerifyStepsAgainstCopyBandwidth) {
               << "x; persistent GEMVs speed decode up "
               << report["persistent_speedup_decode_batch1"].get<double>() << "x, verify "
               << report["persistent_speedup_verify5_batch1"].get<double>() << "x\n"
+              << "projections on the tensor cores: decode "
+              << report["tensor_core_speedup_decode_batch1"].get<double>() << "x, verify "
+              << report["tensor_core_speedup_verify5_batch1"].get<double>() << "x, tree of 32 "
+              << report["tensor_core_speedup_tree32_batch1"].get<double>()
+              << "x as fast; verify / decode "
+              << report["verify_over_decode_batch1_tensor_cores"].get<double>()
+              << ", tree of 32 / decode "
+              << report["tree32_over_decode_batch1_tensor_cores"].get<double>() << "\n"
               << "step graphs: " << st.replays << " of " << st.steps << " passes replayed, "
               << st.captures << " captured in " << std::setprecision(1) << st.capture_ms << " ms\n";
     // Where a step's device time goes: each op alone, in graphs, from memory.

@@ -8,7 +8,9 @@
 //    cuBLAS (prefill) 1e-2, to F16 2e-3;
 //  - the fused ops (q/k/v in one launch, gate/up with SiLU, residual add with RMSNorm) give
 //    bitwise what the compositions they replace give, on the same device; so do projections
-//    launched as programmatic dependent launches or as persistent GEMVs (eager and in a graph).
+//    launched as programmatic dependent launches or as persistent GEMVs (eager and in a graph);
+//  - the projections on the tensor cores (kGemvTensorCores) keep float32's precision and are
+//    batch-invariant (a token bitwise the same alone and in a window of up to 64).
 // Skips visibly without a CUDA build or without a device.
 #include <gtest/gtest.h>
 
@@ -258,6 +260,126 @@ TEST(CudaKernels, SwigluInOneLaunchEqualsTwoMatmulsAndSiluMul) {
   }
 }
 
+// The projections on the tensor cores (kGemvTensorCores, kernels/cuda/gemv_mma.cu), for windows
+// of 1..64 tokens (one to eight tiles of 8 tokens) and row counts not multiples of 16:
+//  - float32's precision against float64: at most 1e-5, and at most 8x the CUDA-core kernel's
+//    error on the same inputs (or 1e-6): dropping the lowest of the activations' three BF16
+//    parts would cost ~3e-6, the middle one ~1e-3;
+//  - a sum whose partial sums are all exact in float32 comes out exact: activations
+//    1 + 2^-9 + 2^-17 (hi, mid and lo all nonzero) times weights 1;
+//  - batch-invariant: every token of a window bitwise equal to the same token computed alone;
+//  - q/k/v in one launch and gate/up with SiLU bitwise what their compositions give with it;
+//  - where it does not apply (F16 or F32 weights, `in` not a multiple of 32) the CUDA-core kernel
+//    runs: bitwise the launch without the flag.
+TEST(CudaKernels, TensorCoreProjections) {
+  REQUIRE_DEVICE();
+  const int tc = cuda::kGemvTensorCores;
+  const DType bf = DType::kBF16;
+  auto run_matmul = [&](const cuda::DeviceBuffer& dx, int n, int in, const cuda::DeviceBuffer& dw,
+                        DType dt, int out, const float* bias, int flags) {
+    auto dy = poisoned(static_cast<std::size_t>(n) * out);
+    cuda::matmul(nullptr, stream(), dx.as<float>(), n, in, dw.get(), dt, out, bias, dy.as<float>(),
+                 nullptr, 0, flags);
+    return download(dy, static_cast<std::size_t>(n) * out);
+  };
+  {  // precision and batch invariance
+    const int in = 2048, out = 520;
+    const test::Weights w =
+        test::make_weights(randn(static_cast<std::size_t>(out) * in, 600, 0.05f), bf);
+    const auto bias = randn(out, 601);
+    auto dw = upload(w.bytes), db = upload(bias);
+    for (int n : {1, 5, 8, 9, 17, 33, 64}) {
+      const auto x = randn(static_cast<std::size_t>(n) * in, 610 + n);
+      auto dx = upload(x);
+      const auto ref = ref_matmul(x, n, in, w.widened, out, &bias);
+      const auto y = run_matmul(dx, n, in, dw, bf, out, db.as<float>(), tc);
+      const double e_cuda = rel_l2(run_matmul(dx, n, in, dw, bf, out, db.as<float>(), 0), ref);
+      const std::string what = "tensor cores n=" + std::to_string(n);
+      expect_l2(what, y, ref, std::min(1e-5, std::max(8 * e_cuda, 1e-6)));
+      std::cout << "    (CUDA cores: rel L2 " << e_cuda << ")\n";
+      for (int t = 0; t < n; ++t) {
+        const std::vector<float> xt(x.begin() + static_cast<std::ptrdiff_t>(t) * in,
+                                    x.begin() + static_cast<std::ptrdiff_t>(t + 1) * in);
+        auto dxt = upload(xt);
+        const std::vector<float> window_row(y.begin() + static_cast<std::ptrdiff_t>(t) * out,
+                                            y.begin() + static_cast<std::ptrdiff_t>(t + 1) * out);
+        expect_bitwise(what + ": token " + std::to_string(t) + " in the window vs alone",
+                       window_row, run_matmul(dxt, 1, in, dw, bf, out, db.as<float>(), tc));
+      }
+    }
+  }
+  {  // exact sums need all three parts: x = 1 + 2^-9 + 2^-17 splits into hi 1, mid 2^-9 (a tie
+     // rounded to even) and lo 2^-17; 128 x = 128 + 2^-2 + 2^-10, every partial sum exact
+    const int in = 128, out = 48, n = 3;
+    const float xv = 1.0f + std::ldexp(1.0f, -9) + std::ldexp(1.0f, -17);
+    auto dx = upload(std::vector<float>(static_cast<std::size_t>(n) * in, xv));
+    auto dw = upload(test::make_weights(std::vector<float>(out * in, 1.0f), bf).bytes);
+    const float want = 128.0f + std::ldexp(1.0f, -2) + std::ldexp(1.0f, -10);
+    for (float v : run_matmul(dx, n, in, dw, bf, out, nullptr, tc))
+      ASSERT_EQ(v, want) << "a sum of exact float32 partial sums came out inexact" << seed_note();
+  }
+  {  // fused launches: bitwise their compositions
+    const int in = 1024, outs[3] = {1000, 256, 136};
+    std::vector<cuda::DeviceBuffer> dw;
+    std::vector<test::Weights> w;
+    for (int s = 0; s < 3; ++s) {
+      w.push_back(
+          test::make_weights(randn(static_cast<std::size_t>(outs[s]) * in, 620 + s, 0.05f), bf));
+      dw.push_back(upload(w[s].bytes));
+    }
+    const int rows = 1000;
+    const test::Weights gu =
+        test::make_weights(randn(2 * static_cast<std::size_t>(rows) * in, 625, 0.05f), bf);
+    auto dgu = upload(gu.bytes);
+    const std::byte* up = dgu.as<std::byte>() + static_cast<std::size_t>(rows) * in * 2;
+    for (int n : {1, 9, 33, 64}) {
+      const auto x = randn(static_cast<std::size_t>(n) * in, 630 + n);
+      auto dx = upload(x);
+      std::vector<cuda::DeviceBuffer> dy;
+      for (int s = 0; s < 3; ++s) dy.push_back(poisoned(static_cast<std::size_t>(n) * outs[s]));
+      cuda::matmul_multi(stream(), dx.as<float>(), n, in, bf, 3, dw[0].get(), outs[0], nullptr,
+                         dy[0].as<float>(), dw[1].get(), outs[1], nullptr, dy[1].as<float>(),
+                         dw[2].get(), outs[2], nullptr, dy[2].as<float>(), tc);
+      for (int s = 0; s < 3; ++s) {
+        const std::size_t count = static_cast<std::size_t>(n) * outs[s];
+        const std::string what =
+            "tensor cores matmul_multi n=" + std::to_string(n) + " output " + std::to_string(s);
+        const auto fused = download(dy[s], count);
+        expect_bitwise(what + " vs matmul", fused,
+                       run_matmul(dx, n, in, dw[s], bf, outs[s], nullptr, tc));
+        expect_l2(what, fused, ref_matmul(x, n, in, w[s].widened, outs[s], nullptr), 1e-5);
+      }
+      const std::size_t count = static_cast<std::size_t>(n) * rows;
+      auto fused = poisoned(count), g = poisoned(count), u = poisoned(count), y = poisoned(count);
+      cuda::swiglu_gemv(stream(), dx.as<float>(), n, in, dgu.get(), bf, rows, fused.as<float>(),
+                        tc);
+      cuda::matmul(nullptr, stream(), dx.as<float>(), n, in, dgu.get(), bf, rows, nullptr,
+                   g.as<float>(), nullptr, 0, tc);
+      cuda::matmul(nullptr, stream(), dx.as<float>(), n, in, up, bf, rows, nullptr, u.as<float>(),
+                   nullptr, 0, tc);
+      cuda::silu_mul(stream(), g.as<float>(), u.as<float>(), y.as<float>(), count);
+      expect_bitwise(
+          "tensor cores swiglu_gemv n=" + std::to_string(n) + " vs matmul+matmul+silu_mul",
+          download(fused, count), download(y, count));
+    }
+  }
+  {  // where the tensor-core kernel does not apply: the CUDA-core kernel, bitwise
+    struct Case {
+      DType dt;
+      int in;
+    };
+    for (const Case& c : {Case{DType::kF16, 512}, Case{DType::kF32, 512}, Case{bf, 1000}}) {
+      const int n = 5, out = 72;
+      auto dx = upload(randn(static_cast<std::size_t>(n) * c.in, 640));
+      auto dw = upload(
+          test::make_weights(randn(static_cast<std::size_t>(out) * c.in, 641, 0.05f), c.dt).bytes);
+      expect_bitwise(std::string("tensor-core flag, ") + name(c.dt) + " in=" + std::to_string(c.in),
+                     run_matmul(dx, n, c.in, dw, c.dt, out, nullptr, tc),
+                     run_matmul(dx, n, c.in, dw, c.dt, out, nullptr, 0));
+    }
+  }
+}
+
 TEST(CudaKernels, AddRmsnormEqualsAddThenRmsnorm) {
   REQUIRE_DEVICE();
   const int dim = 2048;
@@ -366,7 +488,8 @@ TEST(CudaKernels, AttentionOverTwoSequencesAgainstFloat64) {
 // replayed), every output is bitwise that of the plain launches; every buffer starts as NaN, so
 // a projection that read its input before the kernel writing it had finished, or a row no block
 // computed, would show. Row counts not multiples of the 4-row groups; the down projection's
-// 2818 inputs take the unaligned path.
+// 2818 inputs take the unaligned path. The same for the tensor-core kernel (kGemvTensorCores:
+// its launch flags against its plain launch; the down projection falls back to the CUDA cores).
 TEST(CudaKernels, DependentAndPersistentLaunchesEqualPlainOnes) {
   REQUIRE_DEVICE();
   const int dim = 1024, qkv_out[3] = {1002, 250, 250}, inter = 2818;
@@ -420,39 +543,42 @@ TEST(CudaKernels, DependentAndPersistentLaunchesEqualPlainOnes) {
         for (int i = 0; i < 6; ++i) r.push_back(download(out[i], sizes[i]));
         return r;
       };
-      reset();
-      chain(0);
-      const auto plain = results();
-      const char* names[6] = {"y", "q", "k", "v", "act", "down"};
-      for (int i = 0; i < 6; ++i)
-        for (float v : plain[i])
-          ASSERT_TRUE(std::isfinite(v)) << names[i] << ": plain chain" << seed_note();
-      const int kinds[3] = {cuda::kGemvDependent, cuda::kGemvPersistent,
-                            cuda::kGemvDependent | cuda::kGemvPersistent};
-      for (int flags : kinds) {
+      for (int base : {0, cuda::kGemvTensorCores}) {
         reset();
-        chain(flags);
-        const auto eager = results();
-        cudaGraph_t graph = nullptr;
-        cudaGraphExec_t exec = nullptr;
-        CUDA_CHECK(cudaStreamBeginCapture(stream(), cudaStreamCaptureModeThreadLocal));
-        chain(flags);
-        CUDA_CHECK(cudaStreamEndCapture(stream(), &graph));
-        CUDA_CHECK(cudaGraphInstantiate(&exec, graph, 0));
-        std::vector<std::vector<std::vector<float> > > replays;
-        for (int rep = 0; rep < 2; ++rep) {
+        chain(base);
+        const auto plain = results();
+        const char* names[6] = {"y", "q", "k", "v", "act", "down"};
+        for (int i = 0; i < 6; ++i)
+          for (float v : plain[i])
+            ASSERT_TRUE(std::isfinite(v))
+                << names[i] << ": plain chain, flags " << base << seed_note();
+        const int kinds[3] = {base | cuda::kGemvDependent, base | cuda::kGemvPersistent,
+                              base | cuda::kGemvDependent | cuda::kGemvPersistent};
+        for (int flags : kinds) {
           reset();
-          CUDA_CHECK(cudaGraphLaunch(exec, stream()));
-          replays.push_back(results());
-        }
-        CUDA_CHECK(cudaGraphExecDestroy(exec));
-        CUDA_CHECK(cudaGraphDestroy(graph));
-        for (int i = 0; i < 6; ++i) {
-          const std::string what = std::string("launch flags ") + std::to_string(flags) + " " +
-                                   name(dt) + " n=" + std::to_string(n) + " " + names[i];
-          expect_bitwise(what + " eager", eager[i], plain[i]);
-          expect_bitwise(what + " graph", replays[0][i], plain[i]);
-          expect_bitwise(what + " graph again", replays[1][i], plain[i]);
+          chain(flags);
+          const auto eager = results();
+          cudaGraph_t graph = nullptr;
+          cudaGraphExec_t exec = nullptr;
+          CUDA_CHECK(cudaStreamBeginCapture(stream(), cudaStreamCaptureModeThreadLocal));
+          chain(flags);
+          CUDA_CHECK(cudaStreamEndCapture(stream(), &graph));
+          CUDA_CHECK(cudaGraphInstantiate(&exec, graph, 0));
+          std::vector<std::vector<std::vector<float> > > replays;
+          for (int rep = 0; rep < 2; ++rep) {
+            reset();
+            CUDA_CHECK(cudaGraphLaunch(exec, stream()));
+            replays.push_back(results());
+          }
+          CUDA_CHECK(cudaGraphExecDestroy(exec));
+          CUDA_CHECK(cudaGraphDestroy(graph));
+          for (int i = 0; i < 6; ++i) {
+            const std::string what = std::string("launch flags ") + std::to_string(flags) + " " +
+                                     name(dt) + " n=" + std::to_string(n) + " " + names[i];
+            expect_bitwise(what + " eager", eager[i], plain[i]);
+            expect_bitwise(what + " graph", replays[0][i], plain[i]);
+            expect_bitwise(what + " graph again", replays[1][i], plain[i]);
+          }
         }
       }
     }

@@ -1,0 +1,104 @@
+// What the two batch-invariant GEMV kernels share (included by matmul.cu and gemv_mma.cu only):
+// the plan of a launch (up to three output matrices sharing x), the row groups a block owns,
+// the L2 prefetch of a group's weight rows, and the count of blocks resident on the device.
+//
+// Both kernels compute y [n_tokens, out] = x W^T (+ bias) for n_tokens <= kMaxGemvTokens, every
+// (row, token) reduced in one order that depends neither on n_tokens nor on the token's place
+// in the batch (ops.h). The CUDA-core kernel (matmul.cu) takes any weight dtype; the tensor-core
+// kernel (gemv_mma.cu, kGemvTensorCores) BF16 weights with `in` a multiple of 32.
+#pragma once
+
+#include <cuda_runtime.h>
+
+#include <algorithm>
+#include <cstdint>
+#include <unordered_map>
+
+#include "kernels/cuda/cuda_check.h"
+
+namespace specrun::cuda::detail {
+
+// One output matrix of a GEMV launch: y [n_tokens, out] = x W^T (+ bias); the row groups
+// [first_block, first_block + ceil(out / group rows)) of the launch compute it. A launch covers
+// up to kMaxSegments matrices sharing x (q, k and v in one launch).
+inline constexpr int kMaxSegments = 3;
+struct GemvSegment {
+  const void* w;
+  const float* bias;
+  float* y;
+  int out;
+  int first_block;
+};
+struct GemvPlan {
+  GemvSegment seg[kMaxSegments];
+  int n_seg;
+  int n_groups;    // groups of rows over all segments (the blocks of a plain launch)
+  bool dependent;  // launched as a programmatic dependent launch: prefetch, then wait
+};
+
+// Numbers the row groups of `plan`'s segments (kGroupRows rows each) and returns their count.
+inline int number_groups(GemvPlan& plan, int group_rows) {
+  int groups = 0;
+  for (int s = 0; s < plan.n_seg; ++s) {
+    plan.seg[s].first_block = groups;
+    groups += (plan.seg[s].out + group_rows - 1) / group_rows;
+  }
+  plan.n_groups = groups;
+  return groups;
+}
+
+// The segment of row group g and its first row, read with constant indices (a run-time index
+// would copy the plan to local memory).
+template <int kGroupRows>
+__device__ __forceinline__ GemvSegment group_segment(const GemvPlan& plan, int g, int* row0) {
+  const GemvSegment seg = plan.n_seg > 2 && g >= plan.seg[2].first_block   ? plan.seg[2]
+                          : plan.n_seg > 1 && g >= plan.seg[1].first_block ? plan.seg[1]
+                                                                           : plan.seg[0];
+  *row0 = (g - seg.first_block) * kGroupRows;
+  return seg;
+}
+
+// Asks L2 for the weight rows of row group g (kGroupRows rows; kSwiglu adds up's rows after
+// gate's), kThreads / rows threads per row, a 128-byte line each per step. No kernel writes
+// weights, so this may run before the kernel that writes x has finished.
+template <typename W, bool kSwiglu, int kGroupRows, int kThreads>
+__device__ __forceinline__ void prefetch_group(const GemvPlan& plan, int g, int in) {
+  constexpr int kR = kSwiglu ? 2 * kGroupRows : kGroupRows;
+  static_assert(kThreads % kR == 0, "every row gets the same number of threads");
+  int row0 = 0;
+  const GemvSegment seg = group_segment<kGroupRows>(plan, g, &row0);
+  const int r = static_cast<int>(threadIdx.x) % kR, rr = r % kGroupRows;
+  const char* row = reinterpret_cast<const char*>(
+      static_cast<const W*>(seg.w) +
+      static_cast<std::int64_t>(row0 + rr < seg.out ? row0 + rr : row0) * in +
+      (kSwiglu && r >= kGroupRows ? static_cast<std::int64_t>(seg.out) * in : 0));
+  const std::int64_t row_bytes = static_cast<std::int64_t>(in) * sizeof(W);
+  for (std::int64_t off = static_cast<std::int64_t>(threadIdx.x / kR) * 128; off < row_bytes;
+       off += static_cast<std::int64_t>(kThreads / kR) * 128)
+    asm volatile("prefetch.global.L2 [%0];" ::"l"(row + off));
+}
+
+// Blocks of `kernel` (launched with `threads` threads) that fit on the current device at once
+// (SMs x resident blocks per SM), asked once per kernel (a process drives one device; launches
+// come from one thread).
+template <class... Params>
+int resident_blocks(void (*kernel)(Params...), int threads) {
+  static std::unordered_map<const void*, int> known;
+  const void* key = reinterpret_cast<const void*>(kernel);
+  auto it = known.find(key);
+  if (it != known.end()) return it->second;
+  int device = 0, sms = 0, per_sm = 0;
+  CUDA_CHECK(cudaGetDevice(&device));
+  CUDA_CHECK(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, device));
+  CUDA_CHECK(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, kernel, threads, 0));
+  return known[key] = std::max(1, sms * per_sm);
+}
+
+// The tensor-core GEMV (gemv_mma.cu) for BF16 weights: launches it and returns true when it
+// applies (`in` a multiple of 32, x and every weight 16-byte aligned, compute capability 8.0 on),
+// else launches nothing and returns false. The choice depends on none of n_tokens, so a token's
+// outputs stay bitwise the same alone and in a window. swiglu: plan.seg[0] is a gate/up pair.
+bool launch_gemv_mma(cudaStream_t stream, const float* x, int n_tokens, int in, GemvPlan plan,
+                     bool swiglu, int flags);
+
+}  // namespace specrun::cuda::detail
