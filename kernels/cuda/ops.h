@@ -11,8 +11,8 @@
 // One op per .cu file in this directory; each file's header states its layout.
 //
 // Token decisions (argmax, sampling, speculative verification) run here too, on the logits
-// where the model left them (sampling.cu; src/spec/token_ops.h drives them): only token ids
-// and accepted counts are copied to the host.
+// where the model left them (sampling.cu, sampling_verify.cu; src/spec/token_ops.h drives them):
+// only token ids and accepted counts are copied to the host.
 #pragma once
 
 #include <cublas_v2.h>

@@ -2,7 +2,8 @@
 // spec/verifier.h) on seeded random inputs (label "gpu"). Every output buffer is poisoned before
 // the launch (floats NaN, ints 0x7f7f7f7f), and every comparison fails on NaN.
 //
-// Tolerances and what may legitimately differ (see kernels/cuda/sampling.cu):
+// Tolerances and what may legitimately differ (see kernels/cuda/sampling.cu and
+// sampling_verify.cu):
 //   logits_to_probs: the kept token sets must be equal, except for a token whose CPU cumulative
 //     mass before it lies within 1e-9 (relative) of the top-p threshold: the device sums the
 //     masses in double in another order (rounding ~1e-16 relative), and its exponential may

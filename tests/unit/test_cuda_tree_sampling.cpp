@@ -3,7 +3,8 @@
 // "gpu"); the rest of the device token decisions: test_cuda_sampling.cpp. Every output buffer is
 // poisoned before the launch (floats NaN, ints 0x7f7f7f7f), and every comparison fails on NaN.
 //
-// Tolerances and what may legitimately differ (see kernels/cuda/sampling.cu):
+// Tolerances and what may legitimately differ (see kernels/cuda/sampling.cu and
+// sampling_verify.cu):
 //   top_k_rows: ids exact (ties to the lower id, NaN never chosen); log-probabilities within
 //     1e-6 relative (+ 1e-12 absolute, for values near 0) of the double reference logit -
 //     (max + log(sum exp(logit - max))): the device sums in another order, with its own exp
