@@ -2,7 +2,7 @@
 // the plan of a launch (up to three output matrices sharing x), the row groups a block owns,
 // the L2 prefetch of a group's weight rows, and the count of blocks resident on the device.
 //
-// Both kernels compute y [n_tokens, out] = x W^T (+ bias) for n_tokens <= kMaxGemvTokens, every
+// Both kernels compute y [n_tokens, out] = x W^T (+ bias) for n_tokens <= gemv_tokens(), every
 // (row, token) reduced in one order that depends neither on n_tokens nor on the token's place
 // in the batch (ops.h). The CUDA-core kernel (matmul.cu) takes any weight dtype; the tensor-core
 // kernel (gemv_mma.cu, kGemvTensorCores) BF16 weights with `in` a multiple of 32.

@@ -1,6 +1,7 @@
 // Tensor-core GEMV for decode and verify windows (kGemvTensorCores; ops.h): y [n_tokens, out] =
-// x W^T (+ bias) for 1 <= n_tokens <= kMaxGemvTokens, W [out, in] BF16 (in a multiple of 32),
-// x float32, on BF16 mma.sync.m16n8k16 with float32 accumulation. (SwiGLU: silu(x gate) * x up.)
+// x W^T (+ bias) for 1 <= n_tokens <= kMaxTensorCoreTokens, W [out, in] BF16 (in a multiple of
+// 32), x float32, on BF16 mma.sync.m16n8k16 with float32 accumulation. (SwiGLU: silu(x gate) *
+// x up.) A block computes its rows for up to 64 tokens at once, and again for each further 64.
 //
 // Operands. An mma multiplies A (16 weight rows x 16 inputs) by B (16 inputs x 8 tokens) into D
 // (16 rows x 8 tokens). A dot product may take its inputs in any order as long as A and B take
@@ -26,8 +27,9 @@
 // and its kWarps warps split `in` by chunks: warp w takes chunks w, w + kWarps, ... in
 // increasing order; the warps' sums are added in warp order. An element of D is a column of the
 // mma, computed alike whatever the other columns and rows hold, so a token's outputs do not
-// depend on how many tokens share the launch, on its column or tile, or on how many tiles of
-// tokens (kTiles) or rows (kM) a block holds: they are bitwise the same alone and in a window.
+// depend on how many tokens share the launch, on its column, tile or block of 64, or on how many
+// tiles of tokens (kTiles) or rows (kM) a block holds: they are bitwise the same alone and in a
+// window.
 // Dependent and persistent launches (kGemvDependent, kGemvPersistent) work as in matmul.cu and
 // change no bit either.
 #include <cuda_bf16.h>
@@ -141,78 +143,83 @@ __global__ void __launch_bounds__(kThreads)
                                    (kSwiglu && m == 1 ? static_cast<std::int64_t>(out) * in : 0);
         wr[m][h] = reinterpret_cast<const uint4*>(w + first) + c;
       }
-    float acc[kM][kTiles][4];
+    // Blocks of up to kTokens tokens, each over every chunk again (the weights are read once
+    // per block of tokens).
+    for (int t0 = 0; t0 < n_tokens; t0 += kTokens) {
+      const int nt = min(kTokens, n_tokens - t0);
+      float acc[kM][kTiles][4];
 #pragma unroll
-    for (int m = 0; m < kM; ++m)
+      for (int m = 0; m < kM; ++m)
 #pragma unroll
-      for (int t = 0; t < kTiles; ++t)
+        for (int t = 0; t < kTiles; ++t)
 #pragma unroll
-        for (int i = 0; i < 4; ++i) acc[m][t][i] = 0.0f;
-    for (int c0 = warp; c0 < n_chunks; c0 += kWarps * kU) {
-      uint4 raw[kU][kM][2];  // every load of the kU chunks first, then their products
+          for (int i = 0; i < 4; ++i) acc[m][t][i] = 0.0f;
+      for (int c0 = warp; c0 < n_chunks; c0 += kWarps * kU) {
+        uint4 raw[kU][kM][2];  // every load of the kU chunks first, then their products
 #pragma unroll
-      for (int u = 0; u < kU; ++u) {
-        const int ch = c0 + u * kWarps;
-        if (ch < n_chunks) {
+        for (int u = 0; u < kU; ++u) {
+          const int ch = c0 + u * kWarps;
+          if (ch < n_chunks) {
 #pragma unroll
-          for (int m = 0; m < kM; ++m)
+            for (int m = 0; m < kM; ++m)
 #pragma unroll
-            for (int h = 0; h < 2; ++h) raw[u][m][h] = __ldg(wr[m][h] + ch * kLoadsPerChunkRow);
+              for (int h = 0; h < 2; ++h) raw[u][m][h] = __ldg(wr[m][h] + ch * kLoadsPerChunkRow);
+          }
         }
-      }
 #pragma unroll
-      for (int u = 0; u < kU; ++u) {
-        const int ch = c0 + u * kWarps;
-        if (ch < n_chunks) {
+        for (int u = 0; u < kU; ++u) {
+          const int ch = c0 + u * kWarps;
+          if (ch < n_chunks) {
 #pragma unroll
-          for (int t = 0; t < kTiles; ++t) {
-            const int token = t * 8 + g;
-            float4 xa = make_float4(0.0f, 0.0f, 0.0f, 0.0f), xb = xa;
-            if (token < n_tokens) {
-              const float4* xp = reinterpret_cast<const float4*>(
-                  x + static_cast<std::int64_t>(token) * in + ch * kChunk + 8 * c);
-              xa = xp[0];
-              xb = xp[1];
+            for (int t = 0; t < kTiles; ++t) {
+              const int token = t0 + t * 8 + g;
+              float4 xa = make_float4(0.0f, 0.0f, 0.0f, 0.0f), xb = xa;
+              if (token < n_tokens) {
+                const float4* xp = reinterpret_cast<const float4*>(
+                    x + static_cast<std::int64_t>(token) * in + ch * kChunk + 8 * c);
+                xa = xp[0];
+                xb = xp[1];
+              }
+              const Parts p[4] = {split(xa.x, xa.y), split(xa.z, xa.w), split(xb.x, xb.y),
+                                  split(xb.z, xb.w)};
+#pragma unroll
+              for (int m = 0; m < kM; ++m) chunk_sum(acc[m][t], raw[u][m][0], raw[u][m][1], p);
             }
-            const Parts p[4] = {split(xa.x, xa.y), split(xa.z, xa.w), split(xb.x, xb.y),
-                                split(xb.z, xb.w)};
-#pragma unroll
-            for (int m = 0; m < kM; ++m) chunk_sum(acc[m][t], raw[u][m][0], raw[u][m][1], p);
           }
         }
       }
-    }
-    // D's layout: lane (g, c) holds rows g, g + 8 and tokens 2c, 2c + 1 of each tile.
+      // D's layout: lane (g, c) holds rows g, g + 8 and tokens 2c, 2c + 1 of each tile.
 #pragma unroll
-    for (int m = 0; m < kM; ++m)
+      for (int m = 0; m < kM; ++m)
 #pragma unroll
-      for (int t = 0; t < kTiles; ++t) {
-        const int r = m * kTileRows + g, tok = t * 8 + 2 * c;
-        partial[warp][r][tok] = acc[m][t][0];
-        partial[warp][r][tok + 1] = acc[m][t][1];
-        partial[warp][r + 8][tok] = acc[m][t][2];
-        partial[warp][r + 8][tok + 1] = acc[m][t][3];
-      }
-    __syncthreads();
-    // Consecutive threads write consecutive rows of a token.
-    for (int e = static_cast<int>(threadIdx.x); e < kGroupRows * n_tokens; e += kThreads) {
-      const int r = e % kGroupRows, t = e / kGroupRows, row = row0 + r;
-      if (row < out) {
-        float v = partial[0][r][t];
-#pragma unroll
-        for (int p = 1; p < kWarps; ++p) v += partial[p][r][t];
-        if constexpr (kSwiglu) {
-          float u = partial[0][kTileRows + r][t];
-#pragma unroll
-          for (int p = 1; p < kWarps; ++p) u += partial[p][kTileRows + r][t];
-          v = v / (1.0f + expf(-v)) * u;  // silu_mul's formula
-        } else {
-          if (seg.bias != nullptr) v += seg.bias[row];
+        for (int t = 0; t < kTiles; ++t) {
+          const int r = m * kTileRows + g, tok = t * 8 + 2 * c;
+          partial[warp][r][tok] = acc[m][t][0];
+          partial[warp][r][tok + 1] = acc[m][t][1];
+          partial[warp][r + 8][tok] = acc[m][t][2];
+          partial[warp][r + 8][tok + 1] = acc[m][t][3];
         }
-        seg.y[static_cast<std::int64_t>(t) * out + row] = v;
+      __syncthreads();
+      // Consecutive threads write consecutive rows of a token.
+      for (int e = static_cast<int>(threadIdx.x); e < kGroupRows * nt; e += kThreads) {
+        const int r = e % kGroupRows, t = e / kGroupRows, row = row0 + r;
+        if (row < out) {
+          float v = partial[0][r][t];
+#pragma unroll
+          for (int p = 1; p < kWarps; ++p) v += partial[p][r][t];
+          if constexpr (kSwiglu) {
+            float u = partial[0][kTileRows + r][t];
+#pragma unroll
+            for (int p = 1; p < kWarps; ++p) u += partial[p][kTileRows + r][t];
+            v = v / (1.0f + expf(-v)) * u;  // silu_mul's formula
+          } else {
+            if (seg.bias != nullptr) v += seg.bias[row];
+          }
+          seg.y[static_cast<std::int64_t>(t0 + t) * out + row] = v;
+        }
       }
+      __syncthreads();
     }
-    __syncthreads();
   }
 }
 
@@ -247,6 +254,7 @@ void launch(cudaStream_t stream, const float* x, int n_tokens, int in, GemvPlan 
 template <bool kSwiglu>
 void launch_tiles(cudaStream_t stream, const float* x, int n_tokens, int in, const GemvPlan& plan,
                   int flags) {
+  // The smallest number of 8-token tiles that holds the pass; longer passes go in blocks of 64.
   if (n_tokens <= 8)
     launch<kSwiglu, 1>(stream, x, n_tokens, in, plan, flags);
   else if (n_tokens <= 16)
@@ -261,7 +269,6 @@ void launch_tiles(cudaStream_t stream, const float* x, int n_tokens, int in, con
 
 bool launch_gemv_mma(cudaStream_t stream, const float* x, int n_tokens, int in, GemvPlan plan,
                      bool swiglu, int flags) {
-  static_assert(8 * 8 == kMaxGemvTokens, "eight tiles of 8 tokens hold the largest window");
   bool fits = in % kChunk == 0 && reinterpret_cast<std::uintptr_t>(x) % 16 == 0;
   for (int s = 0; s < plan.n_seg; ++s)
     fits = fits && reinterpret_cast<std::uintptr_t>(plan.seg[s].w) % 16 == 0;
@@ -274,3 +281,13 @@ bool launch_gemv_mma(cudaStream_t stream, const float* x, int n_tokens, int in, 
 }
 
 }  // namespace specrun::cuda::detail
+
+namespace specrun::cuda {
+
+int gemv_tokens(int flags, DType w_dtype, int in) {
+  const bool tensor_cores = (flags & kGemvTensorCores) != 0 && w_dtype == DType::kBF16 &&
+                            in % detail::kChunk == 0 && detail::has_bf16_mma();
+  return tensor_cores ? kMaxTensorCoreTokens : kMaxGemvTokens;
+}
+
+}  // namespace specrun::cuda

@@ -2,7 +2,7 @@
 // Layout: x [n_tokens, in] float32, W [out, in] row-major in F32/BF16/F16 (nn.Linear weight as
 // stored), y [n_tokens, out] float32.
 //
-// Small batches (n_tokens <= kMaxGemvTokens: decode and verify windows) run a batch-invariant
+// Small batches (n_tokens <= gemv_tokens(), ops.h: decode and verify windows) run a batch-invariant
 // GEMV-style kernel. A block of kWarpsPerRow warps owns kRowsPerWarp output rows; the warps
 // split `in` by a fixed interleave; each lane walks its elements in increasing order with fmaf
 // into one accumulator per (row, token), warps reduce with a butterfly and the partial sums are
@@ -297,7 +297,7 @@ void matmul(cublasHandle_t cublas, cudaStream_t stream, const float* x, int n_to
       "needs positive sizes, got n_tokens " << n_tokens << ", in " << in << ", out " << out);
   CUDA_OP_CHECK("matmul", x != nullptr && w != nullptr && y != nullptr && x != y,
                 "needs x, w and y (y must not alias x)");
-  if (n_tokens <= kMaxGemvTokens) {
+  if (n_tokens <= gemv_tokens(flags, w_dtype, in)) {
     GemvPlan plan{};
     plan.seg[0] = GemvSegment{w, bias, y, out, 0};
     plan.n_seg = 1;
@@ -347,8 +347,9 @@ void matmul_multi(cudaStream_t stream, const float* x, int n_tokens, int in, DTy
                   int n_outs, const void* w0, int out0, const float* bias0, float* y0,
                   const void* w1, int out1, const float* bias1, float* y1, const void* w2, int out2,
                   const float* bias2, float* y2, int flags) {
-  CUDA_OP_CHECK("matmul_multi", n_tokens >= 1 && n_tokens <= kMaxGemvTokens && in >= 1,
-                "needs 1.." << kMaxGemvTokens << " tokens (got " << n_tokens << ") and in >= 1");
+  const int most = gemv_tokens(flags, w_dtype, in);
+  CUDA_OP_CHECK("matmul_multi", n_tokens >= 1 && n_tokens <= most && in >= 1,
+                "needs 1.." << most << " tokens (got " << n_tokens << ") and in >= 1");
   CUDA_OP_CHECK("matmul_multi", n_outs >= 1 && n_outs <= kMaxSegments,
                 "1.." << kMaxSegments << " outputs, got " << n_outs);
   const void* ws[kMaxSegments] = {w0, w1, w2};
@@ -370,8 +371,10 @@ void matmul_multi(cudaStream_t stream, const float* x, int n_tokens, int in, DTy
 void swiglu_gemv(cudaStream_t stream, const float* x, int n_tokens, int in, const void* gate_up,
                  DType w_dtype, int rows, float* y, int flags) {
   CUDA_OP_CHECK(
-      "swiglu_gemv", n_tokens >= 1 && n_tokens <= kMaxGemvTokens && in >= 1 && rows >= 1,
-      "needs 1.." << kMaxGemvTokens << " tokens (got " << n_tokens << "), in >= 1, rows >= 1");
+      "swiglu_gemv",
+      n_tokens >= 1 && n_tokens <= gemv_tokens(flags, w_dtype, in) && in >= 1 && rows >= 1,
+      "needs 1.." << gemv_tokens(flags, w_dtype, in) << " tokens (got " << n_tokens
+                  << "), in >= 1, rows >= 1");
   CUDA_OP_CHECK("swiglu_gemv", x != nullptr && gate_up != nullptr && y != nullptr && y != x,
                 "needs x, the gate/up pair and an output not aliasing x");
   GemvPlan plan{};

@@ -28,8 +28,9 @@ namespace specrun::cuda {
 // Linear layer y[t, o] = sum_i x[t, i] * W[o, i] (+ bias[o]), float32 accumulation.
 //   x [n_tokens, in] float32; w [out, in] in w_dtype; bias [out] float32 or nullptr;
 //   y [n_tokens, out] float32, must not alias x.
-// Two paths, chosen by n_tokens only:
-//  - n_tokens <= kMaxGemvTokens (decode, verify windows): a batch-invariant kernel. Every
+// Two paths, chosen by n_tokens against gemv_tokens(flags, w_dtype, in) (64, or 512 on the
+// tensor cores):
+//  - n_tokens <= gemv_tokens(...) (decode, verify windows): a batch-invariant kernel. Every
 //    y[t, o] is reduced in one fixed order that does not depend on n_tokens or on t's place in
 //    the batch, so a token scored in a verify window gets bit-for-bit the logits it would get
 //    when decoded alone: the greedy speculative == baseline invariant holds on the GPU too.
@@ -39,8 +40,9 @@ namespace specrun::cuda {
 //       compute capability 8.0 on, else the CUDA-core kernel): BF16 mma.sync with float32
 //       accumulation, each activation split into three BF16 parts whose sum is the float32
 //       value (hi + mid + lo), so the products keep float32's precision; the weights are read
-//       once for up to 64 tokens. Its sums are in another order than the CUDA cores': results
-//       differ from theirs by float32 rounding, and a job uses one kernel for all its passes.
+//       once per 64 tokens, and passes of up to kMaxTensorCoreTokens stay batch-invariant (a
+//       verify pass of a batch of trees). Its sums are in another order than the CUDA cores':
+//       results differ from theirs by float32 rounding, and a job uses one kernel throughout.
 //  - larger n_tokens (prefill): cublasGemmEx. x is first rounded to w_dtype in `scratch`
 //    (BF16 x BF16 or F16 x F16 -> F32 output, CUBLAS_COMPUTE_32F, i.e. float32 accumulation;
 //    F32 weights: F32 x F32, CUBLAS_COMPUTE_32F without TF32). scratch must hold
@@ -54,9 +56,15 @@ namespace specrun::cuda {
 //                    with a grid stride and asking L2 for its next group's rows first (instead of
 //                    one block per group of rows, in waves).
 inline constexpr int kMaxGemvTokens = 64;
+inline constexpr int kMaxTensorCoreTokens = 512;
 inline constexpr int kGemvDependent = 1;
 inline constexpr int kGemvPersistent = 2;
 inline constexpr int kGemvTensorCores = 4;
+// The most tokens the batch-invariant path takes for a w_dtype [*, in] weight with these flags:
+// kMaxTensorCoreTokens where the tensor-core kernel applies (kGemvTensorCores, BF16, `in` a
+// multiple of 32, compute capability 8.0 on), else kMaxGemvTokens. Depends on the weight, never
+// on the pass, so a token's outputs stay the same in every pass up to it.
+int gemv_tokens(int flags, DType w_dtype, int in);
 std::size_t matmul_scratch_bytes(int n_tokens, int in, DType w_dtype);
 void matmul(cublasHandle_t cublas, cudaStream_t stream, const float* x, int n_tokens, int in,
             const void* w, DType w_dtype, int out, const float* bias, float* y, void* scratch,
@@ -64,8 +72,8 @@ void matmul(cublasHandle_t cublas, cudaStream_t stream, const float* x, int n_to
 
 // Up to three GEMVs sharing x in one launch (q, k and v): y_s = x W_s^T (+ bias_s) for s <
 // n_outs, W_s [out_s, in] in w_dtype. Bitwise what matmul gives for each alone with the same
-// flags. Decode and verify windows only: 1 <= n_tokens <= kMaxGemvTokens. Unused outputs: pass
-// nullptr / 0. flags as for matmul.
+// flags. Decode and verify windows only: 1 <= n_tokens <= gemv_tokens(flags, w_dtype, in).
+// Unused outputs: pass nullptr / 0. flags as for matmul.
 void matmul_multi(cudaStream_t stream, const float* x, int n_tokens, int in, DType w_dtype,
                   int n_outs, const void* w0, int out0, const float* bias0, float* y0,
                   const void* w1, int out1, const float* bias1, float* y1, const void* w2, int out2,
@@ -73,8 +81,8 @@ void matmul_multi(cudaStream_t stream, const float* x, int n_tokens, int in, DTy
 
 // SwiGLU MLP input in one launch: y[t, r] = silu(x gate[r]) * (x up[r]) for r < rows, with
 // gate_up [2 * rows, in] in w_dtype (gate's rows, then up's). Bitwise what two matmul calls
-// and silu_mul give (with the same flags). 1 <= n_tokens <= kMaxGemvTokens; y [n_tokens, rows]
-// must not alias x. flags as for matmul.
+// and silu_mul give (with the same flags). 1 <= n_tokens <= gemv_tokens(flags, w_dtype, in);
+// y [n_tokens, rows] must not alias x. flags as for matmul.
 void swiglu_gemv(cudaStream_t stream, const float* x, int n_tokens, int in, const void* gate_up,
                  DType w_dtype, int rows, float* y, int flags = 0);
 

@@ -37,8 +37,11 @@ enum class BackendKind { kCpu, kCuda };
 // any pass) for passes of at most this many tokens; larger passes (prefill, or a verify pass of
 // batch x window tokens above it) go through cuBLAS with activations rounded to the weights'
 // dtype. Greedy speculative output equals greedy baseline output on the GPU only while every
-// verify pass stays within it. The CPU backend is batch-invariant for any pass.
+// verify pass stays within it. With the projections on the tensor cores
+// (parallel.cuda_tensor_cores, BF16 weights) the limit is kCudaTensorCoreBatchInvariantTokens.
+// The CPU backend is batch-invariant for any pass.
 inline constexpr int kCudaBatchInvariantTokens = 64;
+inline constexpr int kCudaTensorCoreBatchInvariantTokens = 512;
 
 // "cpu" / "cuda".
 const char* backend_name(BackendKind kind);

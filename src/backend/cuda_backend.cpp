@@ -11,8 +11,9 @@
 
 namespace specrun {
 
-static_assert(kCudaBatchInvariantTokens == cuda::kMaxGemvTokens,
-              "backend.h states the GEMV path's token limit");
+static_assert(kCudaBatchInvariantTokens == cuda::kMaxGemvTokens &&
+                  kCudaTensorCoreBatchInvariantTokens == cuda::kMaxTensorCoreTokens,
+              "backend.h states the GEMV paths' token limits");
 
 namespace {
 
@@ -289,13 +290,14 @@ void CudaBackend::linear(CF x, int n, const Weight& w, const Weight* bias, F y) 
            0, nullptr, nullptr, nullptr, 0, nullptr, nullptr, gemv_flags());
     return;
   }
+  // The GEMV path up to gemv_tokens (64, or 512 on the tensor cores), else cuBLAS.
   cuda::matmul(cublas, stream_, x.get(), n, w.cols, w.data, w.dtype, w.rows, b, y.get(),
-               gemm_scratch_.get(), gemm_scratch_.bytes());
+               gemm_scratch_.get(), gemm_scratch_.bytes(), gemv_flags());
 }
 
 void CudaBackend::swiglu(CF x, int n, const Weight& gate_up, F y) {
   SPEC_CHECK(gate_up.pair, "swiglu needs a gate/up pair");
-  if (n <= cuda::kMaxGemvTokens) {
+  if (n <= cuda::gemv_tokens(gemv_flags(), gate_up.dtype, gate_up.cols)) {
     launch(&cuda::swiglu_gemv, x.get(), n, gate_up.cols, gate_up.data, gate_up.dtype, gate_up.rows,
            y.get(), gemv_flags());
     return;
@@ -309,7 +311,8 @@ void CudaBackend::swiglu(CF x, int n, const Weight& gate_up, F y) {
 }
 
 void CudaBackend::linear_multi(CF x, int n, std::span<const LinearOut> outs) {
-  bool fused = n <= cuda::kMaxGemvTokens && !outs.empty() && outs.size() <= 3;
+  bool fused = !outs.empty() && outs.size() <= 3 &&
+               n <= cuda::gemv_tokens(gemv_flags(), outs[0].w->dtype, outs[0].w->cols);
   for (const LinearOut& o : outs)
     fused = fused && o.w->dtype == outs[0].w->dtype && o.w->cols == outs[0].w->cols && !o.w->pair;
   if (!fused) {

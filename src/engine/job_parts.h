@@ -5,6 +5,7 @@
 #include <string>
 #include <vector>
 
+#include "backend/backend.h"
 #include "config/job_config.h"
 #include "io/provenance.h"
 #include "io/result_file.h"
@@ -33,6 +34,13 @@ std::string models_json(const JobConfig& config, bool contents = true);
 // target.dtype against the checkpoint's stored type: "auto" accepts any; otherwise they must
 // match (weights are kept in their checkpoint dtype). Throws (exit code 2) with advice.
 void check_target_dtype(const JobConfig& config, const Checkpoint& checkpoint);
+
+// On CUDA, a greedy speculative job whose verify passes (data.batch_size x window tokens) exceed
+// what the projections keep batch-invariant (backend.h: kCudaBatchInvariantTokens, or
+// kCudaTensorCoreBatchInvariantTokens with parallel.cuda_tensor_cores) may differ from its
+// baseline at a near-tie: the warning that says so, with the batch size (or the setting) that
+// keeps the guarantee; empty when there is nothing to say.
+std::string batch_variance_warning(const JobConfig& config, BackendKind backend);
 
 // The [parallel] section's CUDA launch settings (cuda_graphs, cuda_pdl, cuda_tensor_cores) on
 // the factory's device, before its first pass; nothing on the CPU backend.

@@ -256,26 +256,6 @@ RankModels load_models(const JobConfig& config, BackendKind backend, MpiComm& tp
   return m;
 }
 
-// On CUDA, a greedy speculative job whose verify passes exceed the batch-invariant token count
-// may differ from its baseline at a near-tie (backend.h kCudaBatchInvariantTokens): say so, with
-// the batch size that keeps the guarantee.
-void warn_batch_variance(const JobConfig& config, BackendKind backend, const Logger& log) {
-  if (backend != BackendKind::kCuda || config.decode.temperature > 0 ||
-      !config.uses_mode(kModeSpeculative))
-    return;
-  const int window =
-      1 + (config.decode.tree_top_k > 1 ? config.decode.tree_nodes : config.decode.draft_len);
-  if (static_cast<std::int64_t>(config.data.batch_size) * window <= kCudaBatchInvariantTokens)
-    return;
-  std::ostringstream line;
-  line << "data.batch_size " << config.data.batch_size << " x " << window
-       << " tokens per verify window exceeds the " << kCudaBatchInvariantTokens
-       << " tokens the CUDA kernels keep batch-invariant: speculative greedy output may differ "
-          "from baseline at a near-tie; data.batch_size <= "
-       << std::max(1, kCudaBatchInvariantTokens / window) << " keeps them identical";
-  log.warn(line.str());
-}
-
 // How the prompts are cut into batches.
 struct BatchPlan {
   std::int64_t n_prompts = 0, batch_size = 1, n_batches = 0;
@@ -369,6 +349,29 @@ ResultHeader job_header(const JobConfig& config, const World& world,
                                                                  "/config.json")))
           .dump();
   return header;
+}
+
+std::string batch_variance_warning(const JobConfig& config, BackendKind backend) {
+  if (backend != BackendKind::kCuda || config.decode.temperature > 0 ||
+      !config.uses_mode(kModeSpeculative))
+    return "";
+  const bool tensor_cores = config.parallel.cuda_tensor_cores;
+  const int limit = tensor_cores ? kCudaTensorCoreBatchInvariantTokens : kCudaBatchInvariantTokens;
+  const int window =
+      1 + (config.decode.tree_top_k > 1 ? config.decode.tree_nodes : config.decode.draft_len);
+  const std::int64_t tokens = static_cast<std::int64_t>(config.data.batch_size) * window;
+  if (tokens <= limit) return "";
+  std::ostringstream line;
+  line << "data.batch_size " << config.data.batch_size << " x " << window
+       << " tokens per verify window exceeds the " << limit
+       << " tokens the CUDA kernels keep batch-invariant"
+       << (tensor_cores ? " (BF16 weights on the tensor cores)" : "")
+       << ": speculative greedy output may differ from baseline at a near-tie; data.batch_size <= "
+       << std::max(1, limit / window) << " keeps them identical";
+  if (!tensor_cores && tokens <= kCudaTensorCoreBatchInvariantTokens)
+    line << ", and so does parallel.cuda_tensor_cores = true with BF16 weights (up to "
+         << kCudaTensorCoreBatchInvariantTokens << " tokens)";
+  return line.str();
 }
 
 void configure_cuda(ModelFactory& factory, const JobConfig& config) {
@@ -475,7 +478,8 @@ int run_job(const JobConfig& config, MpiSession& mpi, const RunOptions& options)
     log.info(line.str());
   }
   if (backend != BackendKind::kCpu) log.info("backend: " + models.factory->description());
-  warn_batch_variance(config, backend, log);
+  if (const std::string warning = batch_variance_warning(config, backend); !warning.empty())
+    log.warn(warning);
   Communicator& decisions = models.factory->tp_comm();
   BatchDecoder decoder(*models.target, models.drafter.get(), *models.ops, decisions, decode,
                        models.factory->device_timeline());

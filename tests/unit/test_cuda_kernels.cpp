@@ -22,6 +22,7 @@ TEST(CudaKernels, RequiresCudaBuild) {
 
 #else
 
+#include <algorithm>
 #include <cmath>
 #include <cstdint>
 #include <cstdlib>
@@ -261,7 +262,8 @@ TEST(CudaKernels, SwigluInOneLaunchEqualsTwoMatmulsAndSiluMul) {
 }
 
 // The projections on the tensor cores (kGemvTensorCores, kernels/cuda/gemv_mma.cu), for windows
-// of 1..64 tokens (one to eight tiles of 8 tokens) and row counts not multiples of 16:
+// of 1..64 tokens (one to eight tiles of 8 tokens), of 65 and 200 (blocks of 64: still the GEMV
+// path, gemv_tokens() = 512, with no cuBLAS handle given), and row counts not multiples of 16:
 //  - float32's precision against float64: at most 1e-5, and at most 8x the CUDA-core kernel's
 //    error on the same inputs (or 1e-6): dropping the lowest of the activations' three BF16
 //    parts would cost ~3e-6, the middle one ~1e-3;
@@ -288,12 +290,22 @@ TEST(CudaKernels, TensorCoreProjections) {
         test::make_weights(randn(static_cast<std::size_t>(out) * in, 600, 0.05f), bf);
     const auto bias = randn(out, 601);
     auto dw = upload(w.bytes), db = upload(bias);
-    for (int n : {1, 5, 8, 9, 17, 33, 64}) {
+    ASSERT_EQ(cuda::gemv_tokens(tc, bf, in), cuda::kMaxTensorCoreTokens);
+    ASSERT_EQ(cuda::gemv_tokens(0, bf, in), cuda::kMaxGemvTokens);
+    ASSERT_EQ(cuda::gemv_tokens(tc, DType::kF16, in), cuda::kMaxGemvTokens);
+    ASSERT_EQ(cuda::gemv_tokens(tc, bf, in + 8), cuda::kMaxGemvTokens);
+    for (int n : {1, 5, 8, 9, 17, 33, 64, 65, 200}) {
       const auto x = randn(static_cast<std::size_t>(n) * in, 610 + n);
       auto dx = upload(x);
       const auto ref = ref_matmul(x, n, in, w.widened, out, &bias);
       const auto y = run_matmul(dx, n, in, dw, bf, out, db.as<float>(), tc);
-      const double e_cuda = rel_l2(run_matmul(dx, n, in, dw, bf, out, db.as<float>(), 0), ref);
+      // The CUDA-core kernel's error on (at most) the first 64 tokens: its own path's limit.
+      const int m = std::min(n, cuda::kMaxGemvTokens);
+      const std::vector<float> xm(x.begin(), x.begin() + static_cast<std::ptrdiff_t>(m) * in);
+      auto dxm = upload(xm);
+      const std::vector<double> refm(ref.begin(),
+                                     ref.begin() + static_cast<std::ptrdiff_t>(m) * out);
+      const double e_cuda = rel_l2(run_matmul(dxm, m, in, dw, bf, out, db.as<float>(), 0), refm);
       const std::string what = "tensor cores n=" + std::to_string(n);
       expect_l2(what, y, ref, std::min(1e-5, std::max(8 * e_cuda, 1e-6)));
       std::cout << "    (CUDA cores: rel L2 " << e_cuda << ")\n";
@@ -332,7 +344,7 @@ TEST(CudaKernels, TensorCoreProjections) {
         test::make_weights(randn(2 * static_cast<std::size_t>(rows) * in, 625, 0.05f), bf);
     auto dgu = upload(gu.bytes);
     const std::byte* up = dgu.as<std::byte>() + static_cast<std::size_t>(rows) * in * 2;
-    for (int n : {1, 9, 33, 64}) {
+    for (int n : {1, 9, 33, 64, 130}) {
       const auto x = randn(static_cast<std::size_t>(n) * in, 630 + n);
       auto dx = upload(x);
       std::vector<cuda::DeviceBuffer> dy;
