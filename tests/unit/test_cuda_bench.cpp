@@ -474,27 +474,34 @@ TEST(CudaBench, DecodeAndVerifyStepsAgainstCopyBandwidth) {
                               {true, true, false, false, "on-waves"},
                               {true, true, true, false, "on"},
                               {true, true, true, true, "on-tc"}};
-    // The ratios of what has been measured so far (JSON null until both sides are).
+    // The ratios of what has been measured so far (JSON null until both sides are): key,
+    // numerator, denominator (case/batch/configuration). Step graphs against launch by launch;
+    // what the dependent launches and the persistent GEMVs bring inside step graphs; the
+    // projections on the tensor cores against the CUDA cores, both as a job runs them.
+    struct Ratio {
+      const char *key, *num, *den;
+    };
+    const Ratio ratios[] = {
+        {"verify_over_decode_batch1", "verify5/1/on", "decode/1/on"},
+        {"tree32_over_decode_batch1", "tree32/1/on", "decode/1/on"},
+        {"graphs_speedup_decode_batch1", "decode/1/off", "decode/1/on"},
+        {"graphs_speedup_verify5_batch1", "verify5/1/off", "verify5/1/on"},
+        {"pdl_speedup_decode_batch1", "decode/1/on-nopdl", "decode/1/on"},
+        {"pdl_speedup_verify5_batch1", "verify5/1/on-nopdl", "verify5/1/on"},
+        {"persistent_speedup_decode_batch1", "decode/1/on-waves", "decode/1/on"},
+        {"persistent_speedup_verify5_batch1", "verify5/1/on-waves", "verify5/1/on"},
+        {"tensor_core_speedup_decode_batch1", "decode/1/on", "decode/1/on-tc"},
+        {"tensor_core_speedup_verify5_batch1", "verify5/1/on", "verify5/1/on-tc"},
+        {"tensor_core_speedup_tree32_batch1", "tree32/1/on", "tree32/1/on-tc"},
+        {"verify_over_decode_batch1_tensor_cores", "verify5/1/on-tc", "decode/1/on-tc"},
+        {"tree32_over_decode_batch1_tensor_cores", "tree32/1/on-tc", "decode/1/on-tc"}};
     auto derive = [&] {
-      auto ratio = [&](const std::string& a, const std::string& b) -> nlohmann::json {
-        if (device_ms.count(a) == 0 || device_ms.count(b) == 0) return nullptr;
-        return device_ms[a] / device_ms[b];
-      };
-      report["verify_over_decode_batch1"] = ratio("verify5/1/on", "decode/1/on");
-      report["tree32_over_decode_batch1"] = ratio("tree32/1/on", "decode/1/on");
-      report["graphs_speedup_decode_batch1"] = ratio("decode/1/off", "decode/1/on");
-      report["graphs_speedup_verify5_batch1"] = ratio("verify5/1/off", "verify5/1/on");
-      // What the dependent launches and persistent GEMVs bring inside step graphs.
-      report["pdl_speedup_decode_batch1"] = ratio("decode/1/on-nopdl", "decode/1/on");
-      report["pdl_speedup_verify5_batch1"] = ratio("verify5/1/on-nopdl", "verify5/1/on");
-      report["persistent_speedup_decode_batch1"] = ratio("decode/1/on-waves", "decode/1/on");
-      report["persistent_speedup_verify5_batch1"] = ratio("verify5/1/on-waves", "verify5/1/on");
-      // The projections on the tensor cores against the CUDA cores, both as a job runs them.
-      report["tensor_core_speedup_decode_batch1"] = ratio("decode/1/on", "decode/1/on-tc");
-      report["tensor_core_speedup_verify5_batch1"] = ratio("verify5/1/on", "verify5/1/on-tc");
-      report["tensor_core_speedup_tree32_batch1"] = ratio("tree32/1/on", "tree32/1/on-tc");
-      report["verify_over_decode_batch1_tensor_cores"] = ratio("verify5/1/on-tc", "decode/1/on-tc");
-      report["tree32_over_decode_batch1_tensor_cores"] = ratio("tree32/1/on-tc", "decode/1/on-tc");
+      for (const Ratio& r : ratios) {
+        const auto a = device_ms.find(r.num), b = device_ms.find(r.den);
+        report[r.key] = a != device_ms.end() && b != device_ms.end()
+                            ? nlohmann::json(a->second / b->second)
+                            : nlohmann::json(nullptr);
+      }
     };
     for (const auto& [graphs, pdl, persistent, tensor_cores, label_text] : configs) {
       const std::string label = label_text;
