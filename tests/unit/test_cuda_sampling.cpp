@@ -31,10 +31,7 @@ TEST(CudaSampling, RequiresCudaBuild) {
 #include <cmath>
 #include <cstdint>
 #include <cstdio>
-#include <functional>
 #include <limits>
-#include <map>
-#include <memory>
 #include <numeric>
 #include <random>
 #include <string>
@@ -46,7 +43,6 @@ TEST(CudaSampling, RequiresCudaBuild) {
 #include "kernels/cuda/device_context.h"
 #include "kernels/cuda/device_info.h"
 #include "kernels/cuda/sampling.h"
-#include "spec/rng.h"
 #include "spec/sampling.h"
 #include "spec/verifier.h"
 

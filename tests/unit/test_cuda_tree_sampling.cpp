@@ -29,9 +29,7 @@ TEST(CudaTreeSampling, RequiresCudaBuild) {
 #include <cstdint>
 #include <cstdio>
 #include <functional>
-#include <limits>
 #include <map>
-#include <memory>
 #include <numeric>
 #include <random>
 #include <string>
@@ -43,7 +41,6 @@ TEST(CudaTreeSampling, RequiresCudaBuild) {
 #include "kernels/cuda/device_context.h"
 #include "kernels/cuda/device_info.h"
 #include "kernels/cuda/sampling.h"
-#include "spec/rng.h"
 #include "spec/sampling.h"
 #include "spec/verifier.h"
 
