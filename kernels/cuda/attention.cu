@@ -13,8 +13,12 @@
 // the group's terms added in position order). The warps' states are merged in warp order. The
 // order of every operation depends only on p and head_dim, not on the batch: decode and verify
 // windows give bit-identical outputs for the same token.
+// attention_rope rotates each query as it loads it (RoPE with a rope_table table, rope.cuh):
+// bitwise what rope_apply on q followed by attention gives, without the launch; q is left as
+// it was.
 #include "kernels/cuda/device_util.cuh"
 #include "kernels/cuda/ops.h"
+#include "kernels/cuda/rope.cuh"
 
 namespace specrun::cuda {
 namespace {
@@ -26,11 +30,12 @@ constexpr int kPerLane = kMaxHeadDim / kWarp;  // head_dim elements per lane (at
 
 __global__ void __launch_bounds__(kWarps* kWarp)
     attention_kernel(const float* __restrict__ q, int n_heads, int n_kv_heads, int head_dim,
-                     const KvSlot* __restrict__ slots, int layer, float scale,
-                     float* __restrict__ out) {
+                     const float* __restrict__ cos_sin, const KvSlot* __restrict__ slots, int layer,
+                     float scale, float* __restrict__ out) {
   __shared__ float warp_max[kWarps], warp_sum[kWarps];
   __shared__ float warp_out[kWarps][kMaxHeadDim];
-  detail::allow_dependents();  // o_proj's GEMV may start fetching its weights
+  detail::wait_for_prior_grids();  // a dependent launch: q, k and v have been written
+  detail::allow_dependents();      // o_proj's GEMV may start fetching its weights
   const int t = blockIdx.x / n_heads, h = blockIdx.x % n_heads;
   const int kv = h / (n_heads / n_kv_heads);
   const int lane = threadIdx.x % kWarp, warp = threadIdx.x / kWarp;
@@ -42,11 +47,15 @@ __global__ void __launch_bounds__(kWarps* kWarp)
   const std::size_t q_stride = static_cast<std::size_t>(n_heads) * head_dim;
   const float* qh = q + t * q_stride + static_cast<std::size_t>(h) * head_dim;
 
+  // The query, rotated here when given the table (cos_sin: this token's row of it).
+  const float* cs = cos_sin != nullptr ? cos_sin + static_cast<std::size_t>(t) * head_dim : nullptr;
   float qr[kPerLane], acc[kPerLane];
 #pragma unroll
   for (int c = 0; c < kPerLane; ++c) {
     const int d = lane + c * kWarp;
-    qr[c] = d < head_dim ? qh[d] : 0.0f;
+    qr[c] = d >= head_dim   ? 0.0f
+            : cs != nullptr ? detail::rope_element(qh, d, head_dim / 2, cs)
+                            : qh[d];
     acc[c] = 0.0f;
   }
   float m = -INFINITY, l = 0.0f;
@@ -134,26 +143,43 @@ __global__ void __launch_bounds__(kWarps* kWarp)
   }
 }
 
+void launch_attention(const char* op, cudaStream_t stream, const float* q, int n_tokens,
+                      int n_heads, int n_kv_heads, int head_dim, const float* cos_sin,
+                      const KvSlot* slots, int layer, float* out, bool dependent) {
+  SPEC_CHECK(q != nullptr && slots != nullptr && out != nullptr && q != out,
+             "cuda::" << op << ": needs q, slots and a separate output");
+  SPEC_CHECK(n_tokens >= 1 && n_heads >= 1 && n_kv_heads >= 1 && layer >= 0,
+             "cuda::" << op << ": bad sizes: tokens " << n_tokens << ", heads " << n_heads
+                      << ", kv heads " << n_kv_heads << ", layer " << layer);
+  SPEC_CHECK(n_heads % n_kv_heads == 0, "cuda::" << op << ": " << n_heads
+                                                 << " query heads are not a multiple of "
+                                                 << n_kv_heads << " kv heads");
+  SPEC_CHECK(head_dim >= 1 && head_dim <= kMaxHeadDim,
+             "cuda::" << op << ": head_dim " << head_dim << " is outside 1.." << kMaxHeadDim
+                      << " (raise kMaxHeadDim in kernels/cuda/ops.h)");
+  const std::size_t blocks = static_cast<std::size_t>(n_tokens) * n_heads;
+  SPEC_CHECK(blocks <= 2147483647u, "cuda::" << op << ": too many (token, head) pairs: " << blocks);
+  const float scale = 1.0f / sqrtf(static_cast<float>(head_dim));
+  detail::launch_dependent(dependent, attention_kernel, dim3(static_cast<unsigned>(blocks)),
+                           dim3(kWarps * kWarp), 0, stream, q, n_heads, n_kv_heads, head_dim,
+                           cos_sin, slots, layer, scale, out);
+}
+
 }  // namespace
 
 void attention(cudaStream_t stream, const float* q, int n_tokens, int n_heads, int n_kv_heads,
                int head_dim, const KvSlot* slots, int layer, float* out) {
-  CUDA_OP_CHECK("attention", q != nullptr && slots != nullptr && out != nullptr && q != out,
-                "needs q, slots and a separate output");
-  CUDA_OP_CHECK("attention", n_tokens >= 1 && n_heads >= 1 && n_kv_heads >= 1 && layer >= 0,
-                "bad sizes: tokens " << n_tokens << ", heads " << n_heads << ", kv heads "
-                                     << n_kv_heads << ", layer " << layer);
-  CUDA_OP_CHECK("attention", n_heads % n_kv_heads == 0,
-                n_heads << " query heads are not a multiple of " << n_kv_heads << " kv heads");
-  CUDA_OP_CHECK("attention", head_dim >= 1 && head_dim <= kMaxHeadDim,
-                "head_dim " << head_dim << " is outside 1.." << kMaxHeadDim
-                            << " (raise kMaxHeadDim in kernels/cuda/ops.h)");
-  const std::size_t blocks = static_cast<std::size_t>(n_tokens) * n_heads;
-  CUDA_OP_CHECK("attention", blocks <= 2147483647u, "too many (token, head) pairs: " << blocks);
-  const float scale = 1.0f / sqrtf(static_cast<float>(head_dim));
-  attention_kernel<<<static_cast<unsigned>(blocks), kWarps * kWarp, 0, stream>>>(
-      q, n_heads, n_kv_heads, head_dim, slots, layer, scale, out);
-  CUDA_CHECK_LAUNCH();
+  launch_attention("attention", stream, q, n_tokens, n_heads, n_kv_heads, head_dim, nullptr, slots,
+                   layer, out, false);
+}
+
+void attention_rope(cudaStream_t stream, const float* q, int n_tokens, int n_heads, int n_kv_heads,
+                    int head_dim, const float* cos_sin, const KvSlot* slots, int layer, float* out,
+                    bool dependent) {
+  CUDA_OP_CHECK("attention_rope", cos_sin != nullptr && head_dim % 2 == 0,
+                "needs the RoPE table and an even head_dim (" << head_dim << ")");
+  launch_attention("attention_rope", stream, q, n_tokens, n_heads, n_kv_heads, head_dim, cos_sin,
+                   slots, layer, out, dependent);
 }
 
 }  // namespace specrun::cuda

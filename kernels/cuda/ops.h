@@ -96,15 +96,21 @@ void gather_rows(cudaStream_t stream, const void* table, DType dtype, std::int64
 void select_rows(cudaStream_t stream, const float* x, int dim, const std::int32_t* rows, int n_rows,
                  float* out);
 
+// The small kernels of a step (the norms, rope_kv_append, attention_rope) take `dependent`:
+// launched as a programmatic dependent launch (sm_90 on; device_util.cuh), the kernel may be
+// placed on the device while the kernel before it still runs and waits for it before it reads or
+// writes anything; a step graph thus hides their launch behind the projection before them.
+// Never a result bit changes. Only right after another kernel (not a copy) on the stream.
+
 // RMSNorm (LlamaRMSNorm): y[t, i] = x[t, i] * rsqrt(mean(x[t, :]^2) + eps) * w[i].
 //   x, y [n_tokens, dim] float32 (may alias); w [dim] in w_dtype.
 void rmsnorm(cudaStream_t stream, const float* x, int n_tokens, int dim, const void* w,
-             DType w_dtype, float eps, float* y);
+             DType w_dtype, float eps, float* y, bool dependent = false);
 
 // Residual add and RMSNorm in one pass: x += delta, then y = rmsnorm(x) with w. Bitwise what
 // add_inplace and rmsnorm give. x, delta, y [n_tokens, dim] float32; y must not alias x or delta.
 void add_rmsnorm(cudaStream_t stream, float* x, const float* delta, int n_tokens, int dim,
-                 const void* w, DType w_dtype, float eps, float* y);
+                 const void* w, DType w_dtype, float eps, float* y, bool dependent = false);
 
 // Rotary embedding, HF rotate_half, in place (see kernels/cpu/ops.h rope for the formula).
 //   token t, head h at x + t * row_stride + h * head_dim; inv_freq [head_dim/2] float32 and
@@ -139,6 +145,12 @@ struct KvSlot {
 //   k_new, v_new [n_tokens, n_kv_heads * head_dim] float32; slots [n_tokens] (device).
 void kv_append(cudaStream_t stream, const float* k_new, const float* v_new, int n_tokens,
                int n_kv_heads, int head_dim, const KvSlot* slots, int layer);
+// kv_append with the keys rotated on the way (RoPE, cos_sin [n_tokens, head_dim] from
+// rope_table): the cache gets bitwise what rope_apply on k_new followed by kv_append writes;
+// k_new is not changed. head_dim even.
+void rope_kv_append(cudaStream_t stream, const float* k_new, const float* v_new, int n_tokens,
+                    int n_kv_heads, int head_dim, const float* cos_sin, const KvSlot* slots,
+                    int layer, bool dependent = false);
 
 // Causal grouped-query attention of n_tokens new tokens (of any sequences) over their caches
 // (kv_append must have written them). q, out [n_tokens, n_heads * head_dim] float32; query
@@ -147,6 +159,11 @@ void kv_append(cudaStream_t stream, const float* k_new, const float* v_new, int 
 inline constexpr int kMaxHeadDim = 256;
 void attention(cudaStream_t stream, const float* q, int n_tokens, int n_heads, int n_kv_heads,
                int head_dim, const KvSlot* slots, int layer, float* out);
+// attention with each query rotated as it is loaded (RoPE, cos_sin [n_tokens, head_dim] from
+// rope_table): bitwise what rope_apply on q followed by attention gives; q is not changed.
+void attention_rope(cudaStream_t stream, const float* q, int n_tokens, int n_heads, int n_kv_heads,
+                    int head_dim, const float* cos_sin, const KvSlot* slots, int layer, float* out,
+                    bool dependent = false);
 
 // Compaction after a verified token tree: in one sequence's cache (the KvSlot layout, `layers`
 // layers of row_floats-wide rows), slots first + rows[j] move to first + j for j < count, keys

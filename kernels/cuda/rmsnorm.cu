@@ -3,7 +3,7 @@
 // squares is reduced in a fixed order (threads, then warps), so a token's result does not
 // depend on the other tokens of the batch. add_rmsnorm first adds delta [n_tokens, dim] to x in
 // the same pass (each thread adds the elements it then squares): the same sums in the same order
-// as add_inplace followed by rmsnorm.
+// as add_inplace followed by rmsnorm. Either may be a programmatic dependent launch (ops.h).
 #include "kernels/cuda/device_util.cuh"
 #include "kernels/cuda/ops.h"
 
@@ -17,7 +17,8 @@ __global__ void __launch_bounds__(kThreads)
     rmsnorm_kernel(float* x, const float* __restrict__ delta, int dim, const void* __restrict__ w,
                    DType w_dtype, float eps, float* y) {
   __shared__ float shared[detail::kWarp];
-  detail::allow_dependents();  // the projection after the norm may start fetching its weights
+  detail::wait_for_prior_grids();  // a dependent launch: the kernel before has finished
+  detail::allow_dependents();      // the projection after the norm may start fetching its weights
   float* xt = x + static_cast<std::size_t>(blockIdx.x) * dim;
   float* yt = y + static_cast<std::size_t>(blockIdx.x) * dim;
   float sum = 0.0f;
@@ -40,26 +41,26 @@ __global__ void __launch_bounds__(kThreads)
 }  // namespace
 
 void rmsnorm(cudaStream_t stream, const float* x, int n_tokens, int dim, const void* w,
-             DType w_dtype, float eps, float* y) {
+             DType w_dtype, float eps, float* y, bool dependent) {
   CUDA_OP_CHECK("rmsnorm", x != nullptr && w != nullptr && y != nullptr, "needs x, w and y");
   CUDA_OP_CHECK("rmsnorm", n_tokens >= 1 && dim >= 1 && n_tokens <= 2147483647,
                 "bad sizes: tokens " << n_tokens << ", dim " << dim);
   // The kernel writes x only when given a delta.
-  rmsnorm_kernel<<<n_tokens, kThreads, 0, stream>>>(const_cast<float*>(x), nullptr, dim, w, w_dtype,
-                                                    eps, y);
-  CUDA_CHECK_LAUNCH();
+  detail::launch_dependent(dependent, rmsnorm_kernel, dim3(static_cast<unsigned>(n_tokens)),
+                           dim3(kThreads), 0, stream, const_cast<float*>(x),
+                           static_cast<const float*>(nullptr), dim, w, w_dtype, eps, y);
 }
 
 void add_rmsnorm(cudaStream_t stream, float* x, const float* delta, int n_tokens, int dim,
-                 const void* w, DType w_dtype, float eps, float* y) {
+                 const void* w, DType w_dtype, float eps, float* y, bool dependent) {
   CUDA_OP_CHECK("add_rmsnorm", x != nullptr && delta != nullptr && w != nullptr && y != nullptr,
                 "needs x, delta, w and y");
   CUDA_OP_CHECK("add_rmsnorm", y != x && y != delta && delta != x,
                 "y, x and delta must be three different buffers");
   CUDA_OP_CHECK("add_rmsnorm", n_tokens >= 1 && dim >= 1,
                 "bad sizes: tokens " << n_tokens << ", dim " << dim);
-  rmsnorm_kernel<<<n_tokens, kThreads, 0, stream>>>(x, delta, dim, w, w_dtype, eps, y);
-  CUDA_CHECK_LAUNCH();
+  detail::launch_dependent(dependent, rmsnorm_kernel, dim3(static_cast<unsigned>(n_tokens)),
+                           dim3(kThreads), 0, stream, x, delta, dim, w, w_dtype, eps, y);
 }
 
 }  // namespace specrun::cuda

@@ -1,13 +1,15 @@
 // Rotary position embedding, Hugging Face rotate_half convention, in place on float32.
 // Layout: token t, head h starts at x + t * row_stride + h * head_dim. For j < half = head_dim/2,
 // with a = positions[t] * inv_freq[j] (float32) and c, s = cos(a), sin(a) (full-precision
-// sincosf):  x'[j] = x[j] c - x[j + half] s,   x'[j + half] = x[j + half] c + x[j] s.
+// sincosf):  x'[j] = x[j] c - x[j + half] s,   x'[j + half] = x[j + half] c + x[j] s
+// (rope.cuh: rounded as written, the same bits as the fused ops that rotate on the fly).
 //   rope:       c, s computed from inv_freq [half] and positions [n_tokens] (device memory);
 //   rope_table: cos_sin[t * head_dim + j] = c, cos_sin[t * head_dim + half + j] = s;
 //   rope_apply: the rotation with such a table (the CPU's rope_table / rope_apply).
 // One thread per (token, head, j) for the rotations, per (token, j) for the table.
 #include "kernels/cuda/device_util.cuh"
 #include "kernels/cuda/ops.h"
+#include "kernels/cuda/rope.cuh"
 
 namespace specrun::cuda {
 namespace {
@@ -43,8 +45,8 @@ __global__ void rope_kernel(float* x, int n_heads, int half, std::int64_t row_st
     float c, s;
     angles(t, j, half, &c, &s);
     const float x0 = xh[j], x1 = xh[j + half];
-    xh[j] = x0 * c - x1 * s;
-    xh[j + half] = x1 * c + x0 * s;
+    xh[j] = detail::rope_first(x0, x1, c, s);
+    xh[j + half] = detail::rope_second(x0, x1, c, s);
   }
 }
 

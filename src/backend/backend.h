@@ -14,8 +14,9 @@
 //    KV append and causal attention over the staged batch, row moves, vocabulary unsharding;
 //  - fused ops, each an optional capability with a default composition of the plain ops
 //    (backend/default_ops.h): add+RMSNorm, several linears over one input, SwiGLU in the
-//    matmul. A backend that has a faster kernel overrides the default; the result must be
-//    bitwise what the composition gives on that backend.
+//    matmul, RoPE of q and k with the KV append and attention. A backend that has a faster
+//    kernel overrides the default; the result must be bitwise what the composition gives on
+//    that backend.
 // Collectives are not the backend's: the graph calls the tensor-parallel Communicator with the
 // backend's raw pointers (MPI on host memory for the CPU, NCCL on device memory for CUDA).
 #pragma once

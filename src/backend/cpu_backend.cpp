@@ -7,6 +7,7 @@
 #include <cerrno>
 #include <cstring>
 
+#include "backend/default_ops.h"
 #include "common/error.h"
 #include "kernels/cpu/ops.h"
 
@@ -235,6 +236,11 @@ void CpuBackend::attend(int layer, CF q, int m, bool last_only, F out, int heads
 #pragma omp parallel for schedule(dynamic, 1)
     for (int b = 0; b < n_seqs; ++b) one(b);
   }
+}
+
+void CpuBackend::rope_attend(int layer, const KvRows& kv, F q, int n, CF table, F out, int heads,
+                             int kv_heads, int head_dim) {
+  compose_rope_attend(*this, layer, kv, q, n, table, out, heads, kv_heads, head_dim);
 }
 
 // Tree attention by paths: a node's keys are the chain's (slots [0, tree_base)) followed by its

@@ -130,6 +130,10 @@ class CpuBackend {
   // scratch), then causal attention of q [m, heads*hd] over the caches: m = all n rows, or
   // (last_only) one row per sequence, its last token's, at row b.
   void attend(int layer, CF q, int m, bool last_only, F out, int heads, int kv_heads, int head_dim);
+  // RoPE of kv.k and q with `table`, then attend (not last_only): the default composition
+  // (backend/default_ops.h); q and kv.k are left rotated.
+  void rope_attend(int layer, const KvRows& kv, F q, int n, CF table, F out, int heads,
+                   int kv_heads, int head_dim);
   // Keeps slots [0, first) of `kv` and moves slot first + rows[j] to first + j, every layer
   // (LanguageModel::keep).
   void kv_keep(KvBlock& kv, int layers, int first, std::span<const int> rows) const;

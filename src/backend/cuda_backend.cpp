@@ -339,11 +339,12 @@ void CudaBackend::silu_mul(CF gate, CF up, F y, std::size_t n) {
 }
 
 void CudaBackend::rmsnorm(CF x, int n, int dim, const Weight& w, float eps, F y) {
-  launch(&cuda::rmsnorm, x.get(), n, dim, w.data, w.dtype, eps, y.get());
+  launch(&cuda::rmsnorm, x.get(), n, dim, w.data, w.dtype, eps, y.get(), dependent_launch());
 }
 
 void CudaBackend::add_rmsnorm(F x, CF delta, int n, int dim, const Weight& w, float eps, F y) {
-  launch(&cuda::add_rmsnorm, x.get(), delta.get(), n, dim, w.data, w.dtype, eps, y.get());
+  launch(&cuda::add_rmsnorm, x.get(), delta.get(), n, dim, w.data, w.dtype, eps, y.get(),
+         dependent_launch());
 }
 
 void CudaBackend::add_inplace(F y, CF x, std::size_t n) {
@@ -371,6 +372,17 @@ void CudaBackend::attend(int layer, CF q, int m, bool last_only, F out, int head
          layer);
   launch(&cuda::attention, q.get(), m, heads, kv_heads, head_dim, last_only ? last_slots_ : slots_,
          layer, out.get());
+}
+
+void CudaBackend::rope_attend(int layer, const KvRows& kv, F q, int n, CF table, F out, int heads,
+                              int kv_heads, int head_dim) {
+  SPEC_CHECK(n == n_, "rope_attend: " << n << " query rows for a pass of " << n_ << " tokens");
+  SPEC_CHECK(kv_row_floats_ == kv_heads * head_dim,
+             "rope_attend: kv_rows was not called for this layer");
+  launch(&cuda::rope_kv_append, kv.k.get(), kv.v.get(), n_, kv_heads, head_dim, table.get(), slots_,
+         layer, dependent_launch());
+  launch(&cuda::attention_rope, q.get(), n_, heads, kv_heads, head_dim, table.get(), slots_, layer,
+         out.get(), dependent_launch());
 }
 
 void CudaBackend::keep_last_rows(F a, std::size_t width) {

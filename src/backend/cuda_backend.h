@@ -57,7 +57,8 @@ class CudaContext {
   // Counts over all of this rank's models.
   cuda::StepGraphStats& step_graph_stats() { return graph_stats_; }
 
-  // Whether the projections of a step graph are programmatic dependent launches
+  // Whether the kernels of a step graph (projections, norms, RoPE + append, attention) are
+  // programmatic dependent launches
   // (parallel.cuda_pdl, on by default; kernels/cuda/device_util.cuh): asked for, and the device
   // has them (compute capability 9.0 on). Read at every launch.
   bool dependent_launch() const;
@@ -193,6 +194,11 @@ class CudaBackend {
   void add_bias(F y, const Weight& bias, int n, int dim);
   KvRows kv_rows(int layer, int row_floats);
   void attend(int layer, CF q, int m, bool last_only, F out, int heads, int kv_heads, int head_dim);
+  // RoPE of kv.k and q with `table`, the append and attention in two launches (the keys rotated
+  // as they are appended, the queries as attention loads them): bitwise the composition
+  // (backend/default_ops.h); q and kv.k are left as they were.
+  void rope_attend(int layer, const KvRows& kv, F q, int n, CF table, F out, int heads,
+                   int kv_heads, int head_dim);
   // LanguageModel::keep's move of the kept slots (kernels/cuda kv_keep).
   void kv_keep(KvBlock& kv, int layers, int first, std::span<const int> rows);
   void keep_last_rows(F a, std::size_t width);
@@ -236,9 +242,10 @@ class CudaBackend {
     after_kernel_ = f != reinterpret_cast<const void*>(&cuda::memcpy_async) &&
                     f != reinterpret_cast<const void*>(&cuda::memcpy2d_async);
   }
-  // The projections of a recorded pass go as programmatic dependent launches when the context
-  // allows them and the launch before was a kernel (a programmatic dependency links two kernels;
-  // after a copy, e.g. keep_last_rows before lm_head, the projection waits as usual).
+  // The projections of a recorded pass, and the small kernels between them (the norms, the two
+  // of rope_attend), go as programmatic dependent launches when the context allows them and the
+  // launch before was a kernel (a programmatic dependency links two kernels; after a copy, e.g.
+  // keep_last_rows before lm_head, the launch waits as usual).
   bool dependent_launch() const {
     return graphs_->recording() && after_kernel_ && ctx_->dependent_launch();
   }

@@ -4,6 +4,7 @@
 #pragma once
 
 #include <cstddef>
+#include <cstdint>
 #include <span>
 
 namespace specrun {
@@ -32,6 +33,18 @@ void compose_swiglu(B& b, typename B::CF x, int n, const typename B::Weight& gat
   b.linear(x, n, gate, nullptr, g);
   b.linear(x, n, up, nullptr, u);
   b.silu_mul(g, u, y, static_cast<std::size_t>(n) * gate.rows);
+}
+
+// RoPE of the staged keys kv.k and of q (all n rows of the pass, table rows 0..n-1), then the
+// append and attention (attend, not last_only). Afterwards q and kv.k hold unspecified values:
+// a fused kernel may rotate them on the way instead.
+template <class B>
+void compose_rope_attend(B& b, int layer, const typename B::KvRows& kv, typename B::F q, int n,
+                         typename B::CF table, typename B::F out, int heads, int kv_heads,
+                         int head_dim) {
+  b.rope_apply(kv.k, n, kv_heads, head_dim, static_cast<std::int64_t>(kv_heads) * head_dim, table);
+  b.rope_apply(q, n, heads, head_dim, static_cast<std::int64_t>(heads) * head_dim, table);
+  b.attend(layer, q, n, false, out, heads, kv_heads, head_dim);
 }
 
 }  // namespace specrun

@@ -147,9 +147,10 @@ void for_each_option(Config& config, Visitor&& visit) {
           "rank per model) as a CUDA graph captured once per shape; false: launch by launch."},
         config.parallel.cuda_graphs);
   visit(S{"parallel", "cuda_pdl",
-          "backend = cuda, on GPUs of compute capability 9.0 on: the projections of a step graph "
-          "start while the kernel before them finishes (programmatic dependent launch: their "
-          "weights stream in meanwhile); false: each waits for the previous kernel to end."},
+          "backend = cuda, on GPUs of compute capability 9.0 on: the kernels of a step graph "
+          "start while the kernel before them finishes (programmatic dependent launch: the "
+          "projections' weights stream in meanwhile, the small kernels' launch is hidden); "
+          "false: each waits for the previous kernel to end."},
         config.parallel.cuda_pdl);
   visit(S{"parallel", "cuda_tensor_cores",
           "backend = cuda: the projections of decode and verify passes (BF16 weights) on the "

@@ -181,10 +181,8 @@ ForwardResult Eagle3Model<B>::forward(std::span<const SeqChunk> batch, const Row
                                         {&weights_.get(Role::kK), nullptr, kv.k},
                                         {&weights_.get(Role::kV), nullptr, kv.v}};
   b_.linear_multi(a, n, qkv);
-  b_.rope_apply(kv.k, n, plan.kv_heads, hd, kv_width, rope);
-  b_.rope_apply(q, n, plan.q_heads, hd, q_width, rope);
   F attn = attn_.grow(N * q_width);
-  b_.attend(0, q, n, false, attn, plan.q_heads, plan.kv_heads, hd);
+  b_.rope_attend(0, kv, q, n, rope, attn, plan.q_heads, plan.kv_heads, hd);
   // Row-parallel o_proj and down_proj when sharded: partial sums, summed across the group.
   F proj = proj_.grow(N * H);
   b_.linear(attn, n, weights_.get(Role::kO), nullptr, proj);

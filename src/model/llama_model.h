@@ -219,21 +219,25 @@ void LlamaModel<B>::attention_block(int layer, int n, bool last_only) {
   b_.linear_multi(
       xn, n,
       std::span<const typename B::LinearOut>(qkv).subspan(last_only ? 1 : 0, last_only ? 2 : 3));
-  if (const Weight* k_norm = weights_.maybe(layer, Role::kKNorm))  // Qwen3: per head
+  const Weight* q_norm = weights_.maybe(layer, Role::kQNorm);  // Qwen3: per head
+  if (const Weight* k_norm = weights_.maybe(layer, Role::kKNorm))
     b_.rmsnorm(kv.k, n * plan.kv_heads, hd, *k_norm, eps, kv.k);
-  b_.rope_apply(kv.k, n, plan.kv_heads, hd, kv_width, rope);
-  if (last_only) {
+  if (!last_only) {
+    // RoPE of q and k, the append of each sequence's keys and values to its cache, attention:
+    // one fused op (the CUDA backend rotates on the way; backend/default_ops.h).
+    if (q_norm != nullptr) b_.rmsnorm(q, n * plan.q_heads, hd, *q_norm, eps, q);
+    b_.rope_attend(layer, kv, q, n, rope, attn, plan.q_heads, plan.kv_heads, hd);
+  } else {
+    // The keys of all n rows are rotated before the table keeps the last rows only.
+    b_.rope_apply(kv.k, n, plan.kv_heads, hd, kv_width, rope);
     b_.keep_last_rows(xn, H);
     b_.keep_last_rows(x, H);
     b_.keep_last_rows(rope, hd);
     b_.linear_multi(xn, m, std::span<const typename B::LinearOut>(qkv, 1));
+    if (q_norm != nullptr) b_.rmsnorm(q, m * plan.q_heads, hd, *q_norm, eps, q);
+    b_.rope_apply(q, m, plan.q_heads, hd, q_width, rope);
+    b_.attend(layer, q, m, true, attn, plan.q_heads, plan.kv_heads, hd);
   }
-  if (const Weight* q_norm = weights_.maybe(layer, Role::kQNorm))
-    b_.rmsnorm(q, m * plan.q_heads, hd, *q_norm, eps, q);
-  b_.rope_apply(q, m, plan.q_heads, hd, q_width, rope);
-
-  // Append each sequence's keys and values to its cache, then attend.
-  b_.attend(layer, q, m, last_only, attn, plan.q_heads, plan.kv_heads, hd);
 
   // Row-parallel o_proj: partial sums over this rank's heads, then summed across the group.
   b_.linear(attn, m, weights_.at(layer, Role::kO), nullptr, proj);

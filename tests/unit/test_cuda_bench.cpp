@@ -296,19 +296,22 @@ nlohmann::json op_breakdown(cudaStream_t stream, double copy_gbs, std::ostream& 
   const int ns[3] = {1, 5, 33};
   for (int ni = 0; ni < 3; ++ni) {
     const int n = ns[ni];
-    // per_layer: once per layer (x16 a step); tensor_cores: the alternative kernel of a
-    // projection, left out of the layer's sum.
+    // per_layer: once per layer (x16 a step). variant: an alternative to what a step runs by
+    // default, left out of the layer's sum: "tensor cores" (a projection's other kernel) or
+    // "unfused" (the launches a fused op replaces).
     auto row = [&](const std::string& op, double us, double bytes, bool per_layer,
-                   bool tensor_cores = false) {
+                   const char* variant = nullptr) {
       const double gbs = bytes / (us * 1e-6) / 1e9;
+      const bool tensor_cores = variant != nullptr && std::string(variant) == "tensor cores";
       rows.push_back({{"op", op},
                       {"tokens", n},
                       {"us", us},
                       {"gb_per_s", gbs},
                       {"fraction_of_copy", gbs / copy_gbs},
                       {"per_layer", per_layer},
-                      {"tensor_cores", tensor_cores}});
-      if (per_layer && !tensor_cores) layer_us[ni] += us;
+                      {"tensor_cores", tensor_cores},
+                      {"variant", variant != nullptr ? variant : "default"}});
+      if (per_layer && variant == nullptr) layer_us[ni] += us;
       log << "  " << std::left << std::setw(42) << op << std::right << std::setw(7) << n
           << std::setprecision(1) << std::setw(9) << us << std::setprecision(0) << std::setw(8)
           << gbs << std::setprecision(1) << std::setw(8) << 100 * gbs / copy_gbs << "\n";
@@ -338,26 +341,36 @@ nlohmann::json op_breakdown(cudaStream_t stream, double copy_gbs, std::ostream& 
                        static_cast<int>(mat.rows), nullptr, yf, nullptr, 0, flags);
       });
       row(std::string(mat.name) + (flags == 0 ? "" : " [tensor cores]"), us, bytes, m != 4,
-          flags != 0);
+          flags == 0 ? nullptr : "tensor cores");
     }
+    // RoPE, the KV append and attention: the two launches a step runs (rope_attend), then the
+    // four they replace. q in y, the new keys and values in x.
     const double kv_bytes = 2.0 * (ctx + n) * kv_row * 4;
-    row("kv_append + attention (context 128)",
+    const cuda::KvSlot* sl = dslots.as<cuda::KvSlot>();
+    row("rope + kv_append + attention (context 128)",
         us_per_launch(stream,
                       [&](int) {
-                        cuda::kv_append(stream, xf, xf + n * kv_row, n, kv_heads, hd,
-                                        dslots.as<cuda::KvSlot>(), 0);
-                        cuda::attention(stream, yf, n, heads, kv_heads, hd,
-                                        dslots.as<cuda::KvSlot>(), 0, y2f);
+                        cuda::rope_kv_append(stream, xf, xf + n * kv_row, n, kv_heads, hd,
+                                             rope.as<float>(), sl, 0);
+                        cuda::attention_rope(stream, yf, n, heads, kv_heads, hd, rope.as<float>(),
+                                             sl, 0, y2f);
                       }),
-        kv_bytes, true);
-    row("rope q and k",
+        kv_bytes + 8.0 * n * heads * hd, true);
+    row("kv_append + attention [unfused]",
+        us_per_launch(stream,
+                      [&](int) {
+                        cuda::kv_append(stream, xf, xf + n * kv_row, n, kv_heads, hd, sl, 0);
+                        cuda::attention(stream, yf, n, heads, kv_heads, hd, sl, 0, y2f);
+                      }),
+        kv_bytes, true, "unfused");
+    row("rope q and k [unfused]",
         us_per_launch(stream,
                       [&](int) {
                         cuda::rope_apply(stream, yf, n, heads, hd, heads * hd, rope.as<float>());
-                        cuda::rope_apply(stream, yf + n * heads * hd, n, kv_heads, hd,
-                                         kv_heads * hd, rope.as<float>());
+                        cuda::rope_apply(stream, xf, n, kv_heads, hd, kv_heads * hd,
+                                         rope.as<float>());
                       }),
-        8.0 * n * (heads + kv_heads) * hd, true);
+        8.0 * n * (heads + kv_heads) * hd, true, "unfused");
     row("add + RMSNorm (x2 per layer)",
         2 * us_per_launch(stream,
                           [&](int) {

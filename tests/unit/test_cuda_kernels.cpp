@@ -6,9 +6,10 @@
 //    fails, and NaN never passes;
 //  - tolerances: float32 arithmetic 1e-5 (far under 1e-3); activations rounded to BF16 for
 //    cuBLAS (prefill) 1e-2, to F16 2e-3;
-//  - the fused ops (q/k/v in one launch, gate/up with SiLU, residual add with RMSNorm) give
-//    bitwise what the compositions they replace give, on the same device; so do projections
-//    launched as programmatic dependent launches or as persistent GEMVs (eager and in a graph);
+//  - the fused ops (q/k/v in one launch, gate/up with SiLU, residual add with RMSNorm, RoPE with
+//    the KV append and attention) give bitwise what the compositions they replace give, on the
+//    same device; so do projections launched as programmatic dependent launches or as
+//    persistent GEMVs (eager and in a graph);
 //  - the projections on the tensor cores (kGemvTensorCores) keep float32's precision and are
 //    batch-invariant (a token bitwise the same alone and in a window of up to 64).
 // Skips visibly without a CUDA build or without a device.
@@ -494,8 +495,106 @@ TEST(CudaKernels, AttentionOverTwoSequencesAgainstFloat64) {
   expect_l2("kv_append + attention (2 sequences, window 3)", download(out, q.size()), ref, 1e-5);
 }
 
+// RoPE with the KV append and attention in two launches (the keys rotated as they are appended,
+// the queries as attention loads them) against the four launches they replace (rope_apply of k
+// and q, kv_append, attention): the caches and the outputs bitwise equal, q and k left as they
+// were; the same as programmatic dependent launches in a graph after the kernel that makes the
+// table (as a step graph issues them). Two sequences with windows of 3 at different positions;
+// head_dim 64 and 128 (a pair's two elements in one lane) and 80 (in different lanes); a table
+// from real frequencies.
+TEST(CudaKernels, RopeAttendEqualsRopeAppendAttention) {
+  REQUIRE_DEVICE();
+  for (int hd : {64, 80, 128}) {
+    const int heads = 8, kv_heads = 2, layers = 2, layer = 1, cap = 128, win = 3;
+    const int lens[2] = {37, 90};
+    const std::size_t row = static_cast<std::size_t>(kv_heads) * hd;
+    const int n = 2 * win;
+    const std::string what = "rope_attend head_dim " + std::to_string(hd);
+    std::vector<float> inv(hd / 2);
+    for (int j = 0; j < hd / 2; ++j) inv[j] = static_cast<float>(std::pow(10000.0, -2.0 * j / hd));
+    std::vector<std::int32_t> pos;
+    for (int s = 0; s < 2; ++s)
+      for (int i = 0; i < win; ++i) pos.push_back(lens[s] + i);
+    auto dinv = upload(inv), dpos = upload(pos);
+    auto table = poisoned(static_cast<std::size_t>(n) * hd);
+    auto make_table = [&] {
+      cuda::rope_table(stream(), dinv.as<float>(), hd, dpos.as<std::int32_t>(), n,
+                       table.as<float>());
+    };
+    make_table();
+    const auto q = randn(static_cast<std::size_t>(n) * heads * hd, 520 + hd);
+    const auto k = randn(static_cast<std::size_t>(n) * row, 521 + hd);
+    const auto v = randn(static_cast<std::size_t>(n) * row, 522 + hd);
+    const auto cache0 = randn(static_cast<std::size_t>(layers) * 2 * cap * row, 523 + hd);
+    // 0: the composition, 1: fused, 2: fused as dependent launches in a graph.
+    std::vector<float> caches[3], outs[3], q_after, k_after;
+    for (int fused = 0; fused < 3; ++fused) {
+      auto dq = upload(q), dk = upload(k), dv = upload(v);
+      std::vector<cuda::DeviceBuffer> dcache;
+      std::vector<cuda::KvSlot> slots;
+      for (int s = 0; s < 2; ++s) dcache.push_back(upload(cache0));
+      for (int s = 0; s < 2; ++s)
+        for (int i = 0; i < win; ++i)
+          slots.push_back(
+              cuda::KvSlot{dcache[s].as<float>(), cap, lens[s] + i, lens[s] + i, 0, nullptr});
+      auto dslots = upload(slots);
+      auto out = poisoned(q.size());
+      const cuda::KvSlot* sl = dslots.as<cuda::KvSlot>();
+      if (fused == 1) {
+        cuda::rope_kv_append(stream(), dk.as<float>(), dv.as<float>(), n, kv_heads, hd,
+                             table.as<float>(), sl, layer);
+        cuda::attention_rope(stream(), dq.as<float>(), n, heads, kv_heads, hd, table.as<float>(),
+                             sl, layer, out.as<float>());
+        q_after = download(dq, q.size());
+        k_after = download(dk, k.size());
+      } else if (fused == 2) {
+        cudaGraph_t graph = nullptr;
+        cudaGraphExec_t exec = nullptr;
+        CUDA_CHECK(cudaStreamBeginCapture(stream(), cudaStreamCaptureModeThreadLocal));
+        make_table();
+        cuda::rope_kv_append(stream(), dk.as<float>(), dv.as<float>(), n, kv_heads, hd,
+                             table.as<float>(), sl, layer, true);
+        cuda::attention_rope(stream(), dq.as<float>(), n, heads, kv_heads, hd, table.as<float>(),
+                             sl, layer, out.as<float>(), true);
+        CUDA_CHECK(cudaStreamEndCapture(stream(), &graph));
+        CUDA_CHECK(cudaGraphInstantiate(&exec, graph, 0));
+        CUDA_CHECK(cudaGraphLaunch(exec, stream()));
+        CUDA_CHECK(cudaStreamSynchronize(stream()));
+        CUDA_CHECK(cudaGraphExecDestroy(exec));
+        CUDA_CHECK(cudaGraphDestroy(graph));
+      } else {
+        cuda::rope_apply(stream(), dk.as<float>(), n, kv_heads, hd, kv_heads * hd,
+                         table.as<float>());
+        cuda::rope_apply(stream(), dq.as<float>(), n, heads, hd, heads * hd, table.as<float>());
+        cuda::kv_append(stream(), dk.as<float>(), dv.as<float>(), n, kv_heads, hd, sl, layer);
+        cuda::attention(stream(), dq.as<float>(), n, heads, kv_heads, hd, sl, layer,
+                        out.as<float>());
+      }
+      outs[fused] = download(out, q.size());
+      for (int s = 0; s < 2; ++s) {
+        const auto c = download(dcache[s], cache0.size());
+        caches[fused].insert(caches[fused].end(), c.begin(), c.end());
+      }
+    }
+    expect_bitwise(what + " (attention output)", outs[1], outs[0]);
+    expect_bitwise(what + " (caches)", caches[1], caches[0]);
+    expect_bitwise(what + " (attention output, dependent launches)", outs[2], outs[0]);
+    expect_bitwise(what + " (caches, dependent launches)", caches[2], caches[0]);
+    expect_bitwise(what + " (q left as it was)", q_after, q);
+    expect_bitwise(what + " (k left as it was)", k_after, k);
+    // The rotation did happen: a new key in the cache differs from the unrotated one.
+    const std::size_t at = (static_cast<std::size_t>(layer) * 2 * cap + lens[1] + 2) * row + 1;
+    EXPECT_NE(caches[1][cache0.size() + at], k[(n - 1) * row + 1]) << what << seed_note();
+    bool finite = true;
+    for (float o : outs[1]) finite = finite && std::isfinite(o);
+    EXPECT_TRUE(finite) << what << ": a NaN or infinity in the output" << seed_note();
+  }
+}
+
 // A layer's chain of launches as a step graph issues it: add + RMSNorm writes y; q/k/v, the
-// SwiGLU input and the down projection read what the launch before wrote. As programmatic
+// SwiGLU input and the down projection read what the launch before wrote; a second add + RMSNorm
+// adds the down projection to the residual (dependent with the projections: its launch is
+// hidden behind theirs). As programmatic
 // dependent launches, as persistent GEMVs, and both (eager, and captured in a graph and
 // replayed), every output is bitwise that of the plain launches; every buffer starts as NaN, so
 // a projection that read its input before the kernel writing it had finished, or a row no block
@@ -522,19 +621,21 @@ TEST(CudaKernels, DependentAndPersistentLaunchesEqualPlainOnes) {
            dd = upload(delta);
       std::vector<cuda::DeviceBuffer> dq;
       for (int s = 0; s < 3; ++s) dq.push_back(upload(wqkv[s].bytes));
-      const std::size_t sizes[6] = {nd,
-                                    static_cast<std::size_t>(n) * qkv_out[0],
-                                    static_cast<std::size_t>(n) * qkv_out[1],
-                                    static_cast<std::size_t>(n) * qkv_out[2],
-                                    static_cast<std::size_t>(n) * inter,
-                                    nd};
+      constexpr int kOuts = 7;
+      const std::size_t sizes[kOuts] = {nd,
+                                        static_cast<std::size_t>(n) * qkv_out[0],
+                                        static_cast<std::size_t>(n) * qkv_out[1],
+                                        static_cast<std::size_t>(n) * qkv_out[2],
+                                        static_cast<std::size_t>(n) * inter,
+                                        nd,
+                                        nd};
       cuda::DeviceBuffer dx(nd * sizeof(float));
-      std::vector<cuda::DeviceBuffer> out;  // y, q, k, v, act, down
+      std::vector<cuda::DeviceBuffer> out;  // y, q, k, v, act, down, y2
       for (std::size_t size : sizes) out.emplace_back(size * sizeof(float));
       auto reset = [&] {
         CUDA_CHECK(cudaMemcpyAsync(dx.get(), x0.data(), nd * sizeof(float), cudaMemcpyHostToDevice,
                                    stream()));
-        for (int i = 0; i < 6; ++i)
+        for (int i = 0; i < kOuts; ++i)
           CUDA_CHECK(cudaMemsetAsync(out[i].get(), 0xFF, sizes[i] * sizeof(float), stream()));
       };
       auto chain = [&](int flags) {
@@ -549,18 +650,22 @@ TEST(CudaKernels, DependentAndPersistentLaunchesEqualPlainOnes) {
         cuda::matmul_multi(stream(), out[4].as<float>(), n, inter, dt, 1, ddown.get(), dim, nullptr,
                            out[5].as<float>(), nullptr, 0, nullptr, nullptr, nullptr, 0, nullptr,
                            nullptr, flags);
+        cuda::add_rmsnorm(stream(), dx.as<float>(), out[5].as<float>(), n, dim, dnorm.get(), dt,
+                          1e-5f, out[6].as<float>(), (flags & cuda::kGemvDependent) != 0);
       };
+      // The outputs, then the residual stream.
       auto results = [&] {
         std::vector<std::vector<float> > r;
-        for (int i = 0; i < 6; ++i) r.push_back(download(out[i], sizes[i]));
+        for (int i = 0; i < kOuts; ++i) r.push_back(download(out[i], sizes[i]));
+        r.push_back(download(dx, nd));
         return r;
       };
       for (int base : {0, cuda::kGemvTensorCores}) {
         reset();
         chain(base);
         const auto plain = results();
-        const char* names[6] = {"y", "q", "k", "v", "act", "down"};
-        for (int i = 0; i < 6; ++i)
+        const char* names[kOuts + 1] = {"y", "q", "k", "v", "act", "down", "y2", "residual"};
+        for (int i = 0; i <= kOuts; ++i)
           for (float v : plain[i])
             ASSERT_TRUE(std::isfinite(v))
                 << names[i] << ": plain chain, flags " << base << seed_note();
@@ -584,7 +689,7 @@ TEST(CudaKernels, DependentAndPersistentLaunchesEqualPlainOnes) {
           }
           CUDA_CHECK(cudaGraphExecDestroy(exec));
           CUDA_CHECK(cudaGraphDestroy(graph));
-          for (int i = 0; i < 6; ++i) {
+          for (int i = 0; i <= kOuts; ++i) {
             const std::string what = std::string("launch flags ") + std::to_string(flags) + " " +
                                      name(dt) + " n=" + std::to_string(n) + " " + names[i];
             expect_bitwise(what + " eager", eager[i], plain[i]);
