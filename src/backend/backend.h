@@ -24,8 +24,10 @@
 #include <concepts>
 #include <cstddef>
 #include <cstdint>
+#include <span>
 #include <string>
 #include <string_view>
+#include <vector>
 
 #include "kernels/cpu/dtype.h"
 
@@ -113,24 +115,53 @@ struct KvShape {
   int row_floats = 0;  // kv heads of this rank * head_dim
 };
 
-// The interface as a concept: a type is a backend when it has these members. The contracts are
-// those of the CPU reference (kernels/cpu/ops.h) and are written at CpuBackend's declarations.
+// The interface as a concept: a type is a backend when it has these members (CpuBackend and
+// CudaBackend are checked against it where they are defined). The contracts are those of the
+// CPU reference (kernels/cpu/ops.h) and are written at CpuBackend's declarations.
 template <class B>
-concept Backend = requires(B b, const B cb, typename B::F f, typename B::CF cf,
-                           const typename B::Weight& w, typename B::KvBlock& kv,
-                           const HostTensor& h, int i, float eps, const std::int32_t* ids) {
+concept Backend = requires(B b, typename B::F f, typename B::CF cf, const typename B::Weight& w,
+                           typename B::KvBlock& kv, const typename B::KvRows& rows,
+                           const typename B::Floats& floats, const HostTensor& h,
+                           std::span<const typename B::LinearOut> outs,
+                           std::span<const SeqSpan<typename B::KvBlock>> seqs,
+                           std::span<const int> idx, const std::int32_t* ids, float* host, int i,
+                           float eps, std::size_t z) {
   { B::kKind } -> std::convertible_to<BackendKind>;
+  // Weights and storage, at load.
+  { b.weight_bytes(h, WeightUse::kLinear) } -> std::same_as<std::size_t>;
+  b.reserve_weights(z);
   { b.prepare(h, WeightUse::kLinear) } -> std::same_as<typename B::Weight>;
   { b.prepare_pair(h, h) } -> std::same_as<typename B::Weight>;
+  { b.prepare_tied(w) } -> std::same_as<typename B::Weight>;
+  { b.upload_floats(std::vector<float>{}) } -> std::same_as<typename B::Floats>;
   { b.new_kv_block(KvShape{}, i) } -> std::same_as<typename B::KvBlock>;
-  b.embed(w, i, ids, i, f);
-  b.linear(cf, i, w, static_cast<const typename B::Weight*>(nullptr), f);
+  // A forward call and its plain ops.
+  b.begin_forward(seqs, ids, ids, i, false);
+  b.embed(w, i, f);
+  b.rope_table(floats, i, f);
+  b.rope_apply(f, i, i, i, std::int64_t{}, cf);
+  b.linear(cf, i, w, &w, f);
   b.rmsnorm(cf, i, i, w, eps, f);
-  b.add_rmsnorm(f, cf, i, i, w, eps, f);
-  b.add_inplace(f, cf, std::size_t{});
+  b.add_inplace(f, cf, z);
   b.add_bias(f, w, i, i);
+  { b.kv_rows(i, i) } -> std::same_as<typename B::KvRows>;
+  b.attend(i, cf, i, false, f, i, i, i);
+  b.keep_last_rows(f, z);
+  b.gather_rows(cf, z, idx, f);
+  b.copy_rows(f, z, cf, z, i, z);
+  b.unshard_vocab(cf, i, i, i, f);
+  b.end_forward();
+  // The fused ops (default compositions in backend/default_ops.h).
+  b.add_rmsnorm(f, cf, i, i, w, eps, f);
+  b.linear_multi(cf, i, outs);
   b.swiglu(cf, i, w, f);
-  b.attend(i, cf, i, false, f);
+  b.rope_attend(i, rows, f, i, cf, f, i, i, i);
+  // Outside a forward call.
+  b.kv_keep(kv, i, i, idx);
+  b.read(cf, z, host);
+  b.read_kv(kv, i, i, i, host);
+  b.synchronize();
+  b.finish();
 };
 
 }  // namespace specrun

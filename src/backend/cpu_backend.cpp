@@ -12,6 +12,9 @@
 #include "kernels/cpu/ops.h"
 
 namespace specrun {
+
+static_assert(Backend<CpuBackend>, "CpuBackend has every member the model graphs use");
+
 namespace {
 
 constexpr std::size_t kAlign = 64;

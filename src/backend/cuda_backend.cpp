@@ -11,6 +11,8 @@
 
 namespace specrun {
 
+static_assert(Backend<CudaBackend>, "CudaBackend has every member the model graphs use");
+
 static_assert(kCudaBatchInvariantTokens == cuda::kMaxGemvTokens &&
                   kCudaTensorCoreBatchInvariantTokens == cuda::kMaxTensorCoreTokens,
               "backend.h states the GEMV paths' token limits");
