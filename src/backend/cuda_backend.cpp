@@ -238,6 +238,12 @@ void CudaBackend::begin_forward(std::span<const SeqSpan<KvBlock>> seqs, const st
   std::copy(paths_.begin(), paths_.end(), path);
   std::memcpy(tok, tokens, sizeof(std::int32_t) * n);
   std::memcpy(pos, positions, sizeof(std::int32_t) * n);
+  // Attention over long contexts splits each token's positions over several blocks in every pass
+  // of up to kMaxTensorCoreTokens tokens (decode, verify, drafting: the same arithmetic for a
+  // token in all of them), never in larger ones (prefill: enough blocks already).
+  attention_chunks_ = 0;
+  if (n <= cuda::kMaxTensorCoreTokens)
+    attention_chunks_ = cuda::attention_chunks(*std::max_element(positions, positions + n));
   launch(&cuda::memcpy_async, staging_.get(), staging_host_.get(), staged, cudaMemcpyHostToDevice);
 }
 
@@ -372,8 +378,9 @@ void CudaBackend::attend(int layer, CF q, int m, bool last_only, F out, int head
              "attend: kv_rows was not called for this layer");
   launch(&cuda::kv_append, k_.grow(0).get(), v_.grow(0).get(), n_, kv_heads, head_dim, slots_,
          layer);
+  const AttentionSplit split = attention_split(m, heads, head_dim);
   launch(&cuda::attention, q.get(), m, heads, kv_heads, head_dim, last_only ? last_slots_ : slots_,
-         layer, out.get());
+         layer, out.get(), split.partial, split.chunks);
 }
 
 void CudaBackend::rope_attend(int layer, const KvRows& kv, F q, int n, CF table, F out, int heads,
@@ -383,8 +390,17 @@ void CudaBackend::rope_attend(int layer, const KvRows& kv, F q, int n, CF table,
              "rope_attend: kv_rows was not called for this layer");
   launch(&cuda::rope_kv_append, kv.k.get(), kv.v.get(), n_, kv_heads, head_dim, table.get(), slots_,
          layer, dependent_launch());
+  const AttentionSplit split = attention_split(n_, heads, head_dim);
   launch(&cuda::attention_rope, q.get(), n_, heads, kv_heads, head_dim, table.get(), slots_, layer,
-         out.get(), dependent_launch());
+         out.get(), split.partial, split.chunks, dependent_launch());
+}
+
+CudaBackend::AttentionSplit CudaBackend::attention_split(int m, int heads, int head_dim) {
+  if (attention_chunks_ <= 1) return {nullptr, 1};  // every token in one block
+  return {
+      attention_states_.grow(cuda::attention_split_floats(m, heads, head_dim, attention_chunks_))
+          .get(),
+      attention_chunks_};
 }
 
 void CudaBackend::keep_last_rows(F a, std::size_t width) {

@@ -255,6 +255,15 @@ class CudaBackend {
            (ctx_->persistent_gemv() ? cuda::kGemvPersistent : 0) |
            (ctx_->tensor_core_gemv() ? cuda::kGemvTensorCores : 0);
   }
+  // This pass's split of attention over long contexts (cuda::attention_chunks of its largest
+  // position; 0: passes above kMaxTensorCoreTokens, never split) and the chunks' states.
+  struct AttentionSplit {
+    float* partial;
+    int chunks;
+  };
+  AttentionSplit attention_split(int m, int heads, int head_dim);
+  int attention_chunks_ = 0;
+  Scratch attention_states_;
   bool after_kernel_ = false;                    // the last launch was a kernel, not a copy
   std::vector<std::int32_t> paths_, keep_rows_;  // token-tree paths; kv_keep's / gather's rows
   std::vector<int> path_at_;                     // per token: its path's first entry, or -1

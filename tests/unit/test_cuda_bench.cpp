@@ -284,6 +284,21 @@ nlohmann::json op_breakdown(cudaStream_t stream, double copy_gbs, std::ostream& 
     slots.push_back(cuda::KvSlot{cache.as<float>(), cap, ctx + i, ctx + i, 0, nullptr});
   cuda::DeviceBuffer dslots(slots.size() * sizeof(cuda::KvSlot));
   CUDA_CHECK(cudaMemcpy(dslots.get(), slots.data(), dslots.bytes(), cudaMemcpyHostToDevice));
+  // And one at 2048 tokens, with the states of its split attention.
+  constexpr int kLongContext = 2048;
+  const int long_cap = kLongContext + max_n + 1;
+  cuda::DeviceBuffer long_cache(2 * static_cast<std::size_t>(long_cap) * kv_row * sizeof(float));
+  CUDA_CHECK(cudaMemset(long_cache.get(), 0, long_cache.bytes()));
+  std::vector<cuda::KvSlot> long_slots;
+  for (int i = 0; i < max_n; ++i)
+    long_slots.push_back(cuda::KvSlot{long_cache.as<float>(), long_cap, kLongContext + i,
+                                      kLongContext + i, 0, nullptr});
+  cuda::DeviceBuffer dlong_slots(long_slots.size() * sizeof(cuda::KvSlot));
+  CUDA_CHECK(cudaMemcpy(dlong_slots.get(), long_slots.data(), dlong_slots.bytes(),
+                        cudaMemcpyHostToDevice));
+  const int long_chunks = cuda::attention_chunks(kLongContext + max_n - 1);
+  cuda::DeviceBuffer states(cuda::attention_split_floats(max_n, heads, hd, long_chunks) *
+                            sizeof(float));
   cuda::DeviceBuffer rope(static_cast<std::size_t>(max_n) * hd * sizeof(float));
   CUDA_CHECK(cudaMemset(rope.get(), 0, rope.bytes()));
   CUDA_CHECK(cudaDeviceSynchronize());  // the setup above ran on the legacy default stream
@@ -297,8 +312,9 @@ nlohmann::json op_breakdown(cudaStream_t stream, double copy_gbs, std::ostream& 
   for (int ni = 0; ni < 3; ++ni) {
     const int n = ns[ni];
     // per_layer: once per layer (x16 a step). variant: an alternative to what a step runs by
-    // default, left out of the layer's sum: "tensor cores" (a projection's other kernel) or
-    // "unfused" (the launches a fused op replaces).
+    // default, left out of the layer's sum: "tensor cores" (a projection's other kernel),
+    // "unfused" (the launches a fused op replaces), "context 2048" (attention over a long
+    // context, split over blocks as a step runs it, and "unsplit").
     auto row = [&](const std::string& op, double us, double bytes, bool per_layer,
                    const char* variant = nullptr) {
       const double gbs = bytes / (us * 1e-6) / 1e9;
@@ -371,6 +387,22 @@ nlohmann::json op_breakdown(cudaStream_t stream, double copy_gbs, std::ostream& 
                                          rope.as<float>());
                       }),
         8.0 * n * (heads + kv_heads) * hd, true, "unfused");
+    // At a context of 2048: the attention split over blocks of 256 positions (as decode and
+    // verify passes run it), and in one block per (token, head).
+    const double long_bytes = 2.0 * (kLongContext + n) * kv_row * 4 + 8.0 * n * heads * hd;
+    const cuda::KvSlot* long_sl = dlong_slots.as<cuda::KvSlot>();
+    for (const bool split : {true, false})
+      row(split ? "rope + kv_append + attention (context 2048)"
+                : "rope + kv_append + attention (context 2048) [unsplit]",
+          us_per_launch(stream,
+                        [&](int) {
+                          cuda::rope_kv_append(stream, xf, xf + n * kv_row, n, kv_heads, hd,
+                                               rope.as<float>(), long_sl, 0);
+                          cuda::attention_rope(
+                              stream, yf, n, heads, kv_heads, hd, rope.as<float>(), long_sl, 0, y2f,
+                              split ? states.as<float>() : nullptr, split ? long_chunks : 1);
+                        }),
+          long_bytes, true, split ? "context 2048" : "unsplit");
     row("add + RMSNorm (x2 per layer)",
         2 * us_per_launch(stream,
                           [&](int) {

@@ -495,6 +495,118 @@ TEST(CudaKernels, AttentionOverTwoSequencesAgainstFloat64) {
   expect_l2("kv_append + attention (2 sequences, window 3)", download(out, q.size()), ref, 1e-5);
 }
 
+// Attention over long contexts split over blocks of kAttentionSplitPositions positions, their
+// states merged in a second launch: against float64 (1e-5); the same bits for a token alone and
+// in a window, and with more chunks than needed; tokens before the first split bitwise the
+// unsplit kernel's; as dependent launches in a graph (attention_rope with the identity rotation,
+// after the kernel that makes its table), bitwise the plain launch. Three sequences of 1000, 300
+// and 37 cached positions (4, 2 and 1 chunks), windows of 3.
+TEST(CudaKernels, AttentionSplitOverLongContexts) {
+  REQUIRE_DEVICE();
+  const int heads = 8, kv_heads = 2, hd = 64, cap = 1024, win = 3, n_seqs = 3, n = n_seqs * win;
+  const int lens[n_seqs] = {1000, 300, 37};
+  const std::size_t row = static_cast<std::size_t>(kv_heads) * hd;
+  const std::size_t plane = static_cast<std::size_t>(cap) * row;
+  const std::size_t q_row = static_cast<std::size_t>(heads) * hd;
+  std::vector<std::vector<float> > caches(n_seqs);
+  std::vector<cuda::DeviceBuffer> dcache;
+  for (int s = 0; s < n_seqs; ++s) {
+    caches[s] = randn(2 * plane, 600 + s);  // one layer: keys, then values
+    dcache.push_back(upload(caches[s]));
+  }
+  const auto q = randn(static_cast<std::size_t>(n) * q_row, 610, 0.5f);
+  std::vector<cuda::KvSlot> slots;
+  std::vector<std::int32_t> zeros(n, 0);
+  int max_pos = 0;
+  for (int s = 0; s < n_seqs; ++s)
+    for (int i = 0; i < win; ++i) {
+      slots.push_back(
+          cuda::KvSlot{dcache[s].as<float>(), cap, lens[s] + i, lens[s] + i, 0, nullptr});
+      max_pos = std::max(max_pos, lens[s] + i);
+    }
+  const int chunks = cuda::attention_chunks(max_pos);
+  ASSERT_EQ(chunks, 4);
+  EXPECT_EQ(cuda::attention_chunks(255), 1);
+  EXPECT_EQ(cuda::attention_chunks(256), 2);
+  EXPECT_EQ(cuda::attention_chunks(767), 4);  // 3 needed: a power of two
+  const std::vector<float> inv(hd / 2, 1.0f);
+  auto dslots = upload(slots), dq = upload(q), dinv = upload(inv), dzeros = upload(zeros);
+  auto table = poisoned(static_cast<std::size_t>(n) * hd);
+  // tokens [first, first + count) of the window; split_chunks 0: unsplit.
+  auto run = [&](int first, int count, int split_chunks, bool dependent_graph) {
+    cuda::DeviceBuffer states(
+        std::max<std::size_t>(
+            1, cuda::attention_split_floats(count, heads, hd, std::max(1, split_chunks))) *
+        sizeof(float));
+    float* partial = split_chunks > 0 ? states.as<float>() : nullptr;
+    const int c = std::max(1, split_chunks);
+    auto out = poisoned(static_cast<std::size_t>(count) * q_row);
+    const float* qf = dq.as<float>() + first * q_row;
+    const cuda::KvSlot* sl = dslots.as<cuda::KvSlot>() + first;
+    if (!dependent_graph) {
+      cuda::attention(stream(), qf, count, heads, kv_heads, hd, sl, 0, out.as<float>(), partial, c);
+    } else {
+      cudaGraph_t graph = nullptr;
+      cudaGraphExec_t exec = nullptr;
+      CUDA_CHECK(cudaStreamBeginCapture(stream(), cudaStreamCaptureModeThreadLocal));
+      // Positions 0: cos 1, sin 0, a rotation that changes no bit of q.
+      cuda::rope_table(stream(), dinv.as<float>(), hd, dzeros.as<std::int32_t>(), count,
+                       table.as<float>());
+      cuda::attention_rope(stream(), qf, count, heads, kv_heads, hd, table.as<float>(), sl, 0,
+                           out.as<float>(), partial, c, true);
+      CUDA_CHECK(cudaStreamEndCapture(stream(), &graph));
+      CUDA_CHECK(cudaGraphInstantiate(&exec, graph, 0));
+      CUDA_CHECK(cudaGraphLaunch(exec, stream()));
+      CUDA_CHECK(cudaStreamSynchronize(stream()));
+      CUDA_CHECK(cudaGraphExecDestroy(exec));
+      CUDA_CHECK(cudaGraphDestroy(graph));
+    }
+    return download(out, static_cast<std::size_t>(count) * q_row);
+  };
+  const auto split = run(0, n, chunks, false);
+  // float64 reference over the caches as uploaded.
+  std::vector<double> ref(q.size());
+  const double scale = 1.0 / std::sqrt(static_cast<double>(hd));
+  for (int t = 0; t < n; ++t) {
+    const int s = t / win, pos = lens[s] + t % win;
+    const float* K = caches[s].data();
+    const float* V = K + plane;
+    for (int h = 0; h < heads; ++h) {
+      const int kv = h / (heads / kv_heads);
+      std::vector<double> sc(pos + 1);
+      double mx = -INFINITY;
+      for (int p = 0; p <= pos; ++p) {
+        double d = 0;
+        for (int e = 0; e < hd; ++e)
+          d += static_cast<double>(q[(static_cast<std::size_t>(t) * heads + h) * hd + e]) *
+               K[p * row + kv * hd + e];
+        sc[p] = d * scale;
+        mx = std::max(mx, sc[p]);
+      }
+      double sum = 0;
+      for (double& v : sc) sum += (v = std::exp(v - mx));
+      for (int e = 0; e < hd; ++e) {
+        double o = 0;
+        for (int p = 0; p <= pos; ++p) o += sc[p] * V[p * row + kv * hd + e];
+        ref[(static_cast<std::size_t>(t) * heads + h) * hd + e] = o / sum;
+      }
+    }
+  }
+  expect_l2("attention split (contexts 1000, 300, 37)", split, ref, 1e-5);
+  expect_bitwise("attention split, 8 chunks vs 4", run(0, n, 8, false), split);
+  expect_bitwise("attention split, dependent launches in a graph", run(0, n, chunks, true), split);
+  for (int t = 0; t < n; ++t) {
+    const auto alone = run(t, 1, cuda::attention_chunks(lens[t / win] + t % win), false);
+    const std::vector<float> in_window(split.begin() + t * q_row, split.begin() + (t + 1) * q_row);
+    expect_bitwise("attention split, token " + std::to_string(t) + " alone vs in the window", alone,
+                   in_window);
+  }
+  // The short sequence's tokens (positions 37..39) take one block: the unsplit kernel's bits.
+  const auto unsplit = run(2 * win, win, 0, false);
+  const std::vector<float> short_split(split.begin() + 2 * win * q_row, split.end());
+  expect_bitwise("attention split vs unsplit before the first split", short_split, unsplit);
+}
+
 // RoPE with the KV append and attention in two launches (the keys rotated as they are appended,
 // the queries as attention loads them) against the four launches they replace (rope_apply of k
 // and q, kv_append, attention): the caches and the outputs bitwise equal, q and k left as they
@@ -555,7 +667,7 @@ TEST(CudaKernels, RopeAttendEqualsRopeAppendAttention) {
         cuda::rope_kv_append(stream(), dk.as<float>(), dv.as<float>(), n, kv_heads, hd,
                              table.as<float>(), sl, layer, true);
         cuda::attention_rope(stream(), dq.as<float>(), n, heads, kv_heads, hd, table.as<float>(),
-                             sl, layer, out.as<float>(), true);
+                             sl, layer, out.as<float>(), nullptr, 1, true);
         CUDA_CHECK(cudaStreamEndCapture(stream(), &graph));
         CUDA_CHECK(cudaGraphInstantiate(&exec, graph, 0));
         CUDA_CHECK(cudaGraphLaunch(exec, stream()));
