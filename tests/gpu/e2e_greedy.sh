@@ -134,6 +134,13 @@ PYEOF
   run code_chain_cpu cpu "$M/code-target" model "$M/code-draft" code
   cases+=(code_chain code_tree)
   pairs+=("code_chain code_chain_cpu")
+  # Past 256 positions (prompts of up to 200 tokens, 100 new): attention splits each token's
+  # positions over blocks in decode and verify passes (kernels/cuda/attention.cu); a chain and
+  # a tree (its nodes reading their ancestors' slots across a chunk boundary) stay equal.
+  run code_chain_long cuda "$M/code-target" model "$M/code-draft" code decode.max_new_tokens=100
+  run code_tree_long cuda "$M/code-target" model "$M/code-draft" code decode.tree_top_k=4 \
+    decode.tree_depth=5 decode.tree_nodes=15 data.batch_size=4 decode.max_new_tokens=100
+  cases+=(code_chain_long code_tree_long)
   if [[ -f $M/code-eagle3/config.json ]]; then
     run eagle3_chain cuda "$M/code-target" eagle3 "$M/code-eagle3" code
     run eagle3_tree15 cuda "$M/code-target" eagle3 "$M/code-eagle3" code decode.tree_top_k=4 \
