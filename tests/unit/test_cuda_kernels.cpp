@@ -151,6 +151,62 @@ std::vector<double> ref_matmul(const std::vector<float>& x, int n, int in,
   return y;
 }
 
+// Captures what `record` launches on the kernels' stream into a graph (as a step graph issues
+// its launches), runs it once and waits for it.
+template <class Record>
+void run_as_graph(Record&& record) {
+  cudaGraph_t graph = nullptr;
+  cudaGraphExec_t exec = nullptr;
+  CUDA_CHECK(cudaStreamBeginCapture(stream(), cudaStreamCaptureModeThreadLocal));
+  record();
+  CUDA_CHECK(cudaStreamEndCapture(stream(), &graph));
+  CUDA_CHECK(cudaGraphInstantiate(&exec, graph, 0));
+  CUDA_CHECK(cudaGraphLaunch(exec, stream()));
+  CUDA_CHECK(cudaStreamSynchronize(stream()));
+  CUDA_CHECK(cudaGraphExecDestroy(exec));
+  CUDA_CHECK(cudaGraphDestroy(graph));
+}
+
+// Causal GQA attention in float64: token t belongs to sequence t / win and sits at position
+// lens[s] + t % win; it attends to positions 0..that of layer `layer` of caches[s] (float32
+// [layers][K, V][cap][kv_heads * hd], the KvSlot layout), query head h to kv head
+// h / (heads / kv_heads).
+std::vector<double> ref_attention(const std::vector<float>& q, int n, int heads, int kv_heads,
+                                  int hd, int win, const int* lens,
+                                  const std::vector<std::vector<float> >& caches, int layer,
+                                  int cap) {
+  const std::size_t row = static_cast<std::size_t>(kv_heads) * hd;
+  const std::size_t plane = static_cast<std::size_t>(cap) * row;
+  std::vector<double> ref(static_cast<std::size_t>(n) * heads * hd);
+  const double scale = 1.0 / std::sqrt(static_cast<double>(hd));
+  for (int t = 0; t < n; ++t) {
+    const int s = t / win, pos = lens[s] + t % win;
+    const float* K = caches[s].data() + layer * 2 * plane;
+    const float* V = K + plane;
+    for (int h = 0; h < heads; ++h) {
+      const int kv = h / (heads / kv_heads);
+      std::vector<double> sc(pos + 1);
+      double mx = -INFINITY;
+      for (int p = 0; p <= pos; ++p) {
+        double d = 0;
+        for (int e = 0; e < hd; ++e)
+          d += static_cast<double>(q[(static_cast<std::size_t>(t) * heads + h) * hd + e]) *
+               K[p * row + kv * hd + e];
+        sc[p] = d * scale;
+        mx = std::max(mx, sc[p]);
+      }
+      double sum = 0;
+      for (double& v : sc) sum += (v = std::exp(v - mx));
+      for (int e = 0; e < hd; ++e) {
+        double o = 0;
+        for (int p = 0; p <= pos; ++p) o += sc[p] * V[p * row + kv * hd + e];
+        ref[(static_cast<std::size_t>(t) * heads + h) * hd + e] = o / sum;
+      }
+    }
+  }
+  return ref;
+}
+
 const char* name(DType d) {
   return dtype_name(d);
 }
@@ -464,34 +520,7 @@ TEST(CudaKernels, AttentionOverTwoSequencesAgainstFloat64) {
         caches[s][(layer * 2) * plane + at] = knew[(s * win + i) * row + e];
         caches[s][(layer * 2 + 1) * plane + at] = vnew[(s * win + i) * row + e];
       }
-  std::vector<double> ref(q.size());
-  const double scale = 1.0 / std::sqrt(static_cast<double>(hd));
-  for (int t = 0; t < n; ++t) {
-    const int s = t / win, pos = lens[s] + t % win;
-    const std::size_t plane = static_cast<std::size_t>(cap) * row;
-    const float* K = caches[s].data() + layer * 2 * plane;
-    const float* V = K + plane;
-    for (int h = 0; h < heads; ++h) {
-      const int kv = h / (heads / kv_heads);
-      std::vector<double> sc(pos + 1);
-      double mx = -INFINITY;
-      for (int p = 0; p <= pos; ++p) {
-        double d = 0;
-        for (int e = 0; e < hd; ++e)
-          d += static_cast<double>(q[(static_cast<std::size_t>(t) * heads + h) * hd + e]) *
-               K[p * row + kv * hd + e];
-        sc[p] = d * scale;
-        mx = std::max(mx, sc[p]);
-      }
-      double sum = 0;
-      for (double& v : sc) sum += (v = std::exp(v - mx));
-      for (int e = 0; e < hd; ++e) {
-        double o = 0;
-        for (int p = 0; p <= pos; ++p) o += sc[p] * V[p * row + kv * hd + e];
-        ref[(static_cast<std::size_t>(t) * heads + h) * hd + e] = o / sum;
-      }
-    }
-  }
+  const auto ref = ref_attention(q, n, heads, kv_heads, hd, win, lens, caches, layer, cap);
   expect_l2("kv_append + attention (2 sequences, window 3)", download(out, q.size()), ref, 1e-5);
 }
 
@@ -546,52 +575,18 @@ TEST(CudaKernels, AttentionSplitOverLongContexts) {
     if (!dependent_graph) {
       cuda::attention(stream(), qf, count, heads, kv_heads, hd, sl, 0, out.as<float>(), partial, c);
     } else {
-      cudaGraph_t graph = nullptr;
-      cudaGraphExec_t exec = nullptr;
-      CUDA_CHECK(cudaStreamBeginCapture(stream(), cudaStreamCaptureModeThreadLocal));
-      // Positions 0: cos 1, sin 0, a rotation that changes no bit of q.
-      cuda::rope_table(stream(), dinv.as<float>(), hd, dzeros.as<std::int32_t>(), count,
-                       table.as<float>());
-      cuda::attention_rope(stream(), qf, count, heads, kv_heads, hd, table.as<float>(), sl, 0,
-                           out.as<float>(), partial, c, true);
-      CUDA_CHECK(cudaStreamEndCapture(stream(), &graph));
-      CUDA_CHECK(cudaGraphInstantiate(&exec, graph, 0));
-      CUDA_CHECK(cudaGraphLaunch(exec, stream()));
-      CUDA_CHECK(cudaStreamSynchronize(stream()));
-      CUDA_CHECK(cudaGraphExecDestroy(exec));
-      CUDA_CHECK(cudaGraphDestroy(graph));
+      run_as_graph([&] {
+        // Positions 0: cos 1, sin 0, a rotation that changes no bit of q.
+        cuda::rope_table(stream(), dinv.as<float>(), hd, dzeros.as<std::int32_t>(), count,
+                         table.as<float>());
+        cuda::attention_rope(stream(), qf, count, heads, kv_heads, hd, table.as<float>(), sl, 0,
+                             out.as<float>(), partial, c, true);
+      });
     }
     return download(out, static_cast<std::size_t>(count) * q_row);
   };
   const auto split = run(0, n, chunks, false);
-  // float64 reference over the caches as uploaded.
-  std::vector<double> ref(q.size());
-  const double scale = 1.0 / std::sqrt(static_cast<double>(hd));
-  for (int t = 0; t < n; ++t) {
-    const int s = t / win, pos = lens[s] + t % win;
-    const float* K = caches[s].data();
-    const float* V = K + plane;
-    for (int h = 0; h < heads; ++h) {
-      const int kv = h / (heads / kv_heads);
-      std::vector<double> sc(pos + 1);
-      double mx = -INFINITY;
-      for (int p = 0; p <= pos; ++p) {
-        double d = 0;
-        for (int e = 0; e < hd; ++e)
-          d += static_cast<double>(q[(static_cast<std::size_t>(t) * heads + h) * hd + e]) *
-               K[p * row + kv * hd + e];
-        sc[p] = d * scale;
-        mx = std::max(mx, sc[p]);
-      }
-      double sum = 0;
-      for (double& v : sc) sum += (v = std::exp(v - mx));
-      for (int e = 0; e < hd; ++e) {
-        double o = 0;
-        for (int p = 0; p <= pos; ++p) o += sc[p] * V[p * row + kv * hd + e];
-        ref[(static_cast<std::size_t>(t) * heads + h) * hd + e] = o / sum;
-      }
-    }
-  }
+  const auto ref = ref_attention(q, n, heads, kv_heads, hd, win, lens, caches, 0, cap);
   expect_l2("attention split (contexts 1000, 300, 37)", split, ref, 1e-5);
   expect_bitwise("attention split, 8 chunks vs 4", run(0, n, 8, false), split);
   expect_bitwise("attention split, dependent launches in a graph", run(0, n, chunks, true), split);
@@ -660,20 +655,13 @@ TEST(CudaKernels, RopeAttendEqualsRopeAppendAttention) {
         q_after = download(dq, q.size());
         k_after = download(dk, k.size());
       } else if (fused == 2) {
-        cudaGraph_t graph = nullptr;
-        cudaGraphExec_t exec = nullptr;
-        CUDA_CHECK(cudaStreamBeginCapture(stream(), cudaStreamCaptureModeThreadLocal));
-        make_table();
-        cuda::rope_kv_append(stream(), dk.as<float>(), dv.as<float>(), n, kv_heads, hd,
-                             table.as<float>(), sl, layer, true);
-        cuda::attention_rope(stream(), dq.as<float>(), n, heads, kv_heads, hd, table.as<float>(),
-                             sl, layer, out.as<float>(), nullptr, 1, true);
-        CUDA_CHECK(cudaStreamEndCapture(stream(), &graph));
-        CUDA_CHECK(cudaGraphInstantiate(&exec, graph, 0));
-        CUDA_CHECK(cudaGraphLaunch(exec, stream()));
-        CUDA_CHECK(cudaStreamSynchronize(stream()));
-        CUDA_CHECK(cudaGraphExecDestroy(exec));
-        CUDA_CHECK(cudaGraphDestroy(graph));
+        run_as_graph([&] {
+          make_table();
+          cuda::rope_kv_append(stream(), dk.as<float>(), dv.as<float>(), n, kv_heads, hd,
+                               table.as<float>(), sl, layer, true);
+          cuda::attention_rope(stream(), dq.as<float>(), n, heads, kv_heads, hd, table.as<float>(),
+                               sl, layer, out.as<float>(), nullptr, 1, true);
+        });
       } else {
         cuda::rope_apply(stream(), dk.as<float>(), n, kv_heads, hd, kv_heads * hd,
                          table.as<float>());
