@@ -220,8 +220,12 @@ ModelConfig ModelConfig::from_json_text(const std::string& text, const std::stri
   }
   SPEC_INPUT_CHECK(c.head_dim % 2 == 0, source_name << ": head_dim=" << c.head_dim
                                                     << " must be even for rotary embeddings");
+  // Checked as the float32 it is kept as: 0.1 is 0.100000001 in float32, and to_json_text
+  // writes that value, which must read back as accepted.
+  // (The double is cast only once it is known to fit a float.)
   const double eps = rd.get_double(j, "", "rms_norm_eps", false, 1e-6);
-  SPEC_INPUT_CHECK(eps >= 1e-12 && eps <= 0.1,
+  SPEC_INPUT_CHECK(eps >= 1e-13 && eps <= 1.0 && static_cast<float>(eps) >= 1e-12f &&
+                       static_cast<float>(eps) <= 0.1f,
                    source_name << ": rms_norm_eps = " << eps
                                << " is out of range [1e-12, 0.1] (real models use 1e-6 .. 1e-5)");
   c.rms_norm_eps = static_cast<float>(eps);

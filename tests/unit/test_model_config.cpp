@@ -171,6 +171,14 @@ TEST(ModelConfig, JsonTextRoundTrips) {
   ModelConfig q = parse(parse(llama("", "Qwen2ForCausalLM")).to_json_text());
   EXPECT_TRUE(q.qkv_bias);
   EXPECT_FALSE(q.o_bias);
+  // The range's ends: kept as float32 (0.1 is 0.100000001 there, 1e-12 is 9.99999998e-13), written
+  // as that value, read back as accepted (found by fuzz_model_config).
+  for (const char* eps : {"0.1", "1e-12"}) {
+    const ModelConfig e = parse(llama(std::string(R"(,"rms_norm_eps":)") + eps));
+    ModelConfig back;
+    EXPECT_EQ(error_of([&] { back = parse(e.to_json_text()); }), "") << "rms_norm_eps " << eps;
+    EXPECT_EQ(back.rms_norm_eps, e.rms_norm_eps) << "rms_norm_eps " << eps;
+  }
 }
 
 // Each unsupported setting is an error that names the field and the file.
