@@ -132,6 +132,7 @@ CudaBackend::Weight CudaBackend::prepare(const HostTensor& t, WeightUse use) {
   // is staged before the call returns.
   CUDA_CHECK(cudaMemcpyAsync(dst, t.data, t.bytes(), cudaMemcpyHostToDevice, stream_));
   weights_used_ += aligned(t.bytes());
+  if (use == WeightUse::kLinear) note_linear(t.dtype, t.cols);
   return Weight{dst, t.dtype, t.rows, t.cols, false};
 }
 
@@ -145,7 +146,21 @@ CudaBackend::Weight CudaBackend::prepare_pair(const HostTensor& gate, const Host
   CUDA_CHECK(
       cudaMemcpyAsync(dst + gate.bytes(), up.data, up.bytes(), cudaMemcpyHostToDevice, stream_));
   weights_used_ += aligned(2 * gate.bytes());
+  note_linear(gate.dtype, gate.cols);
   return Weight{dst, gate.dtype, gate.rows, gate.cols, true};
+}
+
+void CudaBackend::note_linear(DType dtype, int in) {
+  const std::pair<DType, int> shape{dtype, in};
+  if (std::find(linear_shapes_.begin(), linear_shapes_.end(), shape) == linear_shapes_.end())
+    linear_shapes_.push_back(shape);
+}
+
+int CudaBackend::graph_tokens() const {
+  int tokens = cuda::kMaxTensorCoreTokens;
+  for (const auto& [dtype, in] : linear_shapes_)
+    tokens = std::min(tokens, cuda::gemv_tokens(gemv_flags(), dtype, in));
+  return linear_shapes_.empty() ? cuda::kMaxGemvTokens : tokens;
 }
 
 CudaBackend::KvBlock CudaBackend::new_kv_block(const KvShape& shape, int capacity) const {
@@ -177,7 +192,7 @@ void CudaBackend::begin_forward(std::span<const SeqSpan<KvBlock>> seqs, const st
     CUDA_CHECK(cudaEventSynchronize(staged_.get()));
     staged_pending_ = false;
   }
-  graphs_->begin(step_graph && ctx_->step_graphs() && n <= cuda::kMaxGemvTokens);
+  graphs_->begin(step_graph && ctx_->step_graphs() && n <= graph_tokens());
   // Token-tree nodes read their ancestors' slots (KvSlot::path): one list per node.
   paths_.clear();
   path_at_.assign(n, -1);
@@ -293,7 +308,7 @@ void CudaBackend::linear(CF x, int n, const Weight& w, const Weight* bias, F y) 
   gemm_scratch_.grow(std::max<std::size_t>(cuda::matmul_scratch_bytes(n, w.cols, w.dtype), 1));
   const cublasHandle_t cublas = ctx_->device().cublas();
   const float* b = bias != nullptr ? static_cast<const float*>(bias->data) : nullptr;
-  if (graphs_->recording()) {  // the GEMV path only (n <= kMaxGemvTokens): no cuBLAS
+  if (graphs_->recording()) {  // the GEMV path only (n <= graph_tokens()): no cuBLAS
     launch(&cuda::matmul_multi, x.get(), n, w.cols, w.dtype, 1, w.data, w.rows, b, y.get(), nullptr,
            0, nullptr, nullptr, nullptr, 0, nullptr, nullptr, gemv_flags());
     return;

@@ -16,6 +16,7 @@
 #include <memory>
 #include <span>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "backend/backend.h"
@@ -58,9 +59,9 @@ class CudaContext {
   cuda::StepGraphStats& step_graph_stats() { return graph_stats_; }
 
   // Whether the kernels of a step graph (projections, norms, RoPE + append, attention) are
-  // programmatic dependent launches
-  // (parallel.cuda_pdl, on by default; kernels/cuda/device_util.cuh): asked for, and the device
-  // has them (compute capability 9.0 on). Read at every launch.
+  // programmatic dependent launches (parallel.cuda_pdl, on by default;
+  // kernels/cuda/device_util.cuh): asked for, and the device has them (compute capability 9.0
+  // on). Read at every launch.
   bool dependent_launch() const;
   void set_dependent_launch(bool on) { dependent_launch_ = on; }
   // Whether the projections run as persistent GEMVs (cuda::kGemvPersistent: as many blocks as
@@ -171,9 +172,10 @@ class CudaBackend {
   KvBlock new_kv_block(const KvShape& shape, int capacity) const;
 
   // A forward pass: stages the batch (one pinned host-to-device copy), then, with step_graph
-  // and the context's step graphs on and at most cuda::kMaxGemvTokens tokens (decode, verify,
-  // drafting), records the pass's launches until end_forward issues them as one CUDA graph
-  // (kernels/cuda/step_graphs.h). Larger passes (prefill, through cuBLAS) run launch by launch.
+  // and the context's step graphs on and at most graph_tokens() tokens (decode, verify,
+  // drafting: 64, or 512 with every projection on the tensor cores), records the pass's
+  // launches until end_forward issues them as one CUDA graph (kernels/cuda/step_graphs.h).
+  // Larger passes (prefill, through cuBLAS) run launch by launch.
   void begin_forward(std::span<const SeqSpan<KvBlock>> seqs, const std::int32_t* tokens,
                      const std::int32_t* positions, int n, bool step_graph);
   // Issues the recorded pass (if any) and records when its staged inputs have been copied, so that
@@ -264,6 +266,12 @@ class CudaBackend {
   AttentionSplit attention_split(int m, int heads, int head_dim);
   int attention_chunks_ = 0;
   Scratch attention_states_;
+  // The (dtype, in) of every linear weight, and the most tokens a pass may have for all of its
+  // projections to take the GEMV path with this pass's flags (cuda::gemv_tokens: 64, or 512 on
+  // the tensor cores when every weight allows it): the passes a step graph may record.
+  void note_linear(DType dtype, int in);
+  int graph_tokens() const;
+  std::vector<std::pair<DType, int>> linear_shapes_;
   bool after_kernel_ = false;                    // the last launch was a kernel, not a copy
   std::vector<std::int32_t> paths_, keep_rows_;  // token-tree paths; kv_keep's / gather's rows
   std::vector<int> path_at_;                     // per token: its path's first entry, or -1

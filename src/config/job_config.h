@@ -55,7 +55,7 @@ struct ParallelSection {
   std::string backend = "cpu";  // cpu | cuda
   int threads = 0;              // CPU threads per rank; 0 = automatic
   double comm_timeout_s = 600;  // a collective that takes longer is an error
-  bool cuda_graphs = true;      // CUDA: forward passes of <= 64 tokens as captured step graphs
+  bool cuda_graphs = true;      // CUDA: decode/verify/draft passes as captured step graphs
   bool cuda_pdl = true;  // CUDA (sm_90 on): step-graph kernels as programmatic dependent launches
   bool cuda_tensor_cores = false;  // CUDA: decode/verify projections (BF16) on the tensor cores
 };

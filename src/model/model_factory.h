@@ -27,7 +27,7 @@ class CudaContext;
 
 // How a CUDA rank launches its forward passes (the [parallel] section's cuda_* keys).
 struct CudaLaunchOptions {
-  bool step_graphs = true;       // parallel.cuda_graphs: passes of <= 64 tokens as step graphs
+  bool step_graphs = true;       // parallel.cuda_graphs: decode/verify/draft passes as graphs
   bool dependent_launch = true;  // parallel.cuda_pdl: a step graph's projections as programmatic
                                  // dependent launches (compute capability 9.0 on)
   bool tensor_cores = false;     // parallel.cuda_tensor_cores: decode and verify projections of

@@ -328,6 +328,72 @@ TEST(CudaTransformer, StepGraphsReplayBitwiseThePassesLaunchedOneByOne) {
   }
 }
 
+// Passes above the CUDA-core kernels' 64 tokens (3 sequences x windows of 33: 99 tokens, the
+// shape of a batch of trees' verify) with every projection on the tensor cores (BF16, `in` a
+// multiple of 32: intermediate 704) are step graphs too: recorded, captured and replayed, with
+// logits bitwise those of the passes launched one by one. Without the tensor cores such passes
+// are not recorded (their projections go through cuBLAS).
+TEST(CudaTransformer, StepGraphsTakeTensorCorePassesAbove64Tokens) {
+  REQUIRE_DEVICE();
+  GpuRank rank;
+  const std::string dir =
+      (fs::temp_directory_path() / ("specrun_cuda_test_tc_" + std::to_string(getpid()))).string();
+  if (!fs::exists(dir + "/target/config.json")) {
+    SyntheticSpec spec;
+    spec.dtype = DType::kBF16;
+    spec.intermediate = 704;
+    spec.seed = 12;
+    make_model_pair(spec, dir);
+  }
+  Checkpoint ckpt(dir + "/target");
+  auto owned = rank.load(ckpt);
+  LanguageModel& m = *owned;
+  const int V = ckpt.config().vocab_size;
+  auto workload = [&] {
+    std::vector<float> all, logits;
+    std::vector<std::unique_ptr<KvCache> > caches;
+    for (int s = 0; s < 3; ++s) {
+      caches.push_back(m.new_cache(128));
+      const auto p = prompt(20 + s, V, 40 + s);
+      SeqChunk pre{caches[s].get(), p.data(), static_cast<int>(p.size())};
+      m.forward({&pre, 1}, false, logits);
+    }
+    for (int rep = 0; rep < 4; ++rep) {
+      std::vector<std::vector<std::int32_t> > win(3);
+      std::vector<SeqChunk> batch;
+      std::vector<int> len(3);
+      for (int s = 0; s < 3; ++s) {
+        win[s] = prompt(33, V, 50 + rep + 3 * s);
+        len[s] = caches[s]->length();
+        batch.push_back(SeqChunk{caches[s].get(), win[s].data(), 33});
+      }
+      m.forward(batch, true, logits);
+      all.insert(all.end(), logits.begin(), logits.end());
+      for (int s = 0; s < 3; ++s) caches[s]->truncate(len[s]);
+    }
+    return all;
+  };
+  rank.context.set_tensor_core_gemv(true);
+  rank.context.set_step_graphs(false);
+  const auto eager = workload();
+  rank.context.set_step_graphs(true);
+  const cuda::StepGraphStats before = rank.context.step_graph_stats();
+  const auto graphed = workload();
+  const cuda::StepGraphStats after = rank.context.step_graph_stats();
+  ASSERT_EQ(eager.size(), graphed.size());
+  EXPECT_EQ(0, std::memcmp(eager.data(), graphed.data(), eager.size() * sizeof(float)))
+      << "99-token passes on the tensor cores: step graphs differ from launches one by one";
+  EXPECT_GE(after.steps - before.steps, 4) << "the 99-token passes were not recorded";
+  EXPECT_GE(after.replays - before.replays, 1) << "the 99-token passes were never replayed";
+  // On the CUDA cores the same passes go through cuBLAS: launched one by one, never recorded;
+  // only the three prefills (at most 64 tokens) are.
+  rank.context.set_tensor_core_gemv(false);
+  const cuda::StepGraphStats cuda_cores = rank.context.step_graph_stats();
+  (void)workload();
+  EXPECT_EQ(rank.context.step_graph_stats().steps - cuda_cores.steps, 3)
+      << "without the tensor cores, passes of 99 tokens were recorded (or prefills were not)";
+}
+
 namespace {
 
 std::string shared_models() {
