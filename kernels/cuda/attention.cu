@@ -8,15 +8,16 @@
 // One block of kWarps warps per (token, head). Warp w takes the keys in groups of kGroup: w's
 // group holds positions kGroup * w .. kGroup * w + kGroup - 1, then the same kGroup * kWarps
 // further on, and so on. For each group the lanes split head_dim (lane d, d + 32, ...), load the
-// group's keys together (kGroup loads in flight rather than one), reduce the kGroup dot products
-// with butterflies, and update the warp's online softmax once (running max, sum and weighted V,
-// the group's terms added in position order). The warps' states are merged in warp order. The
-// order of every operation depends only on p and head_dim, not on the batch: decode and verify
-// windows give bit-identical outputs for the same token.
-// Long contexts split (split_partial, ops.h; the backend's decode and verify passes): a token at
-// position p >= kAttentionSplitPositions is taken by p / kAttentionSplitPositions + 1 blocks, the
-// c-th attending to positions [c S, (c + 1) S) (S = kAttentionSplitPositions) as above and
-// writing its unnormalised state (max, sum, weighted V) to `partial`; attention_merge then adds
+// group's keys and values together (2 kGroup loads in flight: one memory latency a group, the
+// values not waiting for the scores), reduce the kGroup dot products with butterflies, and
+// update the warp's online softmax once (running max, sum and weighted V, the group's terms
+// added in position order). Registers are sized to head_dim (1, 2, 4 or 8 elements a lane). The
+// warps' states are merged in warp order. The order of every operation depends only on p and
+// head_dim, not on the batch: decode and verify windows give bit-identical outputs for the same
+// token. Long contexts split (split_partial, ops.h; the backend's decode and verify passes): a
+// token at position p >= kAttentionSplitPositions is taken by p / kAttentionSplitPositions + 1
+// blocks, the c-th attending to positions [c S, (c + 1) S) (S = kAttentionSplitPositions) as above
+// and writing its unnormalised state (max, sum, weighted V) to `partial`; attention_merge then adds
 // the chunks' states in chunk order. Which chunks there are depends only on p, so a token's
 // output is still the same in any window; tokens before S take one block as without a split.
 // attention_rope rotates each query as it loads it (RoPE with a rope_table table, rope.cuh):
@@ -33,12 +34,15 @@ namespace {
 
 using detail::kWarp;
 constexpr int kWarps = 8;
-constexpr int kGroup = 4;                      // keys per warp step
-constexpr int kPerLane = kMaxHeadDim / kWarp;  // head_dim elements per lane (at most)
+constexpr int kGroup = 4;                       // keys per warp step
+constexpr int kMaxLanes = kMaxHeadDim / kWarp;  // head_dim elements per lane (at most)
 constexpr int kMergeThreads = 128;
 static_assert(kAttentionSplitPositions % (kWarps * kGroup) == 0,
               "a chunk starts every warp at its first group");
 
+// kLanes: head_dim elements per lane (head_dim <= 32 kLanes); registers sized to it, the
+// arithmetic the same for any kLanes that covers head_dim.
+template <int kLanes>
 __global__ void __launch_bounds__(kWarps* kWarp)
     attention_kernel(const float* __restrict__ q, int n_heads, int n_kv_heads, int head_dim,
                      const float* __restrict__ cos_sin, const KvSlot* __restrict__ slots, int layer,
@@ -70,9 +74,9 @@ __global__ void __launch_bounds__(kWarps* kWarp)
 
   // The query, rotated here when given the table (cos_sin: this token's row of it).
   const float* cs = cos_sin != nullptr ? cos_sin + static_cast<std::size_t>(t) * head_dim : nullptr;
-  float qr[kPerLane], acc[kPerLane];
+  float qr[kLanes], acc[kLanes];
 #pragma unroll
-  for (int c = 0; c < kPerLane; ++c) {
+  for (int c = 0; c < kLanes; ++c) {
     const int d = lane + c * kWarp;
     qr[c] = d >= head_dim   ? 0.0f
             : cs != nullptr ? detail::rope_element(qh, d, head_dim / 2, cs)
@@ -92,14 +96,18 @@ __global__ void __launch_bounds__(kWarps* kWarp)
       const int pp = valid[j] ? p : p0;
       at[j] = s.path == nullptr || pp < s.tree_base ? pp : s.path[pp - s.tree_base];
     }
-    float kr[kGroup][kPerLane];
+    // The group's keys and values, all loads in flight together (the values do not wait for
+    // the scores).
+    float kr[kGroup][kLanes], vr[kGroup][kLanes];
 #pragma unroll
     for (int j = 0; j < kGroup; ++j) {
       const float* kp = k + static_cast<std::size_t>(at[j]) * row;
+      const float* vp = v + static_cast<std::size_t>(at[j]) * row;
 #pragma unroll
-      for (int c = 0; c < kPerLane; ++c) {
+      for (int c = 0; c < kLanes; ++c) {
         const int d = lane + c * kWarp;
         kr[j][c] = d < head_dim && valid[j] ? kp[d] : 0.0f;
+        vr[j][c] = d < head_dim && valid[j] ? vp[d] : 0.0f;
       }
     }
     float score[kGroup];
@@ -108,7 +116,7 @@ __global__ void __launch_bounds__(kWarps* kWarp)
     for (int j = 0; j < kGroup; ++j) {
       float dot = 0.0f;
 #pragma unroll
-      for (int c = 0; c < kPerLane; ++c) dot = fmaf(qr[c], kr[j][c], dot);
+      for (int c = 0; c < kLanes; ++c) dot = fmaf(qr[c], kr[j][c], dot);
       score[j] = detail::warp_sum(dot) * scale;
       if (valid[j]) m_new = fmaxf(m_new, score[j]);
     }
@@ -120,18 +128,8 @@ __global__ void __launch_bounds__(kWarps* kWarp)
       weight[j] = valid[j] ? expf(score[j] - m_new) : 0.0f;
       l += weight[j];
     }
-    float vr[kGroup][kPerLane];
 #pragma unroll
-    for (int j = 0; j < kGroup; ++j) {
-      const float* vp = v + static_cast<std::size_t>(at[j]) * row;
-#pragma unroll
-      for (int c = 0; c < kPerLane; ++c) {
-        const int d = lane + c * kWarp;
-        vr[j][c] = d < head_dim && valid[j] ? vp[d] : 0.0f;
-      }
-    }
-#pragma unroll
-    for (int c = 0; c < kPerLane; ++c) {
+    for (int c = 0; c < kLanes; ++c) {
       float a = acc[c] * correction;
 #pragma unroll
       for (int j = 0; j < kGroup; ++j) a = fmaf(weight[j], vr[j][c], a);
@@ -144,7 +142,7 @@ __global__ void __launch_bounds__(kWarps* kWarp)
     warp_sum[warp] = l;
   }
 #pragma unroll
-  for (int c = 0; c < kPerLane; ++c) {
+  for (int c = 0; c < kLanes; ++c) {
     const int d = lane + c * kWarp;
     if (d < head_dim) warp_out[warp][d] = acc[c];
   }
@@ -228,7 +226,13 @@ void launch_attention(const char* op, cudaStream_t stream, const float* q, int n
   SPEC_CHECK(blocks <= 2147483647u, "cuda::" << op << ": too many (token, head) pairs: " << blocks);
   const float scale = 1.0f / sqrtf(static_cast<float>(head_dim));
   const int chunks = split_partial != nullptr ? split_chunks : 1;
-  detail::launch_dependent(dependent, attention_kernel,
+  // The kernel whose registers fit head_dim: 1, 2, 4 or 8 elements per lane.
+  const int lanes = (head_dim + kWarp - 1) / kWarp;
+  auto* kernel = lanes <= 1   ? &attention_kernel<1>
+                 : lanes <= 2 ? &attention_kernel<2>
+                 : lanes <= 4 ? &attention_kernel<4>
+                              : &attention_kernel<kMaxLanes>;
+  detail::launch_dependent(dependent, kernel,
                            dim3(static_cast<unsigned>(blocks), static_cast<unsigned>(chunks)),
                            dim3(kWarps * kWarp), 0, stream, q, n_heads, n_kv_heads, head_dim,
                            cos_sin, slots, layer, scale, out, split_partial, chunks);

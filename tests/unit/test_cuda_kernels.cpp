@@ -487,41 +487,46 @@ TEST(CudaKernels, AddRmsnormEqualsAddThenRmsnorm) {
 TEST(CudaKernels, AttentionOverTwoSequencesAgainstFloat64) {
   REQUIRE_DEVICE();
   // Two sequences with caches of 37 and 90 positions; 3 new tokens each (a verify window).
-  const int heads = 8, kv_heads = 2, hd = 64, layers = 2, layer = 1, cap = 128, win = 3;
-  const int lens[2] = {37, 90};
-  const std::size_t row = static_cast<std::size_t>(kv_heads) * hd;
-  std::vector<std::vector<float> > caches(2);
-  std::vector<cuda::DeviceBuffer> dcache;
-  for (int s = 0; s < 2; ++s) {
-    caches[s] = randn(static_cast<std::size_t>(layers) * 2 * cap * row, 500 + s);
-    dcache.push_back(upload(caches[s]));
+  // head_dim 32, 64, 80, 128 and 256: each of the kernel's register sizes (1, 2, 4 and 8
+  // elements a lane; 80 in the 4-lane one with lanes left idle).
+  for (int hd : {32, 64, 80, 128, 256}) {
+    const int heads = 8, kv_heads = 2, layers = 2, layer = 1, cap = 128, win = 3;
+    const int lens[2] = {37, 90};
+    const std::size_t row = static_cast<std::size_t>(kv_heads) * hd;
+    std::vector<std::vector<float> > caches(2);
+    std::vector<cuda::DeviceBuffer> dcache;
+    for (int s = 0; s < 2; ++s) {
+      caches[s] = randn(static_cast<std::size_t>(layers) * 2 * cap * row, 500 + s + hd);
+      dcache.push_back(upload(caches[s]));
+    }
+    const int n = 2 * win;
+    const auto q = randn(static_cast<std::size_t>(n) * heads * hd, 510 + hd);
+    const auto knew = randn(static_cast<std::size_t>(n) * row, 511 + hd);
+    const auto vnew = randn(static_cast<std::size_t>(n) * row, 512 + hd);
+    std::vector<cuda::KvSlot> slots;
+    for (int s = 0; s < 2; ++s)
+      for (int i = 0; i < win; ++i)
+        slots.push_back(
+            cuda::KvSlot{dcache[s].as<float>(), cap, lens[s] + i, lens[s] + i, 0, nullptr});
+    auto dslots = upload(slots), dq = upload(q), dk = upload(knew), dv = upload(vnew);
+    auto out = poisoned(q.size());
+    cuda::kv_append(stream(), dk.as<float>(), dv.as<float>(), n, kv_heads, hd,
+                    dslots.as<cuda::KvSlot>(), layer);
+    cuda::attention(stream(), dq.as<float>(), n, heads, kv_heads, hd, dslots.as<cuda::KvSlot>(),
+                    layer, out.as<float>());
+    // Reference: the caches with the new keys and values written, causal softmax in float64.
+    for (int s = 0; s < 2; ++s)
+      for (int i = 0; i < win; ++i)
+        for (std::size_t e = 0; e < row; ++e) {
+          const std::size_t plane = static_cast<std::size_t>(cap) * row;
+          const std::size_t at = static_cast<std::size_t>(lens[s] + i) * row + e;
+          caches[s][(layer * 2) * plane + at] = knew[(s * win + i) * row + e];
+          caches[s][(layer * 2 + 1) * plane + at] = vnew[(s * win + i) * row + e];
+        }
+    const auto ref = ref_attention(q, n, heads, kv_heads, hd, win, lens, caches, layer, cap);
+    expect_l2("kv_append + attention (2 sequences, window 3, head_dim " + std::to_string(hd) + ")",
+              download(out, q.size()), ref, 1e-5);
   }
-  const int n = 2 * win;
-  const auto q = randn(static_cast<std::size_t>(n) * heads * hd, 510);
-  const auto knew = randn(static_cast<std::size_t>(n) * row, 511);
-  const auto vnew = randn(static_cast<std::size_t>(n) * row, 512);
-  std::vector<cuda::KvSlot> slots;
-  for (int s = 0; s < 2; ++s)
-    for (int i = 0; i < win; ++i)
-      slots.push_back(
-          cuda::KvSlot{dcache[s].as<float>(), cap, lens[s] + i, lens[s] + i, 0, nullptr});
-  auto dslots = upload(slots), dq = upload(q), dk = upload(knew), dv = upload(vnew);
-  auto out = poisoned(q.size());
-  cuda::kv_append(stream(), dk.as<float>(), dv.as<float>(), n, kv_heads, hd,
-                  dslots.as<cuda::KvSlot>(), layer);
-  cuda::attention(stream(), dq.as<float>(), n, heads, kv_heads, hd, dslots.as<cuda::KvSlot>(),
-                  layer, out.as<float>());
-  // Reference: the caches with the new keys and values written, causal softmax in float64.
-  for (int s = 0; s < 2; ++s)
-    for (int i = 0; i < win; ++i)
-      for (std::size_t e = 0; e < row; ++e) {
-        const std::size_t plane = static_cast<std::size_t>(cap) * row;
-        const std::size_t at = static_cast<std::size_t>(lens[s] + i) * row + e;
-        caches[s][(layer * 2) * plane + at] = knew[(s * win + i) * row + e];
-        caches[s][(layer * 2 + 1) * plane + at] = vnew[(s * win + i) * row + e];
-      }
-  const auto ref = ref_attention(q, n, heads, kv_heads, hd, win, lens, caches, layer, cap);
-  expect_l2("kv_append + attention (2 sequences, window 3)", download(out, q.size()), ref, 1e-5);
 }
 
 // Attention over long contexts split over blocks of kAttentionSplitPositions positions, their
@@ -607,11 +612,11 @@ TEST(CudaKernels, AttentionSplitOverLongContexts) {
 // and q, kv_append, attention): the caches and the outputs bitwise equal, q and k left as they
 // were; the same as programmatic dependent launches in a graph after the kernel that makes the
 // table (as a step graph issues them). Two sequences with windows of 3 at different positions;
-// head_dim 64 and 128 (a pair's two elements in one lane) and 80 (in different lanes); a table
-// from real frequencies.
+// head_dim 32, 64, 80, 128 and 256 (every register size of the kernel; a pair's two elements in
+// one lane or in two); a table from real frequencies.
 TEST(CudaKernels, RopeAttendEqualsRopeAppendAttention) {
   REQUIRE_DEVICE();
-  for (int hd : {64, 80, 128}) {
+  for (int hd : {32, 64, 80, 128, 256}) {
     const int heads = 8, kv_heads = 2, layers = 2, layer = 1, cap = 128, win = 3;
     const int lens[2] = {37, 90};
     const std::size_t row = static_cast<std::size_t>(kv_heads) * hd;
