@@ -10,12 +10,13 @@
 #
 # Stages (correctness first, in parallel; then the measurements, alone on the GPU):
 #   unit     every gpu-labelled GoogleTest program: each CUDA op against the CPU reference
-#            (test_cuda_ops) and a float64 one (test_cuda_kernels, with the fused ops against
-#            their compositions), the device token decisions (test_cuda_sampling,
+#            (test_cuda_ops) and a float64 one (test_cuda_kernels, test_cuda_attention, with
+#            the fused ops against their compositions), the device token decisions (test_cuda_sampling,
 #            test_cuda_tree_sampling), the model
 #            graph on CUDA against the CPU and step graphs against launch by launch
 #            (test_cuda_transformer), the device self-test (test_cuda)
-#   memcheck compute-sanitizer --tool memcheck over test_cuda_kernels and the step-graph tests
+#   memcheck compute-sanitizer --tool memcheck over test_cuda_kernels, test_cuda_attention and
+#            the step-graph tests
 #            (when installed)
 #   e2e      tests/gpu/e2e_greedy.sh: speculative == baseline greedy on the GPU for the synthetic
 #            pair, the trained code pair (chain, tree) and its EAGLE-3 head (chain, trees of 15
@@ -125,7 +126,7 @@ stage() {
 if [[ -z ${KIT:-} ]]; then
   stage configure 600 cmake -S "$SRC" -B "$BUILD" -DSPECRUN_CUDA=ON -DSPECRUN_WERROR=ON \
     -DCMAKE_BUILD_TYPE=Release || exit 1
-  stage build 1800 cmake --build "$BUILD" -j"${JOBS:-16}" --target specrun test_cuda test_cuda_ops test_cuda_kernels \
+  stage build 1800 cmake --build "$BUILD" -j"${JOBS:-16}" --target specrun test_cuda test_cuda_ops test_cuda_kernels test_cuda_attention \
     test_cuda_sampling test_cuda_tree_sampling test_cuda_transformer test_cuda_bench || exit 1
 fi
 "$BIN/specrun" --version >"$LOGS/specrun_version.txt" 2>&1
@@ -142,7 +143,7 @@ fi
 # Correctness, in parallel (three process groups on one GPU).
 unit_tests() {
   local rc=0 t
-  for t in test_cuda test_cuda_ops test_cuda_kernels test_cuda_sampling test_cuda_tree_sampling test_cuda_transformer; do
+  for t in test_cuda test_cuda_ops test_cuda_kernels test_cuda_attention test_cuda_sampling test_cuda_tree_sampling test_cuda_transformer; do
     stage "unit_$t" 180 "$TESTS/$t" --gtest_color=no "--gtest_output=xml:$LOGS/$t.xml" || rc=1
   done
   return $rc
@@ -169,6 +170,7 @@ sanitize() {
     { echo "compute-sanitizer not found: memcheck skipped" >"$LOGS/memcheck.log"; return 0; }
   local memcheck=("$cs" --tool memcheck --report-api-errors no --error-exitcode 9)
   stage memcheck 240 "${memcheck[@]}" "$TESTS/test_cuda_kernels" --gtest_color=no
+  stage memcheck_attention 120 "${memcheck[@]}" "$TESTS/test_cuda_attention" --gtest_color=no
   stage memcheck_graphs 240 "${memcheck[@]}" "$TESTS/test_cuda_transformer" --gtest_color=no \
     "--gtest_filter=*StepGraphs*:*VerifyWindowEqualsStepByStep*"
 }
