@@ -71,6 +71,26 @@ __device__ __forceinline__ float block_reduce(float v, float* shared) {
   return v;
 }
 
+// RMSNorm's row scale, shared by rmsnorm.cu and the projections that normalise their input
+// themselves (gemv.cuh), so that both give the same bits: 1 / sqrt(mean(row^2) + eps) of
+// row [dim], summed by a block of kNormThreads threads (thread j: elements j, j + kNormThreads,
+// ... with fmaf, then block_reduce). Every thread of the block calls it and gets the value;
+// `shared` as for block_reduce. The row is only read (an output aliasing it may be written
+// after the call).
+inline constexpr int kNormThreads = 128;
+__device__ __forceinline__ float rms_scale(const float* row, int dim, float eps, float* shared) {
+  float sum = 0.0f;
+  for (int i = threadIdx.x; i < dim; i += kNormThreads) sum = fmaf(row[i], row[i], sum);
+  sum = block_reduce<false>(sum, shared);
+  return 1.0f / sqrtf(sum / static_cast<float>(dim) + eps);
+}
+
+// Element i of a normalised row: (x * scale) * w[i], two roundings in this order.
+__device__ __forceinline__ float rms_apply(float x, float scale, const void* w, DType w_dtype,
+                                           std::int64_t i) {
+  return __fmul_rn(__fmul_rn(x, scale), load_widen(w, w_dtype, i));
+}
+
 // Programmatic dependent launch (compute capability 9.0 on; docs/gpu.md "Dependent launches").
 // A kernel launched with `dependent` (launch_dependent below) may start while the kernel before
 // it on the stream is still running: it may read only what no earlier kernel writes (weights)

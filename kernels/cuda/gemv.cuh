@@ -12,9 +12,11 @@
 
 #include <algorithm>
 #include <cstdint>
-#include <unordered_map>
+#include <map>
+#include <utility>
 
 #include "kernels/cuda/cuda_check.h"
+#include "kernels/cuda/device_util.cuh"
 
 namespace specrun::cuda::detail {
 
@@ -34,7 +36,53 @@ struct GemvPlan {
   int n_seg;
   int n_groups;    // groups of rows over all segments (the blocks of a plain launch)
   bool dependent;  // launched as a programmatic dependent launch: prefetch, then wait
+  // y += x W^T (+ bias) (the residual add after o_proj and down_proj; one segment, no SwiGLU):
+  // the thread that computes y[t, r] reads and writes it, so the result is bitwise the plain
+  // GEMV followed by add_inplace.
+  bool accumulate;
+  // The input's RMSNorm (norm_w [in] in norm_dtype), done by every block into its dynamic shared
+  // memory before its rows (normed_input below); norm_w == nullptr: x as given.
+  const void* norm_w;
+  DType norm_dtype;
+  float norm_eps;
 };
+
+// Bytes of dynamic shared memory a launch of `plan` needs: the normalised rows, if any.
+inline std::size_t norm_smem_bytes(const GemvPlan& plan, int n_tokens, int in) {
+  return plan.norm_w == nullptr
+             ? 0
+             : static_cast<std::size_t>(n_tokens) * static_cast<std::size_t>(in) * sizeof(float);
+}
+
+// The rows the block multiplies: x itself, or (plan.norm_w) x's rows normalised into the
+// block's dynamic shared memory [n_tokens, in] with rms_scale and rms_apply, bitwise what
+// rmsnorm.cu writes (a block of kNormThreads threads sums in its order; every thread calls this,
+// after waiting for the kernel that wrote x). Generic loads read either.
+// Kernels are instantiated with kNorm = (plan.norm_w != nullptr) and kAccumulate =
+// plan.accumulate (never both), so that plain launches keep their registers.
+template <bool kNorm>
+__device__ __forceinline__ const float* normed_input(const float* x, int n_tokens, int in,
+                                                     const GemvPlan& plan) {
+  if constexpr (!kNorm) return x;
+  extern __shared__ float4 dynamic_smem[];
+  __shared__ float reduce[kWarp];
+  float* xs = reinterpret_cast<float*>(dynamic_smem);
+  for (int t = 0; t < n_tokens; ++t) {
+    const float* row = x + static_cast<std::int64_t>(t) * in;
+    const float scale = rms_scale(row, in, plan.norm_eps, reduce);
+    for (int i = static_cast<int>(threadIdx.x); i < in; i += kNormThreads)
+      xs[static_cast<std::int64_t>(t) * in + i] =
+          rms_apply(row[i], scale, plan.norm_w, plan.norm_dtype, i);
+  }
+  __syncthreads();
+  return xs;
+}
+
+// Writes the finished sum v (bias added) of y[t, row] of `seg` (at = t * out + row).
+template <bool kAccumulate>
+__device__ __forceinline__ void store_output(const GemvSegment& seg, std::int64_t at, float v) {
+  seg.y[at] = kAccumulate ? seg.y[at] + v : v;
+}
 
 // Numbers the row groups of `plan`'s segments (kGroupRows rows each) and returns their count.
 inline int number_groups(GemvPlan& plan, int group_rows) {
@@ -78,19 +126,19 @@ __device__ __forceinline__ void prefetch_group(const GemvPlan& plan, int g, int 
     asm volatile("prefetch.global.L2 [%0];" ::"l"(row + off));
 }
 
-// Blocks of `kernel` (launched with `threads` threads) that fit on the current device at once
-// (SMs x resident blocks per SM), asked once per kernel (a process drives one device; launches
-// come from one thread).
+// Blocks of `kernel` (launched with `threads` threads and `smem` bytes of dynamic shared memory)
+// that fit on the current device at once (SMs x resident blocks per SM), asked once per kernel
+// and size (a process drives one device; launches come from one thread).
 template <class... Params>
-int resident_blocks(void (*kernel)(Params...), int threads) {
-  static std::unordered_map<const void*, int> known;
-  const void* key = reinterpret_cast<const void*>(kernel);
+int resident_blocks(void (*kernel)(Params...), int threads, std::size_t smem = 0) {
+  static std::map<std::pair<const void*, std::size_t>, int> known;
+  const std::pair<const void*, std::size_t> key(reinterpret_cast<const void*>(kernel), smem);
   auto it = known.find(key);
   if (it != known.end()) return it->second;
   int device = 0, sms = 0, per_sm = 0;
   CUDA_CHECK(cudaGetDevice(&device));
   CUDA_CHECK(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, device));
-  CUDA_CHECK(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, kernel, threads, 0));
+  CUDA_CHECK(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, kernel, threads, smem));
   return known[key] = std::max(1, sms * per_sm);
 }
 

@@ -50,6 +50,7 @@ constexpr int kThreads = kWarp * kWarps;            // 128
 constexpr int kTileRows = 16;                       // rows of an mma tile
 constexpr int kChunk = 32;                          // inputs of a warp step: two k16 mmas
 constexpr int kLoadsPerChunkRow = kChunk * 2 / 16;  // 16-byte loads covering a chunk of a row
+static_assert(kMaxNormTokens <= 8, "a fused norm's pass is one tile of 8 tokens");
 
 // The three BF16 parts of (a, b), each packed as mma takes a pair (a in the low half).
 struct Parts {
@@ -105,10 +106,11 @@ __device__ __forceinline__ void chunk_sum(float (&acc)[4], const uint4& r0, cons
 
 // kM row tiles of 16 (kSwiglu: kM == 2, gate's rows and up's), kTiles tiles of 8 tokens (the
 // smallest that holds n_tokens), kU chunks of loads in flight per warp. None changes a result.
-template <bool kSwiglu, int kM, int kTiles, int kU>
+template <bool kSwiglu, int kM, int kTiles, int kU, bool kNorm, bool kAccumulate>
 __global__ void __launch_bounds__(kThreads)
-    gemv_mma_kernel(const float* __restrict__ x, int n_tokens, int in, GemvPlan plan) {
+    gemv_mma_kernel(const float* __restrict__ x_in, int n_tokens, int in, GemvPlan plan) {
   static_assert(!kSwiglu || kM == 2, "SwiGLU blocks hold gate's tile and up's");
+  static_assert(kThreads == kNormThreads, "the fused norm sums as rmsnorm.cu does");
   constexpr int kGroupRows = kSwiglu ? kTileRows : kM * kTileRows;
   constexpr int kTokens = 8 * kTiles;
   __shared__ float partial[kWarps][kM * kTileRows][kTokens];
@@ -121,6 +123,8 @@ __global__ void __launch_bounds__(kThreads)
                                                                  in);
     wait_for_prior_grids();
   }
+  // x_in, or (plan.norm_w) its rows normalised into shared memory.
+  const float* x = normed_input<kNorm>(x_in, n_tokens, in, plan);
   const int n_chunks = in / kChunk;
   for (int grp = static_cast<int>(blockIdx.x); grp < plan.n_groups;
        grp += static_cast<int>(gridDim.x)) {
@@ -215,7 +219,7 @@ __global__ void __launch_bounds__(kThreads)
           } else {
             if (seg.bias != nullptr) v += seg.bias[row];
           }
-          seg.y[static_cast<std::int64_t>(t0 + t) * out + row] = v;
+          store_output<kAccumulate>(seg, static_cast<std::int64_t>(t0 + t) * out + row, v);
         }
       }
       __syncthreads();
@@ -236,33 +240,51 @@ bool has_bf16_mma() {
   return known[device] = major >= 8;
 }
 
-template <bool kSwiglu, int kTiles>
+template <bool kSwiglu, int kTiles, bool kNorm, bool kAccumulate>
 void launch(cudaStream_t stream, const float* x, int n_tokens, int in, GemvPlan plan, int flags) {
   // Two row tiles per block once there are several token tiles (each split of x then serves
   // 32 rows); SwiGLU blocks always hold two (gate's and up's). kU keeps 32 registers of loads.
   constexpr int kM = kSwiglu || kTiles > 1 ? 2 : 1;
   constexpr int kU = 4 / kM;
-  const auto kernel = gemv_mma_kernel<kSwiglu, kM, kTiles, kU>;
+  const auto kernel = gemv_mma_kernel<kSwiglu, kM, kTiles, kU, kNorm, kAccumulate>;
   const int groups = number_groups(plan, kSwiglu ? kTileRows : kM * kTileRows);
   plan.dependent = (flags & kGemvDependent) != 0;
-  const int grid =
-      (flags & kGemvPersistent) != 0 ? std::min(groups, resident_blocks(kernel, kThreads)) : groups;
-  launch_dependent(plan.dependent, kernel, dim3(static_cast<unsigned>(grid)), dim3(kThreads), 0,
+  const std::size_t smem = norm_smem_bytes(plan, n_tokens, in);
+  const int grid = (flags & kGemvPersistent) != 0
+                       ? std::min(groups, resident_blocks(kernel, kThreads, smem))
+                       : groups;
+  launch_dependent(plan.dependent, kernel, dim3(static_cast<unsigned>(grid)), dim3(kThreads), smem,
                    stream, x, n_tokens, in, plan);
+}
+
+// The smallest number of 8-token tiles that holds the pass (longer passes go in blocks of 64).
+template <bool kSwiglu, bool kAccumulate>
+void launch_sized(cudaStream_t stream, const float* x, int n_tokens, int in, const GemvPlan& plan,
+                  int flags) {
+  if (n_tokens <= 8)
+    launch<kSwiglu, 1, false, kAccumulate>(stream, x, n_tokens, in, plan, flags);
+  else if (n_tokens <= 16)
+    launch<kSwiglu, 2, false, kAccumulate>(stream, x, n_tokens, in, plan, flags);
+  else if (n_tokens <= 32)
+    launch<kSwiglu, 4, false, kAccumulate>(stream, x, n_tokens, in, plan, flags);
+  else
+    launch<kSwiglu, 8, false, kAccumulate>(stream, x, n_tokens, in, plan, flags);
 }
 
 template <bool kSwiglu>
 void launch_tiles(cudaStream_t stream, const float* x, int n_tokens, int in, const GemvPlan& plan,
                   int flags) {
-  // The smallest number of 8-token tiles that holds the pass; longer passes go in blocks of 64.
-  if (n_tokens <= 8)
-    launch<kSwiglu, 1>(stream, x, n_tokens, in, plan, flags);
-  else if (n_tokens <= 16)
-    launch<kSwiglu, 2>(stream, x, n_tokens, in, plan, flags);
-  else if (n_tokens <= 32)
-    launch<kSwiglu, 4>(stream, x, n_tokens, in, plan, flags);
-  else
-    launch<kSwiglu, 8>(stream, x, n_tokens, in, plan, flags);
+  if (plan.norm_w != nullptr) {  // a fused norm: at most kMaxNormTokens (8) tokens, one tile
+    launch<kSwiglu, 1, true, false>(stream, x, n_tokens, in, plan, flags);
+    return;
+  }
+  if constexpr (!kSwiglu) {
+    if (plan.accumulate) {
+      launch_sized<false, true>(stream, x, n_tokens, in, plan, flags);
+      return;
+    }
+  }
+  launch_sized<kSwiglu, false>(stream, x, n_tokens, in, plan, flags);
 }
 
 }  // namespace

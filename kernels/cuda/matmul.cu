@@ -28,6 +28,7 @@
 
 #include <algorithm>
 #include <cstring>
+#include <type_traits>
 
 #include "kernels/cuda/device_util.cuh"
 #include "kernels/cuda/gemv.cuh"
@@ -44,6 +45,7 @@ constexpr int kWarpsPerRow = 4;  // warps splitting one row's `in` (fixed interl
 constexpr int kRowsPerWarp = 4;  // rows sharing each activation load (register reuse of x)
 constexpr int kThreads = kWarp * kWarpsPerRow;  // 128: a block owns kRowsPerWarp rows
 constexpr int kMaxTokenTile = 8;                // tokens sharing each weight load
+static_assert(kMaxNormTokens <= kMaxTokenTile, "a fused norm's pass is one token tile");
 
 // For every row r of the block's kRowsPerWarp rows and token t of a tile, lane l of warp p
 // accumulates W[r, i] * x[t, i] over its elements i in increasing order with fmaf (one weight
@@ -57,7 +59,7 @@ constexpr int kMaxTokenTile = 8;                // tokens sharing each weight lo
 // the same order whatever the tile.
 // The rows [row0, row0 + kRowsPerWarp) of one segment (and, kSwiglu, up's same rows), every token:
 // the loop over token tiles described above. partial: the block's shared reduction buffer.
-template <typename W, bool kVectorized, bool kSwiglu, int kTokenTile,
+template <typename W, bool kVectorized, bool kSwiglu, int kTokenTile, bool kAccumulate,
           int kR = kSwiglu ? 2 * kRowsPerWarp : kRowsPerWarp>
 __device__ __forceinline__ void gemv_rows(const float* __restrict__ x, int n_tokens, int in,
                                           const GemvSegment& seg, int row0,
@@ -162,17 +164,18 @@ __device__ __forceinline__ void gemv_rows(const float* __restrict__ x, int n_tok
         } else {
           if (seg.bias != nullptr) v += seg.bias[row];
         }
-        seg.y[static_cast<std::int64_t>(t0 + t) * out + row] = v;
+        detail::store_output<kAccumulate>(seg, static_cast<std::int64_t>(t0 + t) * out + row, v);
       }
     }
     __syncthreads();
   }
 }
 
-template <typename W, bool kVectorized, bool kSwiglu, int kTokenTile>
+template <typename W, bool kVectorized, bool kSwiglu, int kTokenTile, bool kNorm, bool kAccumulate>
 __global__ void __launch_bounds__(kThreads)
     gemv_kernel(const float* __restrict__ x, int n_tokens, int in, GemvPlan plan) {
   constexpr int kR = kSwiglu ? 2 * kRowsPerWarp : kRowsPerWarp;
+  static_assert(kThreads == detail::kNormThreads, "the fused norm sums as rmsnorm.cu does");
   __shared__ float partial[kR][kWarpsPerRow][kTokenTile];
   const int lane = threadIdx.x % kWarp;
   const int part = threadIdx.x / kWarp;
@@ -183,6 +186,7 @@ __global__ void __launch_bounds__(kThreads)
                                                                in);
     detail::wait_for_prior_grids();
   }
+  const float* xin = detail::normed_input<kNorm>(x, n_tokens, in, plan);
   // Row group g: a plain launch has one block per group; a persistent one (gridDim.x < the
   // groups: as many blocks as fit on the device at once) walks them with a grid stride, asking
   // L2 for its next group's rows before it computes this one, so that no block waits for DRAM
@@ -201,8 +205,8 @@ __global__ void __launch_bounds__(kThreads)
       wr[r] = w + static_cast<std::int64_t>(row0 + r < out ? row0 + r : row0) * in;
       if constexpr (kSwiglu) wr[kRowsPerWarp + r] = wr[r] + static_cast<std::int64_t>(out) * in;
     }
-    gemv_rows<W, kVectorized, kSwiglu, kTokenTile>(x, n_tokens, in, seg, row0, wr, lane, part,
-                                                   partial);
+    gemv_rows<W, kVectorized, kSwiglu, kTokenTile, kAccumulate>(xin, n_tokens, in, seg, row0, wr,
+                                                                lane, part, partial);
   }
 }
 
@@ -215,23 +219,38 @@ void launch_gemv(cudaStream_t stream, const float* x, int n_tokens, int in, Gemv
     aligned = aligned && reinterpret_cast<std::uintptr_t>(plan.seg[s].w) % 16 == 0;
   const int blocks = detail::number_groups(plan, kRowsPerWarp);
   plan.dependent = (flags & kGemvDependent) != 0;
+  const std::size_t smem = detail::norm_smem_bytes(plan, n_tokens, in);
   auto go = [&](auto kernel) {
     const int grid = (flags & kGemvPersistent) != 0
-                         ? std::min(blocks, detail::resident_blocks(kernel, kThreads))
+                         ? std::min(blocks, detail::resident_blocks(kernel, kThreads, smem))
                          : blocks;
     detail::launch_dependent(plan.dependent, kernel, dim3(static_cast<unsigned>(grid)),
-                             dim3(kThreads), 0, stream, x, n_tokens, in, plan);
+                             dim3(kThreads), smem, stream, x, n_tokens, in, plan);
   };
-  if (aligned) {
-    if (n_tokens == 1)
-      go(gemv_kernel<W, true, kSwiglu, 1>);
+  // The kernel for the tile size and the fused norm or residual add: unaligned rows take
+  // scalar loads and one tile size.
+  auto pick = [&](auto norm, auto accumulate) {
+    constexpr bool kN = decltype(norm)::value, kA = decltype(accumulate)::value;
+    if (!aligned)
+      go(gemv_kernel<W, false, kSwiglu, kMaxTokenTile, kN, kA>);
+    else if (n_tokens == 1)
+      go(gemv_kernel<W, true, kSwiglu, 1, kN, kA>);
     else if (n_tokens <= 4)
-      go(gemv_kernel<W, true, kSwiglu, 4>);
+      go(gemv_kernel<W, true, kSwiglu, 4, kN, kA>);
     else
-      go(gemv_kernel<W, true, kSwiglu, kMaxTokenTile>);
-  } else {  // unaligned rows: scalar loads, one tile size
-    go(gemv_kernel<W, false, kSwiglu, kMaxTokenTile>);
+      go(gemv_kernel<W, true, kSwiglu, kMaxTokenTile, kN, kA>);
+  };
+  if (plan.norm_w != nullptr) {  // at most kMaxNormTokens (8) tokens
+    pick(std::true_type{}, std::false_type{});
+    return;
   }
+  if constexpr (!kSwiglu) {
+    if (plan.accumulate) {
+      pick(std::false_type{}, std::true_type{});
+      return;
+    }
+  }
+  pick(std::false_type{}, std::false_type{});
 }
 
 template <bool kSwiglu>
@@ -343,10 +362,35 @@ void matmul(cublasHandle_t cublas, cudaStream_t stream, const float* x, int n_to
 
 namespace specrun::cuda {
 
+namespace {
+
+// The input's norm of a GEMV launch (norm_w == nullptr: none), checked against what the fused
+// norm supports.
+void set_norm(const char* op, detail::GemvPlan& plan, int n_tokens, int in, int flags,
+              const void* norm_w, DType norm_dtype, float norm_eps) {
+  if (norm_w == nullptr) return;
+  SPEC_CHECK(gemv_norm_fits(n_tokens, in, flags),
+             "cuda::" << op << ": the input's RMSNorm cannot be fused for " << n_tokens
+                      << " tokens x " << in << " inputs with flags " << flags
+                      << " (gemv_norm_fits)");
+  plan.norm_w = norm_w;
+  plan.norm_dtype = norm_dtype;
+  plan.norm_eps = norm_eps;
+}
+
+}  // namespace
+
+bool gemv_norm_fits(int n_tokens, int in, int flags) {
+  return (flags & kGemvPersistent) != 0 && n_tokens >= 1 && n_tokens <= kMaxNormTokens && in >= 1 &&
+         static_cast<std::size_t>(n_tokens) * static_cast<std::size_t>(in) * sizeof(float) <=
+             kMaxNormBytes;
+}
+
 void matmul_multi(cudaStream_t stream, const float* x, int n_tokens, int in, DType w_dtype,
                   int n_outs, const void* w0, int out0, const float* bias0, float* y0,
                   const void* w1, int out1, const float* bias1, float* y1, const void* w2, int out2,
-                  const float* bias2, float* y2, int flags) {
+                  const float* bias2, float* y2, int flags, const void* norm_w, DType norm_dtype,
+                  float norm_eps) {
   const int most = gemv_tokens(flags, w_dtype, in);
   CUDA_OP_CHECK("matmul_multi", n_tokens >= 1 && n_tokens <= most && in >= 1,
                 "needs 1.." << most << " tokens (got " << n_tokens << ") and in >= 1");
@@ -365,11 +409,27 @@ void matmul_multi(cudaStream_t stream, const float* x, int n_tokens, int in, DTy
         "output " << s << " needs a weight, an output not aliasing x and out >= 1");
     plan.seg[s] = GemvSegment{ws[s], biases[s], ys[s], outs[s], 0};
   }
+  set_norm("matmul_multi", plan, n_tokens, in, flags, norm_w, norm_dtype, norm_eps);
+  launch_gemv_dtype<false>(stream, x, n_tokens, in, w_dtype, plan, flags);
+}
+
+void matmul_accumulate(cudaStream_t stream, const float* x, int n_tokens, int in, const void* w,
+                       DType w_dtype, int out, const float* bias, float* y, int flags) {
+  const int most = gemv_tokens(flags, w_dtype, in);
+  CUDA_OP_CHECK("matmul_accumulate", n_tokens >= 1 && n_tokens <= most && in >= 1 && out >= 1,
+                "needs 1.." << most << " tokens (got " << n_tokens << "), in >= 1 and out >= 1");
+  CUDA_OP_CHECK("matmul_accumulate", x != nullptr && w != nullptr && y != nullptr && y != x,
+                "needs x, w and an output y not aliasing x");
+  GemvPlan plan{};
+  plan.seg[0] = GemvSegment{w, bias, y, out, 0};
+  plan.n_seg = 1;
+  plan.accumulate = true;
   launch_gemv_dtype<false>(stream, x, n_tokens, in, w_dtype, plan, flags);
 }
 
 void swiglu_gemv(cudaStream_t stream, const float* x, int n_tokens, int in, const void* gate_up,
-                 DType w_dtype, int rows, float* y, int flags) {
+                 DType w_dtype, int rows, float* y, int flags, const void* norm_w, DType norm_dtype,
+                 float norm_eps) {
   CUDA_OP_CHECK(
       "swiglu_gemv",
       n_tokens >= 1 && n_tokens <= gemv_tokens(flags, w_dtype, in) && in >= 1 && rows >= 1,
@@ -380,6 +440,7 @@ void swiglu_gemv(cudaStream_t stream, const float* x, int n_tokens, int in, cons
   GemvPlan plan{};
   plan.seg[0] = GemvSegment{gate_up, nullptr, y, rows, 0};
   plan.n_seg = 1;
+  set_norm("swiglu_gemv", plan, n_tokens, in, flags, norm_w, norm_dtype, norm_eps);
   launch_gemv_dtype<true>(stream, x, n_tokens, in, w_dtype, plan, flags);
 }
 

@@ -70,21 +70,41 @@ void matmul(cublasHandle_t cublas, cudaStream_t stream, const float* x, int n_to
             const void* w, DType w_dtype, int out, const float* bias, float* y, void* scratch,
             std::size_t scratch_bytes, int flags = 0);
 
+// The input's RMSNorm fused into the GEMV (matmul_multi and swiglu_gemv given norm_w): every
+// block of the launch normalises x's rows into its shared memory, with the sums of rmsnorm
+// below in the same order, so the outputs are bitwise rmsnorm into a buffer followed by the
+// plain launch, and the norm is no launch of its own. Only for persistent launches (each block
+// normalises once, however many row groups it walks) of at most kMaxNormTokens tokens whose
+// rows fit in kMaxNormBytes: gemv_norm_fits; otherwise the caller runs rmsnorm first.
+inline constexpr int kMaxNormTokens = 8;
+inline constexpr std::size_t kMaxNormBytes = 40 * 1024;
+bool gemv_norm_fits(int n_tokens, int in, int flags);
+
 // Up to three GEMVs sharing x in one launch (q, k and v): y_s = x W_s^T (+ bias_s) for s <
 // n_outs, W_s [out_s, in] in w_dtype. Bitwise what matmul gives for each alone with the same
 // flags. Decode and verify windows only: 1 <= n_tokens <= gemv_tokens(flags, w_dtype, in).
-// Unused outputs: pass nullptr / 0. flags as for matmul.
+// Unused outputs: pass nullptr / 0. flags as for matmul. norm_w [in] in norm_dtype: x is
+// first normalised (y_s = rmsnorm(x, norm_w, norm_eps) W_s^T; see above; gemv_norm_fits must
+// hold).
 void matmul_multi(cudaStream_t stream, const float* x, int n_tokens, int in, DType w_dtype,
                   int n_outs, const void* w0, int out0, const float* bias0, float* y0,
                   const void* w1, int out1, const float* bias1, float* y1, const void* w2, int out2,
-                  const float* bias2, float* y2, int flags = 0);
+                  const float* bias2, float* y2, int flags = 0, const void* norm_w = nullptr,
+                  DType norm_dtype = DType::kF32, float norm_eps = 0.0f);
+
+// A GEMV added to its output (the residual add after o_proj and down_proj, in the epilogue):
+// y[t, o] += x[t, :] . W[o, :] (+ bias[o]), bitwise matmul into a buffer followed by
+// add_inplace. y must not alias x; 1 <= n_tokens <= gemv_tokens(flags, w_dtype, in).
+void matmul_accumulate(cudaStream_t stream, const float* x, int n_tokens, int in, const void* w,
+                       DType w_dtype, int out, const float* bias, float* y, int flags = 0);
 
 // SwiGLU MLP input in one launch: y[t, r] = silu(x gate[r]) * (x up[r]) for r < rows, with
 // gate_up [2 * rows, in] in w_dtype (gate's rows, then up's). Bitwise what two matmul calls
 // and silu_mul give (with the same flags). 1 <= n_tokens <= gemv_tokens(flags, w_dtype, in);
-// y [n_tokens, rows] must not alias x. flags as for matmul.
+// y [n_tokens, rows] must not alias x. flags as for matmul; norm_w as for matmul_multi.
 void swiglu_gemv(cudaStream_t stream, const float* x, int n_tokens, int in, const void* gate_up,
-                 DType w_dtype, int rows, float* y, int flags = 0);
+                 DType w_dtype, int rows, float* y, int flags = 0, const void* norm_w = nullptr,
+                 DType norm_dtype = DType::kF32, float norm_eps = 0.0f);
 
 // Embedding lookup of a vocab-sharded table: out[t, :] = widen(table[ids[t] - row_begin, :])
 // when row_begin <= ids[t] < row_begin + n_rows, else zeros (a sum over shards is the lookup).

@@ -1,16 +1,17 @@
 // rmsnorm: Hugging Face LlamaRMSNorm on float32 activations with a weight in F32/BF16/F16.
 // Layout: x, y [n_tokens, dim] row-major (may alias), w [dim]. One block per token: the sum of
-// squares is reduced in a fixed order (threads, then warps), so a token's result does not
-// depend on the other tokens of the batch. add_rmsnorm first adds delta [n_tokens, dim] to x in
-// the same pass (each thread adds the elements it then squares): the same sums in the same order
-// as add_inplace followed by rmsnorm. Either may be a programmatic dependent launch (ops.h).
+// squares is reduced in a fixed order (detail::rms_scale: threads, then warps), so a token's
+// result does not depend on the other tokens of the batch, and the projections that normalise
+// their own input (matmul_multi and swiglu_gemv given a norm; gemv.cuh) get the same bits.
+// add_rmsnorm first adds delta [n_tokens, dim] to x (each thread the elements it then squares):
+// bitwise add_inplace followed by rmsnorm. Either may be a programmatic dependent launch (ops.h).
 #include "kernels/cuda/device_util.cuh"
 #include "kernels/cuda/ops.h"
 
 namespace specrun::cuda {
 namespace {
 
-constexpr int kThreads = 256;
+constexpr int kThreads = detail::kNormThreads;  // the GEMVs' fused norm sums in this order too
 
 // delta == nullptr: plain rmsnorm (x read only).
 __global__ void __launch_bounds__(kThreads)
@@ -21,21 +22,13 @@ __global__ void __launch_bounds__(kThreads)
   detail::allow_dependents();      // the projection after the norm may start fetching its weights
   float* xt = x + static_cast<std::size_t>(blockIdx.x) * dim;
   float* yt = y + static_cast<std::size_t>(blockIdx.x) * dim;
-  float sum = 0.0f;
-  if (delta != nullptr) {
+  if (delta != nullptr) {  // each thread writes the elements it then reads in rms_scale
     const float* dt = delta + static_cast<std::size_t>(blockIdx.x) * dim;
-    for (int i = threadIdx.x; i < dim; i += blockDim.x) {
-      const float v = xt[i] + dt[i];
-      xt[i] = v;
-      sum = fmaf(v, v, sum);
-    }
-  } else {
-    for (int i = threadIdx.x; i < dim; i += blockDim.x) sum = fmaf(xt[i], xt[i], sum);
+    for (int i = threadIdx.x; i < dim; i += kThreads) xt[i] = xt[i] + dt[i];
   }
-  sum = detail::block_reduce<false>(sum, shared);
-  const float scale = 1.0f / sqrtf(sum / static_cast<float>(dim) + eps);
-  for (int i = threadIdx.x; i < dim; i += blockDim.x)
-    yt[i] = (xt[i] * scale) * detail::load_widen(w, w_dtype, i);
+  const float scale = detail::rms_scale(xt, dim, eps, shared);
+  for (int i = threadIdx.x; i < dim; i += kThreads)
+    yt[i] = detail::rms_apply(xt[i], scale, w, w_dtype, i);
 }
 
 }  // namespace

@@ -14,9 +14,10 @@
 //    KV append and causal attention over the staged batch, row moves, vocabulary unsharding;
 //  - fused ops, each an optional capability with a default composition of the plain ops
 //    (backend/default_ops.h): add+RMSNorm, several linears over one input, SwiGLU in the
-//    matmul, RoPE of q and k with the KV append and attention. A backend that has a faster
-//    kernel overrides the default; the result must be bitwise what the composition gives on
-//    that backend.
+//    matmul, (add+)RMSNorm with the linears or SwiGLU after it, a linear added to the residual
+//    stream (now, or by the norm after it), RoPE of q and k with the KV append and attention. A
+//    backend that has a faster kernel overrides the default; the result must be bitwise what the
+//    composition gives on that backend.
 // Collectives are not the backend's: the graph calls the tensor-parallel Communicator with the
 // backend's raw pointers (MPI on host memory for the CPU, NCCL on device memory for CUDA).
 #pragma once
@@ -156,6 +157,9 @@ concept Backend = requires(B b, typename B::F f, typename B::CF cf, const typena
   b.linear_multi(cf, i, outs);
   b.swiglu(cf, i, w, f);
   b.rope_attend(i, rows, f, i, cf, f, i, i, i);
+  { b.linear_residual(cf, i, w, &w, f, f) } -> std::same_as<typename B::CF>;
+  b.add_rmsnorm_linear_multi(f, cf, i, i, w, eps, f, outs);
+  b.add_rmsnorm_swiglu(f, cf, i, i, w, eps, f, w, f);
   // Outside a forward call.
   b.kv_keep(kv, i, i, idx);
   b.read(cf, z, host);

@@ -178,6 +178,21 @@ void CpuBackend::add_rmsnorm(F x, CF delta, int n, int dim, const Weight& w, flo
   cpu::add_rmsnorm(x.get(), delta.get(), n, dim, w.data, w.dtype, eps, y.get());
 }
 
+CpuBackend::CF CpuBackend::linear_residual(CF in, int n, const Weight& w, const Weight* bias, F tmp,
+                                           F /*x: added to by the next add_rmsnorm op*/) {
+  return compose_linear_residual(*this, in, n, w, bias, tmp);
+}
+
+void CpuBackend::add_rmsnorm_linear_multi(F x, CF delta, int n, int dim, const Weight& norm,
+                                          float eps, F xn, std::span<const LinearOut> outs) {
+  compose_add_rmsnorm_linear_multi(*this, x, delta, n, dim, norm, eps, xn, outs);
+}
+
+void CpuBackend::add_rmsnorm_swiglu(F x, CF delta, int n, int dim, const Weight& norm, float eps,
+                                    F xn, const Weight& gate_up, F y) {
+  compose_add_rmsnorm_swiglu(*this, x, delta, n, dim, norm, eps, xn, gate_up, y);
+}
+
 void CpuBackend::add_inplace(F y, CF x, std::size_t n) {
   cpu::add_inplace(y.get(), x.get(), n);
 }

@@ -117,6 +117,14 @@ class CpuBackend {
   void swiglu(CF x, int n, const Weight& gate_up, F y);
   void rmsnorm(CF x, int n, int dim, const Weight& w, float eps, F y);
   void add_rmsnorm(F x, CF delta, int n, int dim, const Weight& w, float eps, F y);
+  // The default compositions (backend/default_ops.h): linear_residual leaves its output in tmp
+  // for the add + RMSNorm pass of the op after it (one pass over the residual stream, as before
+  // the ops existed); xn holds the normalised rows.
+  CF linear_residual(CF in, int n, const Weight& w, const Weight* bias, F tmp, F x);
+  void add_rmsnorm_linear_multi(F x, CF delta, int n, int dim, const Weight& norm, float eps, F xn,
+                                std::span<const LinearOut> outs);
+  void add_rmsnorm_swiglu(F x, CF delta, int n, int dim, const Weight& norm, float eps, F xn,
+                          const Weight& gate_up, F y);
   void add_inplace(F y, CF x, std::size_t n);
   void add_bias(F y, const Weight& bias, int n, int dim);
 

@@ -310,7 +310,8 @@ void CudaBackend::linear(CF x, int n, const Weight& w, const Weight* bias, F y) 
   const float* b = bias != nullptr ? static_cast<const float*>(bias->data) : nullptr;
   if (graphs_->recording()) {  // the GEMV path only (n <= graph_tokens()): no cuBLAS
     launch(&cuda::matmul_multi, x.get(), n, w.cols, w.dtype, 1, w.data, w.rows, b, y.get(), nullptr,
-           0, nullptr, nullptr, nullptr, 0, nullptr, nullptr, gemv_flags());
+           0, nullptr, nullptr, nullptr, 0, nullptr, nullptr, gemv_flags(), nullptr, DType::kF32,
+           0.0f);
     return;
   }
   // The GEMV path up to gemv_tokens (64, or 512 on the tensor cores), else cuBLAS.
@@ -320,9 +321,9 @@ void CudaBackend::linear(CF x, int n, const Weight& w, const Weight* bias, F y) 
 
 void CudaBackend::swiglu(CF x, int n, const Weight& gate_up, F y) {
   SPEC_CHECK(gate_up.pair, "swiglu needs a gate/up pair");
-  if (n <= cuda::gemv_tokens(gemv_flags(), gate_up.dtype, gate_up.cols)) {
+  if (gemv_path(n, gate_up.dtype, gate_up.cols)) {
     launch(&cuda::swiglu_gemv, x.get(), n, gate_up.cols, gate_up.data, gate_up.dtype, gate_up.rows,
-           y.get(), gemv_flags());
+           y.get(), gemv_flags(), nullptr, DType::kF32, 0.0f);
     return;
   }
   Weight gate = gate_up, up = gate_up;
@@ -334,14 +335,17 @@ void CudaBackend::swiglu(CF x, int n, const Weight& gate_up, F y) {
 }
 
 void CudaBackend::linear_multi(CF x, int n, std::span<const LinearOut> outs) {
+  if (!multi_launch(x, n, outs, nullptr, 0.0f)) compose_linear_multi(*this, x, n, outs);
+}
+
+bool CudaBackend::multi_launch(CF x, int n, std::span<const LinearOut> outs, const Weight* norm,
+                               float eps) {
   bool fused = !outs.empty() && outs.size() <= 3 &&
-               n <= cuda::gemv_tokens(gemv_flags(), outs[0].w->dtype, outs[0].w->cols);
+               gemv_path(n, outs[0].w->dtype, outs[0].w->cols) &&
+               (norm == nullptr || cuda::gemv_norm_fits(n, outs[0].w->cols, gemv_flags()));
   for (const LinearOut& o : outs)
     fused = fused && o.w->dtype == outs[0].w->dtype && o.w->cols == outs[0].w->cols && !o.w->pair;
-  if (!fused) {
-    compose_linear_multi(*this, x, n, outs);
-    return;
-  }
+  if (!fused) return false;
   const void* w[3] = {nullptr, nullptr, nullptr};
   const float* bias[3] = {nullptr, nullptr, nullptr};
   float* y[3] = {nullptr, nullptr, nullptr};
@@ -354,7 +358,40 @@ void CudaBackend::linear_multi(CF x, int n, std::span<const LinearOut> outs) {
   }
   launch(&cuda::matmul_multi, x.get(), n, outs[0].w->cols, outs[0].w->dtype,
          static_cast<int>(outs.size()), w[0], rows[0], bias[0], y[0], w[1], rows[1], bias[1], y[1],
-         w[2], rows[2], bias[2], y[2], gemv_flags());
+         w[2], rows[2], bias[2], y[2], gemv_flags(), norm != nullptr ? norm->data : nullptr,
+         norm != nullptr ? norm->dtype : DType::kF32, eps);
+  return true;
+}
+
+void CudaBackend::add_rmsnorm_linear_multi(F x, CF delta, int n, int dim, const Weight& norm,
+                                           float eps, F xn, std::span<const LinearOut> outs) {
+  SPEC_CHECK(norm.rows * norm.cols == dim, "add_rmsnorm_linear_multi: a norm of "
+                                               << norm.rows * norm.cols << " for rows of " << dim);
+  const bool fusable = delta.get() == nullptr && !outs.empty() && outs[0].w->cols == dim;
+  if (!fusable || !multi_launch(x, n, outs, &norm, eps))
+    compose_add_rmsnorm_linear_multi(*this, x, delta, n, dim, norm, eps, xn, outs);
+}
+
+void CudaBackend::add_rmsnorm_swiglu(F x, CF delta, int n, int dim, const Weight& norm, float eps,
+                                     F xn, const Weight& gate_up, F y) {
+  SPEC_CHECK(
+      gate_up.pair && gate_up.cols == dim && norm.rows * norm.cols == dim,
+      "add_rmsnorm_swiglu needs a gate/up pair and a norm over its " << gate_up.cols << " inputs");
+  if (delta.get() == nullptr && gemv_path(n, gate_up.dtype, gate_up.cols) &&
+      cuda::gemv_norm_fits(n, dim, gemv_flags())) {
+    launch(&cuda::swiglu_gemv, x.get(), n, gate_up.cols, gate_up.data, gate_up.dtype, gate_up.rows,
+           y.get(), gemv_flags(), norm.data, norm.dtype, eps);
+    return;
+  }
+  compose_add_rmsnorm_swiglu(*this, x, delta, n, dim, norm, eps, xn, gate_up, y);
+}
+
+CudaBackend::CF CudaBackend::linear_residual(CF in, int n, const Weight& w, const Weight* bias,
+                                             F tmp, F x) {
+  if (!gemv_path(n, w.dtype, w.cols)) return compose_linear_residual(*this, in, n, w, bias, tmp);
+  launch(&cuda::matmul_accumulate, in.get(), n, w.cols, w.data, w.dtype, w.rows,
+         bias != nullptr ? static_cast<const float*>(bias->data) : nullptr, x.get(), gemv_flags());
+  return CF();
 }
 
 void CudaBackend::silu_mul(CF gate, CF up, F y, std::size_t n) {

@@ -192,6 +192,17 @@ class CudaBackend {
   void silu_mul(CF gate, CF up, F y, std::size_t n);
   void rmsnorm(CF x, int n, int dim, const Weight& w, float eps, F y);
   void add_rmsnorm(F x, CF delta, int n, int dim, const Weight& w, float eps, F y);
+  // On the GEMV path the projection adds itself to the residual stream in its epilogue
+  // (cuda::matmul_accumulate; returns a null pointer, tmp untouched); prefill: the composition
+  // (the output in tmp, added by the norm after it).
+  CF linear_residual(CF in, int n, const Weight& w, const Weight* bias, F tmp, F x);
+  // With nothing to add (delta null) and where cuda::gemv_norm_fits (persistent GEMVs of up to
+  // 8 tokens: decode, short verify windows), the norm runs inside the projections' launch and xn
+  // is untouched; else the composition (add_rmsnorm or rmsnorm, then the projections).
+  void add_rmsnorm_linear_multi(F x, CF delta, int n, int dim, const Weight& norm, float eps, F xn,
+                                std::span<const LinearOut> outs);
+  void add_rmsnorm_swiglu(F x, CF delta, int n, int dim, const Weight& norm, float eps, F xn,
+                          const Weight& gate_up, F y);
   void add_inplace(F y, CF x, std::size_t n);
   void add_bias(F y, const Weight& bias, int n, int dim);
   KvRows kv_rows(int layer, int row_floats);
@@ -250,6 +261,13 @@ class CudaBackend {
   // keep_last_rows before lm_head, the launch waits as usual).
   bool dependent_launch() const {
     return graphs_->recording() && after_kernel_ && ctx_->dependent_launch();
+  }
+  // linear_multi's single launch, with the input's norm fused when `norm` is given; false
+  // (nothing launched) when the outputs or the pass do not allow it.
+  bool multi_launch(CF x, int n, std::span<const LinearOut> outs, const Weight* norm, float eps);
+  // Whether this pass's projections of a [*, in] weight in dtype take the GEMV path.
+  bool gemv_path(int n, DType dtype, int in) const {
+    return n <= cuda::gemv_tokens(gemv_flags(), dtype, in);
   }
   // cuda::kGemv* flags of this pass's projections.
   int gemv_flags() const {

@@ -17,6 +17,44 @@ void compose_add_rmsnorm(B& b, typename B::F x, typename B::CF delta, int n, int
   b.rmsnorm(x, n, dim, w, eps, y);
 }
 
+// A row-parallel projection added to the residual stream x (o_proj, down_proj with one rank):
+// y = in W^T (+ bias), [n, w.rows]. Returns what is left to add to x: the composition writes y
+// to the scratch tmp and returns tmp, so that the next op on x (add_rmsnorm_linear_multi,
+// add_rmsnorm_swiglu, add_rmsnorm) adds it in the norm's pass; a backend that adds in the
+// projection's epilogue returns a null pointer (x += y done).
+template <class B>
+typename B::CF compose_linear_residual(B& b, typename B::CF in, int n, const typename B::Weight& w,
+                                       const typename B::Weight* bias, typename B::F tmp) {
+  b.linear(in, n, w, bias, tmp);
+  return tmp;
+}
+
+// x += delta (delta may be a null pointer: nothing to add), xn = rmsnorm(x) with `norm` (x [n,
+// dim]), then linear_multi(xn, outs): q, k and v of a layer's input. Afterwards xn holds
+// unspecified values (a fused kernel normalises on the way).
+template <class B>
+void compose_add_rmsnorm_linear_multi(B& b, typename B::F x, typename B::CF delta, int n, int dim,
+                                      const typename B::Weight& norm, float eps, typename B::F xn,
+                                      std::span<const typename B::LinearOut> outs) {
+  if (delta.get() != nullptr)
+    b.add_rmsnorm(x, delta, n, dim, norm, eps, xn);
+  else
+    b.rmsnorm(x, n, dim, norm, eps, xn);
+  b.linear_multi(xn, n, outs);
+}
+
+// The same with swiglu(xn) after the norm: the MLP's input. xn as above.
+template <class B>
+void compose_add_rmsnorm_swiglu(B& b, typename B::F x, typename B::CF delta, int n, int dim,
+                                const typename B::Weight& norm, float eps, typename B::F xn,
+                                const typename B::Weight& gate_up, typename B::F y) {
+  if (delta.get() != nullptr)
+    b.add_rmsnorm(x, delta, n, dim, norm, eps, xn);
+  else
+    b.rmsnorm(x, n, dim, norm, eps, xn);
+  b.swiglu(xn, n, gate_up, y);
+}
+
 // Each output on its own.
 template <class B>
 void compose_linear_multi(B& b, typename B::CF x, int n,

@@ -6,17 +6,22 @@
 //
 // The graph in brief (n new tokens of all sequences, H hidden, one rank's heads):
 //   x = embed(tokens)                         [n, H]  (vocab-parallel: summed over the group)
-//   xn = rmsnorm(x, layer 0 input norm)
-//   per layer: q, k, v = xn Wq, xn Wk, xn Wv (+ biases); [q/k norms]; RoPE(q, k)
-//              attn = attention(q, cache + k, v); x += allreduce(attn Wo) (+ o bias)
-//              xn = rmsnorm(x, post-attention norm)
-//              x += allreduce(swiglu(xn Wgate, xn Wup) Wdown); xn = rmsnorm(x, next input norm)
+//   per layer: xn = rmsnorm(x, input norm); q, k, v = xn Wq, xn Wk, xn Wv (+ biases)
+//              [q/k norms]; RoPE(q, k); attn = attention(q, cache + k, v)
+//              x += allreduce(attn Wo) (+ o bias)
+//              xn = rmsnorm(x, post-attention norm); x += allreduce(swiglu(xn Wgate, xn Wup) Wdown)
 //   logits = gather_vocab(rmsnorm(x, final norm) Wlm_head)
-// The residual add and the next RMSNorm are one backend op (add_rmsnorm). When only each
-// sequence's last logits are wanted, the last layer computes keys and values for every token
-// (the cache needs them) and everything else for the wanted rows only: rows are independent and
-// attention's result for a query does not depend on the window it is in, so the logits are
-// bitwise those of the full computation.
+// o_proj and down_proj go to the residual stream through linear_residual (one rank; with tp > 1
+// the all-reduce sits after the projection), which either adds to x at once (the CUDA backend,
+// in the GEMV's epilogue) or leaves its output as x's pending delta (the CPU backend); the next
+// op on x, a norm with the projections after it (add_rmsnorm_linear_multi, add_rmsnorm_swiglu;
+// the final add_rmsnorm), adds a pending delta in the norm's pass. With nothing pending the CUDA
+// backend normalises inside the projections' launch: a layer is then four projections, RoPE with
+// the KV append, and attention.
+// When only each sequence's last logits are wanted, the last layer computes keys and values for
+// every token (the cache needs them) and everything else for the wanted rows only: rows are
+// independent and attention's result for a query does not depend on the window it is in, so the
+// logits are bitwise those of the full computation.
 #pragma once
 
 #include <algorithm>
@@ -93,8 +98,13 @@ class LlamaModel final : public LanguageModel, private GraphBase<B> {
   }
 
  private:
-  void attention_block(int layer, int n, bool last_only);
-  void mlp_block(int layer, int n);
+  // Each block takes the residual stream's pending delta (a null pointer: none) and returns the
+  // one it leaves.
+  CF attention_block(int layer, int n, bool last_only, CF pending);
+  CF mlp_block(int layer, int n, CF pending);
+  CF add_projection(CF in, int m, const Weight& w, const Weight* bias);
+  // x's rows, or with a pending delta: x += delta, then rmsnorm; into xn.
+  void norm_into(CF pending, int n, const Weight& norm, F xn);
   void capture(int slot, int n);
 
   ModelConfig config_;
@@ -139,25 +149,30 @@ ForwardResult LlamaModel<B>::forward(std::span<const SeqChunk> batch,
   if (tp_ > 1) comm_.all_reduce_sum(x.get(), static_cast<std::size_t>(n) * H);
   if (n_capture_ > 0) hidden_.grow(static_cast<std::size_t>(n) * n_capture_ * H);
 
-  // Each block leaves the residual stream in x and the next block's normed input in xn (the
-  // residual add and the next RMSNorm are one pass).
-  b_.rmsnorm(x, n, H, weights_.at(0, Role::kInputNorm), config_.rms_norm_eps,
-             xn_.grow(static_cast<std::size_t>(n) * H));
+  // Scratch of every block: the normalised rows (xn), the row-parallel projections' output
+  // (proj, which may be the pending delta between blocks: grown here, before any points into it).
+  xn_.grow(static_cast<std::size_t>(n) * H);
+  proj_.grow(static_cast<std::size_t>(n) * H);
+  CF pending;
   // Rows whose logits are wanted: all, or each sequence's last token (the final norm's output
   // captured for every token needs all rows).
   const bool all_rows = request.all_logits || capture_slot_[L] >= 0;
   const int rows = all_rows ? n : static_cast<int>(batch.size());
   for (int layer = 0; layer < L; ++layer) {
-    if (capture_slot_[layer] >= 0) capture(capture_slot_[layer], n);
+    if (capture_slot_[layer] >= 0) {  // the residual stream as it enters the layer
+      if (pending.get() != nullptr) b_.add_inplace(x, pending, static_cast<std::size_t>(n) * H);
+      pending = CF();
+      capture(capture_slot_[layer], n);
+    }
     const bool trim = rows < n && layer + 1 == L;
-    attention_block(layer, n, trim);
-    mlp_block(layer, trim ? rows : n);
+    pending = attention_block(layer, n, trim, pending);
+    pending = mlp_block(layer, trim ? rows : n, pending);
   }
   for (const SeqChunk& s : batch) s.cache->advance(s.n_tokens, s.parents);
 
-  // The residual stream now holds `rows` rows; normed into xn.
+  // The residual stream now holds `rows` rows (and the last delta, if pending); normed into xn.
   F xn = xn_.grow(0);
-  b_.rmsnorm(x, rows, H, weights_.get(Role::kFinalNorm), config_.rms_norm_eps, xn);
+  norm_into(pending, rows, weights_.get(Role::kFinalNorm), xn);
   if (capture_slot_[L] >= 0) {
     b_.copy_rows(hidden_.grow(0) + static_cast<std::ptrdiff_t>(capture_slot_[L]) * H,
                  static_cast<std::size_t>(n_capture_) * H, xn, H, n, H);
@@ -192,19 +207,29 @@ void LlamaModel<B>::capture(int slot, int n) {
 }
 
 template <class B>
-void LlamaModel<B>::attention_block(int layer, int n, bool last_only) {
+void LlamaModel<B>::norm_into(CF pending, int n, const Weight& norm, F xn) {
+  const int H = config_.hidden_size;
+  if (pending.get() != nullptr)
+    b_.add_rmsnorm(x_.grow(0), pending, n, H, norm, config_.rms_norm_eps, xn);
+  else
+    b_.rmsnorm(x_.grow(0), n, H, norm, config_.rms_norm_eps, xn);
+}
+
+template <class B>
+typename LlamaModel<B>::CF LlamaModel<B>::attention_block(int layer, int n, bool last_only,
+                                                          CF pending) {
   const ShardPlan& plan = weights_.plan;
   const int H = config_.hidden_size, hd = config_.head_dim;
   const std::int64_t q_width = static_cast<std::int64_t>(plan.q_heads) * hd;
   const std::int64_t kv_width = static_cast<std::int64_t>(plan.kv_heads) * hd;
   const float eps = config_.rms_norm_eps;
   F x = x_.grow(0);
-  F xn = xn_.grow(0);  // rmsnorm(x) with input_norm, from the previous block
+  F xn = xn_.grow(0);  // rmsnorm(x) with input_norm (the fused op may never write it)
+  const Weight& input_norm = weights_.at(layer, Role::kInputNorm);
   const int n_seqs = static_cast<int>(seqs_.size());
   F q = q_.grow(static_cast<std::size_t>(n) * q_width);
   const typename B::KvRows kv = b_.kv_rows(layer, static_cast<int>(kv_width));
   F attn = attn_.grow(static_cast<std::size_t>(n) * q_width);
-  F proj = proj_.grow(static_cast<std::size_t>(n) * H);
   F rope = rope_.grow(0);
 
   // q, k and v in one pass over the three weight matrices. last_only: keys and values for all
@@ -216,9 +241,12 @@ void LlamaModel<B>::attention_block(int layer, int n, bool last_only) {
       {&weights_.at(layer, Role::kK), weights_.maybe(layer, Role::kKBias), kv.k},
       {&weights_.at(layer, Role::kV), weights_.maybe(layer, Role::kVBias), kv.v}};
   const int m = last_only ? n_seqs : n;  // rows from q on
-  b_.linear_multi(
-      xn, n,
-      std::span<const typename B::LinearOut>(qkv).subspan(last_only ? 1 : 0, last_only ? 2 : 3));
+  if (!last_only) {
+    b_.add_rmsnorm_linear_multi(x, pending, n, H, input_norm, eps, xn, qkv);
+  } else {  // xn is needed again below
+    norm_into(pending, n, input_norm, xn);
+    b_.linear_multi(xn, n, std::span<const typename B::LinearOut>(qkv).subspan(1, 2));
+  }
   const Weight* q_norm = weights_.maybe(layer, Role::kQNorm);  // Qwen3: per head
   if (const Weight* k_norm = weights_.maybe(layer, Role::kKNorm))
     b_.rmsnorm(kv.k, n * plan.kv_heads, hd, *k_norm, eps, kv.k);
@@ -239,30 +267,35 @@ void LlamaModel<B>::attention_block(int layer, int n, bool last_only) {
     b_.attend(layer, q, m, true, attn, plan.q_heads, plan.kv_heads, hd);
   }
 
-  // Row-parallel o_proj: partial sums over this rank's heads, then summed across the group.
-  b_.linear(attn, m, weights_.at(layer, Role::kO), nullptr, proj);
-  if (tp_ > 1) comm_.all_reduce_sum(proj.get(), static_cast<std::size_t>(m) * H);
-  if (const Weight* o_bias = weights_.maybe(layer, Role::kOBias)) b_.add_bias(proj, *o_bias, m, H);
-  b_.add_rmsnorm(x, proj, m, H, weights_.at(layer, Role::kPostAttentionNorm), eps, xn);
+  return add_projection(attn, m, weights_.at(layer, Role::kO), weights_.maybe(layer, Role::kOBias));
+}
+
+// x += in W^T (+ bias) for m rows: a row-parallel projection (o_proj, down_proj: partial sums
+// over this rank's share of `in`'s columns) summed across the group, the bias once after the
+// sum. Returns the pending delta: with one rank, linear_residual's (added already, or not);
+// with tp > 1 the summed projection, always pending.
+template <class B>
+typename LlamaModel<B>::CF LlamaModel<B>::add_projection(CF in, int m, const Weight& w,
+                                                         const Weight* bias) {
+  const int H = config_.hidden_size;
+  F proj = proj_.grow(0);
+  if (tp_ == 1) return b_.linear_residual(in, m, w, bias, proj, x_.grow(0));
+  b_.linear(in, m, w, nullptr, proj);
+  comm_.all_reduce_sum(proj.get(), static_cast<std::size_t>(m) * H);
+  if (bias != nullptr) b_.add_bias(proj, *bias, m, H);
+  return proj;
 }
 
 template <class B>
-void LlamaModel<B>::mlp_block(int layer, int n) {
+typename LlamaModel<B>::CF LlamaModel<B>::mlp_block(int layer, int n, CF pending) {
   const int H = config_.hidden_size, I = weights_.plan.intermediate;
-  F x = x_.grow(0);
-  F xn = xn_.grow(0);
   F act = act_.grow(static_cast<std::size_t>(n) * I);
-  F proj = proj_.grow(0);
 
-  // silu(gate) * up in one pass over the paired gate/up weights where the backend fuses it.
-  b_.swiglu(xn, n, weights_.at(layer, Role::kGate), act);
-  b_.linear(act, n, weights_.at(layer, Role::kDown), nullptr, proj);
-  if (tp_ > 1) comm_.all_reduce_sum(proj.get(), static_cast<std::size_t>(n) * H);
-  if (layer + 1 < config_.num_layers)
-    b_.add_rmsnorm(x, proj, n, H, weights_.at(layer + 1, Role::kInputNorm), config_.rms_norm_eps,
-                   xn);
-  else
-    b_.add_inplace(x, proj, static_cast<std::size_t>(n) * H);  // the final norm follows
+  // The pending delta added and the post-attention norm, then silu(gate) * up in one pass over
+  // the paired gate/up weights where the backend fuses them.
+  b_.add_rmsnorm_swiglu(x_.grow(0), pending, n, H, weights_.at(layer, Role::kPostAttentionNorm),
+                        config_.rms_norm_eps, xn_.grow(0), weights_.at(layer, Role::kGate), act);
+  return add_projection(act, n, weights_.at(layer, Role::kDown), nullptr);
 }
 
 }  // namespace specrun

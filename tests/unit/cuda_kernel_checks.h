@@ -116,6 +116,28 @@ inline void expect_bitwise(const std::string& what, const std::vector<float>& a,
     }
 }
 
+// Captures what `record` launches on the kernels' stream into a graph (as a step graph issues
+// its launches) and replays it `times` times, each after reset(); returns what results() gives
+// after each replay.
+template <class Record, class Reset, class Results>
+auto graph_replays(Record&& record, Reset&& reset, Results&& results, int times = 2) {
+  cudaGraph_t graph = nullptr;
+  cudaGraphExec_t exec = nullptr;
+  CUDA_CHECK(cudaStreamBeginCapture(stream(), cudaStreamCaptureModeThreadLocal));
+  record();
+  CUDA_CHECK(cudaStreamEndCapture(stream(), &graph));
+  CUDA_CHECK(cudaGraphInstantiate(&exec, graph, 0));
+  std::vector<decltype(results())> out;
+  for (int rep = 0; rep < times; ++rep) {
+    reset();
+    CUDA_CHECK(cudaGraphLaunch(exec, stream()));
+    out.push_back(results());
+  }
+  CUDA_CHECK(cudaGraphExecDestroy(exec));
+  CUDA_CHECK(cudaGraphDestroy(graph));
+  return out;
+}
+
 }  // namespace specrun::test
 
 #endif  // SPECRUN_HAVE_CUDA

@@ -37,16 +37,13 @@ namespace {
 // its launches), runs it once and waits for it.
 template <class Record>
 void run_as_graph(Record&& record) {
-  cudaGraph_t graph = nullptr;
-  cudaGraphExec_t exec = nullptr;
-  CUDA_CHECK(cudaStreamBeginCapture(stream(), cudaStreamCaptureModeThreadLocal));
-  record();
-  CUDA_CHECK(cudaStreamEndCapture(stream(), &graph));
-  CUDA_CHECK(cudaGraphInstantiate(&exec, graph, 0));
-  CUDA_CHECK(cudaGraphLaunch(exec, stream()));
-  CUDA_CHECK(cudaStreamSynchronize(stream()));
-  CUDA_CHECK(cudaGraphExecDestroy(exec));
-  CUDA_CHECK(cudaGraphDestroy(graph));
+  graph_replays(
+      record, [] {},
+      [] {
+        CUDA_CHECK(cudaStreamSynchronize(stream()));
+        return 0;
+      },
+      1);
 }
 
 // Causal GQA attention in float64: token t belongs to sequence t / win and sits at position

@@ -313,6 +313,7 @@ nlohmann::json op_breakdown(cudaStream_t stream, double copy_gbs, std::ostream& 
     const int n = ns[ni];
     // per_layer: once per layer (x16 a step). variant: an alternative to what a step runs by
     // default, left out of the layer's sum: "tensor cores" (a projection's other kernel),
+    // "fused" (a projection with the norm before it or the residual add after it),
     // "unfused" (the launches a fused op replaces), "context 2048" (attention over a long
     // context, split over blocks as a step runs it, and "unsplit").
     auto row = [&](const std::string& op, double us, double bytes, bool per_layer,
@@ -332,32 +333,51 @@ nlohmann::json op_breakdown(cudaStream_t stream, double copy_gbs, std::ostream& 
           << std::setprecision(1) << std::setw(9) << us << std::setprecision(0) << std::setw(8)
           << gbs << std::setprecision(1) << std::setw(8) << 100 * gbs / copy_gbs << "\n";
     };
-    for (std::size_t k = 0; k < 2 * std::size(mats); ++k) {
-      // The CUDA-core kernel, then the tensor-core one (kGemvTensorCores; not in the layer sum).
-      const std::size_t m = k % std::size(mats);
-      const int flags = k < std::size(mats) ? 0 : cuda::kGemvTensorCores;
-      const Mat& mat = mats[m];
-      auto& w = weights[m];
-      const double bytes = static_cast<double>(mat.rows * mat.in * 2) +
-                           4.0 * n * (static_cast<double>(mat.in) + mat.rows);
-      const double us = us_per_launch(stream, [&](int i) {
-        const void* wp = w[static_cast<std::size_t>(i) % w.size()].get();
-        if (m == 0)
-          cuda::matmul_multi(
-              stream, xf, n, H, bf, 3, wp, H, nullptr, yf,
-              static_cast<const std::byte*>(wp) + static_cast<std::size_t>(H) * H * 2,
-              kv_heads * hd, nullptr, yf + n * H,
-              static_cast<const std::byte*>(wp) +
-                  (static_cast<std::size_t>(H) + kv_heads * hd) * H * 2,
-              kv_heads * hd, nullptr, yf + n * (H + kv_heads * hd), flags);
-        else if (m == 2)
-          cuda::swiglu_gemv(stream, xf, n, H, wp, bf, I, yf, flags);
-        else
-          cuda::matmul(nullptr, stream, xf, n, static_cast<int>(mat.in), wp, bf,
-                       static_cast<int>(mat.rows), nullptr, yf, nullptr, 0, flags);
-      });
-      row(std::string(mat.name) + (flags == 0 ? "" : " [tensor cores]"), us, bytes, m != 4,
-          flags == 0 ? nullptr : "tensor cores");
+    // Each projection as a plain launch (in the layer's sum), on the tensor cores
+    // (kGemvTensorCores), and fused as a step runs it (persistent): the RMSNorm before q/k/v and
+    // gate/up inside their launch (where gemv_norm_fits: 1 and 5 tokens), the residual add
+    // after o_proj and down_proj in their epilogue (the last two not in the sum: the plain
+    // launches and the add + RMSNorm row below stand for them).
+    const char* kinds[3] = {nullptr, "tensor cores", "fused"};
+    for (int kind = 0; kind < 3; ++kind) {
+      for (std::size_t m = 0; m < std::size(mats); ++m) {
+        const bool fused = kind == 2, norm_first = m == 0 || m == 2;
+        if (fused && (m == 4 || (norm_first && !cuda::gemv_norm_fits(n, H, cuda::kGemvPersistent))))
+          continue;
+        const int flags = kind == 1 ? cuda::kGemvTensorCores : fused ? cuda::kGemvPersistent : 0;
+        const void* fn = fused ? norm.get() : nullptr;  // the norm of a fused q/k/v or gate/up
+        const Mat& mat = mats[m];
+        auto& w = weights[m];
+        const double bytes = static_cast<double>(mat.rows * mat.in * 2) +
+                             4.0 * n * (static_cast<double>(mat.in) + mat.rows);
+        const double us = us_per_launch(stream, [&](int i) {
+          const void* wp = w[static_cast<std::size_t>(i) % w.size()].get();
+          if (m == 0)
+            cuda::matmul_multi(
+                stream, xf, n, H, bf, 3, wp, H, nullptr, yf,
+                static_cast<const std::byte*>(wp) + static_cast<std::size_t>(H) * H * 2,
+                kv_heads * hd, nullptr, yf + n * H,
+                static_cast<const std::byte*>(wp) +
+                    (static_cast<std::size_t>(H) + kv_heads * hd) * H * 2,
+                kv_heads * hd, nullptr, yf + n * (H + kv_heads * hd), flags, fn, DType::kF32,
+                1e-5f);
+          else if (m == 2)
+            cuda::swiglu_gemv(stream, xf, n, H, wp, bf, I, yf, flags, fn, DType::kF32, 1e-5f);
+          else if (fused)
+            cuda::matmul_accumulate(stream, xf, n, static_cast<int>(mat.in), wp, bf,
+                                    static_cast<int>(mat.rows), nullptr, y2f, flags);
+          else
+            cuda::matmul(nullptr, stream, xf, n, static_cast<int>(mat.in), wp, bf,
+                         static_cast<int>(mat.rows), nullptr, yf, nullptr, 0, flags);
+        });
+        const std::string name = !fused ? mat.name
+                                        : std::string(norm_first ? "RMSNorm + " : "") + mat.name +
+                                              (norm_first ? "" : " + residual add");
+        row(name + (kind == 0   ? ""
+                    : kind == 1 ? " [tensor cores]"
+                                : " [fused]"),
+            us, bytes, m != 4, kinds[kind]);
+      }
     }
     // RoPE, the KV append and attention: the two launches a step runs (rope_attend), then the
     // four they replace. q in y, the new keys and values in x.

@@ -4,7 +4,8 @@
 //    (cuda_kernel_checks.h), so an element the kernel did not write fails and NaN never passes;
 //  - tolerances: float32 arithmetic 1e-5 (far under 1e-3); activations rounded to BF16 for
 //    cuBLAS (prefill) 1e-2, to F16 2e-3;
-//  - the fused ops (q/k/v in one launch, gate/up with SiLU, residual add with RMSNorm) give
+//  - the fused ops (q/k/v in one launch, gate/up with SiLU, residual add with RMSNorm, RMSNorm
+//    inside the projections after it, the residual add in a projection's epilogue) give
 //    bitwise what the compositions they replace give, on the same device; so do projections
 //    and norms launched as programmatic dependent launches or as persistent GEMVs (eager and
 //    in a graph);
@@ -28,6 +29,7 @@ TEST(CudaKernels, RequiresCudaBuild) {
 #include <string>
 #include <vector>
 
+#include "common/error.h"
 #include "cpu_test_data.h"
 #include "cuda_kernel_checks.h"
 #include "kernels/cpu/dtype.h"
@@ -416,20 +418,7 @@ TEST(CudaKernels, DependentAndPersistentLaunchesEqualPlainOnes) {
           reset();
           chain(flags);
           const auto eager = results();
-          cudaGraph_t graph = nullptr;
-          cudaGraphExec_t exec = nullptr;
-          CUDA_CHECK(cudaStreamBeginCapture(stream(), cudaStreamCaptureModeThreadLocal));
-          chain(flags);
-          CUDA_CHECK(cudaStreamEndCapture(stream(), &graph));
-          CUDA_CHECK(cudaGraphInstantiate(&exec, graph, 0));
-          std::vector<std::vector<std::vector<float> > > replays;
-          for (int rep = 0; rep < 2; ++rep) {
-            reset();
-            CUDA_CHECK(cudaGraphLaunch(exec, stream()));
-            replays.push_back(results());
-          }
-          CUDA_CHECK(cudaGraphExecDestroy(exec));
-          CUDA_CHECK(cudaGraphDestroy(graph));
+          const auto replays = graph_replays([&] { chain(flags); }, reset, results);
           for (int i = 0; i <= kOuts; ++i) {
             const std::string what = std::string("launch flags ") + std::to_string(flags) + " " +
                                      name(dt) + " n=" + std::to_string(n) + " " + names[i];
@@ -439,6 +428,156 @@ TEST(CudaKernels, DependentAndPersistentLaunchesEqualPlainOnes) {
           }
         }
       }
+    }
+  }
+}
+
+// The RMSNorm before q/k/v and before gate/up done inside the projections' launch (matmul_multi
+// and swiglu_gemv given a norm), and the residual add after o_proj and down_proj in the GEMV's
+// epilogue (matmul_accumulate), chained as the Llama graph's step runs them: every output and
+// the residual stream bitwise the chain of compositions (rmsnorm, the plain projections,
+// add_inplace) with the same launch flags, on the CUDA cores and the tensor cores, persistent
+// with and without dependent launches, eager and in a graph (replayed twice); every buffer
+// starts as NaN, so a projection that read x before its writer finished would show. Decode, a
+// window of 5 x 2048 inputs (the 40 KB of shared memory the norm may take), 8 tokens, and a
+// width of 1000 (unaligned rows: the scalar kernel; not a multiple of 32: no tensor cores).
+// gemv_norm_fits refuses what does not fit, and a launch that asks anyway throws. The epilogue
+// add alone: every pass size of the GEMV path, bitwise matmul + add_inplace.
+TEST(CudaKernels, NormAndResidualInTheProjectionsEqualTheirCompositions) {
+  REQUIRE_DEVICE();
+  const int p = cuda::kGemvPersistent;
+  EXPECT_TRUE(cuda::gemv_norm_fits(1, 8192, p));
+  EXPECT_TRUE(cuda::gemv_norm_fits(5, 2048, p));
+  EXPECT_FALSE(cuda::gemv_norm_fits(6, 2048, p));                     // 48 KB
+  EXPECT_FALSE(cuda::gemv_norm_fits(9, 64, p));                       // more than kMaxNormTokens
+  EXPECT_FALSE(cuda::gemv_norm_fits(1, 2048, cuda::kGemvDependent));  // not persistent
+  const float eps = 1e-5f;
+  struct Case {
+    int n, dim;
+  };
+  for (const Case c : {Case{1, 2048}, Case{5, 2048}, Case{8, 1024}, Case{3, 1000}}) {
+    for (DType dt : {DType::kBF16, DType::kF32}) {
+      const int n = c.n, dim = c.dim, q_out = dim, kv_out = dim / 4 + 2, inter = 2 * dim + 6;
+      const std::size_t nd = static_cast<std::size_t>(n) * dim;
+      std::uint32_t salt = 700 + static_cast<std::uint32_t>(n * 10 + (dt == DType::kF32));
+      const auto x0 = randn(nd, ++salt, 2.0f);
+      const test::Weights n1 = test::make_weights(randn(dim, ++salt, 1.0f), dt),
+                          n2 = test::make_weights(randn(dim, ++salt, 1.0f), dt);
+      const int outs[3] = {q_out, kv_out, kv_out};
+      std::vector<cuda::DeviceBuffer> wqkv;
+      for (int s = 0; s < 3; ++s)
+        wqkv.push_back(upload(
+            test::make_weights(randn(static_cast<std::size_t>(outs[s]) * dim, ++salt, 0.05f), dt)
+                .bytes));
+      auto wo =
+          upload(test::make_weights(randn(static_cast<std::size_t>(dim) * q_out, ++salt, 0.05f), dt)
+                     .bytes);
+      auto gu = upload(
+          test::make_weights(randn(2 * static_cast<std::size_t>(inter) * dim, ++salt, 0.05f), dt)
+              .bytes);
+      auto wd =
+          upload(test::make_weights(randn(static_cast<std::size_t>(dim) * inter, ++salt, 0.05f), dt)
+                     .bytes);
+      auto bo = upload(randn(dim, ++salt)), dn1 = upload(n1.bytes), dn2 = upload(n2.bytes);
+      // q, k, v, act, then the residual stream; xn and tmp: the compositions' scratch.
+      const std::size_t sizes[5] = {
+          static_cast<std::size_t>(n) * q_out, static_cast<std::size_t>(n) * kv_out,
+          static_cast<std::size_t>(n) * kv_out, static_cast<std::size_t>(n) * inter, nd};
+      std::vector<cuda::DeviceBuffer> out;
+      for (std::size_t size : sizes) out.emplace_back(size * sizeof(float));
+      cuda::DeviceBuffer xn(nd * sizeof(float)), tmp(nd * sizeof(float));
+      float* x = out[4].as<float>();
+      auto reset = [&] {
+        for (int i = 0; i < 4; ++i)
+          CUDA_CHECK(cudaMemsetAsync(out[i].get(), 0xFF, sizes[i] * sizeof(float), stream()));
+        CUDA_CHECK(cudaMemsetAsync(xn.get(), 0xFF, nd * sizeof(float), stream()));
+        CUDA_CHECK(cudaMemsetAsync(tmp.get(), 0xFF, nd * sizeof(float), stream()));
+        CUDA_CHECK(
+            cudaMemcpyAsync(x, x0.data(), nd * sizeof(float), cudaMemcpyHostToDevice, stream()));
+      };
+      auto qkv = [&](const float* in, int flags, const void* norm) {
+        cuda::matmul_multi(stream(), in, n, dim, dt, 3, wqkv[0].get(), outs[0], nullptr,
+                           out[0].as<float>(), wqkv[1].get(), outs[1], nullptr, out[1].as<float>(),
+                           wqkv[2].get(), outs[2], nullptr, out[2].as<float>(), flags, norm, dt,
+                           eps);
+      };
+      auto fused = [&](int flags) {
+        qkv(x, flags, dn1.get());
+        cuda::matmul_accumulate(stream(), out[0].as<float>(), n, q_out, wo.get(), dt, dim,
+                                bo.as<float>(), x, flags);
+        cuda::swiglu_gemv(stream(), x, n, dim, gu.get(), dt, inter, out[3].as<float>(), flags,
+                          dn2.get(), dt, eps);
+        cuda::matmul_accumulate(stream(), out[3].as<float>(), n, inter, wd.get(), dt, dim, nullptr,
+                                x, flags);
+      };
+      auto composed = [&](int flags) {
+        const bool dep = (flags & cuda::kGemvDependent) != 0;
+        cuda::rmsnorm(stream(), x, n, dim, dn1.get(), dt, eps, xn.as<float>(), dep);
+        qkv(xn.as<float>(), flags, nullptr);
+        cuda::matmul_multi(stream(), out[0].as<float>(), n, q_out, dt, 1, wo.get(), dim,
+                           bo.as<float>(), tmp.as<float>(), nullptr, 0, nullptr, nullptr, nullptr,
+                           0, nullptr, nullptr, flags);
+        cuda::add_inplace(stream(), x, tmp.as<float>(), nd);
+        cuda::rmsnorm(stream(), x, n, dim, dn2.get(), dt, eps, xn.as<float>(), false);
+        cuda::swiglu_gemv(stream(), xn.as<float>(), n, dim, gu.get(), dt, inter, out[3].as<float>(),
+                          flags);
+        cuda::matmul_multi(stream(), out[3].as<float>(), n, inter, dt, 1, wd.get(), dim, nullptr,
+                           tmp.as<float>(), nullptr, 0, nullptr, nullptr, nullptr, 0, nullptr,
+                           nullptr, flags);
+        cuda::add_inplace(stream(), x, tmp.as<float>(), nd);
+      };
+      auto results = [&] {
+        std::vector<std::vector<float> > r;
+        for (int i = 0; i < 5; ++i) r.push_back(download(out[i], sizes[i]));
+        return r;
+      };
+      for (int flags : {p, p | cuda::kGemvDependent, p | cuda::kGemvTensorCores,
+                        p | cuda::kGemvTensorCores | cuda::kGemvDependent}) {
+        const std::string what = std::string(name(dt)) + " n=" + std::to_string(n) +
+                                 " dim=" + std::to_string(dim) + " flags " + std::to_string(flags);
+        ASSERT_TRUE(cuda::gemv_norm_fits(n, dim, flags)) << what;
+        reset();
+        composed(flags);
+        const auto want = results();
+        for (const auto& r : want)
+          for (float v : r) ASSERT_TRUE(std::isfinite(v)) << what << ": composition" << seed_note();
+        reset();
+        fused(flags);
+        const auto eager = results();
+        const auto replays = graph_replays([&] { fused(flags); }, reset, results);
+        const char* names[5] = {"q", "k", "v", "act", "residual"};
+        for (int i = 0; i < 5; ++i) {
+          expect_bitwise(what + " " + names[i] + " eager", eager[i], want[i]);
+          expect_bitwise(what + " " + names[i] + " graph", replays[0][i], want[i]);
+          expect_bitwise(what + " " + names[i] + " graph again", replays[1][i], want[i]);
+        }
+      }
+      if (n == 5 && dim == 2048) {  // 6 tokens would take 48 KB: refused before any launch
+        EXPECT_THROW(cuda::swiglu_gemv(stream(), x, 6, dim, gu.get(), dt, inter, out[3].as<float>(),
+                                       p, dn2.get(), dt, eps),
+                     Error);
+      }
+    }
+  }
+  // The epilogue add for every pass size of the GEMV path (up to 512 tokens on the tensor cores).
+  const int in = 1024, rows = 700;
+  for (int flags : {0, p, cuda::kGemvTensorCores, p | cuda::kGemvTensorCores}) {
+    for (int n : {1, 7, 64, 200}) {
+      if (n > cuda::gemv_tokens(flags, DType::kBF16, in)) continue;
+      const std::size_t count = static_cast<std::size_t>(n) * rows;
+      const auto x = randn(static_cast<std::size_t>(n) * in, 800 + n), y0 = randn(count, 801 + n);
+      auto dx = upload(x), dy1 = upload(y0), dy2 = upload(y0), dtmp = poisoned(count);
+      auto dw = upload(
+          test::make_weights(randn(static_cast<std::size_t>(rows) * in, 802, 0.05f), DType::kBF16)
+              .bytes);
+      auto db = upload(randn(rows, 803));
+      cuda::matmul_accumulate(stream(), dx.as<float>(), n, in, dw.get(), DType::kBF16, rows,
+                              db.as<float>(), dy1.as<float>(), flags);
+      cuda::matmul(nullptr, stream(), dx.as<float>(), n, in, dw.get(), DType::kBF16, rows,
+                   db.as<float>(), dtmp.as<float>(), nullptr, 0, flags);
+      cuda::add_inplace(stream(), dy2.as<float>(), dtmp.as<float>(), count);
+      expect_bitwise("matmul_accumulate n=" + std::to_string(n) + " flags " + std::to_string(flags),
+                     download(dy1, count), download(dy2, count));
     }
   }
 }
