@@ -63,19 +63,29 @@ inline std::size_t norm_smem_bytes(const GemvPlan& plan, int n_tokens, int in) {
 template <bool kNorm>
 __device__ __forceinline__ const float* normed_input(const float* x, int n_tokens, int in,
                                                      const GemvPlan& plan) {
-  if constexpr (!kNorm) return x;
-  extern __shared__ float4 dynamic_smem[];
-  __shared__ float reduce[kWarp];
-  float* xs = reinterpret_cast<float*>(dynamic_smem);
-  for (int t = 0; t < n_tokens; ++t) {
-    const float* row = x + static_cast<std::int64_t>(t) * in;
-    const float scale = rms_scale(row, in, plan.norm_eps, reduce);
-    for (int i = static_cast<int>(threadIdx.x); i < in; i += kNormThreads)
-      xs[static_cast<std::int64_t>(t) * in + i] =
-          rms_apply(row[i], scale, plan.norm_w, plan.norm_dtype, i);
+  if constexpr (!kNorm) {
+    return x;
+  } else {
+    extern __shared__ float4 dynamic_smem[];
+    __shared__ float reduce[kWarp];
+    float* xs = reinterpret_cast<float*>(dynamic_smem);
+    for (int t = 0; t < n_tokens; ++t) {
+      const float* row = x + static_cast<std::int64_t>(t) * in;
+      const float scale = rms_scale(row, in, plan.norm_eps, reduce);
+      for (int i = static_cast<int>(threadIdx.x); i < in; i += kNormThreads)
+        xs[static_cast<std::int64_t>(t) * in + i] =
+            rms_apply(row[i], scale, plan.norm_w, plan.norm_dtype, i);
+    }
+    __syncthreads();
+    return xs;
   }
-  __syncthreads();
-  return xs;
+}
+
+// Whether the rows a launch of `plan` multiplies start 16-byte aligned: x's address, or with a
+// fused norm the shared memory's (always), so that the kernel (and its order of sums) is the one
+// the plain launch on a separately normalised buffer would take.
+inline bool input_aligned(const GemvPlan& plan, const float* x) {
+  return plan.norm_w != nullptr || reinterpret_cast<std::uintptr_t>(x) % 16 == 0;
 }
 
 // Writes the finished sum v (bias added) of y[t, row] of `seg` (at = t * out + row).

@@ -291,7 +291,7 @@ void launch_tiles(cudaStream_t stream, const float* x, int n_tokens, int in, con
 
 bool launch_gemv_mma(cudaStream_t stream, const float* x, int n_tokens, int in, GemvPlan plan,
                      bool swiglu, int flags) {
-  bool fits = in % kChunk == 0 && reinterpret_cast<std::uintptr_t>(x) % 16 == 0;
+  bool fits = in % kChunk == 0 && input_aligned(plan, x);
   for (int s = 0; s < plan.n_seg; ++s)
     fits = fits && reinterpret_cast<std::uintptr_t>(plan.seg[s].w) % 16 == 0;
   if (!fits || !has_bf16_mma()) return false;

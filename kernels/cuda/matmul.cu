@@ -214,7 +214,7 @@ template <typename W, bool kSwiglu>
 void launch_gemv(cudaStream_t stream, const float* x, int n_tokens, int in, GemvPlan plan,
                  int flags) {
   constexpr int kV = 16 / sizeof(W);
-  bool aligned = in % kV == 0 && reinterpret_cast<std::uintptr_t>(x) % 16 == 0;
+  bool aligned = in % kV == 0 && detail::input_aligned(plan, x);
   for (int s = 0; s < plan.n_seg; ++s)
     aligned = aligned && reinterpret_cast<std::uintptr_t>(plan.seg[s].w) % 16 == 0;
   const int blocks = detail::number_groups(plan, kRowsPerWarp);

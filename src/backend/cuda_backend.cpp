@@ -367,7 +367,8 @@ void CudaBackend::add_rmsnorm_linear_multi(F x, CF delta, int n, int dim, const 
                                            float eps, F xn, std::span<const LinearOut> outs) {
   SPEC_CHECK(norm.rows * norm.cols == dim, "add_rmsnorm_linear_multi: a norm of "
                                                << norm.rows * norm.cols << " for rows of " << dim);
-  const bool fusable = delta.get() == nullptr && !outs.empty() && outs[0].w->cols == dim;
+  const bool fusable =
+      ctx_->fused_ops() && delta.get() == nullptr && !outs.empty() && outs[0].w->cols == dim;
   if (!fusable || !multi_launch(x, n, outs, &norm, eps))
     compose_add_rmsnorm_linear_multi(*this, x, delta, n, dim, norm, eps, xn, outs);
 }
@@ -377,7 +378,7 @@ void CudaBackend::add_rmsnorm_swiglu(F x, CF delta, int n, int dim, const Weight
   SPEC_CHECK(
       gate_up.pair && gate_up.cols == dim && norm.rows * norm.cols == dim,
       "add_rmsnorm_swiglu needs a gate/up pair and a norm over its " << gate_up.cols << " inputs");
-  if (delta.get() == nullptr && gemv_path(n, gate_up.dtype, gate_up.cols) &&
+  if (ctx_->fused_ops() && delta.get() == nullptr && gemv_path(n, gate_up.dtype, gate_up.cols) &&
       cuda::gemv_norm_fits(n, dim, gemv_flags())) {
     launch(&cuda::swiglu_gemv, x.get(), n, gate_up.cols, gate_up.data, gate_up.dtype, gate_up.rows,
            y.get(), gemv_flags(), norm.data, norm.dtype, eps);
@@ -388,7 +389,8 @@ void CudaBackend::add_rmsnorm_swiglu(F x, CF delta, int n, int dim, const Weight
 
 CudaBackend::CF CudaBackend::linear_residual(CF in, int n, const Weight& w, const Weight* bias,
                                              F tmp, F x) {
-  if (!gemv_path(n, w.dtype, w.cols)) return compose_linear_residual(*this, in, n, w, bias, tmp);
+  if (!ctx_->fused_ops() || !gemv_path(n, w.dtype, w.cols))
+    return compose_linear_residual(*this, in, n, w, bias, tmp);
   launch(&cuda::matmul_accumulate, in.get(), n, w.cols, w.data, w.dtype, w.rows,
          bias != nullptr ? static_cast<const float*>(bias->data) : nullptr, x.get(), gemv_flags());
   return CF();
@@ -440,6 +442,10 @@ void CudaBackend::rope_attend(int layer, const KvRows& kv, F q, int n, CF table,
   SPEC_CHECK(n == n_, "rope_attend: " << n << " query rows for a pass of " << n_ << " tokens");
   SPEC_CHECK(kv_row_floats_ == kv_heads * head_dim,
              "rope_attend: kv_rows was not called for this layer");
+  if (!ctx_->fused_ops()) {
+    compose_rope_attend(*this, layer, kv, q, n, table, out, heads, kv_heads, head_dim);
+    return;
+  }
   launch(&cuda::rope_kv_append, kv.k.get(), kv.v.get(), n_, kv_heads, head_dim, table.get(), slots_,
          layer, dependent_launch());
   const AttentionSplit split = attention_split(n_, heads, head_dim);

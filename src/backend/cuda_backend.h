@@ -73,6 +73,12 @@ class CudaContext {
   // off by default). Set before a job's first pass: a job uses one kernel for all its passes.
   bool tensor_core_gemv() const { return tensor_core_gemv_; }
   void set_tensor_core_gemv(bool on) { tensor_core_gemv_ = on; }
+  // Whether the fused ops added since the H200's runs fuse (parallel.cuda_fused_ops, on by
+  // default): rope_attend, add_rmsnorm_linear_multi / add_rmsnorm_swiglu without a pending delta,
+  // linear_residual; off, they run their default compositions (backend/default_ops.h). Read at
+  // every pass.
+  bool fused_ops() const { return fused_ops_; }
+  void set_fused_ops(bool on) { fused_ops_ = on; }
 
  private:
   std::unique_ptr<cuda::DeviceContext> device_;
@@ -83,6 +89,7 @@ class CudaContext {
   bool dependent_launch_ = true;
   bool persistent_gemv_ = true;
   bool tensor_core_gemv_ = false;
+  bool fused_ops_ = true;
   cuda::StepGraphStats graph_stats_;
 };
 

@@ -58,6 +58,8 @@ struct ParallelSection {
   bool cuda_graphs = true;      // CUDA: decode/verify/draft passes as captured step graphs
   bool cuda_pdl = true;  // CUDA (sm_90 on): step-graph kernels as programmatic dependent launches
   bool cuda_tensor_cores = false;  // CUDA: decode/verify projections (BF16) on the tensor cores
+  bool cuda_fused_ops = true;  // CUDA: RoPE, RMSNorm and residual adds inside the kernels beside
+                               // them (bitwise their compositions)
 };
 
 struct DataSection {

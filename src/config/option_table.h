@@ -158,6 +158,12 @@ void for_each_option(Config& config, Visitor&& visit) {
           "tensor cores, activations split into three BF16 parts (float32 precision, sums in "
           "another order than the CUDA cores'); false: float32 FMA on the CUDA cores."},
         config.parallel.cuda_tensor_cores);
+  visit(S{"parallel", "cuda_fused_ops",
+          "backend = cuda: RoPE inside the KV append and attention, RMSNorm inside the "
+          "projections after it and the residual add in the epilogue of those before it "
+          "(bitwise the separate kernels, fewer launches); false: the separate kernels, e.g. to "
+          "tell whether a fault on a new GPU is in the fused ones."},
+        config.parallel.cuda_fused_ops);
   // [data]
   visit(S{"data", "prompts", "HDF5 prompt file (make one with `specrun prepare`)."}.required(),
         config.data.prompts);

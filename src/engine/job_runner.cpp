@@ -376,7 +376,8 @@ std::string batch_variance_warning(const JobConfig& config, BackendKind backend)
 
 void configure_cuda(ModelFactory& factory, const JobConfig& config) {
   factory.set_cuda_launch(CudaLaunchOptions{config.parallel.cuda_graphs, config.parallel.cuda_pdl,
-                                            config.parallel.cuda_tensor_cores});
+                                            config.parallel.cuda_tensor_cores,
+                                            config.parallel.cuda_fused_ops});
 }
 
 void check_target_dtype(const JobConfig& config, const Checkpoint& ckpt) {

@@ -84,6 +84,7 @@ void ModelFactory::set_cuda_launch(const CudaLaunchOptions& options) {
     cuda_->set_step_graphs(options.step_graphs);
     cuda_->set_dependent_launch(options.dependent_launch);
     cuda_->set_tensor_core_gemv(options.tensor_cores);
+    cuda_->set_fused_ops(options.fused_ops);
   }
 #else
   (void)options;

@@ -32,6 +32,8 @@ struct CudaLaunchOptions {
                                  // dependent launches (compute capability 9.0 on)
   bool tensor_cores = false;     // parallel.cuda_tensor_cores: decode and verify projections of
                                  // BF16 weights on the tensor cores (kernels/cuda/gemv_mma.cu)
+  bool fused_ops = true;         // parallel.cuda_fused_ops: RoPE, RMSNorm and residual adds
+                                 // inside the kernels beside them
 };
 
 class ModelFactory {

@@ -34,7 +34,8 @@
 # (every stage's log, the GoogleTest XML), bench.json, bench.png, oracle.json, peer.json; each
 # stage's log is in the archive as soon as the stage ends, so a run cut short still returns them.
 # SPECRUN_RUN_SETS="parallel.cuda_pdl=false" adds --set values to every e2e run (e.g. to tell
-# whether a failure follows the dependent launches). STAGES="unit e2e" runs a subset; CHECK_DEADLINE_S=N shortens stage limits so that the whole
+# whether a failure follows the dependent launches; parallel.cuda_fused_ops=false: the fused
+# RoPE, RMSNorm and residual adds). STAGES="unit e2e" runs a subset; CHECK_DEADLINE_S=N shortens stage limits so that the whole
 # check ends within N seconds (a stage that would start too late is recorded as not run). Exit status: 0 when every stage passed, 77 when no GPU is
 # visible (the test programs start and skip), else 1.
 set -uo pipefail

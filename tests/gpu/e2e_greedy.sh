@@ -93,7 +93,8 @@ stop_at_eos = false
 TOML
   local sets=()
   # SPECRUN_RUN_SETS: extra key=value settings for every run, space-separated (e.g.
-  # "parallel.cuda_pdl=false" to rerun the cases without dependent launches).
+  # "parallel.cuda_pdl=false" to rerun the cases without dependent launches,
+  # "parallel.cuda_fused_ops=false" without the fused RoPE, RMSNorm and residual adds).
   for s in "$@" ${SPECRUN_RUN_SETS:-}; do sets+=(--set "$s"); done
   local t0=$SECONDS
   "${LAUNCH[@]}" "$SPECRUN_BIN" run "$name.toml" "${sets[@]}" >"$name.log" 2>&1 ||

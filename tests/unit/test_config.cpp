@@ -68,6 +68,7 @@ TEST(JobConfig, DefaultsComeFromTheStructInitializers) {
   EXPECT_TRUE(c.parallel.cuda_graphs);
   EXPECT_TRUE(c.parallel.cuda_pdl);
   EXPECT_FALSE(c.parallel.cuda_tensor_cores);  // until a GPU has measured it
+  EXPECT_TRUE(c.parallel.cuda_fused_ops);
   EXPECT_EQ(c.target.dtype, "auto");
   EXPECT_EQ(c.draft.kind, "model");
   EXPECT_EQ(c.data.max_prompts, 0);
@@ -90,6 +91,7 @@ backend = "cuda"
 comm_timeout_s = 30   # an integer is accepted for a float option
 cuda_pdl = false
 cuda_tensor_cores = true
+cuda_fused_ops = false
 [decode]
 modes = ["speculative"]
 draft_len = 8
@@ -105,6 +107,7 @@ stop_at_eos = false
   EXPECT_EQ(c.parallel.comm_timeout_s, 30.0);
   EXPECT_FALSE(c.parallel.cuda_pdl);
   EXPECT_TRUE(c.parallel.cuda_tensor_cores);
+  EXPECT_FALSE(c.parallel.cuda_fused_ops);
   EXPECT_EQ(c.decode.modes, std::vector<std::string>{"speculative"});
   EXPECT_EQ(c.decode.draft_len, 8);
   EXPECT_DOUBLE_EQ(c.decode.temperature, 0.7);

@@ -528,17 +528,20 @@ TEST(CudaBench, DecodeAndVerifyStepsAgainstCopyBandwidth) {
     std::map<std::string, double> device_ms;
     // Launch by launch; step graphs whose projections wait for the kernel before them to end;
     // step graphs whose projections launch one block per group of rows (in waves); step graphs
-    // as a job runs them by default (dependent launches, persistent GEMVs: "on"); and so with
-    // the projections on the tensor cores (parallel.cuda_tensor_cores: "on-tc").
+    // without the fused RoPE, RMSNorm and residual adds (parallel.cuda_fused_ops = false:
+    // "on-unfused"); step graphs as a job runs them by default (dependent launches, persistent
+    // GEMVs, fused ops: "on"); and so with the projections on the tensor cores
+    // (parallel.cuda_tensor_cores: "on-tc").
     struct Config {
-      bool graphs, pdl, persistent, tensor_cores;
+      bool graphs, pdl, persistent, fused, tensor_cores;
       const char* label;
     };
-    const Config configs[] = {{false, true, true, false, "off"},
-                              {true, false, true, false, "on-nopdl"},
-                              {true, true, false, false, "on-waves"},
-                              {true, true, true, false, "on"},
-                              {true, true, true, true, "on-tc"}};
+    const Config configs[] = {{false, true, true, true, false, "off"},
+                              {true, false, true, true, false, "on-nopdl"},
+                              {true, true, false, true, false, "on-waves"},
+                              {true, true, true, false, false, "on-unfused"},
+                              {true, true, true, true, false, "on"},
+                              {true, true, true, true, true, "on-tc"}};
     // The ratios of what has been measured so far (JSON null until both sides are): key,
     // numerator, denominator (case/batch/configuration). Step graphs against launch by launch;
     // what the dependent launches and the persistent GEMVs bring inside step graphs; the
@@ -555,6 +558,8 @@ TEST(CudaBench, DecodeAndVerifyStepsAgainstCopyBandwidth) {
         {"pdl_speedup_verify5_batch1", "verify5/1/on-nopdl", "verify5/1/on"},
         {"persistent_speedup_decode_batch1", "decode/1/on-waves", "decode/1/on"},
         {"persistent_speedup_verify5_batch1", "verify5/1/on-waves", "verify5/1/on"},
+        {"fused_ops_speedup_decode_batch1", "decode/1/on-unfused", "decode/1/on"},
+        {"fused_ops_speedup_verify5_batch1", "verify5/1/on-unfused", "verify5/1/on"},
         {"tensor_core_speedup_decode_batch1", "decode/1/on", "decode/1/on-tc"},
         {"tensor_core_speedup_verify5_batch1", "verify5/1/on", "verify5/1/on-tc"},
         {"tensor_core_speedup_tree32_batch1", "tree32/1/on", "tree32/1/on-tc"},
@@ -568,11 +573,12 @@ TEST(CudaBench, DecodeAndVerifyStepsAgainstCopyBandwidth) {
                             : nlohmann::json(nullptr);
       }
     };
-    for (const auto& [graphs, pdl, persistent, tensor_cores, label_text] : configs) {
+    for (const auto& [graphs, pdl, persistent, fused, tensor_cores, label_text] : configs) {
       const std::string label = label_text;
       cuda_ctx.set_step_graphs(graphs);
       cuda_ctx.set_dependent_launch(pdl);
       cuda_ctx.set_persistent_gemv(persistent);
+      cuda_ctx.set_fused_ops(fused);
       cuda_ctx.set_tensor_core_gemv(tensor_cores);
       for (const Case& c : cases) {
         const Measured m = run_case(model, cuda_ctx, c, caches, tokens, context, reps);
@@ -591,6 +597,7 @@ TEST(CudaBench, DecodeAndVerifyStepsAgainstCopyBandwidth) {
                                    {"graphs", graphs},
                                    {"pdl", graphs && pdl && cuda_ctx.dependent_launch()},
                                    {"persistent", persistent},
+                                   {"fused_ops", fused},
                                    {"tensor_cores", tensor_cores},
                                    {"config", label},
                                    {"host_enqueue_ms", m.host_ms},

@@ -440,7 +440,9 @@ TEST(CudaKernels, DependentAndPersistentLaunchesEqualPlainOnes) {
 // with and without dependent launches, eager and in a graph (replayed twice); every buffer
 // starts as NaN, so a projection that read x before its writer finished would show. Decode, a
 // window of 5 x 2048 inputs (the 40 KB of shared memory the norm may take), 8 tokens, and a
-// width of 1000 (unaligned rows: the scalar kernel; not a multiple of 32: no tensor cores).
+// width of 1000 (unaligned rows: the scalar kernel; not a multiple of 32: no tensor cores), and
+// a residual stream 4 bytes off 16-byte alignment (the fused norm's rows, in shared memory, are
+// aligned: the kernel must be the one the plain launch on an aligned buffer takes).
 // gemv_norm_fits refuses what does not fit, and a launch that asks anyway throws. The epilogue
 // add alone: every pass size of the GEMV path, bitwise matmul + add_inplace.
 TEST(CudaKernels, NormAndResidualInTheProjectionsEqualTheirCompositions) {
@@ -454,8 +456,10 @@ TEST(CudaKernels, NormAndResidualInTheProjectionsEqualTheirCompositions) {
   const float eps = 1e-5f;
   struct Case {
     int n, dim;
+    int offset;  // the residual stream starts this many floats into its buffer
   };
-  for (const Case c : {Case{1, 2048}, Case{5, 2048}, Case{8, 1024}, Case{3, 1000}}) {
+  for (const Case c :
+       {Case{1, 2048, 0}, Case{5, 2048, 0}, Case{8, 1024, 0}, Case{3, 1000, 0}, Case{2, 1024, 1}}) {
     for (DType dt : {DType::kBF16, DType::kF32}) {
       const int n = c.n, dim = c.dim, q_out = dim, kv_out = dim / 4 + 2, inter = 2 * dim + 6;
       const std::size_t nd = static_cast<std::size_t>(n) * dim;
@@ -482,11 +486,11 @@ TEST(CudaKernels, NormAndResidualInTheProjectionsEqualTheirCompositions) {
       // q, k, v, act, then the residual stream; xn and tmp: the compositions' scratch.
       const std::size_t sizes[5] = {
           static_cast<std::size_t>(n) * q_out, static_cast<std::size_t>(n) * kv_out,
-          static_cast<std::size_t>(n) * kv_out, static_cast<std::size_t>(n) * inter, nd};
+          static_cast<std::size_t>(n) * kv_out, static_cast<std::size_t>(n) * inter, nd + c.offset};
       std::vector<cuda::DeviceBuffer> out;
       for (std::size_t size : sizes) out.emplace_back(size * sizeof(float));
       cuda::DeviceBuffer xn(nd * sizeof(float)), tmp(nd * sizeof(float));
-      float* x = out[4].as<float>();
+      float* x = out[4].as<float>() + c.offset;
       auto reset = [&] {
         for (int i = 0; i < 4; ++i)
           CUDA_CHECK(cudaMemsetAsync(out[i].get(), 0xFF, sizes[i] * sizeof(float), stream()));
@@ -529,6 +533,7 @@ TEST(CudaKernels, NormAndResidualInTheProjectionsEqualTheirCompositions) {
       auto results = [&] {
         std::vector<std::vector<float> > r;
         for (int i = 0; i < 5; ++i) r.push_back(download(out[i], sizes[i]));
+        r[4].erase(r[4].begin(), r[4].begin() + c.offset);
         return r;
       };
       for (int flags : {p, p | cuda::kGemvDependent, p | cuda::kGemvTensorCores,

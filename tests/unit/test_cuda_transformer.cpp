@@ -241,6 +241,13 @@ TEST(CudaTransformer, GreedyContinuationEqualsCpu) {
 // The same passes with step graphs off and on: decode steps of two sequences, verify windows of
 // 5 with rollback, a token tree of 8 nodes (root + 7) with rollback, then a third sequence (a
 // new batch size, and larger scratch buffers).
+// The index of the first value whose bits differ (a.size() when none do; sizes must match).
+std::size_t first_difference(const std::vector<float>& a, const std::vector<float>& b) {
+  for (std::size_t i = 0; i < a.size(); ++i)
+    if (std::memcmp(&a[i], &b[i], sizeof(float)) != 0) return i;
+  return a.size();
+}
+
 std::vector<float> graph_workload(LanguageModel& m, int vocab) {
   std::vector<float> all, logits;
   auto keep = [&] { all.insert(all.end(), logits.begin(), logits.end()); };
@@ -309,9 +316,7 @@ TEST(CudaTransformer, StepGraphsReplayBitwiseThePassesLaunchedOneByOne) {
     const auto again = graph_workload(m, V);  // every shape seen: mostly replays
     const cuda::StepGraphStats& after = rank.context.step_graph_stats();
     ASSERT_EQ(eager.size(), graphed.size());
-    std::size_t first = eager.size();
-    for (std::size_t i = 0; i < eager.size() && first == eager.size(); ++i)
-      if (std::memcmp(&eager[i], &graphed[i], sizeof(float)) != 0) first = i;
+    const std::size_t first = first_difference(eager, graphed);
     EXPECT_EQ(first, eager.size())
         << dtype_name(dt) << ": logits of step graphs differ from the "
         << "passes launched one by one, first at value " << first << " (row " << first / V
@@ -326,6 +331,40 @@ TEST(CudaTransformer, StepGraphsReplayBitwiseThePassesLaunchedOneByOne) {
               << after.captures - before.captures << " captures, " << after.replays - before.replays
               << " replays, " << after.eager - before.eager << " eager\n";
   }
+}
+
+// The fused ops of the CUDA backend (parallel.cuda_fused_ops: RoPE inside the KV append and
+// attention, RMSNorm inside the projections after it, the residual add in the epilogue of those
+// before it) give the logits of their default compositions bitwise, over the same workload
+// (prefills, decode steps of 2 and 3 sequences: the norm fused; verify windows of 10 and 15
+// tokens: only the add; trees of 8 nodes), launched one by one and as step graphs, on the CUDA
+// cores and (BF16) the tensor cores.
+TEST(CudaTransformer, FusedOpsGiveTheBitsOfTheirCompositions) {
+  REQUIRE_DEVICE();
+  GpuRank rank;
+  for (DType dt : {DType::kBF16, DType::kF32}) {
+    Checkpoint ckpt(synthetic_target(dt));
+    auto owned = rank.load(ckpt);
+    const int V = ckpt.config().vocab_size;
+    for (const bool tensor_cores : {false, true}) {
+      rank.context.set_tensor_core_gemv(tensor_cores);  // read at every pass
+      for (const bool graphs : {false, true}) {
+        rank.context.set_step_graphs(graphs);
+        rank.context.set_fused_ops(false);
+        const auto composed = graph_workload(*owned, V);
+        rank.context.set_fused_ops(true);
+        const auto fused = graph_workload(*owned, V);
+        ASSERT_EQ(composed.size(), fused.size());
+        const std::size_t first = first_difference(composed, fused);
+        EXPECT_EQ(first, composed.size())
+            << dtype_name(dt) << (tensor_cores ? ", tensor cores" : "")
+            << (graphs ? ", step graphs" : "") << ": fused ops differ from their compositions, "
+            << "first at value " << first << " (row " << first / V << ")";
+      }
+    }
+  }
+  rank.context.set_tensor_core_gemv(false);
+  rank.context.set_step_graphs(true);
 }
 
 // Passes above the CUDA-core kernels' 64 tokens (3 sequences x windows of 33: 99 tokens, the
