@@ -1,6 +1,9 @@
 // Step graphs (step_graphs.h): record, look up, capture, replay.
+#include <algorithm>
 #include <chrono>
+#include <mutex>
 
+#include "common/error.h"
 #include "common/hash.h"
 #include "kernels/cuda/cuda_check.h"
 #include "kernels/cuda/step_graphs.h"
@@ -18,10 +21,58 @@ void memcpy2d_async(cudaStream_t stream, void* dst, std::size_t dst_pitch, const
   CUDA_CHECK(cudaMemcpy2DAsync(dst, dst_pitch, src, src_pitch, width, height, kind, stream));
 }
 
+namespace {
+
+// Every StepGraphs of the process (drop_all), and the one capturing on this thread.
+std::mutex& registry_mutex() {
+  static std::mutex m;
+  return m;
+}
+std::vector<StepGraphs*>& registry() {
+  static std::vector<StepGraphs*> all;
+  return all;
+}
+thread_local StepGraphs* t_capturing = nullptr;
+
+}  // namespace
+
+StepGraphs::StepGraphs(StepGraphStats& stats) : stats_(&stats) {
+  const std::lock_guard<std::mutex> lock(registry_mutex());
+  registry().push_back(this);
+}
+
+// The graphs go even while an exception unwinds (unwinding()): cudaGraphExecDestroy does not wait
+// for a launch in flight (the graph is freed when it completes), and a graph left alive would
+// keep an NCCL communicator's abort waiting forever.
 StepGraphs::~StepGraphs() {
-  if (unwinding()) return;  // see unwinding(): the process is about to end
+  {
+    const std::lock_guard<std::mutex> lock(registry_mutex());
+    std::vector<StepGraphs*>& all = registry();
+    all.erase(std::remove(all.begin(), all.end(), this), all.end());
+  }
+  drop();
+}
+
+void StepGraphs::drop() {
   for (auto& [hash, list] : graphs_)
     for (Graph& g : list) (void)cudaGraphExecDestroy(g.exec);
+  graphs_.clear();
+  seen_.clear();
+  n_graphs_ = 0;
+}
+
+void StepGraphs::drop_all() {
+  const std::lock_guard<std::mutex> lock(registry_mutex());
+  for (StepGraphs* g : registry()) g->drop();
+}
+
+StepGraphs* StepGraphs::capturing() {
+  return t_capturing;
+}
+
+void StepGraphs::on_launch(std::function<void()> hook) {
+  SPEC_CHECK(t_capturing == this, "StepGraphs::on_launch outside this object's capture");
+  capture_hooks_.push_back(std::move(hook));
 }
 
 void StepGraphs::begin(bool record) {
@@ -40,53 +91,92 @@ void StepGraphs::run_recorded() {
   for (const std::function<void()>& op : ops_) op();
 }
 
-cudaGraphExec_t StepGraphs::capture(cudaStream_t stream) {
+void StepGraphs::capture(cudaStream_t stream, Graph& g) {
   const auto t0 = std::chrono::steady_clock::now();
   CUDA_CHECK(cudaStreamBeginCapture(stream, cudaStreamCaptureModeThreadLocal));
+  capture_hooks_.clear();
+  t_capturing = this;
   try {
     run_recorded();
   } catch (...) {
+    t_capturing = nullptr;
+    capture_hooks_.clear();
     cudaGraph_t broken = nullptr;
     (void)cudaStreamEndCapture(stream, &broken);
     if (broken != nullptr) (void)cudaGraphDestroy(broken);
     throw;
   }
+  t_capturing = nullptr;
   cudaGraph_t graph = nullptr;
   CUDA_CHECK(cudaStreamEndCapture(stream, &graph));
   cudaGraphExec_t exec = nullptr;
   const cudaError_t rc = cudaGraphInstantiate(&exec, graph, 0);
   (void)cudaGraphDestroy(graph);
   CUDA_CHECK(rc);
+  g.exec = exec;
+  g.hooks = std::move(capture_hooks_);
+  capture_hooks_.clear();
   stats_->capture_ms +=
       std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
   ++stats_->captures;
-  return exec;
 }
 
-void StepGraphs::end(cudaStream_t stream) {
+void StepGraphs::launch_graph(const Graph& g, cudaStream_t stream) {
+  // A hook that throws may have dropped g (a communicator's abort, drop_all): nothing of g is
+  // read after a hook throws.
+  for (const std::function<void()>& hook : g.hooks) hook();
+  CUDA_CHECK(cudaGraphLaunch(g.exec, stream));
+}
+
+StepGraphs::Graph* StepGraphs::find(std::uint64_t hash) {
+  const auto found = graphs_.find(hash);
+  if (found == graphs_.end()) return nullptr;
+  for (Graph& g : found->second)
+    if (g.signature == signature_) return &g;
+  return nullptr;
+}
+
+void StepGraphs::end(cudaStream_t stream, const Agree& agree) {
   if (!recording_) return;
   recording_ = false;
   const bool allocated = allocation_epoch() != epoch_at_begin_;
   const std::uint64_t hash = fnv1a64(signature_.data(), signature_.size() * sizeof(std::uint64_t));
-  if (const auto found = graphs_.find(hash); found != graphs_.end()) {
-    for (const Graph& g : found->second) {
-      if (g.signature != signature_) continue;
-      CUDA_CHECK(cudaGraphLaunch(g.exec, stream));
-      ++stats_->replays;
-      ops_.clear();
-      signature_.clear();
-      defer_.reset();
-      return;
-    }
+  Graph* found = find(hash);
+  std::int64_t choice = kStepEager;
+  if (found != nullptr) {
+    choice = kStepReplay + found->serial;
+  } else {
+    if (seen_.size() > 4096) seen_.clear();  // shapes that never repeat
+    const int seen = allocated ? 0 : ++seen_[hash];
+    if (seen >= 2 && n_graphs_ < kMaxGraphs) choice = kStepCapture;
   }
-  if (seen_.size() > 4096) seen_.clear();  // shapes that never repeat
-  const int seen = allocated ? 0 : ++seen_[hash];
-  if (seen >= 2 && n_graphs_ < kMaxGraphs) {
-    Graph g{std::move(signature_), capture(stream)};
-    CUDA_CHECK(cudaGraphLaunch(g.exec, stream));
-    graphs_[hash].push_back(std::move(g));
-    ++n_graphs_;
+  // The group's choice can only lower this rank's: a replay to a capture (this rank then
+  // replaces its graph of that signature), anything to eager.
+  if (agree) {
+    const std::int64_t mine = choice;
+    choice = agree(mine);
+    SPEC_CHECK(choice == mine || choice == kStepEager || (choice == kStepCapture && mine > choice),
+               "step graphs: the tp group chose " << choice << " for a step this rank chose "
+                                                  << mine << " for (a rank that diverged)");
+  }
+  if (choice >= kStepReplay) {
+    launch_graph(*found, stream);
+    ++stats_->replays;
+  } else if (choice == kStepCapture) {
+    Graph g{signature_, nullptr, n_captures_, {}};
+    capture(stream, g);
+    ++n_captures_;
+    if (found != nullptr) {
+      (void)cudaGraphExecDestroy(found->exec);
+      *found = std::move(g);
+    } else {
+      std::vector<Graph>& list = graphs_[hash];
+      list.push_back(std::move(g));
+      found = &list.back();
+      ++n_graphs_;
+    }
     seen_.erase(hash);
+    launch_graph(*found, stream);
   } else {
     run_recorded();
     ++stats_->eager;

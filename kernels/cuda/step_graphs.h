@@ -14,6 +14,12 @@
 // Identical function and argument lists mean identical launches, so a replay is exactly the step
 // it stands for, and the outputs are bitwise those of the launches run one by one.
 //
+// A step may hold NCCL collectives (a tensor-parallel pass): the ranks of the group then agree
+// on each step's choice (end()'s `agree`, step_graph_choice.h), and launch functions may attach
+// host work to every launch of the graph being captured (on_launch: NcclComm times its
+// collectives that way). NCCL will not destroy or abort a communicator while a graph holds its
+// collectives: it calls drop_all() first.
+//
 // Arguments must be pointers, integers, enums or floating-point values (the list compares them
 // by value; a pointer's target is read when the launch runs, as it would be without a graph).
 // While recording, buffers freed by a (re)allocation are kept until the step is issued
@@ -34,6 +40,7 @@
 #include <vector>
 
 #include "kernels/cuda/device_buffer.h"
+#include "kernels/cuda/step_graph_choice.h"
 
 namespace specrun::cuda {
 
@@ -58,7 +65,7 @@ class StepGraphs {
   static constexpr int kMaxGraphs = 256;  // per model: shapes x batch sizes in practice
 
   // stats: where the counts go (must outlive this object).
-  explicit StepGraphs(StepGraphStats& stats) : stats_(&stats) {}
+  explicit StepGraphs(StepGraphStats& stats);
   ~StepGraphs();
   StepGraphs(const StepGraphs&) = delete;
   StepGraphs& operator=(const StepGraphs&) = delete;
@@ -83,15 +90,34 @@ class StepGraphs {
     ops_.emplace_back([fn, t] { std::apply(fn, t); });
   }
 
+  // The group's choice for a step from this rank's (an MPI reduction over the tensor-parallel
+  // group returning agreed_step_choice of every rank's; step_graph_choice.h).
+  using Agree = std::function<std::int64_t(std::int64_t)>;
+
   // Issues the recorded step on `stream` (see the header comment). No-op when not recording.
-  void end(cudaStream_t stream);
+  // agree: given when the step's launches hold collectives of several ranks; every rank of the
+  // group then calls end() for the same steps in the same order.
+  void end(cudaStream_t stream, const Agree& agree = {});
   // Graphs kept now.
   int graphs() const { return n_graphs_; }
+  // Destroys the graphs kept (later steps record and capture anew).
+  void drop();
+
+  // The StepGraphs capturing a step on this thread right now (its launches are running inside
+  // stream capture), or nullptr.
+  static StepGraphs* capturing();
+  // Called from a launch function while capturing(): `hook` runs on the host right before every
+  // launch of the graph being captured (the first, right after the capture, included).
+  void on_launch(std::function<void()> hook);
+  // drop() on every StepGraphs of the process.
+  static void drop_all();
 
  private:
   struct Graph {
     std::vector<std::uint64_t> signature;
     cudaGraphExec_t exec = nullptr;
+    std::int64_t serial = 0;                   // which capture of this object made it
+    std::vector<std::function<void()>> hooks;  // on_launch's, run before every launch
   };
 
   template <class T>
@@ -111,7 +137,11 @@ class StepGraphs {
     }
   }
   void run_recorded();
-  cudaGraphExec_t capture(cudaStream_t stream);
+  // Captures the recorded launches into g (exec and hooks).
+  void capture(cudaStream_t stream, Graph& g);
+  void launch_graph(const Graph& g, cudaStream_t stream);
+  // The kept graph with this step's signature, or nullptr.
+  Graph* find(std::uint64_t hash);
 
   StepGraphStats* stats_;
   bool recording_ = false;
@@ -122,6 +152,8 @@ class StepGraphs {
   std::unordered_map<std::uint64_t, std::vector<Graph>> graphs_;  // by signature hash
   std::unordered_map<std::uint64_t, int> seen_;                   // signature hash -> times
   int n_graphs_ = 0;
+  std::int64_t n_captures_ = 0;  // captures made (the serial of the next)
+  std::vector<std::function<void()>> capture_hooks_;
 };
 
 }  // namespace specrun::cuda

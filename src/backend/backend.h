@@ -11,15 +11,16 @@
 //    host tensors once at load (`Weight`: matrices in the backend's layout, norm vectors,
 //    float32 biases; gate/up as one pair), one sequence's KV storage (`KvBlock`);
 //  - plain ops: embedding gather, linear layer, RMSNorm, residual add, RoPE table and rotation,
-//    KV append and causal attention over the staged batch, row moves, vocabulary unsharding;
+//    KV append and causal attention over the staged batch, row moves, vocabulary unsharding,
+//    and the tensor-parallel collectives on its buffers (handed to the group's Communicator:
+//    MPI on host memory for the CPU, NCCL on device memory for CUDA, which records them into
+//    the pass's step graph with its kernels);
 //  - fused ops, each an optional capability with a default composition of the plain ops
 //    (backend/default_ops.h): add+RMSNorm, several linears over one input, SwiGLU in the
 //    matmul, (add+)RMSNorm with the linears or SwiGLU after it, a linear added to the residual
 //    stream (now, or by the norm after it), RoPE of q and k with the KV append and attention. A
 //    backend that has a faster kernel overrides the default; the result must be bitwise what the
 //    composition gives on that backend.
-// Collectives are not the backend's: the graph calls the tensor-parallel Communicator with the
-// backend's raw pointers (MPI on host memory for the CPU, NCCL on device memory for CUDA).
 #pragma once
 
 #include <concepts>
@@ -30,6 +31,7 @@
 #include <string_view>
 #include <vector>
 
+#include "dist/communicator.h"
 #include "kernels/cpu/dtype.h"
 
 namespace specrun {
@@ -126,7 +128,7 @@ concept Backend = requires(B b, typename B::F f, typename B::CF cf, const typena
                            std::span<const typename B::LinearOut> outs,
                            std::span<const SeqSpan<typename B::KvBlock>> seqs,
                            std::span<const int> idx, const std::int32_t* ids, float* host, int i,
-                           float eps, std::size_t z) {
+                           float eps, std::size_t z, Communicator& comm) {
   { B::kKind } -> std::convertible_to<BackendKind>;
   // Weights and storage, at load.
   { b.weight_bytes(h, WeightUse::kLinear) } -> std::same_as<std::size_t>;
@@ -137,7 +139,7 @@ concept Backend = requires(B b, typename B::F f, typename B::CF cf, const typena
   { b.upload_floats(std::vector<float>{}) } -> std::same_as<typename B::Floats>;
   { b.new_kv_block(KvShape{}, i) } -> std::same_as<typename B::KvBlock>;
   // A forward call and its plain ops.
-  b.begin_forward(seqs, ids, ids, i, false);
+  b.begin_forward(seqs, ids, ids, i);
   b.embed(w, i, f);
   b.rope_table(floats, i, f);
   b.rope_apply(f, i, i, i, std::int64_t{}, cf);
@@ -151,6 +153,8 @@ concept Backend = requires(B b, typename B::F f, typename B::CF cf, const typena
   b.gather_rows(cf, z, idx, f);
   b.copy_rows(f, z, cf, z, i, z);
   b.unshard_vocab(cf, i, i, i, f);
+  b.all_reduce_sum(comm, f, z);
+  b.all_gather(comm, cf, f, z);
   b.end_forward();
   // The fused ops (default compositions in backend/default_ops.h).
   b.add_rmsnorm(f, cf, i, i, w, eps, f);

@@ -119,7 +119,7 @@ CpuBackend::KvBlock CpuBackend::new_kv_block(const KvShape& shape, int capacity)
 }
 
 void CpuBackend::begin_forward(std::span<const SeqSpan<KvBlock>> seqs, const std::int32_t* tokens,
-                               const std::int32_t* positions, int n, bool /*step_graph*/) {
+                               const std::int32_t* positions, int n) {
   omp_set_num_threads(threads_);
   seqs_.assign(seqs.begin(), seqs.end());
   tokens_ = tokens;

@@ -93,10 +93,9 @@ class CpuBackend {
 
   // ---- one forward call. begin_forward stages the batch (tokens[n], positions[n] and the
   // sequences' spans, host arrays that must stay valid until the call ends); the ops below then
-  // refer to it. step_graph: the caller's ops until end_forward are all this backend's (no
-  // collective in between), so a backend may issue them as one graph (CUDA; ignored here).
+  // refer to it. A backend may issue the ops until end_forward as one graph (CUDA).
   void begin_forward(std::span<const SeqSpan<KvBlock>> seqs, const std::int32_t* tokens,
-                     const std::int32_t* positions, int n, bool step_graph);
+                     const std::int32_t* positions, int n);
 
   // x[t, :] = row tokens[t] - vocab_begin of `table` for the staged tokens (zeros outside
   // [vocab_begin, vocab_begin + rows): a sum over vocabulary shards is the lookup).
@@ -154,6 +153,14 @@ class CpuBackend {
                  std::size_t width);
   // Vocab-parallel logits gathered as [tp][rows][v_local] -> [rows][tp * v_local].
   void unshard_vocab(CF gathered, int rows, int tp, int v_local, F out);
+  // The tensor-parallel group's collectives on this backend's buffers (here: the Communicator's
+  // MPI, at once). all_gather: `floats` per rank, recv holds comm.size() blocks.
+  void all_reduce_sum(Communicator& comm, F data, std::size_t count) {
+    comm.all_reduce_sum(data.get(), count);
+  }
+  void all_gather(Communicator& comm, CF send, F recv, std::size_t floats) {
+    comm.all_gather(send.get(), recv.get(), floats * sizeof(float));
+  }
   // Host copies of backend data (here: memcpy).
   void read(CF src, std::size_t count, float* host) const;
   void read_kv(KvBlock& kv, int layer, int which, int rows, float* host) const;

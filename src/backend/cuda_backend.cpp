@@ -183,7 +183,7 @@ CudaBackend::KvBlock CudaBackend::new_kv_block(const KvShape& shape, int capacit
 }
 
 void CudaBackend::begin_forward(std::span<const SeqSpan<KvBlock>> seqs, const std::int32_t* tokens,
-                                const std::int32_t* positions, int n, bool step_graph) {
+                                const std::int32_t* positions, int n) {
   const int B = static_cast<int>(seqs.size());
   n_ = n;
   n_seqs_ = B;
@@ -192,7 +192,8 @@ void CudaBackend::begin_forward(std::span<const SeqSpan<KvBlock>> seqs, const st
     CUDA_CHECK(cudaEventSynchronize(staged_.get()));
     staged_pending_ = false;
   }
-  graphs_->begin(step_graph && ctx_->step_graphs() && n <= graph_tokens());
+  graphs_->begin(ctx_->step_graphs() && n <= graph_tokens());
+  recorded_comm_ = nullptr;
   // Token-tree nodes read their ancestors' slots (KvSlot::path): one list per node.
   paths_.clear();
   path_at_.assign(n, -1);
@@ -263,7 +264,13 @@ void CudaBackend::begin_forward(std::span<const SeqSpan<KvBlock>> seqs, const st
 }
 
 void CudaBackend::finish_forward() {
-  graphs_->end(stream_);
+  if (recorded_comm_ != nullptr && recorded_comm_->size() > 1) {
+    NcclComm* comm = recorded_comm_;
+    graphs_->end(stream_, [comm](std::int64_t choice) { return comm->agree_step(choice); });
+  } else {
+    graphs_->end(stream_);
+  }
+  recorded_comm_ = nullptr;
   CUDA_CHECK(cudaEventRecord(staged_.get(), stream_));
   staged_pending_ = true;
 }
@@ -504,6 +511,37 @@ void CudaBackend::unshard_vocab(CF gathered, int rows, int tp, int v_local, F ou
            static_cast<std::size_t>(v_local) * sizeof(float),
            static_cast<std::size_t>(v_local) * sizeof(float), static_cast<std::size_t>(rows),
            cudaMemcpyDeviceToDevice);
+}
+
+NcclComm& CudaBackend::recorded(Communicator& comm) {
+  auto* nccl = dynamic_cast<NcclComm*>(&comm);
+  SPEC_CHECK(nccl != nullptr && nccl->stream() == stream_,
+             "a collective in a recorded pass on a communicator that is not NCCL on this stream");
+  SPEC_CHECK(recorded_comm_ == nullptr || recorded_comm_ == nccl,
+             "collectives of two communicators in one recorded pass");
+  recorded_comm_ = nccl;
+  after_kernel_ = false;  // a programmatic dependency links two of this backend's kernels
+  return *nccl;
+}
+
+void CudaBackend::all_reduce_sum(Communicator& comm, F data, std::size_t count) {
+  if (!graphs_->recording()) {
+    comm.all_reduce_sum(data.get(), count);
+    return;
+  }
+  NcclComm& nccl = recorded(comm);
+  graphs_->launch(&NcclComm::launch_all_reduce_sum, stream_, &nccl, data.get(), count);
+}
+
+void CudaBackend::all_gather(Communicator& comm, CF send, F recv, std::size_t floats) {
+  if (!graphs_->recording()) {
+    comm.all_gather(send.get(), recv.get(), floats * sizeof(float));
+    return;
+  }
+  NcclComm& nccl = recorded(comm);
+  graphs_->launch(&NcclComm::launch_all_gather, stream_, &nccl,
+                  static_cast<const void*>(send.get()), static_cast<void*>(recv.get()),
+                  floats * sizeof(float));
 }
 
 void CudaBackend::read(CF src, std::size_t count, float* host) {

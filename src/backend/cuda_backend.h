@@ -178,13 +178,14 @@ class CudaBackend {
   Weight prepare_tied(const Weight& lm_head) const { return lm_head; }
   KvBlock new_kv_block(const KvShape& shape, int capacity) const;
 
-  // A forward pass: stages the batch (one pinned host-to-device copy), then, with step_graph
-  // and the context's step graphs on and at most graph_tokens() tokens (decode, verify,
-  // drafting: 64, or 512 with every projection on the tensor cores), records the pass's
-  // launches until end_forward issues them as one CUDA graph (kernels/cuda/step_graphs.h).
-  // Larger passes (prefill, through cuBLAS) run launch by launch.
+  // A forward pass: stages the batch (one pinned host-to-device copy), then, with the
+  // context's step graphs on and at most graph_tokens() tokens (decode, verify, drafting: 64,
+  // or 512 with every projection on the tensor cores), records the pass's launches and NCCL
+  // collectives until end_forward issues them as one CUDA graph (kernels/cuda/step_graphs.h;
+  // with tp > 1 the group agrees on each pass's choice, NcclComm::agree_step). Larger passes
+  // (prefill, through cuBLAS) run launch by launch.
   void begin_forward(std::span<const SeqSpan<KvBlock>> seqs, const std::int32_t* tokens,
-                     const std::int32_t* positions, int n, bool step_graph);
+                     const std::int32_t* positions, int n);
   // Issues the recorded pass (if any) and records when its staged inputs have been copied, so that
   // the next begin_forward may rewrite the pinned buffer. Every begin_forward needs one.
   void end_forward() { finish_forward(); }
@@ -226,6 +227,10 @@ class CudaBackend {
   void copy_rows(F dst, std::size_t dst_stride, CF src, std::size_t src_stride, int rows,
                  std::size_t width);
   void unshard_vocab(CF gathered, int rows, int tp, int v_local, F out);
+  // NCCL on the stream; in a recorded pass, launches of the step graph (comm must be an
+  // NcclComm on this stream, the same for the whole pass).
+  void all_reduce_sum(Communicator& comm, F data, std::size_t count);
+  void all_gather(Communicator& comm, CF send, F recv, std::size_t floats);
   void read(CF src, std::size_t count, float* host);
   void read_kv(KvBlock& kv, int layer, int which, int rows, float* host);
 
@@ -297,7 +302,10 @@ class CudaBackend {
   void note_linear(DType dtype, int in);
   int graph_tokens() const;
   std::vector<std::pair<DType, int>> linear_shapes_;
-  bool after_kernel_ = false;                    // the last launch was a kernel, not a copy
+  bool after_kernel_ = false;  // the last launch was a kernel, not a copy or a collective
+  // The communicator of the collectives recorded in this pass (nullptr: none yet).
+  NcclComm* recorded_comm_ = nullptr;
+  NcclComm& recorded(Communicator& comm);
   std::vector<std::int32_t> paths_, keep_rows_;  // token-tree paths; kv_keep's / gather's rows
   std::vector<int> path_at_;                     // per token: its path's first entry, or -1
   cuda::DeviceBuffer keep_rows_dev_;

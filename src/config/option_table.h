@@ -144,8 +144,8 @@ void for_each_option(Config& config, Visitor&& visit) {
       config.parallel.comm_timeout_s);
   visit(S{"parallel", "cuda_graphs",
           "backend = cuda: issue each decode, verify and drafting pass (at most 64 tokens, or 512 "
-          "with every projection on the tensor cores; one rank per model) as a CUDA graph "
-          "captured once per shape; false: launch by launch."},
+          "with every projection on the tensor cores; with tp > 1 its NCCL collectives inside) as "
+          "a CUDA graph captured once per shape; false: launch by launch."},
         config.parallel.cuda_graphs);
   visit(S{"parallel", "cuda_pdl",
           "backend = cuda, on GPUs of compute capability 9.0 on: the kernels of a step graph "

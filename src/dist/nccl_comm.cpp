@@ -36,12 +36,16 @@ int choose_device(int local_rank, int local_size, int device_count, std::string*
 
 #ifdef SPECRUN_HAVE_CUDA
 
+#include <algorithm>
 #include <exception>
 #include <sstream>
 #include <thread>
+#include <tuple>
 
 #include "common/clock.h"
 #include "kernels/cuda/cuda_check.h"
+#include "kernels/cuda/step_graph_choice.h"
+#include "kernels/cuda/step_graphs.h"
 
 namespace specrun {
 
@@ -76,6 +80,9 @@ NcclComm::NcclComm(MpiComm& group, int device, cudaStream_t stream, double timeo
 NcclComm::~NcclComm() {
   // Destructors must not throw; errors here are ignored on purpose (the job is ending).
   if (comm_ != nullptr) {
+    // NCCL finalises, destroys or aborts a communicator only once no graph holds its
+    // collectives: the models' step graphs should be gone by now; this makes sure.
+    cuda::StepGraphs::drop_all();
     bool healthy = !aborted_ && std::uncaught_exceptions() == 0;
     if (healthy) {
       try {
@@ -92,7 +99,9 @@ NcclComm::~NcclComm() {
     }
     comm_ = nullptr;
   }
-  for (auto& list : {pending_, free_events_})
+  for (const Timed& t : pending_)
+    if (!t.in_graph) free_events_.emplace_back(t.start, t.end);
+  for (auto& list : {free_events_, graph_events_})
     for (auto [a, b] : list) {
       (void)cudaEventDestroy(a);
       (void)cudaEventDestroy(b);
@@ -121,37 +130,119 @@ NcclComm::Where NcclComm::where(const void* a, const void* b, const char* op) co
   return da ? Where::kDevice : Where::kHost;
 }
 
-std::pair<cudaEvent_t, cudaEvent_t> NcclComm::begin_timed() {
-  std::pair<cudaEvent_t, cudaEvent_t> events;
+NcclComm::Timed NcclComm::begin_timed() {
+  cudaStreamCaptureStatus capture = cudaStreamCaptureStatusNone;
+  CUDA_CHECK(cudaStreamIsCapturing(stream_, &capture));
+  Timed t;
+  if (capture != cudaStreamCaptureStatusNone) {
+    // Inside a step graph's capture: events of the graph, recorded by each of its launches.
+    // A capture that is not a step graph's (no one to queue the events): untimed.
+    // They live as long as the communicator (a dropped graph's may still be queued).
+    if (cuda::StepGraphs::capturing() == nullptr) return t;
+    // Relaxed while creating them, as NCCL does for its own resources during a capture.
+    cudaStreamCaptureMode mode = cudaStreamCaptureModeRelaxed;
+    CUDA_CHECK(cudaThreadExchangeStreamCaptureMode(&mode));
+    cudaError_t rc = cudaEventCreate(&t.start);
+    if (rc == cudaSuccess) {
+      rc = cudaEventCreate(&t.end);
+      if (rc != cudaSuccess) (void)cudaEventDestroy(t.start);
+    }
+    (void)cudaThreadExchangeStreamCaptureMode(&mode);
+    CUDA_CHECK(rc);
+    graph_events_.emplace_back(t.start, t.end);
+    t.in_graph = true;
+    CUDA_CHECK(cudaEventRecordWithFlags(t.start, stream_, cudaEventRecordExternal));
+    return t;
+  }
   if (!free_events_.empty()) {
-    events = free_events_.back();
+    std::tie(t.start, t.end) = free_events_.back();
     free_events_.pop_back();
   } else {
-    CUDA_CHECK(cudaEventCreate(&events.first));
-    CUDA_CHECK(cudaEventCreate(&events.second));
+    CUDA_CHECK(cudaEventCreate(&t.start));
+    CUDA_CHECK(cudaEventCreate(&t.end));
   }
-  CUDA_CHECK(cudaEventRecord(events.first, stream_));
-  return events;
+  CUDA_CHECK(cudaEventRecord(t.start, stream_));
+  return t;
 }
 
-void NcclComm::end_timed(std::pair<cudaEvent_t, cudaEvent_t> events) {
-  CUDA_CHECK(cudaEventRecord(events.second, stream_));
+void NcclComm::end_timed(Timed events) {
+  if (events.start == nullptr) return;
+  if (!events.in_graph) {
+    CUDA_CHECK(cudaEventRecord(events.end, stream_));
+    pending_.push_back(events);
+    return;
+  }
+  CUDA_CHECK(cudaEventRecordWithFlags(events.end, stream_, cudaEventRecordExternal));
+  cuda::StepGraphs::capturing()->on_launch([this, events] { graph_launched(events); });
+}
+
+void NcclComm::graph_launched(Timed events) {
+  // The graph's previous launch rewrites these events: count it first (it has normally finished,
+  // the host having read the pass's logits since; otherwise wait for it).
+  auto queued = [&] {
+    return std::any_of(pending_.begin(), pending_.end(),
+                       [&](const Timed& t) { return t.start == events.start; });
+  };
+  if (queued()) {
+    collect_timing();
+    if (queued()) {
+      synchronize();
+      collect_timing();
+    }
+  }
   pending_.push_back(events);
 }
 
 void NcclComm::collect_timing() {
   std::size_t done = 0;
   for (; done < pending_.size(); ++done) {
-    auto [start, end] = pending_[done];
-    const cudaError_t rc = cudaEventQuery(end);
+    const Timed& t = pending_[done];
+    const cudaError_t rc = cudaEventQuery(t.end);
     if (rc == cudaErrorNotReady) break;  // later events are later on the same stream
     CUDA_CHECK(rc);
     float ms = 0;
-    CUDA_CHECK(cudaEventElapsedTime(&ms, start, end));
+    CUDA_CHECK(cudaEventElapsedTime(&ms, t.start, t.end));
     add_timing(ms * 1e-3);
-    free_events_.push_back(pending_[done]);
+    if (!t.in_graph) free_events_.emplace_back(t.start, t.end);
   }
   pending_.erase(pending_.begin(), pending_.begin() + static_cast<std::ptrdiff_t>(done));
+}
+
+void NcclComm::enqueue_all_reduce(float* data, std::size_t count, ncclRedOp_t op) {
+  check_usable(op == ncclSum ? "all_reduce_sum" : "all_reduce_max");
+  const Timed events = begin_timed();
+  NCCL_CHECK(ncclAllReduce(data, data, count, ncclFloat32, op, comm_, stream_), comm_);
+  end_timed(events);
+}
+
+void NcclComm::enqueue_all_gather(const void* send, void* recv, std::size_t bytes_per_rank) {
+  check_usable("all_gather");
+  const Timed events = begin_timed();
+  NCCL_CHECK(ncclAllGather(send, recv, bytes_per_rank, ncclChar, comm_, stream_), comm_);
+  end_timed(events);
+}
+
+void NcclComm::launch_all_reduce_sum(cudaStream_t stream, NcclComm* comm, float* data,
+                                     std::size_t count) {
+  SPEC_CHECK(stream == comm->stream_, "NcclComm::launch_all_reduce_sum on another stream");
+  if (count == 0 || comm->size_ == 1) return;
+  comm->enqueue_all_reduce(data, count, ncclSum);
+}
+
+void NcclComm::launch_all_gather(cudaStream_t stream, NcclComm* comm, const void* send, void* recv,
+                                 std::size_t bytes_per_rank) {
+  SPEC_CHECK(stream == comm->stream_, "NcclComm::launch_all_gather on another stream");
+  if (bytes_per_rank == 0) return;
+  comm->enqueue_all_gather(send, recv, bytes_per_rank);
+}
+
+std::int64_t NcclComm::agree_step(std::int64_t choice) {
+  if (size_ == 1) return choice;
+  // Exact in float: a choice is 2 + the number of graphs captured before, far below 2^24.
+  float span[2] = {static_cast<float>(choice), -static_cast<float>(choice)};
+  group_.all_reduce_max(span, 2);
+  return cuda::agreed_step_choice(-static_cast<std::int64_t>(span[1]),
+                                  static_cast<std::int64_t>(span[0]));
 }
 
 void NcclComm::all_reduce_sum(float* data, std::size_t count) {
@@ -162,10 +253,7 @@ void NcclComm::all_reduce_sum(float* data, std::size_t count) {
     add_timing(seconds_since(t0));
     return;
   }
-  check_usable("all_reduce_sum");
-  auto events = begin_timed();
-  NCCL_CHECK(ncclAllReduce(data, data, count, ncclFloat32, ncclSum, comm_, stream_), comm_);
-  end_timed(events);
+  enqueue_all_reduce(data, count, ncclSum);
 }
 
 void NcclComm::all_reduce_max(float* data, std::size_t count) {
@@ -176,10 +264,7 @@ void NcclComm::all_reduce_max(float* data, std::size_t count) {
     add_timing(seconds_since(t0));
     return;
   }
-  check_usable("all_reduce_max");
-  auto events = begin_timed();
-  NCCL_CHECK(ncclAllReduce(data, data, count, ncclFloat32, ncclMax, comm_, stream_), comm_);
-  end_timed(events);
+  enqueue_all_reduce(data, count, ncclMax);
 }
 
 void NcclComm::all_gather(const void* send, void* recv, std::size_t bytes_per_rank) {
@@ -190,10 +275,7 @@ void NcclComm::all_gather(const void* send, void* recv, std::size_t bytes_per_ra
     add_timing(seconds_since(t0));
     return;
   }
-  check_usable("all_gather");
-  auto events = begin_timed();
-  NCCL_CHECK(ncclAllGather(send, recv, bytes_per_rank, ncclChar, comm_, stream_), comm_);
-  end_timed(events);
+  enqueue_all_gather(send, recv, bytes_per_rank);
 }
 
 void NcclComm::broadcast(void* data, std::size_t bytes, int root) {
@@ -219,7 +301,10 @@ void NcclComm::barrier() {
 }
 
 void NcclComm::abort_with(const std::string& why) {
-  if (comm_ != nullptr && !aborted_) (void)ncclCommAbort(comm_);
+  if (comm_ != nullptr && !aborted_) {
+    cuda::StepGraphs::drop_all();  // an abort waits until no graph holds the collectives
+    (void)ncclCommAbort(comm_);
+  }
   aborted_ = true;
   comm_ = nullptr;
   SPEC_FAIL(why);

@@ -76,12 +76,35 @@ class NcclComm final : public Communicator {
   // at batch boundaries; no device synchronisation happens for the sake of timing.
   void collect_timing();
 
+  // The device collectives as launch functions of a step graph (CudaBackend records them among a
+  // pass's kernels; kernels/cuda/step_graphs.h): comm's collective on `stream`, which must be
+  // comm's. Timed as above, also inside a captured graph: the graph records the events, and
+  // every launch of it queues them for collect_timing().
+  static void launch_all_reduce_sum(cudaStream_t stream, NcclComm* comm, float* data,
+                                    std::size_t count);
+  static void launch_all_gather(cudaStream_t stream, NcclComm* comm, const void* send, void* recv,
+                                std::size_t bytes_per_rank);
+  // The group's choice for a step graph from this rank's (StepGraphs::Agree): one MPI reduction
+  // over the group (watched by parallel.comm_timeout_s), then cuda::agreed_step_choice.
+  std::int64_t agree_step(std::int64_t choice);
+
  private:
   enum class Where { kHost, kDevice };
+  // CUDA events around a collective; in_graph: recorded by a step graph's launches, owned by it
+  // (graph_events_), never recycled.
+  struct Timed {
+    cudaEvent_t start = nullptr, end = nullptr;
+    bool in_graph = false;
+  };
   Where where(const void* a, const void* b, const char* op) const;
   void check_usable(const char* op) const;
-  std::pair<cudaEvent_t, cudaEvent_t> begin_timed();
-  void end_timed(std::pair<cudaEvent_t, cudaEvent_t> events);
+  Timed begin_timed();
+  void end_timed(Timed events);
+  // A step graph holding `events` is about to be launched: queue them once the previous launch
+  // has been counted.
+  void graph_launched(Timed events);
+  void enqueue_all_reduce(float* data, std::size_t count, ncclRedOp_t op);
+  void enqueue_all_gather(const void* send, void* recv, std::size_t bytes_per_rank);
   [[noreturn]] void abort_with(const std::string& why);
 
   MpiComm& group_;
@@ -91,8 +114,10 @@ class NcclComm final : public Communicator {
   double timeout_s_ = 600;
   ncclComm_t comm_ = nullptr;
   bool aborted_ = false;
-  // Event pairs around enqueued collectives, oldest first; finished pairs are recycled.
-  std::vector<std::pair<cudaEvent_t, cudaEvent_t>> pending_, free_events_;
+  // Event pairs around enqueued collectives, oldest first; finished pairs are recycled, except
+  // those of step graphs.
+  std::vector<Timed> pending_;
+  std::vector<std::pair<cudaEvent_t, cudaEvent_t>> free_events_, graph_events_;
 };
 
 }  // namespace specrun

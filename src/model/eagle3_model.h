@@ -148,9 +148,9 @@ ForwardResult Eagle3Model<B>::forward(std::span<const SeqChunk> batch, const Row
                                                      << " of " << n << " tokens");
   for (int r : rows)
     SPEC_CHECK(r >= 0 && r < source.rows, "EAGLE-3 head: input row " << r << " of " << source.rows);
-  // As a step graph on one rank (like the target: a sharded head's collectives sit between its
-  // kernels): the input rows' indices travel with the staged inputs (CudaBackend::gather_rows).
-  Base::stage_batch(batch, n, tp_ == 1);
+  // As a step graph, collectives included (like the target): the input rows' indices travel
+  // with the staged inputs (CudaBackend::gather_rows).
+  Base::stage_batch(batch, n);
   const float eps = c.rms_norm_eps;
   const std::size_t N = static_cast<std::size_t>(n);
 
@@ -186,13 +186,13 @@ ForwardResult Eagle3Model<B>::forward(std::span<const SeqChunk> batch, const Row
   // Row-parallel o_proj and down_proj when sharded: partial sums, summed across the group.
   F proj = proj_.grow(N * H);
   b_.linear(attn, n, weights_.get(Role::kO), nullptr, proj);
-  if (tp_ > 1) comm_->all_reduce_sum(proj.get(), N * H);
+  if (tp_ > 1) b_.all_reduce_sum(*comm_, proj, N * H);
   F xn = xn_.grow(N * H);
   b_.add_rmsnorm(x, proj, n, H, weights_.get(Role::kPostAttentionNorm), eps, xn);
   F act = act_.grow(N * plan.intermediate);
   b_.swiglu(xn, n, weights_.get(Role::kGate), act);
   b_.linear(act, n, weights_.get(Role::kDown), nullptr, proj);
-  if (tp_ > 1) comm_->all_reduce_sum(proj.get(), N * H);
+  if (tp_ > 1) b_.all_reduce_sum(*comm_, proj, N * H);
   b_.add_inplace(x, proj, N * H);
   for (const SeqChunk& s : batch) s.cache->advance(s.n_tokens, s.parents);
 
@@ -209,7 +209,7 @@ ForwardResult Eagle3Model<B>::forward(std::span<const SeqChunk> batch, const Row
     F mine = local_logits_.grow(local * (tp_ + 1));
     F gathered = mine + static_cast<std::ptrdiff_t>(local);
     b_.linear(xn, out_rows, weights_.get(Role::kLmHead), nullptr, mine);
-    comm_->all_gather(mine.get(), gathered.get(), local * sizeof(float));
+    b_.all_gather(*comm_, mine, gathered, local);
     b_.unshard_vocab(gathered, out_rows, tp_, plan.vocab, logits);
   }
   b_.end_forward();

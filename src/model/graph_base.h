@@ -59,10 +59,9 @@ class GraphBase : protected KvStore {
 
   // Tokens, positions and the backend's view of every sequence, then begin_forward. Chain
   // tokens sit at their slot; a tree node at its parent's position + 1 (kv_cache.h).
-  // step_graph: every op until end_forward is the backend's (backend/cpu_backend.h).
   // tree_parents_ holds, per sequence, the parents of its whole tree region (nodes of earlier
   // calls, then this call's).
-  void stage_batch(std::span<const SeqChunk> batch, int n, bool step_graph) {
+  void stage_batch(std::span<const SeqChunk> batch, int n) {
     tokens_.resize(n);
     positions_.resize(n);
     seqs_.resize(batch.size());
@@ -104,7 +103,7 @@ class GraphBase : protected KvStore {
       span.tree_parents = tree_parents_.data() + region;
       region += static_cast<std::size_t>(span.start + span.n_tokens - span.tree_base);
     }
-    b_.begin_forward(seqs_, tokens_.data(), positions_.data(), n, step_graph);
+    b_.begin_forward(seqs_, tokens_.data(), positions_.data(), n);
   }
 
   B b_;

@@ -136,9 +136,8 @@ ForwardResult LlamaModel<B>::forward(std::span<const SeqChunk> batch,
     capture_slot_[id] = c;
   }
 
-  // One rank: every op of the pass is the backend's, so it may run as one graph (CUDA). With
-  // tp > 1 the collectives sit between the ops.
-  Base::stage_batch(batch, n, tp_ == 1);
+  // Every op of the pass, collectives included, is the backend's: it may run as one graph (CUDA).
+  Base::stage_batch(batch, n);
 
   // One cos/sin table per forward: every layer rotates q and k at the same positions.
   b_.rope_table(inv_freq_dev_, config_.head_dim,
@@ -146,7 +145,7 @@ ForwardResult LlamaModel<B>::forward(std::span<const SeqChunk> batch,
 
   F x = x_.grow(static_cast<std::size_t>(n) * H);
   b_.embed(weights_.get(Role::kEmbed), plan.vocab_begin, x);
-  if (tp_ > 1) comm_.all_reduce_sum(x.get(), static_cast<std::size_t>(n) * H);
+  if (tp_ > 1) b_.all_reduce_sum(comm_, x, static_cast<std::size_t>(n) * H);
   if (n_capture_ > 0) hidden_.grow(static_cast<std::size_t>(n) * n_capture_ * H);
 
   // Scratch of every block: the normalised rows (xn), the row-parallel projections' output
@@ -189,7 +188,7 @@ ForwardResult LlamaModel<B>::forward(std::span<const SeqChunk> batch,
     F mine = local_logits_.grow(local * (tp_ + 1));
     F gathered = mine + static_cast<std::ptrdiff_t>(local);
     b_.linear(xn, out_rows, weights_.get(Role::kLmHead), nullptr, mine);
-    comm_.all_gather(mine.get(), gathered.get(), local * sizeof(float));
+    b_.all_gather(comm_, mine, gathered, local);
     b_.unshard_vocab(gathered, out_rows, tp_, v_local, logits);
   }
   b_.end_forward();
@@ -281,7 +280,7 @@ typename LlamaModel<B>::CF LlamaModel<B>::add_projection(CF in, int m, const Wei
   F proj = proj_.grow(0);
   if (tp_ == 1) return b_.linear_residual(in, m, w, bias, proj, x_.grow(0));
   b_.linear(in, m, w, nullptr, proj);
-  comm_.all_reduce_sum(proj.get(), static_cast<std::size_t>(m) * H);
+  b_.all_reduce_sum(comm_, proj, static_cast<std::size_t>(m) * H);
   if (bias != nullptr) b_.add_bias(proj, *bias, m, H);
   return proj;
 }

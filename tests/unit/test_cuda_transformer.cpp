@@ -6,7 +6,8 @@
 //  - a verify window gives bit-identical logits to decoding the same tokens one by one, and
 //    truncate-and-redo equals no rollback (this is what makes greedy speculative == baseline);
 //  - greedy continuations equal the CPU model's, token for token (F32 weights);
-//  - the NCCL communicator's timing is filled from CUDA events without extra synchronisation;
+//  - the NCCL communicator's timing is filled from CUDA events without extra synchronisation,
+//    also for collectives replayed inside step graphs;
 //  - the phase timeline (backend/cuda_timeline.h) times the device's work between its marks, not
 //    the host's enqueueing, and waits only when read;
 //  - step graphs (kernels/cuda/step_graphs.h): decode steps, verify windows and token trees
@@ -554,6 +555,63 @@ TEST(CudaTransformer, NcclTimingComesFromEventsWithoutExtraSync) {
   EXPECT_EQ(host[2], 3);
   rank.nccl.barrier();
   EXPECT_GE(rank.nccl.comm_calls(), 1);
+}
+
+// NCCL collectives inside step graphs (tensor-parallel passes record them with their kernels):
+// an all-gather of the one-rank group (a real NCCL launch) followed by a copy, recorded as a
+// step through the group's agreement: eager on first sight, captured on the second, replayed
+// after, each launch's result right and each collective counted once in the communicator's
+// timing, also for replays issued back to back; drop_all() (what an abort does first) empties
+// every StepGraphs, and the next sightings capture again.
+TEST(CudaTransformer, NcclCollectivesReplayInStepGraphsAndAreTimed) {
+  REQUIRE_DEVICE();
+  GpuRank rank;
+  cuda::StepGraphStats stats;
+  cuda::StepGraphs graphs(stats);
+  const int n = 4096;
+  const std::size_t bytes = n * sizeof(float);
+  cuda::DeviceBuffer src(bytes), gathered(bytes), out(bytes);
+  cudaStream_t stream = rank.context.stream();
+  NcclComm* nccl = &rank.nccl;
+  EXPECT_EQ(nccl->agree_step(cuda::kStepReplay + 3), cuda::kStepReplay + 3);
+  nccl->synchronize();
+  nccl->collect_timing();
+  nccl->reset_timing();
+  std::vector<float> host(n), back(n);
+  auto step = [&](int salt, bool wait) {
+    for (int i = 0; i < n; ++i) host[i] = static_cast<float>(i * 3 + salt);
+    CUDA_CHECK(cudaMemcpyAsync(src.get(), host.data(), bytes, cudaMemcpyHostToDevice, stream));
+    CUDA_CHECK(cudaMemsetAsync(out.get(), 0xff, bytes, stream));  // NaN
+    graphs.begin(true);
+    graphs.launch(&NcclComm::launch_all_gather, stream, nccl, static_cast<const void*>(src.get()),
+                  gathered.get(), bytes);
+    graphs.launch(&cuda::memcpy_async, stream, out.get(), static_cast<const void*>(gathered.get()),
+                  bytes, cudaMemcpyDeviceToDevice);
+    graphs.end(stream, [nccl](std::int64_t c) { return nccl->agree_step(c); });
+    if (!wait) return;
+    CUDA_CHECK(cudaMemcpyAsync(back.data(), out.get(), bytes, cudaMemcpyDeviceToHost, stream));
+    rank.context.synchronize();
+    EXPECT_EQ(0, std::memcmp(back.data(), host.data(), bytes)) << "step " << salt;
+  };
+  for (int s = 0; s < 5; ++s) step(s, true);
+  EXPECT_EQ(stats.eager, 1);
+  EXPECT_EQ(stats.captures, 1);
+  EXPECT_EQ(stats.replays, 3);
+  EXPECT_EQ(nccl->comm_calls(), 5) << "each collective, replayed or not, counted once";
+  EXPECT_GT(nccl->comm_seconds(), 0);
+  // Two replays without a wait between: the second counts the first before reusing its events.
+  step(5, false);
+  step(6, true);
+  EXPECT_EQ(stats.replays, 5);
+  EXPECT_EQ(nccl->comm_calls(), 7);
+  cuda::StepGraphs::drop_all();
+  EXPECT_EQ(graphs.graphs(), 0);
+  step(7, true);
+  step(8, true);
+  EXPECT_EQ(stats.eager, 2);
+  EXPECT_EQ(stats.captures, 2);
+  EXPECT_EQ(graphs.graphs(), 1);
+  EXPECT_EQ(nccl->comm_calls(), 9);
 }
 
 TEST(CudaTransformer, PhaseTimelineTimesTheDeviceNotTheHost) {
