@@ -478,6 +478,7 @@ BenchReport run_bench(const BenchOptions& o, ModelFactory& factory, Communicator
   if (wants(o, "batch"))
     rep.cases.push_back(summarize("batch", o.batch, rep.weight_bytes, t.batch, t.c_batch));
   add_ratios(rep);
+  rep.step_graphs = factory.step_graph_report();
   return rep;
 }
 
@@ -528,6 +529,7 @@ std::string format_table(const BenchReport& r) {
             << "% of a decode step (target < 1%)";
     out << "\n";
   }
+  if (!r.step_graphs.empty()) out << r.step_graphs << " (rank 0, every case)\n";
   return out.str();
 }
 
@@ -571,6 +573,7 @@ std::string to_json(const BenchReport& r, const std::string& command_line) {
                  {"us_per_step_max", r.timing_us_max},
                  {"threads", r.timing_threads},
                  {"device_marks", r.timing_device}};
+  if (!r.step_graphs.empty()) j["step_graphs"] = r.step_graphs;
   return j.dump(2);
 }
 

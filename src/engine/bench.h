@@ -85,6 +85,10 @@ struct BenchReport {
   double timing_us = 0, timing_us_min = 0, timing_us_max = 0;
   int timing_threads = 0;
   bool timing_device = false;
+  // On a device: how the passes ran (ModelFactory::step_graph_report: replays, captures, launches
+  // one by one), so that a tensor-parallel run shows whether its steps were graphs; empty on
+  // the CPU.
+  std::string step_graphs;
 };
 
 // Runs the benchmark on every rank of `tp_comm` (size = tp), with the model built by `factory`
