@@ -33,6 +33,7 @@ std::vector<StepGraphs*>& registry() {
   return all;
 }
 thread_local StepGraphs* t_capturing = nullptr;
+thread_local std::uint64_t t_capture_id = 0, t_captures = 0;
 
 }  // namespace
 
@@ -70,6 +71,10 @@ StepGraphs* StepGraphs::capturing() {
   return t_capturing;
 }
 
+std::uint64_t StepGraphs::capture_id() {
+  return t_capture_id;
+}
+
 void StepGraphs::on_launch(std::function<void()> hook) {
   SPEC_CHECK(t_capturing == this, "StepGraphs::on_launch outside this object's capture");
   capture_hooks_.push_back(std::move(hook));
@@ -96,10 +101,14 @@ void StepGraphs::capture(cudaStream_t stream, Graph& g) {
   CUDA_CHECK(cudaStreamBeginCapture(stream, cudaStreamCaptureModeThreadLocal));
   capture_hooks_.clear();
   t_capturing = this;
+  t_capture_id = ++t_captures;
   try {
     run_recorded();
   } catch (...) {
+    // With collectives of several ranks this is fatal for the job (the other ranks' captured
+    // collectives wait for this rank's): the error ends it, no later pass runs.
     t_capturing = nullptr;
+    t_capture_id = 0;
     capture_hooks_.clear();
     cudaGraph_t broken = nullptr;
     (void)cudaStreamEndCapture(stream, &broken);
@@ -107,6 +116,7 @@ void StepGraphs::capture(cudaStream_t stream, Graph& g) {
     throw;
   }
   t_capturing = nullptr;
+  t_capture_id = 0;
   cudaGraph_t graph = nullptr;
   CUDA_CHECK(cudaStreamEndCapture(stream, &graph));
   cudaGraphExec_t exec = nullptr;
@@ -122,9 +132,11 @@ void StepGraphs::capture(cudaStream_t stream, Graph& g) {
 }
 
 void StepGraphs::launch_graph(const Graph& g, cudaStream_t stream) {
-  // A hook that throws may have dropped g (a communicator's abort, drop_all): nothing of g is
-  // read after a hook throws.
-  for (const std::function<void()>& hook : g.hooks) hook();
+  if (!g.hooks.empty()) {
+    // Copies: a hook that fails may drop g (a communicator's abort calls drop_all) while it runs.
+    const std::vector<std::function<void()>> hooks = g.hooks;
+    for (const std::function<void()>& hook : hooks) hook();
+  }
   CUDA_CHECK(cudaGraphLaunch(g.exec, stream));
 }
 

@@ -104,8 +104,9 @@ class StepGraphs {
   void drop();
 
   // The StepGraphs capturing a step on this thread right now (its launches are running inside
-  // stream capture), or nullptr.
+  // stream capture), or nullptr; and that capture's number among all of this thread's (0: none).
   static StepGraphs* capturing();
+  static std::uint64_t capture_id();
   // Called from a launch function while capturing(): `hook` runs on the host right before every
   // launch of the graph being captured (the first, right after the capture, included).
   void on_launch(std::function<void()> hook);

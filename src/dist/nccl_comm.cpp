@@ -79,10 +79,11 @@ NcclComm::NcclComm(MpiComm& group, int device, cudaStream_t stream, double timeo
 
 NcclComm::~NcclComm() {
   // Destructors must not throw; errors here are ignored on purpose (the job is ending).
+  // NCCL finalises, destroys or aborts a communicator only once no graph holds its collectives,
+  // and the graphs' launch hooks point here: the models' step graphs should be gone by now;
+  // this makes sure.
+  cuda::StepGraphs::drop_all();
   if (comm_ != nullptr) {
-    // NCCL finalises, destroys or aborts a communicator only once no graph holds its
-    // collectives: the models' step graphs should be gone by now; this makes sure.
-    cuda::StepGraphs::drop_all();
     bool healthy = !aborted_ && std::uncaught_exceptions() == 0;
     if (healthy) {
       try {
@@ -99,13 +100,21 @@ NcclComm::~NcclComm() {
     }
     comm_ = nullptr;
   }
-  for (const Timed& t : pending_)
-    if (!t.in_graph) free_events_.emplace_back(t.start, t.end);
-  for (auto& list : {free_events_, graph_events_})
-    for (auto [a, b] : list) {
-      (void)cudaEventDestroy(a);
-      (void)cudaEventDestroy(b);
-    }
+  for (const Pending& p : pending_)
+    if (!p.graph) free_events_.emplace_back(p.t.start, p.t.end);
+  pending_.clear();  // the step graphs' events go with their GraphEvents
+  capture_events_.reset();
+  for (auto [a, b] : free_events_) {
+    (void)cudaEventDestroy(a);
+    (void)cudaEventDestroy(b);
+  }
+}
+
+NcclComm::GraphEvents::~GraphEvents() {
+  for (const Timed& t : timed) {
+    (void)cudaEventDestroy(t.start);
+    (void)cudaEventDestroy(t.end);
+  }
 }
 
 void NcclComm::check_usable(const char* op) const {
@@ -135,10 +144,16 @@ NcclComm::Timed NcclComm::begin_timed() {
   CUDA_CHECK(cudaStreamIsCapturing(stream_, &capture));
   Timed t;
   if (capture != cudaStreamCaptureStatusNone) {
-    // Inside a step graph's capture: events of the graph, recorded by each of its launches.
-    // A capture that is not a step graph's (no one to queue the events): untimed.
-    // They live as long as the communicator (a dropped graph's may still be queued).
-    if (cuda::StepGraphs::capturing() == nullptr) return t;
+    // Inside a step graph's capture: events of the graph, recorded by each of its launches,
+    // queued by one hook per graph. A capture that is not a step graph's: untimed.
+    const std::uint64_t id = cuda::StepGraphs::capture_id();
+    if (id == 0) return t;
+    if (id != capture_id_) {
+      capture_id_ = id;
+      capture_events_ = std::make_shared<GraphEvents>();
+      cuda::StepGraphs::capturing()->on_launch(
+          [this, events = capture_events_] { graph_launched(events); });
+    }
     // Relaxed while creating them, as NCCL does for its own resources during a capture.
     cudaStreamCaptureMode mode = cudaStreamCaptureModeRelaxed;
     CUDA_CHECK(cudaThreadExchangeStreamCaptureMode(&mode));
@@ -149,8 +164,8 @@ NcclComm::Timed NcclComm::begin_timed() {
     }
     (void)cudaThreadExchangeStreamCaptureMode(&mode);
     CUDA_CHECK(rc);
-    graph_events_.emplace_back(t.start, t.end);
     t.in_graph = true;
+    capture_events_->timed.push_back(t);
     CUDA_CHECK(cudaEventRecordWithFlags(t.start, stream_, cudaEventRecordExternal));
     return t;
   }
@@ -169,19 +184,19 @@ void NcclComm::end_timed(Timed events) {
   if (events.start == nullptr) return;
   if (!events.in_graph) {
     CUDA_CHECK(cudaEventRecord(events.end, stream_));
-    pending_.push_back(events);
+    pending_.push_back(Pending{events, nullptr});
     return;
   }
   CUDA_CHECK(cudaEventRecordWithFlags(events.end, stream_, cudaEventRecordExternal));
-  cuda::StepGraphs::capturing()->on_launch([this, events] { graph_launched(events); });
 }
 
-void NcclComm::graph_launched(Timed events) {
-  // The graph's previous launch rewrites these events: count it first (it has normally finished,
-  // the host having read the pass's logits since; otherwise wait for it).
+void NcclComm::graph_launched(const std::shared_ptr<GraphEvents>& events) {
+  // The launch rewrites the events of the graph's previous one: count that one first, all of
+  // its collectives (it has normally finished, the host having read the pass's logits since;
+  // otherwise wait for it).
   auto queued = [&] {
     return std::any_of(pending_.begin(), pending_.end(),
-                       [&](const Timed& t) { return t.start == events.start; });
+                       [&](const Pending& p) { return p.graph == events; });
   };
   if (queued()) {
     collect_timing();
@@ -190,20 +205,20 @@ void NcclComm::graph_launched(Timed events) {
       collect_timing();
     }
   }
-  pending_.push_back(events);
+  for (const Timed& t : events->timed) pending_.push_back(Pending{t, events});
 }
 
 void NcclComm::collect_timing() {
   std::size_t done = 0;
   for (; done < pending_.size(); ++done) {
-    const Timed& t = pending_[done];
+    const Timed& t = pending_[done].t;
     const cudaError_t rc = cudaEventQuery(t.end);
     if (rc == cudaErrorNotReady) break;  // later events are later on the same stream
     CUDA_CHECK(rc);
     float ms = 0;
     CUDA_CHECK(cudaEventElapsedTime(&ms, t.start, t.end));
     add_timing(ms * 1e-3);
-    if (!t.in_graph) free_events_.emplace_back(t.start, t.end);
+    if (!pending_[done].graph) free_events_.emplace_back(t.start, t.end);
   }
   pending_.erase(pending_.begin(), pending_.begin() + static_cast<std::ptrdiff_t>(done));
 }
@@ -238,9 +253,10 @@ void NcclComm::launch_all_gather(cudaStream_t stream, NcclComm* comm, const void
 
 std::int64_t NcclComm::agree_step(std::int64_t choice) {
   if (size_ == 1) return choice;
-  // Exact in float: a choice is 2 + the number of graphs captured before, far below 2^24.
+  // Exact in float: a choice is 2 + the number of graphs captured before, far below 2^24. On
+  // the host (MPI), timed as this communicator's: the wait for the slowest rank is comm time.
   float span[2] = {static_cast<float>(choice), -static_cast<float>(choice)};
-  group_.all_reduce_max(span, 2);
+  all_reduce_max(span, 2);
   return cuda::agreed_step_choice(-static_cast<std::int64_t>(span[1]),
                                   static_cast<std::int64_t>(span[0]));
 }

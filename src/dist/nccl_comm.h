@@ -26,6 +26,7 @@ int choose_device(int local_rank, int local_size, int device_count, std::string*
 
 #include <chrono>
 #include <cstdint>
+#include <memory>
 #include <utility>
 #include <vector>
 
@@ -90,19 +91,34 @@ class NcclComm final : public Communicator {
 
  private:
   enum class Where { kHost, kDevice };
-  // CUDA events around a collective; in_graph: recorded by a step graph's launches, owned by it
-  // (graph_events_), never recycled.
+  // CUDA events around a collective; in_graph: recorded by a step graph's launches (owned by
+  // its GraphEvents, never recycled).
   struct Timed {
     cudaEvent_t start = nullptr, end = nullptr;
     bool in_graph = false;
+  };
+  // The events of one step graph's collectives, recorded by every launch of it; destroyed with
+  // the last holder: the graph's launch hook, or a launch of it not yet counted.
+  struct GraphEvents {
+    std::vector<Timed> timed;
+    GraphEvents() = default;
+    GraphEvents(const GraphEvents&) = delete;
+    GraphEvents& operator=(const GraphEvents&) = delete;
+    ~GraphEvents();
+  };
+  // A collective enqueued and not yet counted; graph: the step graph's events it belongs to
+  // (null: a pair recycled into free_events_ once counted).
+  struct Pending {
+    Timed t;
+    std::shared_ptr<GraphEvents> graph;
   };
   Where where(const void* a, const void* b, const char* op) const;
   void check_usable(const char* op) const;
   Timed begin_timed();
   void end_timed(Timed events);
-  // A step graph holding `events` is about to be launched: queue them once the previous launch
-  // has been counted.
-  void graph_launched(Timed events);
+  // A step graph whose collectives record `events` is about to be launched: queue them, once
+  // its previous launch has been counted.
+  void graph_launched(const std::shared_ptr<GraphEvents>& events);
   void enqueue_all_reduce(float* data, std::size_t count, ncclRedOp_t op);
   void enqueue_all_gather(const void* send, void* recv, std::size_t bytes_per_rank);
   [[noreturn]] void abort_with(const std::string& why);
@@ -114,10 +130,12 @@ class NcclComm final : public Communicator {
   double timeout_s_ = 600;
   ncclComm_t comm_ = nullptr;
   bool aborted_ = false;
-  // Event pairs around enqueued collectives, oldest first; finished pairs are recycled, except
-  // those of step graphs.
-  std::vector<Timed> pending_;
-  std::vector<std::pair<cudaEvent_t, cudaEvent_t>> free_events_, graph_events_;
+  // Collectives enqueued, oldest first; finished pairs are recycled, except those of step graphs.
+  std::vector<Pending> pending_;
+  std::vector<std::pair<cudaEvent_t, cudaEvent_t>> free_events_;
+  // The step-graph capture in progress (StepGraphs::capture_id) and its collectives' events.
+  std::uint64_t capture_id_ = 0;
+  std::shared_ptr<GraphEvents> capture_events_;
 };
 
 }  // namespace specrun

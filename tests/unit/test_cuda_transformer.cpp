@@ -558,8 +558,8 @@ TEST(CudaTransformer, NcclTimingComesFromEventsWithoutExtraSync) {
 }
 
 // NCCL collectives inside step graphs (tensor-parallel passes record them with their kernels):
-// an all-gather of the one-rank group (a real NCCL launch) followed by a copy, recorded as a
-// step through the group's agreement: eager on first sight, captured on the second, replayed
+// two all-gathers of the one-rank group (real NCCL launches) and a copy, recorded as a step
+// through the group's agreement: eager on first sight, captured on the second, replayed
 // after, each launch's result right and each collective counted once in the communicator's
 // timing, also for replays issued back to back; drop_all() (what an abort does first) empties
 // every StepGraphs, and the next sightings capture again.
@@ -570,7 +570,7 @@ TEST(CudaTransformer, NcclCollectivesReplayInStepGraphsAndAreTimed) {
   cuda::StepGraphs graphs(stats);
   const int n = 4096;
   const std::size_t bytes = n * sizeof(float);
-  cuda::DeviceBuffer src(bytes), gathered(bytes), out(bytes);
+  cuda::DeviceBuffer src(bytes), gathered(bytes), again(bytes), out(bytes);
   cudaStream_t stream = rank.context.stream();
   NcclComm* nccl = &rank.nccl;
   EXPECT_EQ(nccl->agree_step(cuda::kStepReplay + 3), cuda::kStepReplay + 3);
@@ -585,7 +585,9 @@ TEST(CudaTransformer, NcclCollectivesReplayInStepGraphsAndAreTimed) {
     graphs.begin(true);
     graphs.launch(&NcclComm::launch_all_gather, stream, nccl, static_cast<const void*>(src.get()),
                   gathered.get(), bytes);
-    graphs.launch(&cuda::memcpy_async, stream, out.get(), static_cast<const void*>(gathered.get()),
+    graphs.launch(&NcclComm::launch_all_gather, stream, nccl,
+                  static_cast<const void*>(gathered.get()), again.get(), bytes);
+    graphs.launch(&cuda::memcpy_async, stream, out.get(), static_cast<const void*>(again.get()),
                   bytes, cudaMemcpyDeviceToDevice);
     graphs.end(stream, [nccl](std::int64_t c) { return nccl->agree_step(c); });
     if (!wait) return;
@@ -597,13 +599,13 @@ TEST(CudaTransformer, NcclCollectivesReplayInStepGraphsAndAreTimed) {
   EXPECT_EQ(stats.eager, 1);
   EXPECT_EQ(stats.captures, 1);
   EXPECT_EQ(stats.replays, 3);
-  EXPECT_EQ(nccl->comm_calls(), 5) << "each collective, replayed or not, counted once";
+  EXPECT_EQ(nccl->comm_calls(), 10) << "each collective, replayed or not, counted once";
   EXPECT_GT(nccl->comm_seconds(), 0);
   // Two replays without a wait between: the second counts the first before reusing its events.
   step(5, false);
   step(6, true);
   EXPECT_EQ(stats.replays, 5);
-  EXPECT_EQ(nccl->comm_calls(), 7);
+  EXPECT_EQ(nccl->comm_calls(), 14);
   cuda::StepGraphs::drop_all();
   EXPECT_EQ(graphs.graphs(), 0);
   step(7, true);
@@ -611,7 +613,7 @@ TEST(CudaTransformer, NcclCollectivesReplayInStepGraphsAndAreTimed) {
   EXPECT_EQ(stats.eager, 2);
   EXPECT_EQ(stats.captures, 2);
   EXPECT_EQ(graphs.graphs(), 1);
-  EXPECT_EQ(nccl->comm_calls(), 9);
+  EXPECT_EQ(nccl->comm_calls(), 18);
 }
 
 TEST(CudaTransformer, PhaseTimelineTimesTheDeviceNotTheHost) {
