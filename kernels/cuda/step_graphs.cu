@@ -86,7 +86,10 @@ void StepGraphs::begin(bool record) {
   signature_.clear();
   defer_.reset();
   recording_ = record;
-  if (!record) return;
+  if (!record) {
+    ++stats_->direct;
+    return;
+  }
   epoch_at_begin_ = allocation_epoch();
   defer_ = std::make_unique<DeferFrees>();
   ++stats_->steps;

@@ -50,6 +50,7 @@ struct StepGraphStats {
   long long replays = 0;   // steps issued as a kept graph
   long long captures = 0;  // graphs made
   long long eager = 0;     // graphable steps whose launches ran one by one
+  long long direct = 0;    // steps not recorded (too large, or graphs off): launched one by one
   double capture_ms = 0;   // host time spent capturing and instantiating
 };
 

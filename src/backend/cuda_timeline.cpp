@@ -27,6 +27,11 @@ int CudaPhaseTimeline::mark() {
   return used_++;
 }
 
+DevicePasses CudaPhaseTimeline::passes() const {
+  const cuda::StepGraphStats& s = ctx_.step_graph_stats();
+  return DevicePasses{s.replays, s.captures, s.eager + s.direct};
+}
+
 void CudaPhaseTimeline::read(std::vector<double>& out) {
   out.clear();
   if (used_ == 0) return;

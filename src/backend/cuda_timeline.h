@@ -31,6 +31,8 @@ class CudaPhaseTimeline final : public DeviceTimeline {
   void reserve(int marks) override;
   // Waits with CudaContext::synchronize (the communicators' deadline).
   void read(std::vector<double>& out) override;
+  // The context's step-graph counts (CudaContext::step_graph_stats: every model of the rank).
+  DevicePasses passes() const override;
 
  private:
   CudaContext& ctx_;

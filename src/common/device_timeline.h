@@ -12,6 +12,13 @@
 
 namespace specrun {
 
+// How a device's forward passes were issued, counted since its backend started: replayed as a
+// kept CUDA graph, captured into a new graph (and launched), or launched one kernel at a time
+// (graphs off, a pass too large to record, or one the ranks agreed to run eagerly).
+struct DevicePasses {
+  long long replayed = 0, captured = 0, launched = 0;
+};
+
 class DeviceTimeline {
  public:
   virtual ~DeviceTimeline() = default;
@@ -30,6 +37,10 @@ class DeviceTimeline {
   // mark i + 1 (out has marks - 1 elements; none when fewer than two marks), and forgets the
   // marks.
   virtual void read(std::vector<double>& out) = 0;
+
+  // The device's passes so far (host-side counters: no wait). A timeline with no such record
+  // reports zeros.
+  virtual DevicePasses passes() const { return {}; }
 };
 
 }  // namespace specrun

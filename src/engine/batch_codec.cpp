@@ -56,6 +56,7 @@ std::string encode_batch(const BatchResult& r, bool with_records) {
   j["timings_ms"] = r.timings_ms;
   j["cpu_ms"] = r.cpu_ms;
   if (!r.device_ms.empty()) j["device_ms"] = r.device_ms;
+  if (!r.device_passes.empty()) j["device_passes"] = r.device_passes;
   j["host"] = r.host;
   j["host_busy"] = r.host_busy;
   if (with_records) {
@@ -93,6 +94,7 @@ BatchResult decode_batch(const std::string& bytes) {
   };
   r.cpu_ms = floats("cpu_ms");
   r.device_ms = floats("device_ms");
+  r.device_passes = floats("device_passes");
   r.host = floats("host");
   if (j.contains("host_busy")) r.host_busy = j.at("host_busy").get<std::vector<std::string>>();
   if (j.contains("seqs")) {
@@ -129,7 +131,7 @@ BatchResult merge_group(const std::vector<BatchResult>& by_tp_rank) {
                           << out.batch << " but tp rank 0 ran " << out.n_steps
                           << ": the ranks of a tp group diverged");
   out.n_ranks = tp;
-  std::vector<const std::vector<float>*> timings, cpu, device, host;
+  std::vector<const std::vector<float>*> timings, cpu, device, passes, host;
   bool any_device = false;
   for (const BatchResult& r : by_tp_rank) {
     SPEC_CHECK(!r.timings_ms.empty() || out.n_steps == 0,
@@ -137,6 +139,7 @@ BatchResult merge_group(const std::vector<BatchResult>& by_tp_rank) {
     timings.push_back(&r.timings_ms);
     cpu.push_back(&r.cpu_ms);
     device.push_back(&r.device_ms);
+    passes.push_back(&r.device_passes);
     any_device = any_device || !r.device_ms.empty();
     host.push_back(&r.host);
   }
@@ -145,6 +148,9 @@ BatchResult merge_group(const std::vector<BatchResult>& by_tp_rank) {
   out.device_ms = any_device
                       ? interleave(device, out.n_steps, kNumDeviceColumns, "device", out.batch)
                       : std::vector<float>{};
+  out.device_passes =
+      any_device ? interleave(passes, out.n_steps, kNumPassColumns, "device pass", out.batch)
+                 : std::vector<float>{};
   out.host = interleave(host, 1, kNumHostFields, "host", out.batch);
   out.host_busy.clear();
   for (const BatchResult& r : by_tp_rank)
@@ -159,6 +165,9 @@ BatchResult place_group(BatchResult group, int first_rank, int world_size) {
   if (!group.device_ms.empty())
     group.device_ms =
         widen(group.device_ms, group.n_steps, tp, kNumDeviceColumns, first_rank, world_size);
+  if (!group.device_passes.empty())
+    group.device_passes =
+        widen(group.device_passes, group.n_steps, tp, kNumPassColumns, first_rank, world_size);
   group.host = widen(group.host, 1, tp, kNumHostFields, first_rank, world_size);
   std::vector<std::string> busy(static_cast<std::size_t>(world_size));
   for (int r = 0; r < tp && r < static_cast<int>(group.host_busy.size()); ++r)

@@ -192,6 +192,21 @@ void compare_device(const ModeData& b, const ModeData& n, const CompareOptions& 
   }
 }
 
+// The phases whose passes both runs recorded (Comparison::graphs).
+void compare_graphs(const ModeData& b, const ModeData& n, std::vector<GraphChange>& out) {
+  const std::map<std::string, DevicePassCounts> bp = device_pass_counts(b),
+                                                np = device_pass_counts(n);
+  for (const auto& [phase, base] : bp) {
+    const auto found = np.find(phase);
+    if (found == np.end()) continue;
+    GraphChange g{b.mode, phase, base, found->second};
+    const double moved = g.next.graph_share() - g.base.graph_share();
+    g.fell = moved <= -kGraphShareChange;
+    g.rose = moved >= kGraphShareChange;
+    out.push_back(g);
+  }
+}
+
 }  // namespace
 
 Comparison compare_modes(const std::vector<ModeData>& base, const std::vector<ModeData>& next,
@@ -229,6 +244,7 @@ Comparison compare_modes(const std::vector<ModeData>& base, const std::vector<Mo
         out.timings.push_back(c);
     }
     compare_device(*b, *n, options, step_ms, seed, out.device);
+    compare_graphs(*b, *n, out.graphs);
     TimingChange t;
     t.mode = mode;
     t.name = "tokens/s";

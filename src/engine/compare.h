@@ -57,6 +57,17 @@ struct TimingChange {
   double base_per_token = 0, next_per_token = 0;
 };
 
+// How one phase's forward passes were issued on the device in each run (engine/summary.h
+// DevicePassCounts), when both runs recorded passes for it.
+struct GraphChange {
+  std::string mode, phase;  // "speculative", "verify"
+  DevicePassCounts base, next;
+  // The share of passes run as CUDA graphs moved by at least kGraphShareChange: fell (a step
+  // that lost its graph: one host launch per kernel) or rose. Counts, not samples: no interval.
+  bool fell = false, rose = false;
+};
+inline constexpr double kGraphShareChange = 0.10;
+
 // The speedup (baseline over speculative time per token on paired prompts) of each run, and its
 // relative change S_new / S_base - 1 with a bootstrap 95% interval.
 struct SpeedupChange {
@@ -108,6 +119,9 @@ struct Comparison {
   // regression of the comparison by itself: they say whether a phase's change in `timings` ran
   // on the device (kernels, collectives) or on the host (launches, the CPU).
   std::vector<TimingChange> device;
+  // Per mode and phase (draft, verify), when both runs recorded device passes (CUDA): how they
+  // were issued. Never a regression by itself: it says why a phase's host time moved.
+  std::vector<GraphChange> graphs;
   SpeedupChange speedup;
   std::vector<AcceptanceChange> acceptance;
   // Per mode: how busy each run's host was, and whether one was busier (engine/host_load.h).

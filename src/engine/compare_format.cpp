@@ -110,6 +110,22 @@ std::string device_note(const Comparison& c, const TimingChange& t) {
   return "";
 }
 
+std::string share(double x) {
+  std::ostringstream out;
+  out << std::fixed << std::setprecision(0) << 100.0 * x << "%";
+  return out.str();
+}
+
+// Why a phase's host time moved, when its passes changed how they were issued: "; its passes as
+// CUDA graphs 100% -> 0% (launched kernel by kernel)". Empty otherwise.
+std::string graph_note(const Comparison& c, const TimingChange& t) {
+  for (const GraphChange& g : c.graphs)
+    if (g.mode == t.mode && g.phase == t.name && (g.fell || g.rose))
+      return "; its passes as CUDA graphs " + share(g.base.graph_share()) + " -> " +
+             share(g.next.graph_share()) + (g.fell ? " (launched kernel by kernel)" : "");
+  return "";
+}
+
 // The headline: what the runs are, and what changed with confidence, worst first.
 std::string verdict_line(const Comparison& c) {
   // The phases that changed, speculative before baseline, largest first; "total" and tokens/s
@@ -135,17 +151,25 @@ std::string verdict_line(const Comparison& c) {
   std::sort(worse.begin(), worse.end(), by_size);
   std::sort(better.begin(), better.end(), by_size);
   std::vector<std::string> w, b;
-  for (const TimingChange* t : worse) w.push_back(describe_timing(*t) + device_note(c, *t));
-  for (const TimingChange* t : better) b.push_back(describe_timing(*t) + device_note(c, *t));
+  for (const TimingChange* t : worse)
+    w.push_back(describe_timing(*t) + device_note(c, *t) + graph_note(c, *t));
+  for (const TimingChange* t : better)
+    b.push_back(describe_timing(*t) + device_note(c, *t) + graph_note(c, *t));
   if (!c.experiment_keys.empty()) {
     std::vector<std::string> costs;
     for (const TimingChange& t : c.timings)
       if (t.unit == "ms/step" && t.mode == kModeSpeculative && t.name != "total")
         costs.push_back(t.name + " " + fixed(t.base_per_token, 3) + " -> " +
                         fixed(t.next_per_token, 3));
+    std::vector<std::string> graphs;
+    for (const GraphChange& g : c.graphs)
+      if (g.fell || g.rose)
+        graphs.push_back(g.mode + " " + g.phase + " " + share(g.base.graph_share()) + " -> " +
+                         share(g.next.graph_share()));
     return "DIFFERENT EXPERIMENTS (" + join_limited(c.experiment_keys, 4) +
            " differ; phases not judged as regressions): speculative ms per token: " +
-           (costs.empty() ? std::string("-") : join_limited(costs, 6));
+           (costs.empty() ? std::string("-") : join_limited(costs, 6)) +
+           (graphs.empty() ? std::string() : "; passes as CUDA graphs: " + join_limited(graphs, 4));
   }
   if (!w.empty()) return "REGRESSION: " + join_limited(w, 3);
   if (c.speedup.regression) return "REGRESSION: the speedup fell (below)";
@@ -280,6 +304,18 @@ std::string format_comparison(const Comparison& c, const std::string& base_path,
           << pct(t.relative.low) << ", " << pct(t.relative.high) << "]";
       if (t.regression) out << "  slower";
       if (t.improvement) out << "  faster";
+      out << "\n";
+    }
+  }
+  if (!c.graphs.empty()) {
+    out << "device forward passes as CUDA graphs (the rest launched kernel by kernel)\n";
+    for (const GraphChange& g : c.graphs) {
+      out << "  " << std::left << std::setw(28) << (g.mode + " " + g.phase) << std::right
+          << std::setw(9) << share(g.base.graph_share()) << std::setw(11)
+          << share(g.next.graph_share()) << "   of " << std::fixed << std::setprecision(0)
+          << g.base.total() << " -> " << g.next.total() << " passes";
+      if (g.fell) out << "  FELL";
+      if (g.rose) out << "  rose";
       out << "\n";
     }
   }
@@ -418,6 +454,14 @@ nlohmann::json comparison_to_json(const Comparison& c) {
                      {"base_busier", h.base_busier},
                      {"gpu_slower", h.gpu_slower},
                      {"gpu_clock_ratio", h.gpu_clock_ratio}});
+  nlohmann::json graphs = nlohmann::json::array();
+  for (const GraphChange& g : c.graphs)
+    graphs.push_back({{"mode", g.mode},
+                      {"phase", g.phase},
+                      {"base", passes_to_json(g.base)},
+                      {"new", passes_to_json(g.next)},
+                      {"fell", g.fell},
+                      {"rose", g.rose}});
   std::istringstream verdict(format_verdict(c));
   std::vector<std::string> verdict_lines;
   for (std::string line; std::getline(verdict, line);) verdict_lines.push_back(line);
@@ -433,6 +477,7 @@ nlohmann::json comparison_to_json(const Comparison& c) {
       {"regression", c.regression},
       {"timings", timings},
       {"device_timings", device},
+      {"device_passes", graphs},
       {"acceptance", acceptance},
       {"hosts", hosts},
       {"provenance",

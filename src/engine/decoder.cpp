@@ -177,10 +177,11 @@ BatchResult BatchDecoder::run(const std::string& mode, std::int64_t batch,
   result.cpu_ms.reserve(max_steps * kNumCpuColumns);
   if (device_log_.on()) {
     if (device_log_.pending()) {  // an earlier batch's, cut short by an error
-      std::vector<float> stale;
-      device_log_.resolve(stale);
+      std::vector<float> stale, stale_passes;
+      device_log_.resolve(stale, stale_passes);
     }
     result.device_ms.reserve(max_steps * kNumDeviceColumns);
+    result.device_passes.reserve(max_steps * kNumPassColumns);
     device_log_.reserve(max_steps, 5);  // a speculative step's phase starts
   }
   // The first token is the target's, exactly as in baseline mode (with the prompts' features
@@ -213,7 +214,7 @@ BatchResult BatchDecoder::run(const std::string& mode, std::int64_t batch,
   }
   if (speculative) drafter_->end_batch();
   // The batch's one wait for the device rows (the last step's work may still be running).
-  if (device_log_.on()) device_log_.resolve(result.device_ms);
+  if (device_log_.on()) device_log_.resolve(result.device_ms, result.device_passes);
   finish_batch(result);
   return result;
 }

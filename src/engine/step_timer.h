@@ -7,7 +7,8 @@
 // its CPU time is time the rank was off the CPU: descheduled, or blocked.
 // On a device (DeviceTimeline), each phase's start and the step's end are also marked on the
 // device's queue; DevicePhaseLog turns a batch's marks into one device row per step
-// (io/records.h kDeviceColumns) at the batch's end, the only wait it adds.
+// (io/records.h kDeviceColumns) at the batch's end, the only wait it adds, and one pass row
+// (kPassColumns: how the phases' forward passes were issued, graphs or launches).
 #pragma once
 
 #include <algorithm>
@@ -42,15 +43,17 @@ class DevicePhaseLog {
   }
   // True while marks wait for resolve() (a batch that ended by an error leaves some).
   bool pending() const { return !marks_.empty(); }
-  void phase(Phase p) { marks_.push_back(Mark{p, timeline_->mark()}); }
-  void end_step() { marks_.push_back(Mark{kStepEnd, timeline_->mark()}); }
+  void phase(Phase p) { marks_.push_back(Mark{p, timeline_->mark(), timeline_->passes()}); }
+  void end_step() { marks_.push_back(Mark{kStepEnd, timeline_->mark(), timeline_->passes()}); }
 
   // Waits for the device once (DeviceTimeline::read) and appends a row of kNumDeviceColumns per
   // step ended since the last call to `out`: each phase's device time from its start to the next
   // mark, summed when a phase runs twice in a step (the drafter's work after the verdicts),
   // columns of phases the step did not run 0, and the total from the step's first mark to its
-  // end. Marks after the last ended step are dropped.
-  void resolve(std::vector<float>& out) {
+  // end; and a row of kNumPassColumns per step to `passes`: the forward passes issued between a
+  // phase's start and the next mark, by how they were issued (io/records.h kPassColumns; known on
+  // the host, no wait). Marks after the last ended step are dropped.
+  void resolve(std::vector<float>& out, std::vector<float>& passes) {
     timeline_->read(elapsed_);
     const auto between = [&](int a, int b) {
       double ms = 0;
@@ -59,6 +62,7 @@ class DevicePhaseLog {
       return ms;
     };
     std::array<double, kNumDeviceColumns> row{};
+    std::array<long long, kNumPassColumns> issued{};
     std::size_t first = 0;  // the current step's first mark
     for (std::size_t i = 0; i < marks_.size(); ++i) {
       const Mark& m = marks_[i];
@@ -66,20 +70,35 @@ class DevicePhaseLog {
         row[static_cast<std::size_t>(device_column(kPhaseTotal))] =
             between(marks_[first].index, m.index);
         for (double v : row) out.push_back(static_cast<float>(v));
+        for (long long v : issued) passes.push_back(static_cast<float>(v));
         row.fill(0);
+        issued.fill(0);
         first = i + 1;
-      } else if (const int c = device_column(m.phase); c >= 0 && i + 1 < marks_.size()) {
-        row[static_cast<std::size_t>(c)] += between(m.index, marks_[i + 1].index);
+      } else if (i + 1 < marks_.size()) {
+        if (const int c = device_column(m.phase); c >= 0)
+          row[static_cast<std::size_t>(c)] += between(m.index, marks_[i + 1].index);
+        const DevicePasses& a = m.passes;
+        const DevicePasses& b = marks_[i + 1].passes;
+        long long* at = issued.data() + pass_column(m.phase);
+        at[0] += b.replayed - a.replayed;
+        at[1] += b.captured - a.captured;
+        at[2] += b.launched - a.launched;
       }
     }
     marks_.clear();
+  }
+  // The device rows alone.
+  void resolve(std::vector<float>& out) {
+    std::vector<float> passes;
+    resolve(out, passes);
   }
 
  private:
   static constexpr int kStepEnd = -1;
   struct Mark {
-    int phase;  // a Phase, or kStepEnd
-    int index;  // DeviceTimeline::mark's index
+    int phase;            // a Phase, or kStepEnd
+    int index;            // DeviceTimeline::mark's index
+    DevicePasses passes;  // DeviceTimeline::passes() at the mark
   };
   DeviceTimeline* timeline_;
   std::vector<Mark> marks_;

@@ -252,6 +252,24 @@ std::vector<double> device_per_step(const ModeData& data, int column) {
   return per_step_mean(data.device_ms, data.n_ranks, kNumDeviceColumns, column);
 }
 
+std::map<std::string, DevicePassCounts> device_pass_counts(const ModeData& data) {
+  std::map<std::string, DevicePassCounts> out;
+  const std::size_t w = kNumPassColumns;
+  for (std::size_t at = 0; at + w <= data.device_passes.size(); at += w) {
+    const float* cell = data.device_passes.data() + at;
+    if (std::isnan(cell[0])) continue;  // a rank without a device, or not in this row's batch
+    for (const Phase p : {kPhaseDraft, kPhaseVerify}) {
+      const float* c = cell + pass_column(p);
+      if (c[0] + c[1] + c[2] <= 0) continue;
+      DevicePassCounts& n = out[kPhaseNames[p]];
+      n.replayed += c[0];
+      n.captured += c[1];
+      n.launched += c[2];
+    }
+  }
+  return out;
+}
+
 const char* const kIdentitiesChecked =
     "step rows sum to each sequence's row (steps, drafted, accepted, emitted + 1 = generated); "
     "0 <= accepted <= depth <= drafted; histogram = verify steps; per-position counts = step "
@@ -449,6 +467,7 @@ ModeSummary summarize_mode(const ModeData& data) {
     std::vector<double> v = device_per_step(data, c);
     if (!v.empty()) m.device_phases[kDeviceColumns[c]] = quantiles(std::move(v));
   }
+  m.device_passes = device_pass_counts(data);
   return m;
 }
 
@@ -559,6 +578,7 @@ std::vector<ModeData> load_mode_data(const ResultReader& reader) {
     d.source = reader.path();
     d.cpu_ms = reader.cpu_timings(mode).ms;
     d.device_ms = reader.device_timings(mode).ms;
+    d.device_passes = reader.device_passes(mode).ms;
     HostTable host = reader.host(mode);
     d.host = std::move(host.values);
     d.host_busy = std::move(host.busy);

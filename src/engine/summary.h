@@ -59,6 +59,19 @@ struct ModeData {
   // The timings rows' device rows, [rows x n_ranks x kNumDeviceColumns] ms (io/records.h
   // kDeviceColumns; NaN for ranks without a device). Empty for files before schema version 5.
   std::vector<float> device_ms;
+  // The timings rows' pass rows, [rows x n_ranks x kNumPassColumns] counts (io/records.h
+  // kPassColumns; NaN for ranks without a device). Empty for files before schema version 6.
+  std::vector<float> device_passes;
+};
+
+// How a phase's forward passes were issued on the device (io/records.h kPassColumns), summed over
+// the rows and the ranks with a device.
+struct DevicePassCounts {
+  double replayed = 0, captured = 0, launched = 0;
+  double total() const { return replayed + captured + launched; }
+  // The share of the passes that ran as CUDA graphs (replayed, or captured and launched); 0
+  // without passes.
+  double graph_share() const { return total() > 0 ? (replayed + captured) / total() : 0; }
 };
 
 struct Quantiles {
@@ -101,6 +114,9 @@ struct ModeSummary {
   // Device column name (kDeviceColumns) -> per-step ms quantiles of the device time (mean over
   // the ranks with a device); empty when no rank recorded device time (CPU runs, older files).
   std::map<std::string, Quantiles> device_phases;
+  // "draft" / "verify" -> how the phase's forward passes were issued on the device
+  // (device_pass_counts); empty when no rank recorded passes (CPU runs, older files).
+  std::map<std::string, DevicePassCounts> device_passes;
   struct Category {
     std::int64_t prompts = 0;
     std::int64_t generated = 0;
@@ -191,6 +207,9 @@ std::vector<double> cpu_per_step(const ModeData& data, int column);
 // Per-step values of one device column (io/records.h kDeviceColumns; ms, the same rows, mean
 // over the ranks with a device); empty for runs without device rows.
 std::vector<double> device_per_step(const ModeData& data, int column);
+// "draft" and "verify" -> their pass counts over every row and every rank with a device, for the
+// phases with at least one pass; empty for runs without pass rows.
+std::map<std::string, DevicePassCounts> device_pass_counts(const ModeData& data);
 
 class ResultReader;
 // Every mode's committed data from a result file, baseline first.
@@ -207,5 +226,7 @@ std::string format_summary(const RunSummary& summary);
 // The same numbers as one JSON object (`report --json`); keys are documented in
 // docs/analysis.md.
 nlohmann::json summary_to_json(const RunSummary& summary);
+// One phase's pass counts as JSON: passes, replayed, captured, launched, graph_share.
+nlohmann::json passes_to_json(const DevicePassCounts& counts);
 
 }  // namespace specrun

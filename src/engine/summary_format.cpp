@@ -96,6 +96,17 @@ std::string format_summary(const RunSummary& run) {
       out << "\n";
     }
   }
+  // How the device's passes were issued: a phase whose passes launch kernel by kernel pays a
+  // launch per kernel on the host (the step graphs are off, or the shapes never repeat).
+  bool passes = false;
+  for (const ModeSummary& m : run.modes) passes = passes || !m.device_passes.empty();
+  if (passes) out << "device forward passes         passes  as CUDA graphs  captured  launched\n";
+  for (const ModeSummary& m : run.modes)
+    for (const auto& [name, n] : m.device_passes)
+      out << "  " << std::left << std::setw(12) << m.mode << std::setw(8) << name << std::right
+          << std::setprecision(0) << std::setw(14) << n.total() << std::setprecision(1)
+          << std::setw(15) << 100 * n.graph_share() << "%" << std::setprecision(0) << std::setw(10)
+          << n.captured << std::setw(10) << n.launched << "\n";
   bool header = false;
   for (const ModeSummary& m : run.modes) {
     for (const char* name : kPhaseNames) {
@@ -147,6 +158,14 @@ nlohmann::json to_json(const Quantiles& q) {
 
 }  // namespace
 
+nlohmann::json passes_to_json(const DevicePassCounts& n) {
+  return nlohmann::json{{"passes", n.total()},
+                        {"replayed", n.replayed},
+                        {"captured", n.captured},
+                        {"launched", n.launched},
+                        {"graph_share", n.graph_share()}};
+}
+
 nlohmann::json summary_to_json(const RunSummary& run) {
   nlohmann::json modes = nlohmann::json::object();
   for (const ModeSummary& m : run.modes) {
@@ -160,6 +179,8 @@ nlohmann::json summary_to_json(const RunSummary& run) {
     }
     nlohmann::json device_phases = nlohmann::json::object();  // empty: no device time
     for (const auto& [name, q] : m.device_phases) device_phases[name] = to_json(q);
+    nlohmann::json device_passes = nlohmann::json::object();  // empty: no pass rows
+    for (const auto& [name, n] : m.device_passes) device_passes[name] = passes_to_json(n);
     nlohmann::json nodes = nlohmann::json::object();  // keys: node counts as text
     for (const auto& [n, steps] : m.nodes_histogram) nodes[std::to_string(n)] = steps;
     nlohmann::json cats = nlohmann::json::object();
@@ -189,6 +210,7 @@ nlohmann::json summary_to_json(const RunSummary& run) {
         {"phases_ms", phases},
         {"phases_ms_per_rank", per_rank},
         {"device_phases_ms", device_phases},
+        {"device_passes", device_passes},
         {"categories", cats},
     };
   }

@@ -67,6 +67,23 @@ inline constexpr int device_column(int phase) {
                                  : -1;
 }
 
+// Columns of a step's pass row (the device_passes array's last axis, result schema 6): how the
+// forward passes of the step's draft phase and of its verify phase were issued on the device
+// (common/device_timeline.h DevicePasses): replayed as a kept CUDA graph, captured into a new
+// one, or launched one kernel at a time. Counts (passes of the sample and other phases, none in
+// today's steps, count with verify); NaN where the rank has no device. A verify phase whose
+// passes moved from replayed to launched is the step that lost its graph: slower on the host
+// (one launch per kernel), the same on the device.
+inline constexpr std::array<const char*, 6> kPassColumns = {"draft_replayed",  "draft_captured",
+                                                            "draft_launched",  "verify_replayed",
+                                                            "verify_captured", "verify_launched"};
+inline constexpr int kNumPassColumns = static_cast<int>(kPassColumns.size());
+inline constexpr int kPassKinds = 3;  // replayed, captured, launched per phase
+// The first column of a phase's three (draft: 0; verify and the rest: 3).
+inline constexpr int pass_column(int phase) {
+  return phase == kPhaseDraft ? 0 : kPassKinds;
+}
+
 // Why a sequence stopped.
 enum FinishReason : int8_t { kFinishLength = 0, kFinishEos = 1 };
 
@@ -115,6 +132,9 @@ struct BatchResult {
   // [n_steps x n_ranks x kNumDeviceColumns] milliseconds, the same rows: each step's device time
   // per phase (kDeviceColumns); empty when no rank has a device (written as NaN).
   std::vector<float> device_ms;
+  // [n_steps x n_ranks x kNumPassColumns] counts, the same rows: how each step's forward passes
+  // were issued on the device (kPassColumns); empty when no rank has a device (written as NaN).
+  std::vector<float> device_passes;
   // [n_ranks x kNumHostFields]: each rank's host snapshot after the batch (common/host_stats.h
   // kHostFields; NaN for what a rank could not read, and for ranks of other dp groups), and per
   // rank the busy processes named ("name (pid) 97%; ...", busiest first).

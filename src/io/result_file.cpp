@@ -57,6 +57,10 @@ void validate_batch(const std::string& where, const BatchResult& b, int32_t worl
   SPEC_CHECK(b.device_ms.empty() || b.device_ms.size() == cells * kNumDeviceColumns,
              where << ": batch " << b.batch << " has " << b.device_ms.size()
                    << " device values, expected none or n_steps x n_ranks x " << kNumDeviceColumns);
+  SPEC_CHECK(b.device_passes.empty() || b.device_passes.size() == cells * kNumPassColumns,
+             where << ": batch " << b.batch << " has " << b.device_passes.size()
+                   << " device pass counts, expected none or n_steps x n_ranks x "
+                   << kNumPassColumns);
   SPEC_CHECK(b.host.empty() || b.host.size() == static_cast<size_t>(b.n_ranks) * kNumHostFields,
              where << ": batch " << b.batch << " has " << b.host.size()
                    << " host values, expected none or n_ranks x " << kNumHostFields);
@@ -358,6 +362,10 @@ void ResultWriter::Impl::append(const std::string& mode, const BatchResult& b) {
     t.device_timings.append(std::vector<float>(cells * kNumDeviceColumns, nan).data(), b.n_steps);
   else
     t.device_timings.append(b.device_ms.data(), b.n_steps);
+  if (b.device_passes.empty())
+    t.device_passes.append(std::vector<float>(cells * kNumPassColumns, nan).data(), b.n_steps);
+  else
+    t.device_passes.append(b.device_passes.data(), b.n_steps);
   if (b.host.empty())
     t.host.append(std::vector<float>(static_cast<size_t>(b.n_ranks) * kNumHostFields, nan).data(),
                   1);
@@ -582,6 +590,11 @@ TimingTable ResultReader::cpu_timings(const std::string& mode) const {
 TimingTable ResultReader::device_timings(const std::string& mode) const {
   const ModeTables* t = impl_->mode(mode);
   return t ? timing_rows(mode, t->device_timings, "columns") : TimingTable{};
+}
+
+TimingTable ResultReader::device_passes(const std::string& mode) const {
+  const ModeTables* t = impl_->mode(mode);
+  return t ? timing_rows(mode, t->device_passes, "columns") : TimingTable{};
 }
 
 HostTable ResultReader::host(const std::string& mode) const {

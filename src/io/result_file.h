@@ -21,7 +21,7 @@
 namespace specrun {
 
 inline constexpr const char* kResultSchema = "specrun.result";
-inline constexpr int kResultSchemaVersion = 5;
+inline constexpr int kResultSchemaVersion = 6;
 
 // What the caller knows when the job starts.
 struct ResultHeader {
@@ -176,6 +176,9 @@ class ResultReader {
   // The device rows of the timings rows (kDeviceColumns in `phases`, NaN for ranks without a
   // device; empty before schema version 5).
   TimingTable device_timings(const std::string& mode) const;
+  // How the device's forward passes of each timings row were issued (kPassColumns in `phases`,
+  // counts as floats, NaN for ranks without a device; empty before schema version 6).
+  TimingTable device_passes(const std::string& mode) const;
   // The host snapshots (empty before schema version 3).
   HostTable host(const std::string& mode) const;
   // Totals over committed batches, length draft_len (recomputed from /<mode>/batches).

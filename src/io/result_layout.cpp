@@ -201,6 +201,15 @@ ModeTables create_mode(h5::Group& root, const std::string& mode, int32_t draft_l
            "per timings row and rank: device time of each phase, from its start to the next "
            "mark on the device's queue, and of the whole step (columns; NaN: no device)");
   t.device_timings.set_attr_strings("columns", device_columns);
+  std::vector<std::string> pass_columns(kPassColumns.begin(), kPassColumns.end());
+  t.device_passes = h5::create_rows<float>(
+      t.group, "device_passes",
+      uncompressed({static_cast<hsize_t>(n_ranks), static_cast<hsize_t>(kNumPassColumns)}));
+  describe(t.device_passes, "passes",
+           "per timings row and rank: the forward passes of the step's draft and verify phases "
+           "on the device, replayed as a CUDA graph, captured into one, or launched kernel by "
+           "kernel (columns; NaN: no device)");
+  t.device_passes.set_attr_strings("columns", pass_columns);
 
   std::vector<int64_t> zeros(static_cast<size_t>(draft_len), 0);
   t.apos = h5::create_fixed<int64_t>(t.group, "accepted_per_position",
@@ -276,6 +285,14 @@ ModeTables open_mode(const h5::Group& root, const std::string& mode) {
                      t.device_timings.where() << " should be [steps x " << dims[1] << " ranks x "
                                               << kNumDeviceColumns << " columns]");
   }
+  if (t.version >= 6) {
+    t.device_passes = t.group.dataset("device_passes");
+    std::vector<hsize_t> pdims = t.device_passes.dims();
+    SPEC_INPUT_CHECK(pdims.size() == 3 && pdims[1] == dims[1] &&
+                         pdims[2] == static_cast<hsize_t>(kNumPassColumns),
+                     t.device_passes.where() << " should be [steps x " << dims[1] << " ranks x "
+                                             << kNumPassColumns << " columns]");
+  }
   t.apos = t.group.dataset("accepted_per_position");
   SPEC_INPUT_CHECK(t.apos.rank() == 1 && t.apos.rows() == t.draft_len,
                    t.apos.where() << " should hold draft_len = " << t.draft_len << " values");
@@ -298,6 +315,7 @@ Committed find_committed(const ModeTables& t) {
   int64_t timing_rows = std::min(t.timings.rows(), t.timings_batch.rows());
   if (t.cpu_timings.valid()) timing_rows = std::min(timing_rows, t.cpu_timings.rows());
   if (t.device_timings.valid()) timing_rows = std::min(timing_rows, t.device_timings.rows());
+  if (t.device_passes.valid()) timing_rows = std::min(timing_rows, t.device_passes.rows());
   if (t.host.valid()) n = std::min({n, t.host.rows(), t.host_busy.rows()});
   for (; n > 0; --n) {
     Committed c;
@@ -326,6 +344,7 @@ void truncate_to(ModeTables& t, const Committed& c) {
   t.timings_batch.resize_rows(c.timing_rows);
   if (t.cpu_timings.valid()) t.cpu_timings.resize_rows(c.timing_rows);
   if (t.device_timings.valid()) t.device_timings.resize_rows(c.timing_rows);
+  if (t.device_passes.valid()) t.device_passes.resize_rows(c.timing_rows);
   if (t.host.valid()) {
     t.host.resize_rows(c.batches);
     t.host_busy.resize_rows(c.batches);

@@ -27,6 +27,9 @@ struct ModeTables {
   // From schema version 5: device rows [rows x ranks x kNumDeviceColumns] float32 ms (NaN for
   // ranks without a device).
   h5::Dataset device_timings;
+  // From schema version 6: pass rows [rows x ranks x kNumPassColumns] float32 counts (NaN for
+  // ranks without a device).
+  h5::Dataset device_passes;
   h5::Dataset apos;       // accepted_per_position totals [draft_len] int64
   int32_t draft_len = 0;  // length of accepted_per_position: the longest proposal path
   int32_t n_ranks = 0;

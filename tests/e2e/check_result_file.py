@@ -81,7 +81,11 @@ def make_batch(b, draft_len, ranks):
     device = np.array([[[b * 1000 + s * 100 + r * 10 + c + 0.5 if b % 2 == 0 else np.nan
                          for c in range(5)] for r in range(ranks)] for s in range(n_steps)],
                       dtype=np.float32)
-    return seqs, steps, (timings, device), apos
+    # Pass rows with them (counts; schema 6).
+    passes = np.array([[[(b + s + r + c) % 7 if b % 2 == 0 else np.nan
+                         for c in range(6)] for r in range(ranks)] for s in range(n_steps)],
+                      dtype=np.float32)
+    return seqs, steps, (timings, device, passes), apos
 
 
 def dtype_ok(ds, want):
@@ -147,6 +151,12 @@ def check_mode(f, mode, draft_len, ranks, args):
     check([c.decode() if isinstance(c, bytes) else c for c in dv.attrs["columns"]] ==
           ["draft", "verify", "sample", "other", "total"],
           f"/{mode}/device_timings columns: {dv.attrs['columns']}")
+    pv = g["device_passes"]
+    check(pv.dtype == np.float32 and pv.ndim == 3 and pv.shape[1:] == (ranks, 6),
+          f"/{mode}/device_passes: {pv.dtype} {pv.shape}")
+    check([c.decode() if isinstance(c, bytes) else c for c in pv.attrs["columns"]] ==
+          [f"{p}_{k}" for p in ("draft", "verify") for k in ("replayed", "captured", "launched")],
+          f"/{mode}/device_passes columns: {pv.attrs['columns']}")
     check(g["batches/accepted_per_position"].shape[1:] == (draft_len,), "batches apos shape")
     check(g["accepted_per_position"].shape == (draft_len,), "accepted_per_position shape")
 
@@ -162,13 +172,14 @@ def check_mode(f, mode, draft_len, ranks, args):
     check(seq_attr == n_seq if args.exact else seq_attr >= n_seq,
           f"{mode}: sequences_committed {seq_attr}, committed rows {n_seq}")
 
-    seqs, steps, timings, devices, apos_rows = [], [], [], [], []
+    seqs, steps, timings, devices, passes, apos_rows = [], [], [], [], [], []
     for b in ids:
-        s, st, (tm, dm), ap = make_batch(b, draft_len, ranks)
+        s, st, (tm, dm, pm), ap = make_batch(b, draft_len, ranks)
         seqs += s
         steps += st
         timings.append(tm)
         devices.append(dm)
+        passes.append(pm)
         apos_rows.append(ap)
     check(n_seq == len(seqs), f"{mode}: {n_seq} committed sequences, expected {len(seqs)}")
     sq = g["sequences"]
@@ -197,6 +208,8 @@ def check_mode(f, mode, draft_len, ranks, args):
     check(np.array_equal(t[:n_rows], want_t), f"{mode}: timings differ")
     want_d = np.concatenate(devices) if devices else np.zeros((0, ranks, 5), np.float32)
     check(np.array_equal(dv[:n_rows], want_d, equal_nan=True), f"{mode}: device_timings differ")
+    want_p = np.concatenate(passes) if passes else np.zeros((0, ranks, 6), np.float32)
+    check(np.array_equal(pv[:n_rows], want_p, equal_nan=True), f"{mode}: device_passes differ")
     check(g["timings_batch"][:n_rows].tolist() == [b for b, tm in zip(ids, timings)
                                                    for _ in range(len(tm))],
           f"{mode}: timings_batch differs")
@@ -232,7 +245,7 @@ def main():
     with h5py.File(args.file, "r") as f:  # a plain open: no SWMR flag, no h5clear
         a = f.attrs
         check(a["schema"] == "specrun.result", f"schema {a['schema']!r}")
-        check(int(a["schema_version"]) == 5, "schema_version")
+        check(int(a["schema_version"]) == 6, "schema_version")
         for k, v in HEADER.items():
             check(a[k] == v, f"root attribute {k}: {a[k]!r} != {v!r}")
         check(a["git_dirty"].dtype == np.bool_ and bool(a["git_dirty"]), "git_dirty is bool True")

@@ -26,6 +26,7 @@ import numpy as np
 
 PHASES = ["draft", "verify", "comm", "sample", "other", "total"]
 DEVICE_COLUMNS = ["draft", "verify", "sample", "other", "total"]
+PASS_COLUMNS = [f"{p}_{k}" for p in ("draft", "verify") for k in ("replayed", "captured", "launched")]
 ROOT_ATTRS = {"schema": "str", "schema_version": "int32", "specrun_version": "str",
               "git_commit": "str", "git_dirty": "bool", "started": "str", "finished": "str",
               "world_size": "int32", "tp": "int32", "dp": "int32", "resumes": "int32"}
@@ -77,7 +78,7 @@ def check_layout(f, world, draft_len):
         if check(name in f.attrs, f"root attribute {name} missing"):
             check(attr_dtype_ok(f, name, want), f"root attribute {name}: not {want}")
     check(f.attrs.get("schema") == "specrun.result", "schema is not specrun.result")
-    check(int(f.attrs.get("schema_version", 0)) == 5, "schema_version is not 5")
+    check(int(f.attrs.get("schema_version", 0)) == 6, "schema_version is not 6")
     for name in JOB_ATTRS:
         if check(name in f["job"].attrs, f"/job attribute {name} missing"):
             check(attr_dtype_ok(f["job"], name, "str"), f"/job attribute {name}: not a string")
@@ -136,13 +137,16 @@ def check_layout(f, world, draft_len):
               f"{mode}/batches/host fields {fields}")
         hb = g["batches/host_busy"]
         check(dtype_ok(hb, "str") and hb.shape == h.shape[:1], f"{mode}/batches/host_busy {hb.shape}")
-        # Version 5: the device rows (NaN on the CPU backend).
-        dv = g["device_timings"]
-        check(dv.dtype == np.float32 and dv.ndim == 3 and dv.shape == t.shape[:1] + (world, 5),
-              f"{mode}/device_timings: {dv.dtype} {dv.shape}, expected float32 [steps, {world}, 5]")
-        check([str(x) for x in dv.attrs.get("columns", [])] == DEVICE_COLUMNS,
-              f"{mode}/device_timings columns {dv.attrs.get('columns')}")
-        check(dv.attrs.get("unit") == "ms", f"{mode}/device_timings unit {dv.attrs.get('unit')}")
+        # Version 5: the device rows; version 6: the pass rows (both NaN on the CPU backend).
+        for name, columns, unit in (("device_timings", DEVICE_COLUMNS, "ms"),
+                                    ("device_passes", PASS_COLUMNS, "passes")):
+            ds, n = g[name], len(columns)
+            check(ds.dtype == np.float32 and ds.ndim == 3 and ds.shape == t.shape[:1] + (world, n),
+                  f"{mode}/{name}: {ds.dtype} {ds.shape}, expected float32 [steps, {world}, {n}]")
+            check([str(x) for x in ds.attrs.get("columns", [])] == columns,
+                  f"{mode}/{name} columns {ds.attrs.get('columns')}")
+            check(ds.attrs.get("unit") == unit, f"{mode}/{name} unit {ds.attrs.get('unit')}")
+        dv, pv = g["device_timings"], g["device_passes"]
         # A rank has CPU rows exactly where it has timings (NaN: another dp group's batch), and
         # a host snapshot for each batch its group decoded.
         nb, _, _, nt = committed(g)
@@ -161,6 +165,7 @@ def check_layout(f, world, draft_len):
                 check(np.all(np.isnan(h[:nb, :, 9:])), f"{mode}/batches/host GPU fields in a CPU run")
         if nt:
             check_device_rows(mode, dv[:nt], np.isfinite(t[:nt, :, 0]), cuda_run(f))
+            check_pass_rows(mode, pv[:nt], np.isfinite(t[:nt, :, 0]), cuda_run(f))
 
 
 def cuda_run(f):
@@ -183,6 +188,19 @@ def check_device_rows(mode, dv, took_part, cuda):
           f"{mode}/device_timings: phases do not add up to the total, worst "
           f"{np.max(np.abs(parts - rows[:, 4])) if len(rows) else 0} ms")
     check(np.all(rows[:, 1] > 0), f"{mode}/device_timings: a step without device verify time")
+
+
+def check_pass_rows(mode, pv, took_part, cuda):
+    """Pass rows: NaN in a CPU run; on CUDA whole counts >= 0 exactly where the rank has timings,
+    and at least one verify pass in every step."""
+    if not cuda:
+        check(np.all(np.isnan(pv)), f"{mode}/device_passes: values in a CPU run")
+        return
+    finite = np.isfinite(pv).all(axis=2)
+    rows = pv[took_part]
+    check(np.array_equal(finite, took_part) and np.all(rows >= 0) and np.all(rows == np.round(rows)),
+          f"{mode}/device_passes: not whole counts >= 0 exactly where the rank has timings")
+    check(np.all(rows[:, 3:6].sum(axis=1) >= 1), f"{mode}/device_passes: a step without a verify pass")
 
 
 def committed(g):
@@ -209,6 +227,8 @@ def load_mode(g):
     d["timings"] = g["timings"][:nt].astype(np.float64)
     if "device_timings" in g:
         d["device_timings"] = g["device_timings"][:nt].astype(np.float64)
+    if "device_passes" in g:
+        d["device_passes"] = g["device_passes"][:nt].astype(np.float64)
     d["timings_batch"] = g["timings_batch"][:nt]
     d["app"] = g["batches/accepted_per_position"][:nb].sum(axis=0) if nb else None
     return d
@@ -299,6 +319,14 @@ def expected_mode(d):
     if dv is not None and np.isfinite(dv).any():
         out["device_phases_ms"] = {c: quantiles(np.nanmean(dv[:, :, i], axis=1))
                                    for i, c in enumerate(DEVICE_COLUMNS)}
+    pv = d.get("device_passes")
+    out["device_passes"] = {}
+    if pv is not None and np.isfinite(pv).any():
+        for phase, c in (("draft", 0), ("verify", 3)):
+            n = np.nansum(pv[:, :, c:c + 3], axis=(0, 1))
+            if n.sum() > 0:
+                out["device_passes"][phase] = {"passes": n.sum(), "replayed": n[0], "captured": n[1],
+                                               "launched": n[2], "graph_share": (n[0] + n[1]) / n.sum()}
     out["phases_rank_mean"] = {
         p: [float(np.nanmean(t[:, r, i])) for r in range(t.shape[1])] for i, p in enumerate(PHASES)}
     cats = {}
@@ -340,6 +368,13 @@ def check_report(rep, data, unfinished):
                 a, b = (dgot or {}).get(c, {}).get(q), dexp[c][q]
                 check(a is not None and close(a, b, rel=1e-5, abs_=1e-6),
                       f"report {mode} device {c} {q}: {a} != {b}")
+        pgot, pexp = got.get("device_passes"), exp["device_passes"]
+        check(pgot is not None and sorted(pgot) == sorted(pexp),
+              f"report {mode} device_passes phases {pgot} != {sorted(pexp)}")
+        for phase, want in pexp.items():
+            for key, b in want.items():
+                a = (pgot or {}).get(phase, {}).get(key)
+                check(a is not None and close(a, b), f"report {mode} device passes {phase} {key}: {a} != {b}")
         for c, v in exp["categories"].items():
             g = got["categories"].get(c)
             check(g is not None and g["prompts"] == v["prompts"] and close(g["tau"], v["tau"]),

@@ -14,6 +14,9 @@
 #       the kit has it) at batch 6: verify passes of 96 and 198 tokens;
 #   - speculation accepted something (tau > 1) and every phase timing is finite and >= 0;
 #   - every batch's host snapshot holds the GPU's NVML readings (SM clock, temperature, power);
+#   - every step's device passes are recorded (result schema 6), and `specrun compare` of the
+#     code pair's chain against the same job with parallel.cuda_graphs = false names the verify
+#     passes that no longer ran as CUDA graphs (the story specrun exists for, on the device);
 #   - the GPU's greedy outputs equal the CPU backend's for at least 90% of the prompts (synthetic
 #     F32 weights, the trained BF16 code-target (CUDA and tensor cores), and code-target-f32 when
 #     present; both backends keep the weights' dtype and compute in float32, so only a reordering
@@ -127,6 +130,9 @@ PYEOF
   [[ -f code.h5 ]] || "$SPECRUN_BIN" prepare code.jsonl code.h5 --overwrite >/dev/null
   M=$SHARED/models
   run code_chain cuda "$M/code-target" model "$M/code-draft" code
+  # The same job with the step graphs off: every pass launched kernel by kernel (compared below).
+  run code_chain_nographs cuda "$M/code-target" model "$M/code-draft" code parallel.cuda_graphs=false
+  cases+=(code_chain_nographs)
   # Trees at batch 4 and 1: every verify pass stays within the 64 tokens the batch-invariant
   # kernels take (4 x 16 and 1 x 33; see docs/gpu.md).
   run code_tree cuda "$M/code-target" model "$M/code-draft" code decode.tree_top_k=4 \
@@ -200,7 +206,8 @@ def outputs(path, mode):
         rows = int(g["batches/timing_rows_end"][nb - 1]) if nb else 0
         t = g["timings"][:rows]
         d = g["device_timings"][:rows]
-        return out, tau, (t, d)
+        passes = g["device_passes"][:rows]
+        return out, tau, (t, d, passes)
 
 ok = True
 for name in cases:
@@ -220,7 +227,20 @@ for name in cases:
     if not tau > 1.0:
         print(f"FAIL {name}: tau {tau} <= 1: the draft's tokens were never accepted")
         ok = False
-    for mode, (t, d) in [("baseline", tb), ("speculative", ts)]:
+    for mode, (t, d, passes) in [("baseline", tb), ("speculative", ts)]:
+        # Pass rows (schema 6): every step issues at least one verify pass on the device, counted
+        # as replayed, captured or launched; the share run as CUDA graphs printed per phase.
+        verify = passes[:, 0, 3:6].sum(axis=1) if passes.size else passes
+        if verify.size == 0 or not np.all(np.isfinite(verify)) or np.any(verify < 1):
+            print(f"FAIL {name} {mode}: device pass rows empty, not finite or a step without a verify pass")
+            ok = False
+        else:
+            shares = []
+            for phase, c in (("draft", 0), ("verify", 3)):
+                n = passes[:, 0, c:c + 3].sum(axis=0)
+                if n.sum() > 0:
+                    shares.append(f"{phase} {n.sum():.0f} ({100 * (n[0] + n[1]) / n.sum():.0f}% as graphs)")
+            print(f"{name} {mode}: device passes " + ", ".join(shares))
         if t.size == 0 or not np.all(np.isfinite(t)) or np.any(t < 0):
             print(f"FAIL {name} {mode}: phase timings empty, negative or not finite")
             ok = False
@@ -261,4 +281,17 @@ for gpu_name, cpu_name in pairs:
         ok = False
 sys.exit(0 if ok else 1)
 PYEOF
+if [[ -f code_chain_nographs.h5 ]]; then
+  # Graphs on (BASE) against off (NEW): two experiments (exit 3), and the verify passes' share
+  # run as CUDA graphs fallen to 0% in the verdict and the table.
+  rc=0
+  "$SPECRUN_BIN" compare code_chain.h5 code_chain_nographs.h5 >compare_nographs.txt 2>&1 || rc=$?
+  head -1 compare_nographs.txt
+  grep -A3 '^device forward passes' compare_nographs.txt || true
+  [[ $rc -eq 3 ]] || fail "compare graphs on vs off: exit $rc, expected 3: $(head -3 compare_nographs.txt)"
+  grep -qE '^  speculative verify +[0-9]+% +0% .*FELL' compare_nographs.txt ||
+    fail "compare graphs on vs off does not show the verify passes' graphs fallen"
+  head -1 compare_nographs.txt | grep -q 'passes as CUDA graphs: .*verify [0-9]*% -> 0%' ||
+    fail "compare graphs on vs off: the verdict does not name the fallen graphs"
+fi
 echo "PASS: GPU greedy speculative == baseline (${cases[*]})"

@@ -439,6 +439,21 @@ void add_device_rows(ModeData& d, double verify_ms, std::uint64_t seed) {
   }
 }
 
+// A speculative run (BASE) and one whose verify phase is 20% slower on the host's clock (NEW),
+// with device rows (device verify base_device_ms and new_device_ms); seeds seed..seed + 3.
+struct RunPair {
+  std::vector<ModeData> base, next;
+};
+RunPair slower_verify(double base_device_ms, double new_device_ms, std::uint64_t seed) {
+  Synthetic base_params, slow_params;
+  slow_params.verify_ms = base_params.verify_ms * 1.2;
+  RunPair p{{make_mode(kModeSpeculative, base_params, seed)},
+            {make_mode(kModeSpeculative, slow_params, seed + 1)}};
+  add_device_rows(p.base[0], base_device_ms, seed + 2);
+  add_device_rows(p.next[0], new_device_ms, seed + 3);
+  return p;
+}
+
 }  // namespace
 
 // The verify phase 20% slower on the host's clock: whether the device's time moved with it says
@@ -447,11 +462,8 @@ TEST(Compare, DeviceRowsSayWhetherAPhaseChangeRanOnTheDevice) {
   Synthetic base_params, slow_params;
   slow_params.verify_ms = base_params.verify_ms * 1.2;
   auto runs = [&](double base_device_ms, double new_device_ms) {
-    std::vector<ModeData> base = {make_mode(kModeSpeculative, base_params, 31)};
-    std::vector<ModeData> next = {make_mode(kModeSpeculative, slow_params, 32)};
-    add_device_rows(base[0], base_device_ms, 33);
-    add_device_rows(next[0], new_device_ms, 34);
-    return compare_modes(base, next, CompareOptions{});
+    RunPair p = slower_verify(base_device_ms, new_device_ms, 31);
+    return compare_modes(p.base, p.next, CompareOptions{});
   };
 
   // The device's verify 8 -> 9.6 ms: the kernels got slower.
@@ -486,4 +498,92 @@ TEST(Compare, DeviceRowsSayWhetherAPhaseChangeRanOnTheDevice) {
                                  {make_mode(kModeSpeculative, slow_params, 32)}, CompareOptions{});
   EXPECT_TRUE(cpu.device.empty());
   EXPECT_EQ(format_verdict(cpu).find("on the device"), std::string::npos);
+}
+
+namespace {
+
+// Pass rows for every timings row of `d` (2 ranks): 4 draft passes replayed and one verify pass
+// per step, of which `verify_graphs` (a fraction of the rows) replayed and the rest launched
+// kernel by kernel.
+void add_pass_rows(ModeData& d, double verify_graphs) {
+  const std::size_t rows = d.timings_ms.size() / (2 * kNumPhases);
+  for (std::size_t r = 0; r < rows; ++r) {
+    const bool graph = static_cast<double>(r) < verify_graphs * static_cast<double>(rows);
+    for (int k = 0; k < 2; ++k)
+      for (float v : {4.0f, 0.0f, 0.0f, graph ? 1.0f : 0.0f, 0.0f, graph ? 0.0f : 1.0f})
+        d.device_passes.push_back(v);
+  }
+}
+
+}  // namespace
+
+// The story specrun exists for: the verify step got slower on the host's clock, not on the
+// device's, because its passes stopped running as CUDA graphs. The verdict names the cause beside
+// the phase; a small move of the share is not a finding; CPU runs have no pass rows.
+TEST(Compare, VerifyPassesThatLostTheirGraphsAreNamedInTheVerdict) {
+  auto runs = [&](double base_graphs, double new_graphs) {
+    RunPair p = slower_verify(8.0, 8.0, 41);
+    add_pass_rows(p.base[0], base_graphs);
+    add_pass_rows(p.next[0], new_graphs);
+    return compare_modes(p.base, p.next, CompareOptions{});
+  };
+
+  Comparison lost = runs(1.0, 0.0);
+  ASSERT_EQ(lost.graphs.size(), 2u);  // draft and verify, in that order
+  const GraphChange& draft = lost.graphs[0];
+  const GraphChange& verify = lost.graphs[1];
+  EXPECT_EQ(draft.phase, "draft");
+  EXPECT_FALSE(draft.fell || draft.rose);
+  EXPECT_EQ(draft.base.replayed, 4.0 * 400 * 2);  // 400 rows, 2 ranks
+  EXPECT_EQ(verify.phase, "verify");
+  EXPECT_TRUE(verify.fell);
+  EXPECT_EQ(verify.base.graph_share(), 1.0);
+  EXPECT_EQ(verify.next.graph_share(), 0.0);
+  EXPECT_EQ(verify.next.launched, 800);
+  EXPECT_TRUE(lost.regression) << "the job is slower: still a regression";
+  const std::string verdict = format_verdict(lost);
+  EXPECT_NE(verdict.find("REGRESSION: speculative verify +"), std::string::npos) << verdict;
+  EXPECT_NE(verdict.find(": not the device's (the host's: launches, the CPU); its passes as CUDA "
+                         "graphs 100% -> 0% (launched kernel by kernel)"),
+            std::string::npos)
+      << verdict;
+  const std::string text = format_comparison(lost, "a.h5", "b.h5");
+  const std::size_t table = text.find("device forward passes as CUDA graphs");
+  ASSERT_NE(table, std::string::npos) << text;
+  const std::size_t row = text.find("speculative verify", table);
+  ASSERT_NE(row, std::string::npos) << text;
+  const std::string line = text.substr(row, text.find('\n', row) - row);
+  EXPECT_NE(line.find("100%         0%   of 800 -> 800 passes  FELL"), std::string::npos) << line;
+  const nlohmann::json j = comparison_to_json(lost)["device_passes"];
+  ASSERT_EQ(j.size(), 2u);
+  EXPECT_TRUE(j[1]["fell"].get<bool>());
+  EXPECT_EQ(j[1]["base"]["graph_share"].get<double>(), 1.0);
+
+  // Graphs turned off by configuration: two experiments, the fallen share still in the verdict.
+  Comparison off = lost;
+  off.experiment_keys = {"parallel.cuda_graphs"};
+  const std::string experiments = format_verdict(off);
+  EXPECT_NE(experiments.find("DIFFERENT EXPERIMENTS (parallel.cuda_graphs differ"),
+            std::string::npos)
+      << experiments;
+  EXPECT_NE(experiments.find("; passes as CUDA graphs: speculative verify 100% -> 0%\n"),
+            std::string::npos)
+      << experiments;
+
+  // Graphs regained (the runs swapped): named beside the faster phase, without the launch remark.
+  RunPair swapped = slower_verify(8.0, 8.0, 45);
+  EXPECT_TRUE(compare_modes(swapped.next, swapped.base, {}).graphs.empty())
+      << "no pass rows, no graphs";
+  add_pass_rows(swapped.next[0], 0.0);
+  add_pass_rows(swapped.base[0], 1.0);
+  Comparison regained = compare_modes(swapped.next, swapped.base, {});
+  ASSERT_EQ(regained.graphs.size(), 2u);
+  EXPECT_TRUE(regained.graphs[1].rose);
+  const std::string faster = format_verdict(regained);
+  EXPECT_NE(faster.find("FASTER: speculative verify -"), std::string::npos) << faster;
+  EXPECT_NE(faster.find("; its passes as CUDA graphs 0% -> 100%\n"), std::string::npos) << faster;
+  // A share that moved by less than kGraphShareChange: reported in the table, not a finding.
+  Comparison small = runs(1.0, 0.95);
+  EXPECT_FALSE(small.graphs[1].fell || small.graphs[1].rose);
+  EXPECT_EQ(format_verdict(small).find("CUDA graphs"), std::string::npos) << format_verdict(small);
 }

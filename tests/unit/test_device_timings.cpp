@@ -1,9 +1,10 @@
-// Device rows of the phase timings (result schema 5): DevicePhaseLog turns a batch's device
-// marks into one row per step (engine/step_timer.h), the gather merges and places them like the
-// other per-step rows (engine/batch_codec.h), and the summary reports them beside the host's
-// wall time (engine/summary.h). The device clock here is a scripted DeviceTimeline whose
-// intervals the test chooses, so every expected value is exact; the CUDA events behind the real
-// one are tested on the GPU (test_cuda_transformer, tests/gpu/e2e_greedy.sh).
+// Device rows of the phase timings (result schema 5) and pass rows (schema 6): DevicePhaseLog
+// turns a batch's device marks into one row of each per step (engine/step_timer.h), the gather
+// merges and places them like the other per-step rows (engine/batch_codec.h), and the summary
+// reports them beside the host's wall time (engine/summary.h). The device clock here is a scripted
+// DeviceTimeline whose intervals the test chooses, so every expected value is exact; the CUDA
+// events behind the real one are tested on the GPU (test_cuda_transformer,
+// tests/gpu/e2e_greedy.sh).
 #include <gtest/gtest.h>
 
 #include <cmath>
@@ -33,9 +34,11 @@ class ScriptedTimeline final : public DeviceTimeline {
     marks_ = 0;
     ++reads;
   }
+  DevicePasses passes() const override { return issued; }
   int marks() const { return marks_; }
   int reads = 0;
   int reserved = 0;
+  DevicePasses issued;  // what the "device" has issued so far: the test advances it
 
  private:
   std::vector<double> gaps_;
@@ -76,6 +79,43 @@ TEST(DevicePhaseLog, StepsOfBothModesResolveToExactRows) {
   expect.insert(expect.end(), second.begin(), second.end());
   EXPECT_EQ(out, expect);
   EXPECT_FALSE(log.pending());
+}
+
+TEST(DevicePhaseLog, PassRowsCountEachPhasesPassesByHowTheyWereIssued) {
+  ScriptedTimeline clock(std::vector<double>(20, 1.0));
+  DevicePhaseLog log(&clock);
+  // A speculative step: the drafter's two passes replayed and one captured, the verify pass
+  // launched kernel by kernel, nothing in sample and other, one more draft pass replayed after
+  // the verdicts.
+  log.phase(kPhaseDraft);
+  clock.issued.replayed += 2;
+  clock.issued.captured += 1;
+  log.phase(kPhaseVerify);
+  clock.issued.launched += 1;
+  log.phase(kPhaseSample);
+  log.phase(kPhaseOther);
+  log.phase(kPhaseDraft);
+  clock.issued.replayed += 1;
+  log.end_step();
+  // Between steps (a prefill): in no row.
+  clock.issued.launched += 5;
+  // A baseline-shaped step: the verify pass replayed; a pass in the sample phase counts with
+  // verify.
+  log.phase(kPhaseVerify);
+  clock.issued.replayed += 1;
+  log.phase(kPhaseSample);
+  clock.issued.captured += 1;
+  log.end_step();
+  // A step cut short: dropped.
+  log.phase(kPhaseVerify);
+  clock.issued.replayed += 1;
+  std::vector<float> device, passes;
+  log.resolve(device, passes);
+  EXPECT_EQ(device.size(), 2u * kNumDeviceColumns);
+  const std::vector<float> expect = {3, 1, 0, 0, 0, 1,   // draft: 3 replayed, 1 captured; verify
+                                     0, 0, 0, 1, 1, 0};  // verify: 1 replayed, 1 captured
+  EXPECT_EQ(passes, expect);
+  EXPECT_EQ(kPassColumns[pass_column(kPhaseVerify)], std::string("verify_replayed"));
 }
 
 TEST(DevicePhaseLog, MarksAfterTheLastStepAreDroppedAndNoDeviceMeansNoMarks) {
@@ -134,9 +174,12 @@ TEST(DeviceRows, GatherMergesAndPlacesThemLikeTheOtherRows) {
   r0.device_ms = row(1, 2, 3, 4);
   const std::vector<float> step2 = row(5, 6, 7, 8);
   r0.device_ms.insert(r0.device_ms.end(), step2.begin(), step2.end());
+  for (int i = 0; i < 2 * kNumPassColumns; ++i) r0.device_passes.push_back(static_cast<float>(i));
   BatchResult decoded = decode_batch(encode_batch(r0, true));
   EXPECT_EQ(decoded.device_ms, r0.device_ms);
+  EXPECT_EQ(decoded.device_passes, r0.device_passes);
   EXPECT_TRUE(decode_batch(encode_batch(r1, false)).device_ms.empty());
+  EXPECT_TRUE(decode_batch(encode_batch(r1, false)).device_passes.empty());
 
   BatchResult merged = merge_group({decoded, decode_batch(encode_batch(r1, false))});
   ASSERT_EQ(merged.device_ms.size(), 2u * 2u * kNumDeviceColumns);
@@ -146,14 +189,26 @@ TEST(DeviceRows, GatherMergesAndPlacesThemLikeTheOtherRows) {
                 r0.device_ms[s * kNumDeviceColumns + c]);
       EXPECT_TRUE(std::isnan(merged.device_ms[(s * 2 + 1) * kNumDeviceColumns + c]));
     }
+  ASSERT_EQ(merged.device_passes.size(), 2u * 2u * kNumPassColumns);
+  for (int s = 0; s < 2; ++s)
+    for (int c = 0; c < kNumPassColumns; ++c) {
+      EXPECT_EQ(merged.device_passes[(s * 2 + 0) * kNumPassColumns + c],
+                static_cast<float>(s * kNumPassColumns + c));
+      EXPECT_TRUE(std::isnan(merged.device_passes[(s * 2 + 1) * kNumPassColumns + c]));
+    }
   // Placed as world ranks 2 and 3 of 4.
   BatchResult placed = place_group(merged, 2, 4);
+  ASSERT_EQ(placed.device_passes.size(), 2u * 4u * kNumPassColumns);
+  EXPECT_EQ(placed.device_passes[(1 * 4 + 2) * kNumPassColumns + 4], kNumPassColumns + 4.0f);
+  EXPECT_TRUE(std::isnan(placed.device_passes[(1 * 4 + 0) * kNumPassColumns + 4]));
   ASSERT_EQ(placed.device_ms.size(), 2u * 4u * kNumDeviceColumns);
   EXPECT_EQ(placed.device_ms[(1 * 4 + 2) * kNumDeviceColumns + 1], 6.0f);
   EXPECT_TRUE(std::isnan(placed.device_ms[(1 * 4 + 0) * kNumDeviceColumns + 1]));
 
   r0.device_ms.clear();
+  r0.device_passes.clear();
   EXPECT_TRUE(merge_group({r0, r1}).device_ms.empty());  // no device anywhere: nothing kept
+  EXPECT_TRUE(merge_group({r0, r1}).device_passes.empty());
   EXPECT_TRUE(place_group(merge_group({r0, r1}), 0, 2).device_ms.empty());
 }
 
@@ -203,4 +258,34 @@ TEST(DeviceRows, SummaryReportsThemBesideTheWallTimeOnlyWhenRecorded) {
   EXPECT_NE(text.substr(comm, text.find('\n', comm) - comm).find('-'), std::string::npos) << text;
   const nlohmann::json j = summary_to_json(run)["modes"][kModeBaseline]["device_phases_ms"];
   EXPECT_NEAR(j["verify"]["mean"].get<double>(), 4.0, 1e-6);
+  EXPECT_TRUE(m.device_passes.empty());
+  EXPECT_EQ(text.find("device forward passes"), std::string::npos) << text;
+
+  // Pass rows: the verify pass captured in step 0, replayed in steps 1 and 2, then launched kernel
+  // by kernel twice in a step; rank 1 without a device.
+  for (int st = 0; st < 3; ++st) {
+    std::vector<float> r(kNumPassColumns, 0.0f);
+    r[static_cast<std::size_t>(pass_column(kPhaseVerify) + (st == 0 ? 1 : 0))] = 1;
+    if (st == 2) r[static_cast<std::size_t>(pass_column(kPhaseVerify) + 2)] = 2;
+    d.device_passes.insert(d.device_passes.end(), r.begin(), r.end());
+    d.device_passes.insert(d.device_passes.end(), kNumPassColumns, kNaN);
+  }
+  m = summarize_mode(d);
+  ASSERT_EQ(m.device_passes.size(), 1u) << "no draft passes: no draft entry";
+  const DevicePassCounts& v = m.device_passes.at("verify");
+  EXPECT_EQ(v.replayed, 2);
+  EXPECT_EQ(v.captured, 1);
+  EXPECT_EQ(v.launched, 2);
+  EXPECT_NEAR(v.graph_share(), 0.6, 1e-12);
+  run.modes = {m};
+  const std::string with_passes = format_summary(run);
+  const std::size_t table = with_passes.find("device forward passes");
+  ASSERT_NE(table, std::string::npos) << with_passes;
+  EXPECT_NE(with_passes.find(
+                "baseline    verify               5           60.0%         1         2", table),
+            std::string::npos)
+      << with_passes;
+  const nlohmann::json jp = summary_to_json(run)["modes"][kModeBaseline]["device_passes"];
+  EXPECT_EQ(jp["verify"]["passes"].get<double>(), 5);
+  EXPECT_NEAR(jp["verify"]["graph_share"].get<double>(), 0.6, 1e-12);
 }

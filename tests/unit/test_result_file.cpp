@@ -82,6 +82,12 @@ BatchResult make_batch(int64_t b, int32_t draft_len) {
       for (int32_t rank = 0; rank < kRanks; ++rank)
         for (int c = 0; c < kNumDeviceColumns; ++c)
           r.device_ms.push_back(static_cast<float>(b * 1000 + s * 100 + rank * 10 + c) + 0.5f);
+  // Pass rows with the device rows (counts; schema 6).
+  if (b % 2 == 0)
+    for (int32_t s = 0; s < r.n_steps; ++s)
+      for (int32_t rank = 0; rank < kRanks; ++rank)
+        for (int c = 0; c < kNumPassColumns; ++c)
+          r.device_passes.push_back(static_cast<float>((b + s + rank + c) % 7));
   for (int32_t i = 0; i < draft_len; ++i) r.accepted_per_position.push_back(b + i);
   return r;
 }
@@ -125,7 +131,10 @@ void expect_batches_match(const ResultReader& r, const std::string& mode, int32_
   std::vector<StepRecord> steps = r.steps(mode);
   TimingTable timings = r.timings(mode);
   TimingTable device = r.device_timings(mode);
+  TimingTable passes = r.device_passes(mode);
   EXPECT_EQ(device.rows, timings.rows);
+  EXPECT_EQ(passes.rows, timings.rows);
+  EXPECT_EQ(passes.phases, std::vector<std::string>(kPassColumns.begin(), kPassColumns.end()));
   EXPECT_EQ(device.phases, std::vector<std::string>(kDeviceColumns.begin(), kDeviceColumns.end()));
   size_t si = 0, ti = 0;
   int64_t row = 0;
@@ -174,6 +183,14 @@ void expect_batches_match(const ResultReader& r, const std::string& mode, int32_
             EXPECT_EQ(got, static_cast<float>(b * 1000 + s * 100 + rank * 10 + c) + 0.5f);
           else
             EXPECT_TRUE(std::isnan(got)) << "batch " << b << " has no device rows";
+        }
+      for (int32_t rank = 0; rank < kRanks; ++rank)
+        for (int c = 0; c < kNumPassColumns; ++c) {
+          const float got = passes.at(row, rank, c);
+          if (b % 2 == 0)
+            EXPECT_EQ(got, static_cast<float>((b + s + rank + c) % 7));
+          else
+            EXPECT_TRUE(std::isnan(got)) << "batch " << b << " has no pass rows";
         }
     }
     for (int32_t i = 0; i < draft_len; ++i) apos[static_cast<size_t>(i)] += b + i;
@@ -309,6 +326,10 @@ TEST(ResultFile, InvalidBatchIsRejectedBeforeAnythingIsWritten) {
   bad = make_batch(2, kDraftLen);
   bad.device_ms.pop_back();
   EXPECT_NE(error_of([&] { w.append_batch(kModeSpeculative, bad); }).find("device values"),
+            std::string::npos);
+  bad = make_batch(2, kDraftLen);
+  bad.device_passes.push_back(1);
+  EXPECT_NE(error_of([&] { w.append_batch(kModeSpeculative, bad); }).find("device pass counts"),
             std::string::npos);
   bad = make_batch(1, kDraftLen);
   bad.n_ranks = 3;
