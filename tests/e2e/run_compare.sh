@@ -157,6 +157,26 @@ grep -qE '^  speculative verify +[0-9]+ +100\.0% +0 +0$' dev_report.txt ||
   fail "report's device passes table lacks the replayed verify passes: $(grep -A3 '^device forward' dev_report.txt)"
 grep -qE '^  speculative verify +[0-9.]+ +[0-9.]+ +[0-9.]+ +0\.[45][0-9]* ' dev_report.txt ||
   fail "report's device verify column is not the ~0.5 ms written: $(grep verify dev_report.txt)"
+# A schema-5 file (device rows, no pass rows) as the previous version wrote it: report and
+# compare read it, with device time and without the passes table.
+cp dev_a.h5 v5.h5
+"$PY" - v5.h5 <<'PY'
+import sys
+import h5py
+import numpy as np
+with h5py.File(sys.argv[1], "r+") as f:
+    f.attrs["schema_version"] = np.int32(5)
+    for mode in ("baseline", "speculative"):
+        del f[mode]["device_passes"]
+PY
+"$SPECRUN_BIN" report v5.h5 >v5.txt || fail "report of a schema-5 file: $(cat v5.txt)"
+grep -q 'device: mean' v5.txt || fail "a schema-5 file's report lost its device columns"
+if grep -q 'device forward passes' v5.txt; then fail "a schema-5 file printed device passes"; fi
+rc=0
+"$SPECRUN_BIN" compare v5.h5 dev_slow_host.h5 --threshold 100 >v5cmp.txt || rc=$?
+[[ $rc -eq 1 ]] || fail "compare of a schema-5 file against a new one: exit $rc $(head -3 v5cmp.txt)"
+grep -q "; on the device" v5cmp.txt || fail "schema 5 vs 6: no device note $(head -1 v5cmp.txt)"
+if grep -q 'CUDA graphs' v5cmp.txt; then fail "schema 5 vs 6: graphs compared without pass rows"; fi
 if grep -q '^device time (events' same.txt; then fail "a CPU run's compare printed device rows"; fi
 "$SPECRUN_BIN" report a.h5 >cpu_report.txt
 if grep -qE 'device: mean|device forward passes' cpu_report.txt; then
