@@ -87,7 +87,7 @@ void StepGraphs::begin(bool record) {
   defer_.reset();
   recording_ = record;
   if (!record) {
-    ++stats_->direct;
+    ++stats_->unrecorded;
     return;
   }
   epoch_at_begin_ = allocation_epoch();

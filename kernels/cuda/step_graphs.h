@@ -46,12 +46,12 @@ namespace specrun::cuda {
 
 // Counts over every StepGraphs of a rank (CudaContext owns one).
 struct StepGraphStats {
-  long long steps = 0;     // steps recorded (graphable steps)
-  long long replays = 0;   // steps issued as a kept graph
-  long long captures = 0;  // graphs made
-  long long eager = 0;     // graphable steps whose launches ran one by one
-  long long direct = 0;    // steps not recorded (too large, or graphs off): launched one by one
-  double capture_ms = 0;   // host time spent capturing and instantiating
+  long long steps = 0;       // steps recorded (graphable steps)
+  long long replays = 0;     // steps issued as a kept graph
+  long long captures = 0;    // graphs made
+  long long eager = 0;       // graphable steps whose launches ran one by one
+  long long unrecorded = 0;  // steps not recorded (too large, or graphs off): launched one by one
+  double capture_ms = 0;     // host time spent capturing and instantiating
 };
 
 // cudaMemcpyAsync / cudaMemcpy2DAsync as launches (checked), for StepGraphs::launch.

@@ -29,7 +29,7 @@ int CudaPhaseTimeline::mark() {
 
 DevicePasses CudaPhaseTimeline::passes() const {
   const cuda::StepGraphStats& s = ctx_.step_graph_stats();
-  return DevicePasses{s.replays, s.captures, s.eager + s.direct};
+  return DevicePasses{s.replays, s.captures, s.eager, s.unrecorded};
 }
 
 void CudaPhaseTimeline::read(std::vector<double>& out) {

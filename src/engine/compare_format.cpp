@@ -116,13 +116,24 @@ std::string share(double x) {
   return out.str();
 }
 
+// How NEW's passes that did not run as graphs were launched, the larger kind first: never
+// recorded (graphs off, passes too large for a step graph) or recorded and run eagerly (shapes
+// that do not repeat, every graph slot taken, the ranks agreeing on eager).
+std::string why_launched(const DevicePassCounts& n) {
+  return n.unrecorded >= n.eager
+             ? "launched kernel by kernel, unrecorded: graphs off or passes too large for a step "
+               "graph"
+             : "launched kernel by kernel, recorded but not captured: shapes that do not repeat "
+               "or every graph slot taken";
+}
+
 // Why a phase's host time moved, when its passes changed how they were issued: "; its passes as
-// CUDA graphs 100% -> 0% (launched kernel by kernel)". Empty otherwise.
+// CUDA graphs 100% -> 0% (launched kernel by kernel, unrecorded: ...)". Empty otherwise.
 std::string graph_note(const Comparison& c, const TimingChange& t) {
   for (const GraphChange& g : c.graphs)
     if (g.mode == t.mode && g.phase == t.name && (g.fell || g.rose))
       return "; its passes as CUDA graphs " + share(g.base.graph_share()) + " -> " +
-             share(g.next.graph_share()) + (g.fell ? " (launched kernel by kernel)" : "");
+             share(g.next.graph_share()) + (g.fell ? " (" + why_launched(g.next) + ")" : "");
   return "";
 }
 
@@ -314,7 +325,7 @@ std::string format_comparison(const Comparison& c, const std::string& base_path,
           << std::setw(9) << share(g.base.graph_share()) << std::setw(11)
           << share(g.next.graph_share()) << "   of " << std::fixed << std::setprecision(0)
           << g.base.total() << " -> " << g.next.total() << " passes";
-      if (g.fell) out << "  FELL";
+      if (g.fell) out << "  FELL (" << why_launched(g.next) << ")";
       if (g.rose) out << "  rose";
       out << "\n";
     }

@@ -82,7 +82,8 @@ class DevicePhaseLog {
         long long* at = issued.data() + pass_column(m.phase);
         at[0] += b.replayed - a.replayed;
         at[1] += b.captured - a.captured;
-        at[2] += b.launched - a.launched;
+        at[2] += b.eager - a.eager;
+        at[3] += b.unrecorded - a.unrecorded;
       }
     }
     marks_.clear();

@@ -260,11 +260,12 @@ std::map<std::string, DevicePassCounts> device_pass_counts(const ModeData& data)
     if (std::isnan(cell[0])) continue;  // a rank without a device, or not in this row's batch
     for (const Phase p : {kPhaseDraft, kPhaseVerify}) {
       const float* c = cell + pass_column(p);
-      if (c[0] + c[1] + c[2] <= 0) continue;
+      if (c[0] + c[1] + c[2] + c[3] <= 0) continue;
       DevicePassCounts& n = out[kPhaseNames[p]];
       n.replayed += c[0];
       n.captured += c[1];
-      n.launched += c[2];
+      n.eager += c[2];
+      n.unrecorded += c[3];
     }
   }
   return out;

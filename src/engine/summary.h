@@ -67,8 +67,9 @@ struct ModeData {
 // How a phase's forward passes were issued on the device (io/records.h kPassColumns), summed over
 // the rows and the ranks with a device.
 struct DevicePassCounts {
-  double replayed = 0, captured = 0, launched = 0;
-  double total() const { return replayed + captured + launched; }
+  double replayed = 0, captured = 0, eager = 0, unrecorded = 0;
+  double launched() const { return eager + unrecorded; }  // kernel by kernel
+  double total() const { return replayed + captured + launched(); }
   // The share of the passes that ran as CUDA graphs (replayed, or captured and launched); 0
   // without passes.
   double graph_share() const { return total() > 0 ? (replayed + captured) / total() : 0; }
@@ -226,7 +227,7 @@ std::string format_summary(const RunSummary& summary);
 // The same numbers as one JSON object (`report --json`); keys are documented in
 // docs/analysis.md.
 nlohmann::json summary_to_json(const RunSummary& summary);
-// One phase's pass counts as JSON: passes, replayed, captured, launched, graph_share.
+// One phase's pass counts as JSON: passes, replayed, captured, eager, unrecorded, graph_share.
 nlohmann::json passes_to_json(const DevicePassCounts& counts);
 
 }  // namespace specrun

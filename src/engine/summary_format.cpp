@@ -97,16 +97,18 @@ std::string format_summary(const RunSummary& run) {
     }
   }
   // How the device's passes were issued: a phase whose passes launch kernel by kernel pays a
-  // launch per kernel on the host (the step graphs are off, or the shapes never repeat).
+  // launch per kernel on the host; eager ones were recorded (shapes that do not repeat, every
+  // graph slot taken), unrecorded ones never (graphs off, passes too large for a graph).
   bool passes = false;
   for (const ModeSummary& m : run.modes) passes = passes || !m.device_passes.empty();
-  if (passes) out << "device forward passes         passes  as CUDA graphs  captured  launched\n";
+  if (passes)
+    out << "device forward passes         passes  as CUDA graphs  captured     eager  unrecorded\n";
   for (const ModeSummary& m : run.modes)
     for (const auto& [name, n] : m.device_passes)
       out << "  " << std::left << std::setw(12) << m.mode << std::setw(8) << name << std::right
           << std::setprecision(0) << std::setw(14) << n.total() << std::setprecision(1)
           << std::setw(15) << 100 * n.graph_share() << "%" << std::setprecision(0) << std::setw(10)
-          << n.captured << std::setw(10) << n.launched << "\n";
+          << n.captured << std::setw(10) << n.eager << std::setw(12) << n.unrecorded << "\n";
   bool header = false;
   for (const ModeSummary& m : run.modes) {
     for (const char* name : kPhaseNames) {
@@ -159,11 +161,9 @@ nlohmann::json to_json(const Quantiles& q) {
 }  // namespace
 
 nlohmann::json passes_to_json(const DevicePassCounts& n) {
-  return nlohmann::json{{"passes", n.total()},
-                        {"replayed", n.replayed},
-                        {"captured", n.captured},
-                        {"launched", n.launched},
-                        {"graph_share", n.graph_share()}};
+  return nlohmann::json{{"passes", n.total()},        {"replayed", n.replayed},
+                        {"captured", n.captured},     {"eager", n.eager},
+                        {"unrecorded", n.unrecorded}, {"graph_share", n.graph_share()}};
 }
 
 nlohmann::json summary_to_json(const RunSummary& run) {

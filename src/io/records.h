@@ -70,16 +70,17 @@ inline constexpr int device_column(int phase) {
 // Columns of a step's pass row (the device_passes array's last axis, result schema 6): how the
 // forward passes of the step's draft phase and of its verify phase were issued on the device
 // (common/device_timeline.h DevicePasses): replayed as a kept CUDA graph, captured into a new
-// one, or launched one kernel at a time. Counts (passes of the sample and other phases, none in
-// today's steps, count with verify); NaN where the rank has no device. A verify phase whose
-// passes moved from replayed to launched is the step that lost its graph: slower on the host
-// (one launch per kernel), the same on the device.
-inline constexpr std::array<const char*, 6> kPassColumns = {"draft_replayed",  "draft_captured",
-                                                            "draft_launched",  "verify_replayed",
-                                                            "verify_captured", "verify_launched"};
+// one, or launched one kernel at a time, recorded first (eager) or not (unrecorded). Counts
+// (passes of the sample and other phases, none in today's steps, count with verify); NaN where
+// the rank has no device. A verify phase whose passes moved from replayed to eager or
+// unrecorded is the step that lost its graph: slower on the host (one launch per kernel), the
+// same on the device.
+inline constexpr std::array<const char*, 8> kPassColumns = {
+    "draft_replayed",  "draft_captured",  "draft_eager",  "draft_unrecorded",
+    "verify_replayed", "verify_captured", "verify_eager", "verify_unrecorded"};
 inline constexpr int kNumPassColumns = static_cast<int>(kPassColumns.size());
-inline constexpr int kPassKinds = 3;  // replayed, captured, launched per phase
-// The first column of a phase's three (draft: 0; verify and the rest: 3).
+inline constexpr int kPassKinds = 4;  // replayed, captured, eager, unrecorded per phase
+// The first column of a phase's four (draft: 0; verify and the rest: 4).
 inline constexpr int pass_column(int phase) {
   return phase == kPhaseDraft ? 0 : kPassKinds;
 }

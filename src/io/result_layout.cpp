@@ -208,7 +208,7 @@ ModeTables create_mode(h5::Group& root, const std::string& mode, int32_t draft_l
   describe(t.device_passes, "passes",
            "per timings row and rank: the forward passes of the step's draft and verify phases "
            "on the device, replayed as a CUDA graph, captured into one, or launched kernel by "
-           "kernel (columns; NaN: no device)");
+           "kernel after recording (eager) or without (unrecorded) (columns; NaN: no device)");
   t.device_passes.set_attr_strings("columns", pass_columns);
 
   std::vector<int64_t> zeros(static_cast<size_t>(draft_len), 0);

@@ -70,8 +70,8 @@ class ModelFactory {
 
   // CUDA: how this rank's passes are launched (CudaLaunchOptions); nothing on the CPU backend.
   void set_cuda_launch(const CudaLaunchOptions& options);
-  // CUDA: "step graphs: R of S passes replayed, C captured (M ms), E launched one by one";
-  // empty on the CPU backend.
+  // CUDA: "step graphs on: R of S passes replayed, C graphs captured (M ms), E launched one by
+  // one, U not recorded (...)"; empty on the CPU backend.
   std::string step_graph_report() const;
 
   // CUDA: fills the GPU fields of a host snapshot (common/host_stats.h: clocks, temperature,

@@ -83,7 +83,7 @@ def make_batch(b, draft_len, ranks):
                       dtype=np.float32)
     # Pass rows with them (counts; schema 6).
     passes = np.array([[[(b + s + r + c) % 7 if b % 2 == 0 else np.nan
-                         for c in range(6)] for r in range(ranks)] for s in range(n_steps)],
+                         for c in range(8)] for r in range(ranks)] for s in range(n_steps)],
                       dtype=np.float32)
     return seqs, steps, (timings, device, passes), apos
 
@@ -152,10 +152,10 @@ def check_mode(f, mode, draft_len, ranks, args):
           ["draft", "verify", "sample", "other", "total"],
           f"/{mode}/device_timings columns: {dv.attrs['columns']}")
     pv = g["device_passes"]
-    check(pv.dtype == np.float32 and pv.ndim == 3 and pv.shape[1:] == (ranks, 6),
+    check(pv.dtype == np.float32 and pv.ndim == 3 and pv.shape[1:] == (ranks, 8),
           f"/{mode}/device_passes: {pv.dtype} {pv.shape}")
     check([c.decode() if isinstance(c, bytes) else c for c in pv.attrs["columns"]] ==
-          [f"{p}_{k}" for p in ("draft", "verify") for k in ("replayed", "captured", "launched")],
+          [f"{p}_{k}" for p in ("draft", "verify") for k in ("replayed", "captured", "eager", "unrecorded")],
           f"/{mode}/device_passes columns: {pv.attrs['columns']}")
     check(g["batches/accepted_per_position"].shape[1:] == (draft_len,), "batches apos shape")
     check(g["accepted_per_position"].shape == (draft_len,), "accepted_per_position shape")
@@ -208,7 +208,7 @@ def check_mode(f, mode, draft_len, ranks, args):
     check(np.array_equal(t[:n_rows], want_t), f"{mode}: timings differ")
     want_d = np.concatenate(devices) if devices else np.zeros((0, ranks, 5), np.float32)
     check(np.array_equal(dv[:n_rows], want_d, equal_nan=True), f"{mode}: device_timings differ")
-    want_p = np.concatenate(passes) if passes else np.zeros((0, ranks, 6), np.float32)
+    want_p = np.concatenate(passes) if passes else np.zeros((0, ranks, 8), np.float32)
     check(np.array_equal(pv[:n_rows], want_p, equal_nan=True), f"{mode}: device_passes differ")
     check(g["timings_batch"][:n_rows].tolist() == [b for b, tm in zip(ids, timings)
                                                    for _ in range(len(tm))],

@@ -26,7 +26,8 @@ import numpy as np
 
 PHASES = ["draft", "verify", "comm", "sample", "other", "total"]
 DEVICE_COLUMNS = ["draft", "verify", "sample", "other", "total"]
-PASS_COLUMNS = [f"{p}_{k}" for p in ("draft", "verify") for k in ("replayed", "captured", "launched")]
+PASS_COLUMNS = [f"{p}_{k}" for p in ("draft", "verify")
+                for k in ("replayed", "captured", "eager", "unrecorded")]
 ROOT_ATTRS = {"schema": "str", "schema_version": "int32", "specrun_version": "str",
               "git_commit": "str", "git_dirty": "bool", "started": "str", "finished": "str",
               "world_size": "int32", "tp": "int32", "dp": "int32", "resumes": "int32"}
@@ -200,7 +201,7 @@ def check_pass_rows(mode, pv, took_part, cuda):
     rows = pv[took_part]
     check(np.array_equal(finite, took_part) and np.all(rows >= 0) and np.all(rows == np.round(rows)),
           f"{mode}/device_passes: not whole counts >= 0 exactly where the rank has timings")
-    check(np.all(rows[:, 3:6].sum(axis=1) >= 1), f"{mode}/device_passes: a step without a verify pass")
+    check(np.all(rows[:, 4:8].sum(axis=1) >= 1), f"{mode}/device_passes: a step without a verify pass")
 
 
 def committed(g):
@@ -322,11 +323,12 @@ def expected_mode(d):
     pv = d.get("device_passes")
     out["device_passes"] = {}
     if pv is not None and np.isfinite(pv).any():
-        for phase, c in (("draft", 0), ("verify", 3)):
-            n = np.nansum(pv[:, :, c:c + 3], axis=(0, 1))
+        for phase, c in (("draft", 0), ("verify", 4)):
+            n = np.nansum(pv[:, :, c:c + 4], axis=(0, 1))
             if n.sum() > 0:
                 out["device_passes"][phase] = {"passes": n.sum(), "replayed": n[0], "captured": n[1],
-                                               "launched": n[2], "graph_share": (n[0] + n[1]) / n.sum()}
+                                               "eager": n[2], "unrecorded": n[3],
+                                               "graph_share": (n[0] + n[1]) / n.sum()}
     out["phases_rank_mean"] = {
         p: [float(np.nanmean(t[:, r, i])) for r in range(t.shape[1])] for i, p in enumerate(PHASES)}
     cats = {}

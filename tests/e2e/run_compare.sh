@@ -127,12 +127,12 @@ for path, slow in ((sys.argv[1], False), (sys.argv[2], True)):
             rows[~np.isfinite(t[:, :, 0])] = np.nan
             d[...] = rows
             # Pass rows (schema 6): the drafter's 4 passes replayed; the verify pass replayed,
-            # but launched kernel by kernel in the slow run of the "host" variant.
+            # but launched kernel by kernel unrecorded in the slow run of the "host" variant.
             p = g["device_passes"]
             counts = np.zeros(p.shape, np.float32)
             if mode == "speculative":
                 counts[:, :, 0] = 4
-            counts[:, :, 5 if slow and sys.argv[3] == "host" else 3] = 1
+            counts[:, :, 7 if slow and sys.argv[3] == "host" else 4] = 1
             counts[~np.isfinite(t[:, :, 0])] = np.nan
             p[...] = counts
 PY
@@ -146,14 +146,14 @@ grep -qE "verify \+[0-9.]+% .*; on the device [-+][0-9.]+% .*: not the device's 
   fail "device verify unchanged, yet the verdict does not call the change the host's: $(head -3 dev_host.txt)"
 grep -qE "verify \+[0-9.]+% .*; on the device \+[0-9.]+% .*: the device's work" dev_device.txt ||
   fail "device verify grown, yet the verdict does not call it the device's: $(head -3 dev_device.txt)"
-grep -qE "verify \+[0-9.]+% .*: not the device's .*; its passes as CUDA graphs 100% -> 0% \(launched kernel by kernel\)" dev_host.txt ||
+grep -qE "verify \+[0-9.]+% .*: not the device's .*; its passes as CUDA graphs 100% -> 0% \(launched kernel by kernel, unrecorded: graphs off" dev_host.txt ||
   fail "the verify passes lost their graphs, yet the verdict does not say so: $(head -3 dev_host.txt)"
 grep -qE '^  speculative verify +100% +0% .*FELL' dev_host.txt ||
   fail "no fallen verify row in the graphs table: $(grep -A3 '^device forward passes' dev_host.txt)"
 if grep -q 'CUDA graphs' <(head -1 dev_device.txt); then fail "graphs named though they did not change"; fi
 "$SPECRUN_BIN" report dev_a.h5 >dev_report.txt || fail "report with device rows: $(cat dev_report.txt)"
 grep -q 'device: mean' dev_report.txt || fail "report prints no device columns"
-grep -qE '^  speculative verify +[0-9]+ +100\.0% +0 +0$' dev_report.txt ||
+grep -qE '^  speculative verify +[0-9]+ +100\.0% +0 +0 +0$' dev_report.txt ||
   fail "report's device passes table lacks the replayed verify passes: $(grep -A3 '^device forward' dev_report.txt)"
 grep -qE '^  speculative verify +[0-9.]+ +[0-9.]+ +[0-9.]+ +0\.[45][0-9]* ' dev_report.txt ||
   fail "report's device verify column is not the ~0.5 ms written: $(grep verify dev_report.txt)"

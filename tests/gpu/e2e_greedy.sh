@@ -229,15 +229,15 @@ for name in cases:
         ok = False
     for mode, (t, d, passes) in [("baseline", tb), ("speculative", ts)]:
         # Pass rows (schema 6): every step issues at least one verify pass on the device, counted
-        # as replayed, captured or launched; the share run as CUDA graphs printed per phase.
-        verify = passes[:, 0, 3:6].sum(axis=1) if passes.size else passes
+        # as replayed, captured, eager or unrecorded; the share run as CUDA graphs printed per phase.
+        verify = passes[:, 0, 4:8].sum(axis=1) if passes.size else passes
         if verify.size == 0 or not np.all(np.isfinite(verify)) or np.any(verify < 1):
             print(f"FAIL {name} {mode}: device pass rows empty, not finite or a step without a verify pass")
             ok = False
         else:
             shares = []
-            for phase, c in (("draft", 0), ("verify", 3)):
-                n = passes[:, 0, c:c + 3].sum(axis=0)
+            for phase, c in (("draft", 0), ("verify", 4)):
+                n = passes[:, 0, c:c + 4].sum(axis=0)
                 if n.sum() > 0:
                     shares.append(f"{phase} {n.sum():.0f} ({100 * (n[0] + n[1]) / n.sum():.0f}% as graphs)")
             print(f"{name} {mode}: device passes " + ", ".join(shares))
@@ -289,7 +289,7 @@ if [[ -f code_chain_nographs.h5 ]]; then
   head -1 compare_nographs.txt
   grep -A3 '^device forward passes' compare_nographs.txt || true
   [[ $rc -eq 3 ]] || fail "compare graphs on vs off: exit $rc, expected 3: $(head -3 compare_nographs.txt)"
-  grep -qE '^  speculative verify +[0-9]+% +0% .*FELL' compare_nographs.txt ||
+  grep -qE '^  speculative verify +[0-9]+% +0% .*FELL \(launched kernel by kernel, unrecorded' compare_nographs.txt ||
     fail "compare graphs on vs off does not show the verify passes' graphs fallen"
   head -1 compare_nographs.txt | grep -q 'passes as CUDA graphs: .*verify [0-9]*% -> 0%' ||
     fail "compare graphs on vs off: the verdict does not name the fallen graphs"

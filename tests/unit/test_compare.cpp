@@ -504,13 +504,16 @@ namespace {
 
 // Pass rows for every timings row of `d` (2 ranks): 4 draft passes replayed and one verify pass
 // per step, of which `verify_graphs` (a fraction of the rows) replayed and the rest launched
-// kernel by kernel.
-void add_pass_rows(ModeData& d, double verify_graphs) {
+// kernel by kernel, unrecorded (or eager).
+void add_pass_rows(ModeData& d, double verify_graphs, bool eager = false) {
   const std::size_t rows = d.timings_ms.size() / (2 * kNumPhases);
   for (std::size_t r = 0; r < rows; ++r) {
     const bool graph = static_cast<double>(r) < verify_graphs * static_cast<double>(rows);
+    const float replayed = graph ? 1.0f : 0.0f;
+    const float recorded = !graph && eager ? 1.0f : 0.0f,
+                unrecorded = !graph && !eager ? 1.0f : 0.0f;
     for (int k = 0; k < 2; ++k)
-      for (float v : {4.0f, 0.0f, 0.0f, graph ? 1.0f : 0.0f, 0.0f, graph ? 0.0f : 1.0f})
+      for (float v : {4.0f, 0.0f, 0.0f, 0.0f, replayed, 0.0f, recorded, unrecorded})
         d.device_passes.push_back(v);
   }
 }
@@ -539,12 +542,14 @@ TEST(Compare, VerifyPassesThatLostTheirGraphsAreNamedInTheVerdict) {
   EXPECT_TRUE(verify.fell);
   EXPECT_EQ(verify.base.graph_share(), 1.0);
   EXPECT_EQ(verify.next.graph_share(), 0.0);
-  EXPECT_EQ(verify.next.launched, 800);
+  EXPECT_EQ(verify.next.unrecorded, 800);
+  EXPECT_EQ(verify.next.launched(), 800);
   EXPECT_TRUE(lost.regression) << "the job is slower: still a regression";
   const std::string verdict = format_verdict(lost);
   EXPECT_NE(verdict.find("REGRESSION: speculative verify +"), std::string::npos) << verdict;
   EXPECT_NE(verdict.find(": not the device's (the host's: launches, the CPU); its passes as CUDA "
-                         "graphs 100% -> 0% (launched kernel by kernel)"),
+                         "graphs 100% -> 0% (launched kernel by kernel, unrecorded: graphs off or "
+                         "passes too large for a step graph)"),
             std::string::npos)
       << verdict;
   const std::string text = format_comparison(lost, "a.h5", "b.h5");
@@ -553,7 +558,10 @@ TEST(Compare, VerifyPassesThatLostTheirGraphsAreNamedInTheVerdict) {
   const std::size_t row = text.find("speculative verify", table);
   ASSERT_NE(row, std::string::npos) << text;
   const std::string line = text.substr(row, text.find('\n', row) - row);
-  EXPECT_NE(line.find("100%         0%   of 800 -> 800 passes  FELL"), std::string::npos) << line;
+  EXPECT_NE(line.find("100%         0%   of 800 -> 800 passes  FELL (launched kernel by kernel, "
+                      "unrecorded"),
+            std::string::npos)
+      << line;
   const nlohmann::json j = comparison_to_json(lost)["device_passes"];
   ASSERT_EQ(j.size(), 2u);
   EXPECT_TRUE(j[1]["fell"].get<bool>());
@@ -582,6 +590,15 @@ TEST(Compare, VerifyPassesThatLostTheirGraphsAreNamedInTheVerdict) {
   const std::string faster = format_verdict(regained);
   EXPECT_NE(faster.find("FASTER: speculative verify -"), std::string::npos) << faster;
   EXPECT_NE(faster.find("; its passes as CUDA graphs 0% -> 100%\n"), std::string::npos) << faster;
+  // Recorded but never captured (shapes that do not repeat): the other cause named.
+  RunPair shapes = slower_verify(8.0, 8.0, 49);
+  add_pass_rows(shapes.base[0], 1.0);
+  add_pass_rows(shapes.next[0], 0.0, true);
+  const std::string eager = format_verdict(compare_modes(shapes.base, shapes.next, {}));
+  EXPECT_NE(eager.find("100% -> 0% (launched kernel by kernel, recorded but not captured: shapes "
+                       "that do not repeat or every graph slot taken)"),
+            std::string::npos)
+      << eager;
   // A share that moved by less than kGraphShareChange: reported in the table, not a finding.
   Comparison small = runs(1.0, 0.95);
   EXPECT_FALSE(small.graphs[1].fell || small.graphs[1].rose);

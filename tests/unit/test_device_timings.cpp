@@ -85,20 +85,21 @@ TEST(DevicePhaseLog, PassRowsCountEachPhasesPassesByHowTheyWereIssued) {
   ScriptedTimeline clock(std::vector<double>(20, 1.0));
   DevicePhaseLog log(&clock);
   // A speculative step: the drafter's two passes replayed and one captured, the verify pass
-  // launched kernel by kernel, nothing in sample and other, one more draft pass replayed after
-  // the verdicts.
+  // launched kernel by kernel unrecorded, nothing in sample and other, one more draft pass
+  // replayed and one eager after the verdicts.
   log.phase(kPhaseDraft);
   clock.issued.replayed += 2;
   clock.issued.captured += 1;
   log.phase(kPhaseVerify);
-  clock.issued.launched += 1;
+  clock.issued.unrecorded += 1;
   log.phase(kPhaseSample);
   log.phase(kPhaseOther);
   log.phase(kPhaseDraft);
   clock.issued.replayed += 1;
+  clock.issued.eager += 1;
   log.end_step();
   // Between steps (a prefill): in no row.
-  clock.issued.launched += 5;
+  clock.issued.unrecorded += 5;
   // A baseline-shaped step: the verify pass replayed; a pass in the sample phase counts with
   // verify.
   log.phase(kPhaseVerify);
@@ -112,8 +113,10 @@ TEST(DevicePhaseLog, PassRowsCountEachPhasesPassesByHowTheyWereIssued) {
   std::vector<float> device, passes;
   log.resolve(device, passes);
   EXPECT_EQ(device.size(), 2u * kNumDeviceColumns);
-  const std::vector<float> expect = {3, 1, 0, 0, 0, 1,   // draft: 3 replayed, 1 captured; verify
-                                     0, 0, 0, 1, 1, 0};  // verify: 1 replayed, 1 captured
+  // Step 1: draft 3 replayed, 1 captured, 1 eager; verify 1 unrecorded. Step 2: verify 1
+  // replayed, 1 captured.
+  const std::vector<float> expect = {3, 1, 1, 0, 0, 0, 0, 1,  //
+                                     0, 0, 0, 0, 1, 1, 0, 0};
   EXPECT_EQ(passes, expect);
   EXPECT_EQ(kPassColumns[pass_column(kPhaseVerify)], std::string("verify_replayed"));
 }
@@ -262,11 +265,12 @@ TEST(DeviceRows, SummaryReportsThemBesideTheWallTimeOnlyWhenRecorded) {
   EXPECT_EQ(text.find("device forward passes"), std::string::npos) << text;
 
   // Pass rows: the verify pass captured in step 0, replayed in steps 1 and 2, then launched kernel
-  // by kernel twice in a step; rank 1 without a device.
+  // by kernel in step 2: once eager, twice unrecorded; rank 1 without a device.
   for (int st = 0; st < 3; ++st) {
     std::vector<float> r(kNumPassColumns, 0.0f);
     r[static_cast<std::size_t>(pass_column(kPhaseVerify) + (st == 0 ? 1 : 0))] = 1;
-    if (st == 2) r[static_cast<std::size_t>(pass_column(kPhaseVerify) + 2)] = 2;
+    if (st == 2) r[static_cast<std::size_t>(pass_column(kPhaseVerify) + 2)] = 1;
+    if (st == 2) r[static_cast<std::size_t>(pass_column(kPhaseVerify) + 3)] = 2;
     d.device_passes.insert(d.device_passes.end(), r.begin(), r.end());
     d.device_passes.insert(d.device_passes.end(), kNumPassColumns, kNaN);
   }
@@ -275,17 +279,21 @@ TEST(DeviceRows, SummaryReportsThemBesideTheWallTimeOnlyWhenRecorded) {
   const DevicePassCounts& v = m.device_passes.at("verify");
   EXPECT_EQ(v.replayed, 2);
   EXPECT_EQ(v.captured, 1);
-  EXPECT_EQ(v.launched, 2);
-  EXPECT_NEAR(v.graph_share(), 0.6, 1e-12);
+  EXPECT_EQ(v.eager, 1);
+  EXPECT_EQ(v.unrecorded, 2);
+  EXPECT_NEAR(v.graph_share(), 0.5, 1e-12);
   run.modes = {m};
   const std::string with_passes = format_summary(run);
   const std::size_t table = with_passes.find("device forward passes");
   ASSERT_NE(table, std::string::npos) << with_passes;
-  EXPECT_NE(with_passes.find(
-                "baseline    verify               5           60.0%         1         2", table),
-            std::string::npos)
+  EXPECT_NE(
+      with_passes.find(
+          "baseline    verify               6           50.0%         1         1           2",
+          table),
+      std::string::npos)
       << with_passes;
   const nlohmann::json jp = summary_to_json(run)["modes"][kModeBaseline]["device_passes"];
-  EXPECT_EQ(jp["verify"]["passes"].get<double>(), 5);
-  EXPECT_NEAR(jp["verify"]["graph_share"].get<double>(), 0.6, 1e-12);
+  EXPECT_EQ(jp["verify"]["passes"].get<double>(), 6);
+  EXPECT_EQ(jp["verify"]["unrecorded"].get<double>(), 2);
+  EXPECT_NEAR(jp["verify"]["graph_share"].get<double>(), 0.5, 1e-12);
 }
