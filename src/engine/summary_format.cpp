@@ -108,7 +108,8 @@ std::string format_summary(const RunSummary& run) {
       out << "  " << std::left << std::setw(12) << m.mode << std::setw(8) << name << std::right
           << std::setprecision(0) << std::setw(14) << n.total() << std::setprecision(1)
           << std::setw(15) << 100 * n.graph_share() << "%" << std::setprecision(0) << std::setw(10)
-          << n.captured << std::setw(10) << n.eager << std::setw(12) << n.unrecorded << "\n";
+          << n.captured << std::setw(10) << n.eager << std::setw(12) << n.unrecorded
+          << (n.graph_share() < 0.5 ? "  <-- mostly kernel by kernel" : "") << "\n";
   bool header = false;
   for (const ModeSummary& m : run.modes) {
     for (const char* name : kPhaseNames) {

@@ -292,8 +292,16 @@ TEST(DeviceRows, SummaryReportsThemBesideTheWallTimeOnlyWhenRecorded) {
           table),
       std::string::npos)
       << with_passes;
+  EXPECT_EQ(with_passes.find("<-- mostly kernel by kernel"), std::string::npos) << with_passes;
   const nlohmann::json jp = summary_to_json(run)["modes"][kModeBaseline]["device_passes"];
   EXPECT_EQ(jp["verify"]["passes"].get<double>(), 6);
   EXPECT_EQ(jp["verify"]["unrecorded"].get<double>(), 2);
   EXPECT_NEAR(jp["verify"]["graph_share"].get<double>(), 0.5, 1e-12);
+  // Fewer than half as graphs: the row is marked.
+  d.device_passes[pass_column(kPhaseVerify) + 3] += 1;
+  run.modes = {summarize_mode(d)};
+  EXPECT_NE(format_summary(run).find("42.9%         1         1           3  <-- mostly kernel by "
+                                     "kernel\n"),
+            std::string::npos)
+      << format_summary(run);
 }
