@@ -143,6 +143,16 @@ std::map<std::string, h5::Dataset> open_table(const h5::Group& g, const ColumnDe
   return out;
 }
 
+// A [steps x ranks x columns] dataset beside the timings, its shape checked.
+h5::Dataset rank_rows(const h5::Group& g, const char* name, hsize_t ranks, int columns) {
+  h5::Dataset d = g.dataset(name);
+  const std::vector<hsize_t> dims = d.dims();
+  SPEC_INPUT_CHECK(
+      dims.size() == 3 && dims[1] == ranks && dims[2] == static_cast<hsize_t>(columns),
+      d.where() << " should be [steps x " << ranks << " ranks x " << columns << " columns]");
+  return d;
+}
+
 }  // namespace
 
 int64_t check_schema(const h5::Group& root) {
@@ -260,12 +270,7 @@ ModeTables open_mode(const h5::Group& root, const std::string& mode) {
   t.n_ranks = static_cast<int32_t>(dims[1]);
   t.timings_batch = t.group.dataset("timings_batch");
   if (t.version >= 3) {
-    t.cpu_timings = t.group.dataset("cpu_timings");
-    std::vector<hsize_t> cdims = t.cpu_timings.dims();
-    SPEC_INPUT_CHECK(cdims.size() == 3 && cdims[1] == dims[1] &&
-                         cdims[2] == static_cast<hsize_t>(kNumCpuColumns),
-                     t.cpu_timings.where() << " should be [steps x " << dims[1] << " ranks x "
-                                           << kNumCpuColumns << " columns]");
+    t.cpu_timings = rank_rows(t.group, "cpu_timings", dims[1], kNumCpuColumns);
     t.host = batches.dataset("host");
     std::vector<hsize_t> hdims = t.host.dims();
     const int fields = t.version >= 4 ? kNumHostFields : kNumHostFieldsV3;
@@ -277,22 +282,10 @@ ModeTables open_mode(const h5::Group& root, const std::string& mode) {
     SPEC_INPUT_CHECK(t.host_busy.rank() == 1 && t.host_busy.is_string(),
                      t.host_busy.where() << " should be a 1-D string dataset");
   }
-  if (t.version >= 5) {
-    t.device_timings = t.group.dataset("device_timings");
-    std::vector<hsize_t> ddims = t.device_timings.dims();
-    SPEC_INPUT_CHECK(ddims.size() == 3 && ddims[1] == dims[1] &&
-                         ddims[2] == static_cast<hsize_t>(kNumDeviceColumns),
-                     t.device_timings.where() << " should be [steps x " << dims[1] << " ranks x "
-                                              << kNumDeviceColumns << " columns]");
-  }
-  if (t.version >= 6) {
-    t.device_passes = t.group.dataset("device_passes");
-    std::vector<hsize_t> pdims = t.device_passes.dims();
-    SPEC_INPUT_CHECK(pdims.size() == 3 && pdims[1] == dims[1] &&
-                         pdims[2] == static_cast<hsize_t>(kNumPassColumns),
-                     t.device_passes.where() << " should be [steps x " << dims[1] << " ranks x "
-                                             << kNumPassColumns << " columns]");
-  }
+  if (t.version >= 5)
+    t.device_timings = rank_rows(t.group, "device_timings", dims[1], kNumDeviceColumns);
+  if (t.version >= 6)
+    t.device_passes = rank_rows(t.group, "device_passes", dims[1], kNumPassColumns);
   t.apos = t.group.dataset("accepted_per_position");
   SPEC_INPUT_CHECK(t.apos.rank() == 1 && t.apos.rows() == t.draft_len,
                    t.apos.where() << " should hold draft_len = " << t.draft_len << " values");

@@ -190,4 +190,19 @@ expect_exit 2 'missing.h5: no such file' bad1.log -- "$SPECRUN_BIN" compare a.h5
 expect_exit 2 'text.h5 is not an HDF5 file' bad2.log -- "$SPECRUN_BIN" compare text.h5 a.h5
 expect_exit 2 'prompts.h5.*not a specrun result file' bad3.log -- "$SPECRUN_BIN" compare a.h5 prompts.h5
 expect_exit 2 'usage: specrun compare BASE.h5 NEW.h5' bad4.log -- "$SPECRUN_BIN" compare a.h5
+# A per-step dataset of the wrong shape (pass rows with 7 columns): refused, the dataset named.
+cp a.h5 badpasses.h5
+"$PY" - badpasses.h5 <<'PY'
+import sys
+import h5py
+import numpy as np
+with h5py.File(sys.argv[1], "r+") as f:
+    old = f["speculative/device_passes"]
+    rows = old[:, :, :7]
+    del f["speculative/device_passes"]
+    f["speculative"].create_dataset("device_passes", data=rows, maxshape=(None,) + rows.shape[1:])
+PY
+expect_exit 2 'speculative/device_passes should be \[steps x 2 ranks x 8 columns\]' bad5.log -- \
+  "$SPECRUN_BIN" report badpasses.h5
+expect_exit 2 'badpasses.h5' bad6.log -- "$SPECRUN_BIN" compare a.h5 badpasses.h5
 echo "run_compare: all checks passed"
