@@ -1,6 +1,7 @@
 #include "io/result_layout.h"
 
 #include <algorithm>
+#include <array>
 
 #include "common/error.h"
 #include "io/records.h"
@@ -143,6 +144,17 @@ std::map<std::string, h5::Dataset> open_table(const h5::Group& g, const ColumnDe
   return out;
 }
 
+// A [steps x ranks x columns] float32 dataset beside the timings, described, its columns named.
+template <std::size_t N>
+h5::Dataset create_rank_rows(h5::Group& g, const char* name, int32_t n_ranks,
+                             const std::array<const char*, N>& columns, const char* unit,
+                             const char* description) {
+  h5::Dataset d = h5::create_rows<float>(g, name, uncompressed({static_cast<hsize_t>(n_ranks), N}));
+  describe(d, unit, description);
+  d.set_attr_strings("columns", std::vector<std::string>(columns.begin(), columns.end()));
+  return d;
+}
+
 // A [steps x ranks x columns] dataset beside the timings, its shape checked.
 h5::Dataset rank_rows(const h5::Group& g, const char* name, hsize_t ranks, int columns) {
   h5::Dataset d = g.dataset(name);
@@ -195,31 +207,19 @@ ModeTables create_mode(h5::Group& root, const std::string& mode, int32_t draft_l
   t.timings.set_attr_strings("phases", phases);
   t.timings_batch = h5::create_rows<int64_t>(t.group, "timings_batch", uncompressed({}));
   describe(t.timings_batch, "", "batch number of each timings row");
-  std::vector<std::string> cpu_columns(kCpuColumns.begin(), kCpuColumns.end());
-  t.cpu_timings = h5::create_rows<float>(
-      t.group, "cpu_timings",
-      uncompressed({static_cast<hsize_t>(n_ranks), static_cast<hsize_t>(kNumCpuColumns)}));
-  describe(t.cpu_timings, "ms",
-           "per timings row and rank: the main thread's CPU time in each phase, then the "
-           "run-queue wait of the rank's threads over the step (columns)");
-  t.cpu_timings.set_attr_strings("columns", cpu_columns);
-  std::vector<std::string> device_columns(kDeviceColumns.begin(), kDeviceColumns.end());
-  t.device_timings = h5::create_rows<float>(
-      t.group, "device_timings",
-      uncompressed({static_cast<hsize_t>(n_ranks), static_cast<hsize_t>(kNumDeviceColumns)}));
-  describe(t.device_timings, "ms",
-           "per timings row and rank: device time of each phase, from its start to the next "
-           "mark on the device's queue, and of the whole step (columns; NaN: no device)");
-  t.device_timings.set_attr_strings("columns", device_columns);
-  std::vector<std::string> pass_columns(kPassColumns.begin(), kPassColumns.end());
-  t.device_passes = h5::create_rows<float>(
-      t.group, "device_passes",
-      uncompressed({static_cast<hsize_t>(n_ranks), static_cast<hsize_t>(kNumPassColumns)}));
-  describe(t.device_passes, "passes",
-           "per timings row and rank: the forward passes of the step's draft and verify phases "
-           "on the device, replayed as a CUDA graph, captured into one, or launched kernel by "
-           "kernel after recording (eager) or without (unrecorded) (columns; NaN: no device)");
-  t.device_passes.set_attr_strings("columns", pass_columns);
+  t.cpu_timings = create_rank_rows(
+      t.group, "cpu_timings", n_ranks, kCpuColumns, "ms",
+      "per timings row and rank: the main thread's CPU time in each phase, then the "
+      "run-queue wait of the rank's threads over the step (columns)");
+  t.device_timings = create_rank_rows(
+      t.group, "device_timings", n_ranks, kDeviceColumns, "ms",
+      "per timings row and rank: device time of each phase, from its start to the next "
+      "mark on the device's queue, and of the whole step (columns; NaN: no device)");
+  t.device_passes = create_rank_rows(
+      t.group, "device_passes", n_ranks, kPassColumns, "passes",
+      "per timings row and rank: the forward passes of the step's draft and verify phases "
+      "on the device, replayed as a CUDA graph, captured into one, or launched kernel by "
+      "kernel after recording (eager) or without (unrecorded) (columns; NaN: no device)");
 
   std::vector<int64_t> zeros(static_cast<size_t>(draft_len), 0);
   t.apos = h5::create_fixed<int64_t>(t.group, "accepted_per_position",
