@@ -1,6 +1,7 @@
 // Step graphs (step_graphs.h): record, look up, capture, replay.
 #include <algorithm>
 #include <chrono>
+#include <exception>
 #include <mutex>
 
 #include "common/error.h"
@@ -99,46 +100,65 @@ void StepGraphs::run_recorded() {
   for (const std::function<void()>& op : ops_) op();
 }
 
-void StepGraphs::capture(cudaStream_t stream, Graph& g) {
+bool StepGraphs::capture(cudaStream_t stream, Graph& g, bool fall_back) {
   const auto t0 = std::chrono::steady_clock::now();
   CUDA_CHECK(cudaStreamBeginCapture(stream, cudaStreamCaptureModeThreadLocal));
   capture_hooks_.clear();
   t_capturing = this;
   t_capture_id = ++t_captures;
+  std::exception_ptr failure;
   try {
     run_recorded();
   } catch (...) {
-    // With collectives of several ranks this is fatal for the job (the other ranks' captured
-    // collectives wait for this rank's): the error ends it, no later pass runs.
-    t_capturing = nullptr;
-    t_capture_id = 0;
-    capture_hooks_.clear();
-    cudaGraph_t broken = nullptr;
-    (void)cudaStreamEndCapture(stream, &broken);
-    if (broken != nullptr) (void)cudaGraphDestroy(broken);
-    throw;
+    failure = std::current_exception();
   }
   t_capturing = nullptr;
   t_capture_id = 0;
   cudaGraph_t graph = nullptr;
-  CUDA_CHECK(cudaStreamEndCapture(stream, &graph));
+  const cudaError_t ended = cudaStreamEndCapture(stream, &graph);
   cudaGraphExec_t exec = nullptr;
-  const cudaError_t rc = cudaGraphInstantiate(&exec, graph, 0);
-  (void)cudaGraphDestroy(graph);
-  CUDA_CHECK(rc);
+  if (!failure) {
+    try {
+      CUDA_CHECK(ended);
+      CUDA_CHECK(cudaGraphInstantiate(&exec, graph, 0));
+    } catch (...) {
+      failure = std::current_exception();
+    }
+  }
+  if (graph != nullptr) (void)cudaGraphDestroy(graph);
+  if (failure) {
+    capture_hooks_.clear();
+    // With collectives of several ranks this is fatal for the job (the other ranks' captured
+    // collectives wait for this rank's): the error ends it, no later pass runs.
+    if (!fall_back) std::rethrow_exception(failure);
+    (void)cudaGetLastError();  // the failed capture's error is not the next launch's
+    if (stats_->capture_failures++ == 0) {
+      try {
+        std::rethrow_exception(failure);
+      } catch (const std::exception& e) {
+        stats_->capture_error = e.what();
+      } catch (...) {
+        stats_->capture_error = "an exception that is not a std::exception";
+      }
+    }
+    return false;
+  }
   g.exec = exec;
-  g.hooks = std::move(capture_hooks_);
+  if (!capture_hooks_.empty())
+    g.hooks = std::make_shared<const std::vector<std::function<void()>>>(std::move(capture_hooks_));
   capture_hooks_.clear();
   stats_->capture_ms +=
       std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
   ++stats_->captures;
+  return true;
 }
 
 void StepGraphs::launch_graph(const Graph& g, cudaStream_t stream) {
-  if (!g.hooks.empty()) {
-    // Copies: a hook that fails may drop g (a communicator's abort calls drop_all) while it runs.
-    const std::vector<std::function<void()>> hooks = g.hooks;
-    for (const std::function<void()>& hook : hooks) hook();
+  if (g.hooks) {
+    // Holds the hooks: a hook that fails may drop g (a communicator's abort calls drop_all)
+    // while it runs.
+    const std::shared_ptr<const std::vector<std::function<void()>>> hooks = g.hooks;
+    for (const std::function<void()>& hook : *hooks) hook();
   }
   CUDA_CHECK(cudaGraphLaunch(g.exec, stream));
 }
@@ -163,7 +183,7 @@ void StepGraphs::end(cudaStream_t stream, const Agree& agree) {
   } else {
     if (seen_.size() > 4096) seen_.clear();  // shapes that never repeat
     const int seen = allocated ? 0 : ++seen_[hash];
-    if (seen >= 2 && n_graphs_ < kMaxGraphs) choice = kStepCapture;
+    if (seen >= 2 && n_graphs_ < kMaxGraphs && !capture_failed_) choice = kStepCapture;
   }
   // The group's choice can only lower this rank's: a replay to a capture (this rank then
   // replaces its graph of that signature), anything to eager.
@@ -174,24 +194,29 @@ void StepGraphs::end(cudaStream_t stream, const Agree& agree) {
                "step graphs: the tp group chose " << choice << " for a step this rank chose "
                                                   << mine << " for (a rank that diverged)");
   }
-  if (choice >= kStepReplay) {
+  if (choice == kStepCapture) {
+    Graph g{signature_, nullptr, n_captures_, {}};
+    if (capture(stream, g, /*fall_back=*/!agree)) {
+      ++n_captures_;
+      if (found != nullptr) {
+        (void)cudaGraphExecDestroy(found->exec);
+        *found = std::move(g);
+      } else {
+        std::vector<Graph>& list = graphs_[hash];
+        list.push_back(std::move(g));
+        found = &list.back();
+        ++n_graphs_;
+      }
+      seen_.erase(hash);
+      launch_graph(*found, stream);
+    } else {
+      capture_failed_ = true;  // nothing ran: the step goes one by one, and so do later ones
+      run_recorded();
+      ++stats_->eager;
+    }
+  } else if (choice >= kStepReplay) {
     launch_graph(*found, stream);
     ++stats_->replays;
-  } else if (choice == kStepCapture) {
-    Graph g{signature_, nullptr, n_captures_, {}};
-    capture(stream, g);
-    ++n_captures_;
-    if (found != nullptr) {
-      (void)cudaGraphExecDestroy(found->exec);
-      *found = std::move(g);
-    } else {
-      std::vector<Graph>& list = graphs_[hash];
-      list.push_back(std::move(g));
-      found = &list.back();
-      ++n_graphs_;
-    }
-    seen_.erase(hash);
-    launch_graph(*found, stream);
   } else {
     run_recorded();
     ++stats_->eager;

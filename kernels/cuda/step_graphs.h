@@ -11,6 +11,9 @@
 //     launches), instantiated, launched, kept;
 //   - otherwise (first sight, a list that allocated device memory while recording, graphs off,
 //     or kMaxGraphs reached): the recorded launches run as they are.
+// A capture that fails runs the step's launches one by one instead, and the object captures
+// nothing more (StepGraphStats::capture_failures); in a step with collectives of several ranks
+// (end()'s `agree`) it ends the job, as the other ranks' captured collectives wait for this one's.
 // Identical function and argument lists mean identical launches, so a replay is exactly the step
 // it stands for, and the outputs are bitwise those of the launches run one by one.
 //
@@ -33,6 +36,7 @@
 #include <cstring>
 #include <functional>
 #include <memory>
+#include <string>
 #include <tuple>
 #include <type_traits>
 #include <unordered_map>
@@ -52,6 +56,11 @@ struct StepGraphStats {
   long long eager = 0;       // graphable steps whose launches ran one by one
   long long unrecorded = 0;  // steps not recorded (too large, or graphs off): launched one by one
   double capture_ms = 0;     // host time spent capturing and instantiating
+  // Captures that failed (a launch the driver refuses inside a capture, or a graph it will not
+  // instantiate) in a step without collectives of several ranks: the step ran one by one
+  // (counted in eager) and its StepGraphs captures nothing more. The first failure's message.
+  long long capture_failures = 0;
+  std::string capture_error;
 };
 
 // cudaMemcpyAsync / cudaMemcpy2DAsync as launches (checked), for StepGraphs::launch.
@@ -118,8 +127,9 @@ class StepGraphs {
   struct Graph {
     std::vector<std::uint64_t> signature;
     cudaGraphExec_t exec = nullptr;
-    std::int64_t serial = 0;                   // which capture of this object made it
-    std::vector<std::function<void()>> hooks;  // on_launch's, run before every launch
+    std::int64_t serial = 0;  // which capture of this object made it
+    // on_launch's, run before every launch; shared so a replay holds them without copying
+    std::shared_ptr<const std::vector<std::function<void()>>> hooks;
   };
 
   template <class T>
@@ -139,8 +149,9 @@ class StepGraphs {
     }
   }
   void run_recorded();
-  // Captures the recorded launches into g (exec and hooks).
-  void capture(cudaStream_t stream, Graph& g);
+  // Captures the recorded launches into g (exec and hooks). A failure throws when !fall_back;
+  // otherwise it is counted and false returned, g untouched and the stream out of capture.
+  bool capture(cudaStream_t stream, Graph& g, bool fall_back);
   void launch_graph(const Graph& g, cudaStream_t stream);
   // The kept graph with this step's signature, or nullptr.
   Graph* find(std::uint64_t hash);
@@ -155,6 +166,7 @@ class StepGraphs {
   std::unordered_map<std::uint64_t, int> seen_;                   // signature hash -> times
   int n_graphs_ = 0;
   std::int64_t n_captures_ = 0;  // captures made (the serial of the next)
+  bool capture_failed_ = false;  // a capture failed: none is tried again
   std::vector<std::function<void()>> capture_hooks_;
 };
 

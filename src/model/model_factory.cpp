@@ -99,8 +99,12 @@ std::string ModelFactory::step_graph_report() const {
     out << "step graphs " << (cuda_->step_graphs() ? "on" : "off") << ": " << s.replays << " of "
         << s.steps << " passes replayed, " << s.captures << " graphs captured (" << std::fixed
         << std::setprecision(1) << s.capture_ms << " ms), " << s.eager << " launched one by one, "
-        << s.unrecorded << " not recorded (larger than a step graph takes, or graphs off)"
-        << "; dependent launches " << (cuda_->dependent_launch() ? "on" : "off")
+        << s.unrecorded << " not recorded (larger than a step graph takes, or graphs off)";
+    if (s.capture_failures > 0)
+      out << "; " << s.capture_failures
+          << " capture(s) failed, their models' passes launched one by one since (first: "
+          << s.capture_error << ")";
+    out << "; dependent launches " << (cuda_->dependent_launch() ? "on" : "off")
         << "; projections on the " << (cuda_->tensor_core_gemv() ? "tensor" : "CUDA") << " cores";
     return out.str();
   }

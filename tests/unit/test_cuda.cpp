@@ -1,9 +1,18 @@
-// CUDA backend smoke test (label "gpu"). Without a CUDA build or without a device it skips
-// visibly, saying why.
+// CUDA backend smoke test (label "gpu"), and how step graphs survive a capture the driver
+// refuses. Without a CUDA build or without a device it skips visibly, saying why.
 #include <gtest/gtest.h>
 
 #ifdef SPECRUN_HAVE_CUDA
+#include <cstdint>
+#include <cstring>
+#include <vector>
+
+#include "common/error.h"
+#include "cuda_test_util.h"
+#include "kernels/cuda/cuda_check.h"
+#include "kernels/cuda/device_buffer.h"
 #include "kernels/cuda/device_info.h"
+#include "kernels/cuda/step_graphs.h"
 #endif
 
 TEST(Cuda, DeviceSelfTest) {
@@ -15,5 +24,77 @@ TEST(Cuda, DeviceSelfTest) {
   if (n == 0) GTEST_SKIP() << "no CUDA device visible: " << why;
   EXPECT_GT(specrun::cuda::nccl_runtime_version(), 0);
   for (int d = 0; d < n; ++d) specrun::cuda::self_test(d);
+#endif
+}
+
+#ifdef SPECRUN_HAVE_CUDA
+namespace {
+
+// Fine when launched one by one; inside a stream capture a refused call (a capture cannot wait
+// for its own stream), which invalidates the capture.
+void wait_for_stream(cudaStream_t stream) {
+  CUDA_CHECK(cudaStreamSynchronize(stream));
+}
+
+}  // namespace
+#endif
+
+TEST(Cuda, StepGraphsRunAStepWhoseCaptureFailsOneByOne) {
+#ifndef SPECRUN_HAVE_CUDA
+  GTEST_SKIP() << "built without CUDA (-DSPECRUN_CUDA=OFF): no GPU test to run";
+#else
+  using namespace specrun;
+  REQUIRE_DEVICE();
+  cudaStream_t stream = test::device_context()->stream();
+  constexpr int kN = 1024;
+  constexpr std::size_t kBytes = kN * sizeof(float);
+  cuda::DeviceBuffer in(kBytes), out(kBytes);
+  std::vector<float> host(kN), back(kN);
+  cuda::StepGraphStats stats;
+  cuda::StepGraphs graphs(stats);
+  auto step = [&](int salt, const cuda::StepGraphs::Agree& agree) {
+    for (int i = 0; i < kN; ++i) host[i] = static_cast<float>(i + salt);
+    CUDA_CHECK(cudaMemcpyAsync(in.get(), host.data(), kBytes, cudaMemcpyHostToDevice, stream));
+    CUDA_CHECK(cudaMemsetAsync(out.get(), 0xff, kBytes, stream));  // NaN
+    graphs.begin(true);
+    graphs.launch(&cuda::memcpy_async, stream, out.get(), static_cast<const void*>(in.get()),
+                  kBytes, cudaMemcpyDeviceToDevice);
+    graphs.launch(&wait_for_stream, stream);
+    graphs.end(stream, agree);
+    CUDA_CHECK(cudaMemcpyAsync(back.data(), out.get(), kBytes, cudaMemcpyDeviceToHost, stream));
+    CUDA_CHECK(cudaStreamSynchronize(stream));
+    EXPECT_EQ(0, std::memcmp(back.data(), host.data(), kBytes)) << "step " << salt;
+  };
+  // First sight: one by one. Second: the capture fails, and the step runs one by one; then no
+  // capture is tried again.
+  for (int s = 0; s < 4; ++s) step(s, {});
+  EXPECT_EQ(stats.steps, 4);
+  EXPECT_EQ(stats.eager, 4);
+  EXPECT_EQ(stats.captures, 0);
+  EXPECT_EQ(stats.capture_failures, 1);
+  EXPECT_NE(stats.capture_error.find("cudaStreamSynchronize"), std::string::npos)
+      << stats.capture_error;
+  EXPECT_EQ(graphs.graphs(), 0);
+  EXPECT_EQ(cudaGetLastError(), cudaSuccess) << "the failed capture's error was left behind";
+
+  // With collectives of several ranks (an agreement) the failure ends the step, naming it.
+  cuda::StepGraphStats group_stats;
+  cuda::StepGraphs group(group_stats);
+  const cuda::StepGraphs::Agree agree = [](std::int64_t choice) { return choice; };
+  auto group_step = [&] {
+    group.begin(true);
+    group.launch(&cuda::memcpy_async, stream, out.get(), static_cast<const void*>(in.get()), kBytes,
+                 cudaMemcpyDeviceToDevice);
+    group.launch(&wait_for_stream, stream);
+    group.end(stream, agree);
+  };
+  group_step();
+  EXPECT_THROW(group_step(), Error);
+  EXPECT_EQ(group_stats.capture_failures, 0);
+  cudaStreamCaptureStatus capturing = cudaStreamCaptureStatusActive;
+  CUDA_CHECK(cudaStreamIsCapturing(stream, &capturing));
+  EXPECT_EQ(capturing, cudaStreamCaptureStatusNone) << "the stream was left capturing";
+  (void)cudaGetLastError();
+  step(9, {});  // the stream still works
 #endif
 }

@@ -617,7 +617,9 @@ TEST(CudaBench, DecodeAndVerifyStepsAgainstCopyBandwidth) {
                                   {"replays", st.replays},
                                   {"captures", st.captures},
                                   {"eager", st.eager},
-                                  {"capture_ms", st.capture_ms}};
+                                  {"capture_ms", st.capture_ms},
+                                  {"capture_failures", st.capture_failures},
+                                  {"capture_error", st.capture_error}};
     report["dependent_launch"] = cuda_ctx.dependent_launch();
     cuda_ctx.set_tensor_core_gemv(false);
 
