@@ -69,6 +69,12 @@ DeviceContext::DeviceContext(int device) : device_(device) {
   description_ = check_architecture(device);
   CUDA_CHECK(cudaSetDevice(device));
   CUDA_CHECK(cudaDeviceGetAttribute(&compute_major_, cudaDevAttrComputeCapabilityMajor, device));
+  // Kernels wait for the grids before them (griddepcontrol.wait) only in code compiled for
+  // sm_90 on; PTX of an older architecture compiled by the driver has no wait in it.
+  cudaFuncAttributes attr{};
+  CUDA_CHECK(cudaFuncGetAttributes(&attr, probe_kernel));
+  dependent_launch_code_ =
+      attr.ptxVersion >= 90 || (attr.ptxVersion == 0 && attr.binaryVersion >= 90);
   CUDA_CHECK(cudaStreamCreateWithFlags(&stream_, cudaStreamNonBlocking));
   CUBLAS_CHECK(cublasCreate(&cublas_));
   CUBLAS_CHECK(cublasSetStream(cublas_, stream_));

@@ -39,6 +39,10 @@ class DeviceContext {
   const std::string& description() const { return description_; }
   // The device's compute capability, major version (9 for H100/H200).
   int compute_major() const { return compute_major_; }
+  // Whether the device code running here was compiled for sm_90 or later, which programmatic
+  // dependent launches need (device_util.cuh: wait_for_prior_grids is empty below it): false
+  // on an sm_90 device running a build's sm_80 PTX.
+  bool dependent_launch_code() const { return dependent_launch_code_; }
   // Free and total device memory in bytes, now.
   std::size_t free_bytes() const;
   std::size_t total_bytes() const;
@@ -46,6 +50,7 @@ class DeviceContext {
  private:
   int device_ = 0;
   int compute_major_ = 0;
+  bool dependent_launch_code_ = false;
   cudaStream_t stream_ = nullptr;
   cublasHandle_t cublas_ = nullptr;
   void* workspace_ = nullptr;

@@ -14,7 +14,8 @@ namespace specrun {
 static_assert(Backend<CudaBackend>, "CudaBackend has every member the model graphs use");
 
 static_assert(kCudaBatchInvariantTokens == cuda::kMaxGemvTokens &&
-                  kCudaTensorCoreBatchInvariantTokens == cuda::kMaxTensorCoreTokens,
+                  kCudaTensorCoreBatchInvariantTokens == cuda::kMaxTensorCoreTokens &&
+                  kCudaTensorCoreInputMultiple == cuda::kTensorCoreInputMultiple,
               "backend.h states the GEMV paths' token limits");
 
 namespace {
@@ -63,7 +64,7 @@ NcclComm& CudaContext::self() {
 }
 
 bool CudaContext::dependent_launch() const {
-  return dependent_launch_ && device_->compute_major() >= 9;
+  return dependent_launch_ && device_->compute_major() >= 9 && device_->dependent_launch_code();
 }
 
 void CudaContext::synchronize() {
