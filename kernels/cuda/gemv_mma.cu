@@ -48,7 +48,7 @@ namespace {
 constexpr int kWarps = 4;                           // warps splitting `in` of a block's rows
 constexpr int kThreads = kWarp * kWarps;            // 128
 constexpr int kTileRows = 16;                       // rows of an mma tile
-constexpr int kChunk = 32;                          // inputs of a warp step: two k16 mmas
+constexpr int kChunk = kTensorCoreInputMultiple;    // inputs of a warp step: two k16 mmas
 constexpr int kLoadsPerChunkRow = kChunk * 2 / 16;  // 16-byte loads covering a chunk of a row
 static_assert(kMaxNormTokens <= 8, "a fused norm's pass is one tile of 8 tokens");
 
@@ -66,7 +66,9 @@ __device__ __forceinline__ std::uint32_t packed(__nv_bfloat162 v) {
 __device__ __forceinline__ Parts split(float a, float b) {
   const __nv_bfloat162 hi = __floats2bfloat162_rn(a, b);
   const float2 h = __bfloat1622float2(hi);
-  const float ra = a - h.x, rb = b - h.y;  // exact
+  // Exact; an infinite part (x infinite, or within a rounding of FLT_MAX) leaves no remainder,
+  // so x = inf gives inf as the CUDA-core kernel does, not inf - inf = NaN.
+  const float ra = isfinite(h.x) ? a - h.x : 0.0f, rb = isfinite(h.y) ? b - h.y : 0.0f;
   const __nv_bfloat162 mid = __floats2bfloat162_rn(ra, rb);
   const float2 m = __bfloat1622float2(mid);
   const __nv_bfloat162 lo = __floats2bfloat162_rn(ra - m.x, rb - m.y);  // exact, and fits

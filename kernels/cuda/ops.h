@@ -57,6 +57,8 @@ namespace specrun::cuda {
 //                    one block per group of rows, in waves).
 inline constexpr int kMaxGemvTokens = 64;
 inline constexpr int kMaxTensorCoreTokens = 512;
+// The tensor-core kernel takes projections whose input width is a multiple of this.
+inline constexpr int kTensorCoreInputMultiple = 32;
 inline constexpr int kGemvDependent = 1;
 inline constexpr int kGemvPersistent = 2;
 inline constexpr int kGemvTensorCores = 4;

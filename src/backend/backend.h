@@ -48,6 +48,9 @@ enum class BackendKind { kCpu, kCuda };
 // The CPU backend is batch-invariant for any pass.
 inline constexpr int kCudaBatchInvariantTokens = 64;
 inline constexpr int kCudaTensorCoreBatchInvariantTokens = 512;
+// ... for projections whose input width is a multiple of this (hidden, intermediate, heads x
+// head_dim).
+inline constexpr int kCudaTensorCoreInputMultiple = 32;
 
 // "cpu" / "cuda".
 const char* backend_name(BackendKind kind);

@@ -9,6 +9,7 @@
 #include "config/job_config.h"
 #include "io/provenance.h"
 #include "io/result_file.h"
+#include "model/model_config.h"
 
 namespace specrun {
 
@@ -35,12 +36,18 @@ std::string models_json(const JobConfig& config, bool contents = true);
 // match (weights are kept in their checkpoint dtype). Throws (exit code 2) with advice.
 void check_target_dtype(const JobConfig& config, const Checkpoint& checkpoint);
 
+// Whether the CUDA projections of a target with these weights and shapes can run on the tensor
+// cores (cuda::gemv_tokens: BF16 weights, every projection input a multiple of 32).
+bool tensor_core_projections(DType weights, const ModelConfig& target);
+
 // On CUDA, a greedy speculative job whose verify passes (data.batch_size x window tokens) exceed
-// what the projections keep batch-invariant (backend.h: kCudaBatchInvariantTokens, or
-// kCudaTensorCoreBatchInvariantTokens with parallel.cuda_tensor_cores) may differ from its
-// baseline at a near-tie: the warning that says so, with the batch size (or the setting) that
-// keeps the guarantee; empty when there is nothing to say.
-std::string batch_variance_warning(const JobConfig& config, BackendKind backend);
+// what the target's projections keep batch-invariant (backend.h: kCudaBatchInvariantTokens, or
+// kCudaTensorCoreBatchInvariantTokens with parallel.cuda_tensor_cores when
+// tensor_core_projections) may differ from its baseline at a near-tie: the warning that says so,
+// with the batch size (or the setting) that keeps the guarantee; empty when there is nothing to
+// say. `weights`: the target checkpoint's stored type.
+std::string batch_variance_warning(const JobConfig& config, BackendKind backend, DType weights,
+                                   const ModelConfig& target);
 
 // The [parallel] section's CUDA launch settings (cuda_graphs, cuda_pdl, cuda_tensor_cores) on
 // the factory's device, before its first pass; nothing on the CPU backend.

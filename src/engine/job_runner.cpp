@@ -235,6 +235,7 @@ struct RankModels {
   std::unique_ptr<LanguageModel> target;
   std::unique_ptr<TokenOps> ops;
   std::unique_ptr<Drafter> drafter;
+  DType target_weights = DType::kF32;  // the checkpoint's stored type
 };
 
 RankModels load_models(const JobConfig& config, BackendKind backend, MpiComm& tp_comm,
@@ -242,6 +243,7 @@ RankModels load_models(const JobConfig& config, BackendKind backend, MpiComm& tp
   RankModels m;
   Checkpoint target_ckpt(config.target.path.resolved);
   check_target_dtype(config, target_ckpt);
+  m.target_weights = target_ckpt.tensor("model.embed_tokens.weight").dtype;
   m.factory = std::make_unique<ModelFactory>(backend, tp_comm, self_comm, world, threads,
                                              config.parallel.comm_timeout_s);
   configure_cuda(*m.factory, config);
@@ -351,11 +353,19 @@ ResultHeader job_header(const JobConfig& config, const World& world,
   return header;
 }
 
-std::string batch_variance_warning(const JobConfig& config, BackendKind backend) {
+bool tensor_core_projections(DType weights, const ModelConfig& target) {
+  const int m = kCudaTensorCoreInputMultiple;
+  return weights == DType::kBF16 && target.hidden_size % m == 0 &&
+         target.intermediate_size % m == 0 && (target.num_heads * target.head_dim) % m == 0;
+}
+
+std::string batch_variance_warning(const JobConfig& config, BackendKind backend, DType weights,
+                                   const ModelConfig& target) {
   if (backend != BackendKind::kCuda || config.decode.temperature > 0 ||
       !config.uses_mode(kModeSpeculative))
     return "";
-  const bool tensor_cores = config.parallel.cuda_tensor_cores;
+  const bool eligible = tensor_core_projections(weights, target);
+  const bool tensor_cores = config.parallel.cuda_tensor_cores && eligible;
   const int limit = tensor_cores ? kCudaTensorCoreBatchInvariantTokens : kCudaBatchInvariantTokens;
   const int window =
       1 + (config.decode.tree_top_k > 1 ? config.decode.tree_nodes : config.decode.draft_len);
@@ -365,11 +375,17 @@ std::string batch_variance_warning(const JobConfig& config, BackendKind backend)
   line << "data.batch_size " << config.data.batch_size << " x " << window
        << " tokens per verify window exceeds the " << limit
        << " tokens the CUDA kernels keep batch-invariant"
-       << (tensor_cores ? " (BF16 weights on the tensor cores)" : "")
-       << ": speculative greedy output may differ from baseline at a near-tie; data.batch_size <= "
+       << (tensor_cores ? " (BF16 weights on the tensor cores)" : "");
+  if (config.parallel.cuda_tensor_cores && !eligible)
+    line << " (parallel.cuda_tensor_cores takes BF16 weights with projection inputs a multiple of "
+            "32; the target's are "
+         << dtype_name(weights) << ", hidden " << target.hidden_size << ", intermediate "
+         << target.intermediate_size << ")";
+  line << ": speculative greedy output may differ from baseline at a near-tie; data.batch_size <= "
        << std::max(1, limit / window) << " keeps them identical";
-  if (!tensor_cores && tokens <= kCudaTensorCoreBatchInvariantTokens)
-    line << ", and so does parallel.cuda_tensor_cores = true with BF16 weights (up to "
+  if (!config.parallel.cuda_tensor_cores && eligible &&
+      tokens <= kCudaTensorCoreBatchInvariantTokens)
+    line << ", and so does parallel.cuda_tensor_cores = true (BF16 weights, up to "
          << kCudaTensorCoreBatchInvariantTokens << " tokens)";
   return line.str();
 }
@@ -479,7 +495,9 @@ int run_job(const JobConfig& config, MpiSession& mpi, const RunOptions& options)
     log.info(line.str());
   }
   if (backend != BackendKind::kCpu) log.info("backend: " + models.factory->description());
-  if (const std::string warning = batch_variance_warning(config, backend); !warning.empty())
+  if (const std::string warning = batch_variance_warning(config, backend, models.target_weights,
+                                                           models.target->config());
+      !warning.empty())
     log.warn(warning);
   Communicator& decisions = models.factory->tp_comm();
   BatchDecoder decoder(*models.target, models.drafter.get(), *models.ops, decisions, decode,
