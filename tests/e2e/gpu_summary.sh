@@ -8,7 +8,9 @@
 #     written, for each file;
 #   - the summary's targets hold the two speed targets for the default configuration, with run
 #     2's figures (43.2% of the copy bandwidth, verify / decode 2.20), and, only when the file
-#     has "on-tc", the same two for the tensor cores with that configuration's figures.
+#     has "on-tc", the same two for the tensor cores with that configuration's figures;
+#   - a run whose memcheck and e2e stages failed (as run 2's did) exits 1 and keeps what their
+#     logs say in summary.json: compute-sanitizer's report and ERROR SUMMARY, the e2e FAIL lines.
 set -euo pipefail
 SRC=$(cd "$(dirname "$0")/../.." && pwd)
 PY=/usr/bin/python3
@@ -74,4 +76,40 @@ assert abs(tc["decode batch 1 achieved bandwidth / copy bandwidth"]["value"] - 0
 run1 = targets("h200-2026-12-04-run1-bench")
 assert abs(run1["decode batch 1 achieved bandwidth / copy bandwidth"]["value"] - 0.306) < 0.001
 print("gpu summary: run 1, run 2 and a tensor-core benchmark summarised and plotted")
+PYEOF
+
+# A run with failed stages: the evidence stays in summary.json.
+mkdir -p failed/logs failed/out
+printf 'unit_test_cuda 0 1\nmemcheck_graphs 9 31\ne2e 1 20\nbench 0 51\n' >failed/logs/stages.txt
+{
+  echo "[ RUN      ] CudaTransformer.StepGraphsReplayBitwiseThePassesLaunchedOneByOne"
+  echo "========= Invalid __global__ read of size 16 bytes"
+  echo "=========     at attention_rope+0x1a0 in attention.cu:120"
+  echo "=========     by thread (3,0,0) in block (7,0,0)"
+  for i in $(seq 1 80); do echo "=========     frame $i"; done
+  echo "[       OK ] CudaTransformer.StepGraphsReplayBitwiseThePassesLaunchedOneByOne"
+  echo "========= ERROR SUMMARY: 4 errors"
+} >failed/logs/memcheck_graphs.log
+{
+  echo "syn_bf16: 24 prompts, speculative == baseline for 24, tau 2.10"
+  echo "FAIL code_tree_tc: prompt 3 differs first at token 17: baseline [5], speculative [6]"
+  echo "trailing line"
+} >failed/logs/e2e.log
+cp out-h200-2026-12-04-run2-bench/bench.json oracle.json peer.json failed/out/
+rc=0
+"$PY" "$SRC/tests/gpu/check_summary.py" failed/logs failed/out 100 >failed/summary.log || rc=$?
+[[ $rc -eq 1 ]] || { cat failed/summary.log; echo "FAIL: failed stages gave exit $rc, not 1"; exit 1; }
+grep -q "memcheck_graphs failed; its log says:" failed/summary.log ||
+  { cat failed/summary.log; echo "FAIL: the printed summary does not quote the failed stage"; exit 1; }
+"$PY" - <<'PYEOF'
+import json
+s = json.load(open("failed/out/summary.json"))
+assert s["pass"] is False and s["failed_stages"] == ["memcheck_graphs", "e2e"], s["failed_stages"]
+mc = s["failure_logs"]["memcheck_graphs"]
+assert mc[0] == "========= Invalid __global__ read of size 16 bytes", mc[:2]
+assert mc[-1] == "========= ERROR SUMMARY: 4 errors" and len(mc) == 61, (len(mc), mc[-1])
+assert not any("[ RUN" in l for l in mc), "GoogleTest lines in the sanitizer excerpt"
+e2e = s["failure_logs"]["e2e"]
+assert e2e[0].startswith("FAIL code_tree_tc: prompt 3") and e2e[-1] == "trailing line", e2e
+print("gpu summary: failed stages keep their logs' evidence")
 PYEOF

@@ -119,11 +119,33 @@ target("phase timing overhead (fraction of a decode step)", ins, "< 0.01",
 
 failed_stages = [s["stage"] for s in stages if s["exit"] != 0]
 failed_tests = sorted(t for g in gtests.values() for t in g.get("failed", []))
+
+
+def failure_excerpt(stage):
+    """What a failed stage's log says, kept in summary.json (the one file sure to come back
+    and be committed): compute-sanitizer's reports (its first 60 lines and the ERROR SUMMARY),
+    GoogleTest's failures, else the log's last 30 lines."""
+    path = os.path.join(logs, stage + ".log")
+    if not os.path.exists(path):
+        return ["(no log)"]
+    lines = open(path, errors="replace").read().splitlines()
+    if stage.startswith("memcheck"):
+        reports = [l for l in lines if l.startswith("=========")]
+        totals = [l for l in reports if "ERROR SUMMARY" in l]
+        if reports:
+            return reports[:60] + [l for l in totals if l not in reports[:60]]
+    failures = [l for l in lines if "Failure" in l or l.startswith("[  FAILED  ]") or
+                l.startswith("FAIL")]
+    return (failures[:30] + ["..."] + lines[-15:]) if failures else lines[-30:]
+
+
+failure_logs = {s: failure_excerpt(s) for s in failed_stages}
 summary = {
     "total_seconds": total_s,
     "pass": not failed_stages and not failed_tests,
     "failed_stages": failed_stages,
     "failed_tests": failed_tests,
+    "failure_logs": failure_logs,
     "stages": stages,
     "gtest": gtests,
     "e2e": e2e,
@@ -151,6 +173,10 @@ for name, g in gtests.items():
           f"{len(g.get('skipped', []))} skipped")
 for t in failed_tests:
     print(f"  FAILED {t}")
+for stage, excerpt in failure_logs.items():
+    print(f"  {stage} failed; its log says:")
+    for line in excerpt[:8]:
+        print(f"    | {line[:160]}")
 for e in e2e:
     print(f"  e2e {e['case']:<26} {e['equal']}/{e['prompts']} equal" +
           (f", tau {e['tau']:.2f}" if "tau" in e else ""))
