@@ -38,7 +38,9 @@ thread_local std::uint64_t t_capture_id = 0, t_captures = 0;
 
 }  // namespace
 
-StepGraphs::StepGraphs(StepGraphStats& stats) : stats_(&stats) {
+StepGraphs::StepGraphs(StepGraphStats& stats, int max_graphs)
+    : stats_(&stats), max_graphs_(max_graphs) {
+  SPEC_CHECK(max_graphs > 0, "StepGraphs: max_graphs must be positive, got " << max_graphs);
   const std::lock_guard<std::mutex> lock(registry_mutex());
   registry().push_back(this);
 }
@@ -171,6 +173,25 @@ StepGraphs::Graph* StepGraphs::find(std::uint64_t hash) {
   return nullptr;
 }
 
+void StepGraphs::evict() {
+  auto oldest_list = graphs_.end();
+  std::size_t oldest = 0;
+  for (auto it = graphs_.begin(); it != graphs_.end(); ++it)
+    for (std::size_t i = 0; i < it->second.size(); ++i)
+      if (oldest_list == graphs_.end() ||
+          it->second[i].last_use < oldest_list->second[oldest].last_use) {
+        oldest_list = it;
+        oldest = i;
+      }
+  if (oldest_list == graphs_.end()) return;
+  std::vector<Graph>& list = oldest_list->second;
+  (void)cudaGraphExecDestroy(list[oldest].exec);  // a launch in flight completes first
+  list.erase(list.begin() + static_cast<std::ptrdiff_t>(oldest));
+  if (list.empty()) graphs_.erase(oldest_list);
+  --n_graphs_;
+  ++stats_->evicted;
+}
+
 void StepGraphs::end(cudaStream_t stream, const Agree& agree) {
   if (!recording_) return;
   recording_ = false;
@@ -183,7 +204,7 @@ void StepGraphs::end(cudaStream_t stream, const Agree& agree) {
   } else {
     if (seen_.size() > 4096) seen_.clear();  // shapes that never repeat
     const int seen = allocated ? 0 : ++seen_[hash];
-    if (seen >= 2 && n_graphs_ < kMaxGraphs && !capture_failed_) choice = kStepCapture;
+    if (seen >= 2 && !capture_failed_) choice = kStepCapture;
   }
   // The group's choice can only lower this rank's: a replay to a capture (this rank then
   // replaces its graph of that signature), anything to eager.
@@ -202,12 +223,14 @@ void StepGraphs::end(cudaStream_t stream, const Agree& agree) {
         (void)cudaGraphExecDestroy(found->exec);
         *found = std::move(g);
       } else {
+        if (n_graphs_ >= max_graphs_) evict();
         std::vector<Graph>& list = graphs_[hash];
         list.push_back(std::move(g));
         found = &list.back();
         ++n_graphs_;
       }
       seen_.erase(hash);
+      found->last_use = ++uses_;
       launch_graph(*found, stream);
     } else {
       capture_failed_ = true;  // nothing ran: the step goes one by one, and so do later ones
@@ -215,6 +238,7 @@ void StepGraphs::end(cudaStream_t stream, const Agree& agree) {
       ++stats_->eager;
     }
   } else if (choice >= kStepReplay) {
+    found->last_use = ++uses_;
     launch_graph(*found, stream);
     ++stats_->replays;
   } else {

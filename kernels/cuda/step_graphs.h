@@ -9,8 +9,11 @@
 //   - found: the step is one cudaGraphLaunch (a replay);
 //   - the same list was seen once before: captured into a graph (stream capture of the same
 //     launches), instantiated, launched, kept;
-//   - otherwise (first sight, a list that allocated device memory while recording, graphs off,
-//     or kMaxGraphs reached): the recorded launches run as they are.
+//   - otherwise (first sight, a list that allocated device memory while recording, graphs off):
+//     the recorded launches run as they are.
+// At most max_graphs are kept: a capture beyond them destroys the least recently used one (a
+// shape a job no longer runs, or one whose buffers have since grown), so a long job keeps
+// graphs for the shapes it runs now.
 // A capture that fails runs the step's launches one by one instead, and the object captures
 // nothing more (StepGraphStats::capture_failures); in a step with collectives of several ranks
 // (end()'s `agree`) it ends the job, as the other ranks' captured collectives wait for this one's.
@@ -56,6 +59,7 @@ struct StepGraphStats {
   long long eager = 0;       // graphable steps whose launches ran one by one
   long long unrecorded = 0;  // steps not recorded (too large, or graphs off): launched one by one
   double capture_ms = 0;     // host time spent capturing and instantiating
+  long long evicted = 0;     // graphs destroyed to make room (least recently used)
   // Captures that failed (a launch the driver refuses inside a capture, or a graph it will not
   // instantiate) in a step without collectives of several ranks: the step ran one by one
   // (counted in eager) and its StepGraphs captures nothing more. The first failure's message.
@@ -74,8 +78,8 @@ class StepGraphs {
  public:
   static constexpr int kMaxGraphs = 256;  // per model: shapes x batch sizes in practice
 
-  // stats: where the counts go (must outlive this object).
-  explicit StepGraphs(StepGraphStats& stats);
+  // stats: where the counts go (must outlive this object); max_graphs: how many are kept.
+  explicit StepGraphs(StepGraphStats& stats, int max_graphs = kMaxGraphs);
   ~StepGraphs();
   StepGraphs(const StepGraphs&) = delete;
   StepGraphs& operator=(const StepGraphs&) = delete;
@@ -127,7 +131,8 @@ class StepGraphs {
   struct Graph {
     std::vector<std::uint64_t> signature;
     cudaGraphExec_t exec = nullptr;
-    std::int64_t serial = 0;  // which capture of this object made it
+    std::int64_t serial = 0;     // which capture of this object made it
+    std::uint64_t last_use = 0;  // uses_ at its last capture or replay
     // on_launch's, run before every launch; shared so a replay holds them without copying
     std::shared_ptr<const std::vector<std::function<void()>>> hooks;
   };
@@ -155,6 +160,8 @@ class StepGraphs {
   void launch_graph(const Graph& g, cudaStream_t stream);
   // The kept graph with this step's signature, or nullptr.
   Graph* find(std::uint64_t hash);
+  // Destroys the least recently used kept graph.
+  void evict();
 
   StepGraphStats* stats_;
   bool recording_ = false;
@@ -165,6 +172,8 @@ class StepGraphs {
   std::unordered_map<std::uint64_t, std::vector<Graph>> graphs_;  // by signature hash
   std::unordered_map<std::uint64_t, int> seen_;                   // signature hash -> times
   int n_graphs_ = 0;
+  int max_graphs_;
+  std::uint64_t uses_ = 0;       // captures and replays so far (Graph::last_use)
   std::int64_t n_captures_ = 0;  // captures made (the serial of the next)
   bool capture_failed_ = false;  // a capture failed: none is tried again
   std::vector<std::function<void()>> capture_hooks_;

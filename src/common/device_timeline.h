@@ -14,8 +14,8 @@ namespace specrun {
 
 // How a device's forward passes were issued, counted since its backend started: replayed as a
 // kept CUDA graph, captured into a new graph (and launched), or launched one kernel at a time,
-// either recorded first (eager: a shape seen once, memory allocated while recording, every
-// graph slot taken, or the tensor-parallel ranks agreed on it) or never recorded (unrecorded:
+// either recorded first (eager: a shape seen once, memory allocated while recording, a capture
+// the driver refused, or the tensor-parallel ranks agreed on it) or never recorded (unrecorded:
 // graphs off, or a pass larger than a step graph takes).
 struct DevicePasses {
   long long replayed = 0, captured = 0, eager = 0, unrecorded = 0;

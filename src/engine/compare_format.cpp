@@ -118,13 +118,13 @@ std::string share(double x) {
 
 // How NEW's passes that did not run as graphs were launched, the larger kind first: never
 // recorded (graphs off, passes too large for a step graph) or recorded and run eagerly (shapes
-// that do not repeat, every graph slot taken, the ranks agreeing on eager).
+// that do not repeat, a capture the driver refused, the ranks agreeing on eager).
 std::string why_launched(const DevicePassCounts& n) {
   return n.unrecorded >= n.eager
              ? "launched kernel by kernel, unrecorded: graphs off or passes too large for a step "
                "graph"
              : "launched kernel by kernel, recorded but not captured: shapes that do not repeat "
-               "or every graph slot taken";
+               "or a capture that failed (the job log's step-graph line)";
 }
 
 // Why a phase's host time moved, when its passes changed how they were issued: "; its passes as

@@ -97,8 +97,8 @@ std::string format_summary(const RunSummary& run) {
     }
   }
   // How the device's passes were issued: a phase whose passes launch kernel by kernel pays a
-  // launch per kernel on the host; eager ones were recorded (shapes that do not repeat, every
-  // graph slot taken), unrecorded ones never (graphs off, passes too large for a graph).
+  // launch per kernel on the host; eager ones were recorded (shapes that do not repeat, a
+  // capture that failed), unrecorded ones never (graphs off, passes too large for a graph).
   bool passes = false;
   for (const ModeSummary& m : run.modes) passes = passes || !m.device_passes.empty();
   if (passes)

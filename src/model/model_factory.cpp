@@ -100,6 +100,9 @@ std::string ModelFactory::step_graph_report() const {
         << s.steps << " passes replayed, " << s.captures << " graphs captured (" << std::fixed
         << std::setprecision(1) << s.capture_ms << " ms), " << s.eager << " launched one by one, "
         << s.unrecorded << " not recorded (larger than a step graph takes, or graphs off)";
+    if (s.evicted > 0)
+      out << "; " << s.evicted << " graphs evicted (least recently used, beyond "
+          << cuda::StepGraphs::kMaxGraphs << " per model)";
     if (s.capture_failures > 0)
       out << "; " << s.capture_failures
           << " capture(s) failed, their models' passes launched one by one since (first: "

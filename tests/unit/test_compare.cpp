@@ -596,7 +596,8 @@ TEST(Compare, VerifyPassesThatLostTheirGraphsAreNamedInTheVerdict) {
   add_pass_rows(shapes.next[0], 0.0, true);
   const std::string eager = format_verdict(compare_modes(shapes.base, shapes.next, {}));
   EXPECT_NE(eager.find("100% -> 0% (launched kernel by kernel, recorded but not captured: shapes "
-                       "that do not repeat or every graph slot taken)"),
+                       "that do not repeat or a capture that failed (the job log's step-graph "
+                       "line))"),
             std::string::npos)
       << eager;
   // A share that moved by less than kGraphShareChange: reported in the table, not a finding.

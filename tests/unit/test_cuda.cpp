@@ -1,5 +1,6 @@
-// CUDA backend smoke test (label "gpu"), and how step graphs survive a capture the driver
-// refuses. Without a CUDA build or without a device it skips visibly, saying why.
+// CUDA backend smoke test (label "gpu"), and step graphs' housekeeping: a capture the driver
+// refuses, and the least recently used graph making room. Without a CUDA build or without a device
+// it skips visibly, saying why.
 #include <gtest/gtest.h>
 
 #ifdef SPECRUN_HAVE_CUDA
@@ -96,5 +97,47 @@ TEST(Cuda, StepGraphsRunAStepWhoseCaptureFailsOneByOne) {
   EXPECT_EQ(capturing, cudaStreamCaptureStatusNone) << "the stream was left capturing";
   (void)cudaGetLastError();
   step(9, {});  // the stream still works
+#endif
+}
+
+TEST(Cuda, StepGraphsBeyondTheirRoomEvictTheLeastRecentlyUsed) {
+#ifndef SPECRUN_HAVE_CUDA
+  GTEST_SKIP() << "built without CUDA (-DSPECRUN_CUDA=OFF): no GPU test to run";
+#else
+  using namespace specrun;
+  REQUIRE_DEVICE();
+  cudaStream_t stream = test::device_context()->stream();
+  constexpr int kN = 1024;
+  cuda::DeviceBuffer in(kN * sizeof(float)), out(kN * sizeof(float));
+  std::vector<float> host(kN), back(kN);
+  cuda::StepGraphStats stats;
+  cuda::StepGraphs graphs(stats, /*max_graphs=*/2);
+  // Shapes A, B, C: copies of kN/4, kN/2 and kN floats (three launch lists).
+  int salt = 0;
+  auto step = [&](int shape) {
+    const std::size_t bytes = (kN >> (2 - shape)) * sizeof(float);
+    for (int i = 0; i < kN; ++i) host[i] = static_cast<float>(i + 7 * ++salt);
+    CUDA_CHECK(
+        cudaMemcpyAsync(in.get(), host.data(), kN * sizeof(float), cudaMemcpyHostToDevice, stream));
+    CUDA_CHECK(cudaMemsetAsync(out.get(), 0xff, kN * sizeof(float), stream));  // NaN
+    graphs.begin(true);
+    graphs.launch(&cuda::memcpy_async, stream, out.get(), static_cast<const void*>(in.get()), bytes,
+                  cudaMemcpyDeviceToDevice);
+    graphs.end(stream);
+    CUDA_CHECK(cudaMemcpyAsync(back.data(), out.get(), bytes, cudaMemcpyDeviceToHost, stream));
+    CUDA_CHECK(cudaStreamSynchronize(stream));
+    EXPECT_EQ(0, std::memcmp(back.data(), host.data(), bytes)) << "shape " << shape;
+  };
+  // A A B B: two graphs, the room full. C C: C's capture evicts A (used least recently). A A:
+  // A seen anew, then captured, evicting B. C: still kept, replayed.
+  for (int shape : {0, 0, 1, 1, 2, 2, 0, 0, 2}) step(shape);
+  EXPECT_EQ(stats.captures, 4);
+  EXPECT_EQ(stats.evicted, 2);
+  EXPECT_EQ(stats.replays, 1);
+  EXPECT_EQ(stats.eager, 4);
+  EXPECT_EQ(graphs.graphs(), 2);
+  step(1);  // B was evicted: first sight again, one by one
+  EXPECT_EQ(stats.eager, 5);
+  EXPECT_EQ(stats.replays, 1);
 #endif
 }

@@ -618,6 +618,7 @@ TEST(CudaBench, DecodeAndVerifyStepsAgainstCopyBandwidth) {
                                   {"captures", st.captures},
                                   {"eager", st.eager},
                                   {"capture_ms", st.capture_ms},
+                                  {"evicted", st.evicted},
                                   {"capture_failures", st.capture_failures},
                                   {"capture_error", st.capture_error}};
     report["dependent_launch"] = cuda_ctx.dependent_launch();
