@@ -31,11 +31,43 @@ TEST(Cuda, DeviceSelfTest) {
 #ifdef SPECRUN_HAVE_CUDA
 namespace {
 
+using namespace specrun;
+
 // Fine when launched one by one; inside a stream capture a refused call (a capture cannot wait
 // for its own stream), which invalidates the capture.
 void wait_for_stream(cudaStream_t stream) {
   CUDA_CHECK(cudaStreamSynchronize(stream));
 }
+
+// Steps of one recorded copy (in -> out, `bytes`), optionally followed by wait_for_stream; each
+// checks that out holds the step's fresh input.
+struct CopySteps {
+  static constexpr int kN = 1024;
+  static constexpr std::size_t kBytes = kN * sizeof(float);
+  cudaStream_t stream = test::device_context()->stream();
+  cuda::DeviceBuffer in{kBytes}, out{kBytes};
+  std::vector<float> host = std::vector<float>(kN), back = std::vector<float>(kN);
+  int salt = 0;
+
+  // The step's launches only (no inputs, no check).
+  void record(cuda::StepGraphs& graphs, std::size_t bytes, bool wait,
+              const cuda::StepGraphs::Agree& agree) {
+    graphs.begin(true);
+    graphs.launch(&cuda::memcpy_async, stream, out.get(), static_cast<const void*>(in.get()), bytes,
+                  cudaMemcpyDeviceToDevice);
+    if (wait) graphs.launch(&wait_for_stream, stream);
+    graphs.end(stream, agree);
+  }
+  void run(cuda::StepGraphs& graphs, std::size_t bytes, bool wait = false) {
+    for (int i = 0; i < kN; ++i) host[i] = static_cast<float>(i + 7 * ++salt);
+    CUDA_CHECK(cudaMemcpyAsync(in.get(), host.data(), kBytes, cudaMemcpyHostToDevice, stream));
+    CUDA_CHECK(cudaMemsetAsync(out.get(), 0xff, kBytes, stream));  // NaN
+    record(graphs, bytes, wait, {});
+    CUDA_CHECK(cudaMemcpyAsync(back.data(), out.get(), bytes, cudaMemcpyDeviceToHost, stream));
+    CUDA_CHECK(cudaStreamSynchronize(stream));
+    EXPECT_EQ(0, std::memcmp(back.data(), host.data(), bytes)) << "step " << salt;
+  }
+};
 
 }  // namespace
 #endif
@@ -44,31 +76,13 @@ TEST(Cuda, StepGraphsRunAStepWhoseCaptureFailsOneByOne) {
 #ifndef SPECRUN_HAVE_CUDA
   GTEST_SKIP() << "built without CUDA (-DSPECRUN_CUDA=OFF): no GPU test to run";
 #else
-  using namespace specrun;
   REQUIRE_DEVICE();
-  cudaStream_t stream = test::device_context()->stream();
-  constexpr int kN = 1024;
-  constexpr std::size_t kBytes = kN * sizeof(float);
-  cuda::DeviceBuffer in(kBytes), out(kBytes);
-  std::vector<float> host(kN), back(kN);
+  CopySteps copies;
   cuda::StepGraphStats stats;
   cuda::StepGraphs graphs(stats);
-  auto step = [&](int salt, const cuda::StepGraphs::Agree& agree) {
-    for (int i = 0; i < kN; ++i) host[i] = static_cast<float>(i + salt);
-    CUDA_CHECK(cudaMemcpyAsync(in.get(), host.data(), kBytes, cudaMemcpyHostToDevice, stream));
-    CUDA_CHECK(cudaMemsetAsync(out.get(), 0xff, kBytes, stream));  // NaN
-    graphs.begin(true);
-    graphs.launch(&cuda::memcpy_async, stream, out.get(), static_cast<const void*>(in.get()),
-                  kBytes, cudaMemcpyDeviceToDevice);
-    graphs.launch(&wait_for_stream, stream);
-    graphs.end(stream, agree);
-    CUDA_CHECK(cudaMemcpyAsync(back.data(), out.get(), kBytes, cudaMemcpyDeviceToHost, stream));
-    CUDA_CHECK(cudaStreamSynchronize(stream));
-    EXPECT_EQ(0, std::memcmp(back.data(), host.data(), kBytes)) << "step " << salt;
-  };
   // First sight: one by one. Second: the capture fails, and the step runs one by one; then no
   // capture is tried again.
-  for (int s = 0; s < 4; ++s) step(s, {});
+  for (int s = 0; s < 4; ++s) copies.run(graphs, CopySteps::kBytes, /*wait=*/true);
   EXPECT_EQ(stats.steps, 4);
   EXPECT_EQ(stats.eager, 4);
   EXPECT_EQ(stats.captures, 0);
@@ -82,21 +96,14 @@ TEST(Cuda, StepGraphsRunAStepWhoseCaptureFailsOneByOne) {
   cuda::StepGraphStats group_stats;
   cuda::StepGraphs group(group_stats);
   const cuda::StepGraphs::Agree agree = [](std::int64_t choice) { return choice; };
-  auto group_step = [&] {
-    group.begin(true);
-    group.launch(&cuda::memcpy_async, stream, out.get(), static_cast<const void*>(in.get()), kBytes,
-                 cudaMemcpyDeviceToDevice);
-    group.launch(&wait_for_stream, stream);
-    group.end(stream, agree);
-  };
-  group_step();
-  EXPECT_THROW(group_step(), Error);
+  copies.record(group, CopySteps::kBytes, true, agree);
+  EXPECT_THROW(copies.record(group, CopySteps::kBytes, true, agree), Error);
   EXPECT_EQ(group_stats.capture_failures, 0);
   cudaStreamCaptureStatus capturing = cudaStreamCaptureStatusActive;
-  CUDA_CHECK(cudaStreamIsCapturing(stream, &capturing));
+  CUDA_CHECK(cudaStreamIsCapturing(copies.stream, &capturing));
   EXPECT_EQ(capturing, cudaStreamCaptureStatusNone) << "the stream was left capturing";
   (void)cudaGetLastError();
-  step(9, {});  // the stream still works
+  copies.run(graphs, CopySteps::kBytes);  // the stream still works
 #endif
 }
 
@@ -104,30 +111,12 @@ TEST(Cuda, StepGraphsBeyondTheirRoomEvictTheLeastRecentlyUsed) {
 #ifndef SPECRUN_HAVE_CUDA
   GTEST_SKIP() << "built without CUDA (-DSPECRUN_CUDA=OFF): no GPU test to run";
 #else
-  using namespace specrun;
   REQUIRE_DEVICE();
-  cudaStream_t stream = test::device_context()->stream();
-  constexpr int kN = 1024;
-  cuda::DeviceBuffer in(kN * sizeof(float)), out(kN * sizeof(float));
-  std::vector<float> host(kN), back(kN);
+  CopySteps copies;
   cuda::StepGraphStats stats;
   cuda::StepGraphs graphs(stats, /*max_graphs=*/2);
-  // Shapes A, B, C: copies of kN/4, kN/2 and kN floats (three launch lists).
-  int salt = 0;
-  auto step = [&](int shape) {
-    const std::size_t bytes = (kN >> (2 - shape)) * sizeof(float);
-    for (int i = 0; i < kN; ++i) host[i] = static_cast<float>(i + 7 * ++salt);
-    CUDA_CHECK(
-        cudaMemcpyAsync(in.get(), host.data(), kN * sizeof(float), cudaMemcpyHostToDevice, stream));
-    CUDA_CHECK(cudaMemsetAsync(out.get(), 0xff, kN * sizeof(float), stream));  // NaN
-    graphs.begin(true);
-    graphs.launch(&cuda::memcpy_async, stream, out.get(), static_cast<const void*>(in.get()), bytes,
-                  cudaMemcpyDeviceToDevice);
-    graphs.end(stream);
-    CUDA_CHECK(cudaMemcpyAsync(back.data(), out.get(), bytes, cudaMemcpyDeviceToHost, stream));
-    CUDA_CHECK(cudaStreamSynchronize(stream));
-    EXPECT_EQ(0, std::memcmp(back.data(), host.data(), bytes)) << "shape " << shape;
-  };
+  // Shapes A, B, C (0, 1, 2): copies of a quarter, a half and all of the buffer.
+  auto step = [&](int shape) { copies.run(graphs, CopySteps::kBytes >> (2 - shape)); };
   // A A B B: two graphs, the room full. C C: C's capture evicts A (used least recently). A A:
   // A seen anew, then captured, evicting B. C: still kept, replayed.
   for (int shape : {0, 0, 1, 1, 2, 2, 0, 0, 2}) step(shape);
