@@ -378,9 +378,9 @@ std::string batch_variance_warning(const JobConfig& config, BackendKind backend,
        << (tensor_cores ? " (BF16 weights on the tensor cores)" : "");
   if (config.parallel.cuda_tensor_cores && !eligible)
     line << " (parallel.cuda_tensor_cores takes BF16 weights with projection inputs a multiple of "
-            "32; the target's are "
-         << dtype_name(weights) << ", hidden " << target.hidden_size << ", intermediate "
-         << target.intermediate_size << ")";
+         << kCudaTensorCoreInputMultiple << "; the target's are " << dtype_name(weights)
+         << ", hidden " << target.hidden_size << ", intermediate " << target.intermediate_size
+         << ")";
   line << ": speculative greedy output may differ from baseline at a near-tie; data.batch_size <= "
        << std::max(1, limit / window) << " keeps them identical";
   if (!config.parallel.cuda_tensor_cores && eligible &&
@@ -495,8 +495,8 @@ int run_job(const JobConfig& config, MpiSession& mpi, const RunOptions& options)
     log.info(line.str());
   }
   if (backend != BackendKind::kCpu) log.info("backend: " + models.factory->description());
-  if (const std::string warning = batch_variance_warning(config, backend, models.target_weights,
-                                                           models.target->config());
+  if (const std::string warning =
+          batch_variance_warning(config, backend, models.target_weights, models.target->config());
       !warning.empty())
     log.warn(warning);
   Communicator& decisions = models.factory->tp_comm();
