@@ -116,6 +116,10 @@ __global__ void __launch_bounds__(kThreads)
   constexpr int kGroupRows = kSwiglu ? kTileRows : kM * kTileRows;
   constexpr int kTokens = 8 * kTiles;
   __shared__ float partial[kWarps][kM * kTileRows][kTokens];
+  // Static and dynamic (a fused norm's rows) shared memory within what a launch gets without
+  // opting in (cudaFuncAttributeMaxDynamicSharedMemorySize, never set here).
+  static_assert(sizeof(partial) + kWarp * sizeof(float) + (kNorm ? kMaxNormBytes : 0) <= 48 * 1024,
+                "shared memory beyond 48 KiB needs an opt-in");
   const int lane = static_cast<int>(threadIdx.x) % kWarp;
   const int warp = static_cast<int>(threadIdx.x) / kWarp;
   const int g = lane / 4, c = lane % 4;

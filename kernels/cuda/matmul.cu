@@ -177,6 +177,9 @@ __global__ void __launch_bounds__(kThreads)
   constexpr int kR = kSwiglu ? 2 * kRowsPerWarp : kRowsPerWarp;
   static_assert(kThreads == detail::kNormThreads, "the fused norm sums as rmsnorm.cu does");
   __shared__ float partial[kR][kWarpsPerRow][kTokenTile];
+  // Within the 48 KiB a launch gets without opting in (as gemv_mma.cu).
+  static_assert(sizeof(partial) + kWarp * sizeof(float) + (kNorm ? kMaxNormBytes : 0) <= 48 * 1024,
+                "shared memory beyond 48 KiB needs an opt-in");
   const int lane = threadIdx.x % kWarp;
   const int part = threadIdx.x / kWarp;
   // The next dependent launch may start once every block of this one has (device_util.cuh).
