@@ -20,6 +20,9 @@
 // and writing its unnormalised state (max, sum, weighted V) to `partial`; attention_merge then adds
 // the chunks' states in chunk order. Which chunks there are depends only on p, so a token's
 // output is still the same in any window; tokens before S take one block as without a split.
+// The states of tokens x heads x chunks outgrow any fixed buffer at long contexts (512 tokens x
+// 32 heads x 128 chunks of 130 floats: 1.1 GB at 32K positions), so the tokens go in groups
+// whose states fit the caller's buffer, each group's attention and merge launched in turn.
 // attention_rope rotates each query as it loads it (RoPE with a rope_table table, rope.cuh):
 // bitwise what rope_apply on q followed by attention gives, without the launch; q is left as
 // it was.
@@ -205,8 +208,8 @@ __global__ void __launch_bounds__(kMergeThreads)
 
 void launch_attention(const char* op, cudaStream_t stream, const float* q, int n_tokens,
                       int n_heads, int n_kv_heads, int head_dim, const float* cos_sin,
-                      const KvSlot* slots, int layer, float* out, float* split_partial,
-                      int split_chunks, bool dependent) {
+                      const KvSlot* slots, int layer, float* out, const AttentionSplit& split,
+                      bool dependent) {
   SPEC_CHECK(q != nullptr && slots != nullptr && out != nullptr && q != out,
              "cuda::" << op << ": needs q, slots and a separate output");
   SPEC_CHECK(n_tokens >= 1 && n_heads >= 1 && n_kv_heads >= 1 && layer >= 0,
@@ -218,30 +221,38 @@ void launch_attention(const char* op, cudaStream_t stream, const float* q, int n
   SPEC_CHECK(head_dim >= 1 && head_dim <= kMaxHeadDim,
              "cuda::" << op << ": head_dim " << head_dim << " is outside 1.." << kMaxHeadDim
                       << " (raise kMaxHeadDim in kernels/cuda/ops.h)");
-  SPEC_CHECK(
-      split_chunks >= 1 && split_chunks <= 65535 && (split_partial != nullptr || split_chunks == 1),
-      "cuda::" << op << ": a split needs its states' buffer and 1..65535 chunks, got "
-               << split_chunks);
-  const std::size_t blocks = static_cast<std::size_t>(n_tokens) * n_heads;
+  const int group = attention_split_group(n_tokens, n_heads, head_dim, split);
+  const std::size_t blocks = static_cast<std::size_t>(group) * n_heads;
   SPEC_CHECK(blocks <= 2147483647u, "cuda::" << op << ": too many (token, head) pairs: " << blocks);
   const float scale = 1.0f / sqrtf(static_cast<float>(head_dim));
-  const int chunks = split_partial != nullptr ? split_chunks : 1;
+  const int chunks = split.partial != nullptr ? split.chunks : 1;
   // The kernel whose registers fit head_dim: 1, 2, 4 or 8 elements per lane.
   const int lanes = (head_dim + kWarp - 1) / kWarp;
   auto* kernel = lanes <= 1   ? &attention_kernel<1>
                  : lanes <= 2 ? &attention_kernel<2>
                  : lanes <= 4 ? &attention_kernel<4>
                               : &attention_kernel<kMaxLanes>;
-  detail::launch_dependent(dependent, kernel,
-                           dim3(static_cast<unsigned>(blocks), static_cast<unsigned>(chunks)),
-                           dim3(kWarps * kWarp), 0, stream, q, n_heads, n_kv_heads, head_dim,
-                           cos_sin, slots, layer, scale, out, split_partial, chunks);
-  // Tokens split over several blocks: their chunks' states merged (a kernel after a kernel: a
-  // dependent launch whenever the attention was one).
-  if (chunks > 1)
-    detail::launch_dependent(dependent, attention_merge_kernel, dim3(static_cast<unsigned>(blocks)),
-                             dim3(kMergeThreads), 0, stream, n_heads, head_dim, slots,
-                             static_cast<const float*>(split_partial), chunks, out);
+  const std::size_t q_stride = static_cast<std::size_t>(n_heads) * head_dim;
+  // Groups of tokens whose chunks' states fit the buffer, one after another: a group's attention
+  // waits for the previous group's merge (stream order, or its grid-dependency wait in a
+  // dependent launch) before it writes the states again.
+  for (int t0 = 0; t0 < n_tokens; t0 += group) {
+    const int count = std::min(group, n_tokens - t0);
+    const unsigned grid = static_cast<unsigned>(count) * static_cast<unsigned>(n_heads);
+    const float* qg = q + t0 * q_stride;
+    const float* cs =
+        cos_sin != nullptr ? cos_sin + static_cast<std::size_t>(t0) * head_dim : nullptr;
+    float* og = out + t0 * q_stride;
+    detail::launch_dependent(dependent, kernel, dim3(grid, static_cast<unsigned>(chunks)),
+                             dim3(kWarps * kWarp), 0, stream, qg, n_heads, n_kv_heads, head_dim, cs,
+                             slots + t0, layer, scale, og, split.partial, chunks);
+    // Tokens split over several blocks: their chunks' states merged (a kernel after a kernel: a
+    // dependent launch whenever the attention was one).
+    if (chunks > 1)
+      detail::launch_dependent(dependent, attention_merge_kernel, dim3(grid), dim3(kMergeThreads),
+                               0, stream, n_heads, head_dim, slots + t0,
+                               static_cast<const float*>(split.partial), chunks, og);
+  }
 }
 
 }  // namespace
@@ -258,20 +269,33 @@ std::size_t attention_split_floats(int n_tokens, int n_heads, int head_dim, int 
          (static_cast<std::size_t>(head_dim) + 2);
 }
 
+int attention_split_group(int n_tokens, int n_heads, int head_dim, const AttentionSplit& split) {
+  SPEC_CHECK(
+      split.chunks >= 1 && split.chunks <= 65535 && (split.partial != nullptr || split.chunks == 1),
+      "cuda::attention: a split needs its states' buffer and 1..65535 chunks, got "
+          << split.chunks);
+  if (split.partial == nullptr) return n_tokens;
+  const std::size_t one = attention_split_floats(1, n_heads, head_dim, split.chunks);
+  SPEC_CHECK(split.floats >= one, "cuda::attention: the split's buffer of "
+                                      << split.floats << " floats is smaller than one token's "
+                                      << split.chunks << " chunks' states (" << one << ")");
+  return static_cast<int>(
+      std::min<std::size_t>(static_cast<std::size_t>(n_tokens), split.floats / one));
+}
+
 void attention(cudaStream_t stream, const float* q, int n_tokens, int n_heads, int n_kv_heads,
-               int head_dim, const KvSlot* slots, int layer, float* out, float* split_partial,
-               int split_chunks) {
+               int head_dim, const KvSlot* slots, int layer, float* out, AttentionSplit split) {
   launch_attention("attention", stream, q, n_tokens, n_heads, n_kv_heads, head_dim, nullptr, slots,
-                   layer, out, split_partial, split_chunks, false);
+                   layer, out, split, false);
 }
 
 void attention_rope(cudaStream_t stream, const float* q, int n_tokens, int n_heads, int n_kv_heads,
                     int head_dim, const float* cos_sin, const KvSlot* slots, int layer, float* out,
-                    float* split_partial, int split_chunks, bool dependent) {
+                    AttentionSplit split, bool dependent) {
   CUDA_OP_CHECK("attention_rope", cos_sin != nullptr && head_dim % 2 == 0,
                 "needs the RoPE table and an even head_dim (" << head_dim << ")");
   launch_attention("attention_rope", stream, q, n_tokens, n_heads, n_kv_heads, head_dim, cos_sin,
-                   slots, layer, out, split_partial, split_chunks, dependent);
+                   slots, layer, out, split, dependent);
 }
 
 }  // namespace specrun::cuda

@@ -20,6 +20,7 @@
 
 #include <cstddef>
 #include <cstdint>
+#include <tuple>
 
 #include "kernels/cpu/dtype.h"
 
@@ -178,29 +179,38 @@ void rope_kv_append(cudaStream_t stream, const float* k_new, const float* v_new,
 // (kv_append must have written them). q, out [n_tokens, n_heads * head_dim] float32; query
 // head h reads kv head h / (n_heads / n_kv_heads); scores scaled by 1/sqrt(head_dim), softmax
 // in float32 (online, one fixed order per query: batch-invariant). head_dim <= kMaxHeadDim.
-// Long contexts may be split over several blocks per (token, head) (split_partial given): a
-// token at
+// Long contexts may be split over several blocks per (token, head) (AttentionSplit): a token at
 // position p takes p / kAttentionSplitPositions + 1 blocks of kAttentionSplitPositions
 // positions each, and a second launch adds their states in order. Which blocks a token takes
 // depends only on p, so outputs stay batch-invariant; they differ (by float32 rounding) from
 // the unsplit kernel's for p >= kAttentionSplitPositions, so a caller splits all its passes
-// alike (the backend: every pass of up to kMaxTensorCoreTokens tokens). split_partial holds
-// attention_split_floats(n_tokens, n_heads, head_dim, split_chunks) floats (device);
-// split_chunks must be at least attention_chunks(the call's largest position) (a kernel with too
-// few traps: a launch failure, never a wrong result).
+// alike (the backend: every pass of up to kMaxTensorCoreTokens tokens).
 inline constexpr int kMaxHeadDim = 256;
 inline constexpr int kAttentionSplitPositions = 256;
 // A power of two (calls of growing contexts share launch shapes) >= max_position / 256 + 1.
 int attention_chunks(int max_position);
 std::size_t attention_split_floats(int n_tokens, int n_heads, int head_dim, int chunks);
+// The split of a call: chunks must be at least attention_chunks(the call's largest position) (a
+// kernel with too few traps: a launch failure, never a wrong result). partial (device) holds
+// `floats` floats, at least one token's states (attention_split_floats(1, ...)); the tokens are
+// attended in groups whose states fit (launches one after another on the stream, the same
+// bits as one launch), so the buffer need not grow with tokens x heads x chunks.
+struct AttentionSplit {
+  float* partial = nullptr;  // nullptr: every token in one block (chunks 1)
+  int chunks = 1;
+  std::size_t floats = 0;
+  auto fields() const { return std::tuple(partial, chunks, floats); }  // StepGraphs' signature
+};
+// The tokens of one group of a split: as many as fit in split.floats (at least 1, at most
+// n_tokens); n_tokens when unsplit. Throws when split.floats holds less than one token's states.
+int attention_split_group(int n_tokens, int n_heads, int head_dim, const AttentionSplit& split);
 void attention(cudaStream_t stream, const float* q, int n_tokens, int n_heads, int n_kv_heads,
-               int head_dim, const KvSlot* slots, int layer, float* out,
-               float* split_partial = nullptr, int split_chunks = 1);
+               int head_dim, const KvSlot* slots, int layer, float* out, AttentionSplit split = {});
 // attention with each query rotated as it is loaded (RoPE, cos_sin [n_tokens, head_dim] from
 // rope_table): bitwise what rope_apply on q followed by attention gives; q is not changed.
 void attention_rope(cudaStream_t stream, const float* q, int n_tokens, int n_heads, int n_kv_heads,
                     int head_dim, const float* cos_sin, const KvSlot* slots, int layer, float* out,
-                    float* split_partial = nullptr, int split_chunks = 1, bool dependent = false);
+                    AttentionSplit split = {}, bool dependent = false);
 
 // Compaction after a verified token tree: in one sequence's cache (the KvSlot layout, `layers`
 // layers of row_floats-wide rows), slots first + rows[j] move to first + j for j < count, keys

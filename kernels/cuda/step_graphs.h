@@ -74,6 +74,13 @@ void memcpy2d_async(cudaStream_t stream, void* dst, std::size_t dst_pitch, const
                     std::size_t src_pitch, std::size_t width, std::size_t height,
                     cudaMemcpyKind kind);
 
+namespace detail {
+template <class T, class = void>
+struct HasFields : std::false_type {};
+template <class T>
+struct HasFields<T, std::void_t<decltype(std::declval<const T&>().fields())>> : std::true_type {};
+}  // namespace detail
+
 class StepGraphs {
  public:
   static constexpr int kMaxGraphs = 256;  // per model: shapes x batch sizes in practice
@@ -149,8 +156,13 @@ class StepGraphs {
       std::uint64_t bits = 0;
       std::memcpy(&bits, &v, sizeof(T));
       signature_.push_back(bits);
+    } else if constexpr (detail::HasFields<T>::value) {  // a struct of those (e.g.
+                                                         // cuda::AttentionSplit)
+      std::apply([this](const auto&... f) { (put(f), ...); }, v.fields());
     } else {
-      static_assert(std::is_pointer_v<T>, "step-graph launch arguments: pointers, numbers, enums");
+      static_assert(std::is_pointer_v<T>,
+                    "step-graph launch arguments: pointers, numbers, enums, or structs of them "
+                    "with fields()");
     }
   }
   void run_recorded();

@@ -440,9 +440,8 @@ void CudaBackend::attend(int layer, CF q, int m, bool last_only, F out, int head
              "attend: kv_rows was not called for this layer");
   launch(&cuda::kv_append, k_.grow(0).get(), v_.grow(0).get(), n_, kv_heads, head_dim, slots_,
          layer);
-  const AttentionSplit split = attention_split(m, heads, head_dim);
   launch(&cuda::attention, q.get(), m, heads, kv_heads, head_dim, last_only ? last_slots_ : slots_,
-         layer, out.get(), split.partial, split.chunks);
+         layer, out.get(), attention_split(m, heads, head_dim));
 }
 
 void CudaBackend::rope_attend(int layer, const KvRows& kv, F q, int n, CF table, F out, int heads,
@@ -456,17 +455,19 @@ void CudaBackend::rope_attend(int layer, const KvRows& kv, F q, int n, CF table,
   }
   launch(&cuda::rope_kv_append, kv.k.get(), kv.v.get(), n_, kv_heads, head_dim, table.get(), slots_,
          layer, dependent_launch());
-  const AttentionSplit split = attention_split(n_, heads, head_dim);
   launch(&cuda::attention_rope, q.get(), n_, heads, kv_heads, head_dim, table.get(), slots_, layer,
-         out.get(), split.partial, split.chunks, dependent_launch());
+         out.get(), attention_split(n_, heads, head_dim), dependent_launch());
 }
 
-CudaBackend::AttentionSplit CudaBackend::attention_split(int m, int heads, int head_dim) {
-  if (attention_chunks_ <= 1) return {nullptr, 1};  // every token in one block
-  return {
-      attention_states_.grow(cuda::attention_split_floats(m, heads, head_dim, attention_chunks_))
-          .get(),
-      attention_chunks_};
+cuda::AttentionSplit CudaBackend::attention_split(int m, int heads, int head_dim) {
+  if (attention_chunks_ <= 1) return {};  // every token in one block
+  // The states of all m tokens, or of as many as kAttentionStatesBytes hold (the kernel then
+  // takes the tokens in groups): at least one token's.
+  const std::size_t floats =
+      std::max(cuda::attention_split_floats(1, heads, head_dim, attention_chunks_),
+               std::min(cuda::attention_split_floats(m, heads, head_dim, attention_chunks_),
+                        kAttentionStatesBytes / sizeof(float)));
+  return {attention_states_.grow(floats).get(), attention_chunks_, floats};
 }
 
 void CudaBackend::keep_last_rows(F a, std::size_t width) {

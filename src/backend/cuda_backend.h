@@ -288,12 +288,11 @@ class CudaBackend {
            (ctx_->tensor_core_gemv() ? cuda::kGemvTensorCores : 0);
   }
   // This pass's split of attention over long contexts (cuda::attention_chunks of its largest
-  // position; 0: passes above kMaxTensorCoreTokens, never split) and the chunks' states.
-  struct AttentionSplit {
-    float* partial;
-    int chunks;
-  };
-  AttentionSplit attention_split(int m, int heads, int head_dim);
+  // position; 0: passes above kMaxTensorCoreTokens, never split) and the chunks' states, at most
+  // kAttentionStatesBytes of them (more tokens go in groups: 1.1 GB uncapped for 512 tokens of
+  // 32 heads at 32K positions).
+  static constexpr std::size_t kAttentionStatesBytes = std::size_t{128} << 20;
+  cuda::AttentionSplit attention_split(int m, int heads, int head_dim);
   int attention_chunks_ = 0;
   Scratch attention_states_;
   // The (dtype, in) of every linear weight, and the most tokens a pass may have for all of its

@@ -1,6 +1,7 @@
-// CUDA backend smoke test (label "gpu"), and step graphs' housekeeping: a capture the driver
-// refuses, and the least recently used graph making room. Without a CUDA build or without a device
-// it skips visibly, saying why.
+// CUDA backend smoke test (label "gpu"), step graphs' housekeeping (a capture the driver refuses,
+// the least recently used graph making room, struct arguments in a step's signature), and the
+// attention split's token groups (host arithmetic: runs without a device). Without a CUDA build or
+// without a device the device tests skip visibly, saying why.
 #include <gtest/gtest.h>
 
 #ifdef SPECRUN_HAVE_CUDA
@@ -13,6 +14,7 @@
 #include "kernels/cuda/cuda_check.h"
 #include "kernels/cuda/device_buffer.h"
 #include "kernels/cuda/device_info.h"
+#include "kernels/cuda/ops.h"
 #include "kernels/cuda/step_graphs.h"
 #endif
 
@@ -68,6 +70,11 @@ struct CopySteps {
     EXPECT_EQ(0, std::memcmp(back.data(), host.data(), bytes)) << "step " << salt;
   }
 };
+
+// Sets split.floats floats of split.partial to `value`: a launch whose arguments are a struct.
+void fill_split(cudaStream_t stream, cuda::AttentionSplit split, int value) {
+  CUDA_CHECK(cudaMemsetAsync(split.partial, value, split.floats * sizeof(float), stream));
+}
 
 }  // namespace
 #endif
@@ -128,5 +135,68 @@ TEST(Cuda, StepGraphsBeyondTheirRoomEvictTheLeastRecentlyUsed) {
   step(1);  // B was evicted: first sight again, one by one
   EXPECT_EQ(stats.eager, 5);
   EXPECT_EQ(stats.replays, 1);
+#endif
+}
+
+// A step's signature holds every field of a struct argument: steps that differ only in
+// AttentionSplit::floats are two graphs, each replaying its own size.
+TEST(Cuda, StepGraphsTellStructArgumentsApart) {
+#ifndef SPECRUN_HAVE_CUDA
+  GTEST_SKIP() << "built without CUDA (-DSPECRUN_CUDA=OFF): no GPU test to run";
+#else
+  REQUIRE_DEVICE();
+  cudaStream_t stream = test::device_context()->stream();
+  constexpr std::size_t kFloats = 64;
+  cuda::DeviceBuffer buf(kFloats * sizeof(float));
+  cuda::StepGraphStats stats;
+  cuda::StepGraphs graphs(stats);
+  std::vector<unsigned char> back(kFloats * sizeof(float));
+  constexpr int kValue = 0x5a;
+  int step = 0;
+  for (std::size_t floats : {16, 16, 16, 32, 32, 32}) {
+    ++step;
+    CUDA_CHECK(cudaMemsetAsync(buf.get(), 0, buf.bytes(), stream));
+    graphs.begin(true);
+    graphs.launch(&fill_split, stream, cuda::AttentionSplit{buf.as<float>(), 2, floats}, kValue);
+    graphs.end(stream);
+    CUDA_CHECK(
+        cudaMemcpyAsync(back.data(), buf.get(), back.size(), cudaMemcpyDeviceToHost, stream));
+    CUDA_CHECK(cudaStreamSynchronize(stream));
+    std::size_t set = 0;
+    while (set < back.size() && back[set] == kValue) ++set;
+    EXPECT_EQ(set, floats * sizeof(float)) << "step " << step;
+  }
+  EXPECT_EQ(stats.eager, 2);
+  EXPECT_EQ(stats.captures, 2);
+  EXPECT_EQ(stats.replays, 2);
+#endif
+}
+
+// The tokens of one launch group: as many as the buffer holds states of (at least one), all of
+// them unsplit; a buffer for less than one token, or a split without one, refused.
+TEST(Cuda, AttentionSplitGroupsFitTheStatesBuffer) {
+#ifndef SPECRUN_HAVE_CUDA
+  GTEST_SKIP() << "built without CUDA (-DSPECRUN_CUDA=OFF): nothing to check";
+#else
+  const int heads = 8, hd = 64, chunks = 4;
+  const std::size_t one = cuda::attention_split_floats(1, heads, hd, chunks);
+  EXPECT_EQ(one, std::size_t{8 * 4 * 66});
+  EXPECT_EQ(cuda::attention_split_floats(5, heads, hd, chunks), 5 * one);
+  float* p = reinterpret_cast<float*>(std::uintptr_t{256});  // never dereferenced
+  auto split = [&](std::size_t floats, int c) { return cuda::AttentionSplit{p, c, floats}; };
+  auto group = [&](int n, std::size_t floats) {
+    return cuda::attention_split_group(n, heads, hd, split(floats, chunks));
+  };
+  EXPECT_EQ(group(9, 9 * one), 9);
+  EXPECT_EQ(group(9, 100 * one), 9);
+  EXPECT_EQ(group(9, 3 * one + one / 2), 3);
+  EXPECT_EQ(group(9, one), 1);
+  EXPECT_EQ(group(1, one), 1);
+  EXPECT_EQ(cuda::attention_split_group(9, heads, hd, cuda::AttentionSplit{}), 9);
+  EXPECT_THROW(group(9, one - 1), Error);
+  EXPECT_THROW(cuda::attention_split_group(9, heads, hd, split(9 * one, 0)), Error);
+  EXPECT_THROW(cuda::attention_split_group(9, heads, hd, split(9 * one, 65536)), Error);
+  EXPECT_THROW(cuda::attention_split_group(9, heads, hd, cuda::AttentionSplit{nullptr, 2, one}),
+               Error);
 #endif
 }

@@ -137,8 +137,9 @@ TEST(CudaAttention, AttentionOverTwoSequencesAgainstFloat64) {
 // states merged in a second launch: against float64 (1e-5); the same bits for a token alone and
 // in a window, and with more chunks than needed; tokens before the first split bitwise the
 // unsplit kernel's; as dependent launches in a graph (attention_rope with the identity rotation,
-// after the kernel that makes its table), bitwise the plain launch. Three sequences of 1000, 300
-// and 37 cached positions (4, 2 and 1 chunks), windows of 3.
+// after the kernel that makes its table), bitwise the plain launch; with a states' buffer for 1,
+// 2 or 4 tokens (the tokens in groups), bitwise the same. Three sequences of 1000, 300 and 37
+// cached positions (4, 2 and 1 chunks), windows of 3.
 TEST(CudaAttention, AttentionSplitOverLongContexts) {
   REQUIRE_DEVICE();
   const int heads = 8, kv_heads = 2, hd = 64, cap = 1024, win = 3, n_seqs = 3, n = n_seqs * win;
@@ -170,26 +171,31 @@ TEST(CudaAttention, AttentionSplitOverLongContexts) {
   const std::vector<float> inv(hd / 2, 1.0f);
   auto dslots = upload(slots), dq = upload(q), dinv = upload(inv), dzeros = upload(zeros);
   auto table = poisoned(static_cast<std::size_t>(n) * hd);
-  // tokens [first, first + count) of the window; split_chunks 0: unsplit.
-  auto run = [&](int first, int count, int split_chunks, bool dependent_graph) {
-    cuda::DeviceBuffer states(
-        std::max<std::size_t>(
-            1, cuda::attention_split_floats(count, heads, hd, std::max(1, split_chunks))) *
-        sizeof(float));
-    float* partial = split_chunks > 0 ? states.as<float>() : nullptr;
+  // tokens [first, first + count) of the window; split_chunks 0: unsplit; the states' buffer
+  // holds `fit` tokens' states plus a part of one (0: all of them).
+  auto run = [&](int first, int count, int split_chunks, bool dependent_graph, int fit = 0) {
     const int c = std::max(1, split_chunks);
+    const std::size_t one = cuda::attention_split_floats(1, heads, hd, c);
+    const std::size_t floats = fit > 0 ? fit * one + one / 2 : count * one;
+    cuda::DeviceBuffer states(floats * sizeof(float));
+    const cuda::AttentionSplit how = split_chunks > 0
+                                         ? cuda::AttentionSplit{states.as<float>(), c, floats}
+                                         : cuda::AttentionSplit{};
+    if (split_chunks > 0) {
+      EXPECT_EQ(cuda::attention_split_group(count, heads, hd, how), fit > 0 ? fit : count);
+    }
     auto out = poisoned(static_cast<std::size_t>(count) * q_row);
     const float* qf = dq.as<float>() + first * q_row;
     const cuda::KvSlot* sl = dslots.as<cuda::KvSlot>() + first;
     if (!dependent_graph) {
-      cuda::attention(stream(), qf, count, heads, kv_heads, hd, sl, 0, out.as<float>(), partial, c);
+      cuda::attention(stream(), qf, count, heads, kv_heads, hd, sl, 0, out.as<float>(), how);
     } else {
       run_as_graph([&] {
         // Positions 0: cos 1, sin 0, a rotation that changes no bit of q.
         cuda::rope_table(stream(), dinv.as<float>(), hd, dzeros.as<std::int32_t>(), count,
                          table.as<float>());
         cuda::attention_rope(stream(), qf, count, heads, kv_heads, hd, table.as<float>(), sl, 0,
-                             out.as<float>(), partial, c, true);
+                             out.as<float>(), how, true);
       });
     }
     return download(out, static_cast<std::size_t>(count) * q_row);
@@ -199,6 +205,21 @@ TEST(CudaAttention, AttentionSplitOverLongContexts) {
   expect_l2("attention split (contexts 1000, 300, 37)", split, ref, 1e-5);
   expect_bitwise("attention split, 8 chunks vs 4", run(0, n, 8, false), split);
   expect_bitwise("attention split, dependent launches in a graph", run(0, n, chunks, true), split);
+  // A buffer for fewer tokens than the call's: groups launched in turn, the same bits (the
+  // groups' dependent launches too: a group waits for the previous one's merge).
+  for (int fit : {1, 2, 4}) {
+    const std::string what = "attention split in groups of " + std::to_string(fit) + " tokens";
+    expect_bitwise(what, run(0, n, chunks, false, fit), split);
+    expect_bitwise(what + ", dependent launches in a graph", run(0, n, chunks, true, fit), split);
+  }
+  // A buffer smaller than one token's states is refused before any launch.
+  const std::size_t one = cuda::attention_split_floats(1, heads, hd, chunks);
+  cuda::DeviceBuffer small(one * sizeof(float));
+  auto out = poisoned(static_cast<std::size_t>(n) * q_row);
+  EXPECT_THROW(
+      cuda::attention(stream(), dq.as<float>(), n, heads, kv_heads, hd, dslots.as<cuda::KvSlot>(),
+                      0, out.as<float>(), cuda::AttentionSplit{small.as<float>(), chunks, one - 1}),
+      Error);
   for (int t = 0; t < n; ++t) {
     const auto alone = run(t, 1, cuda::attention_chunks(lens[t / win] + t % win), false);
     const std::vector<float> in_window(split.begin() + t * q_row, split.begin() + (t + 1) * q_row);
@@ -269,7 +290,7 @@ TEST(CudaAttention, RopeAttendEqualsRopeAppendAttention) {
           cuda::rope_kv_append(stream(), dk.as<float>(), dv.as<float>(), n, kv_heads, hd,
                                table.as<float>(), sl, layer, true);
           cuda::attention_rope(stream(), dq.as<float>(), n, heads, kv_heads, hd, table.as<float>(),
-                               sl, layer, out.as<float>(), nullptr, 1, true);
+                               sl, layer, out.as<float>(), {}, true);
         });
       } else {
         cuda::rope_apply(stream(), dk.as<float>(), n, kv_heads, hd, kv_heads * hd,

@@ -297,8 +297,8 @@ nlohmann::json op_breakdown(cudaStream_t stream, double copy_gbs, std::ostream& 
   CUDA_CHECK(cudaMemcpy(dlong_slots.get(), long_slots.data(), dlong_slots.bytes(),
                         cudaMemcpyHostToDevice));
   const int long_chunks = cuda::attention_chunks(kLongContext + max_n - 1);
-  cuda::DeviceBuffer states(cuda::attention_split_floats(max_n, heads, hd, long_chunks) *
-                            sizeof(float));
+  const std::size_t states_floats = cuda::attention_split_floats(max_n, heads, hd, long_chunks);
+  cuda::DeviceBuffer states(states_floats * sizeof(float));
   cuda::DeviceBuffer rope(static_cast<std::size_t>(max_n) * hd * sizeof(float));
   CUDA_CHECK(cudaMemset(rope.get(), 0, rope.bytes()));
   CUDA_CHECK(cudaDeviceSynchronize());  // the setup above ran on the legacy default stream
@@ -420,7 +420,9 @@ nlohmann::json op_breakdown(cudaStream_t stream, double copy_gbs, std::ostream& 
                                                rope.as<float>(), long_sl, 0);
                           cuda::attention_rope(
                               stream, yf, n, heads, kv_heads, hd, rope.as<float>(), long_sl, 0, y2f,
-                              split ? states.as<float>() : nullptr, split ? long_chunks : 1);
+                              split ? cuda::AttentionSplit{states.as<float>(), long_chunks,
+                                                           states_floats}
+                                    : cuda::AttentionSplit{});
                         }),
           long_bytes, true, split ? "context 2048" : "unsplit");
     row("add + RMSNorm (x2 per layer)",
