@@ -183,21 +183,22 @@ ForwardResult Eagle3Model<B>::forward(std::span<const SeqChunk> batch, const Row
   b_.linear_multi(a, n, qkv);
   F attn = attn_.grow(N * q_width);
   b_.rope_attend(0, kv, q, n, rope, attn, plan.q_heads, plan.kv_heads, hd);
-  // Row-parallel o_proj and down_proj when sharded: partial sums, summed across the group.
-  F proj = proj_.grow(N * H);
-  b_.linear(attn, n, weights_.get(Role::kO), nullptr, proj);
-  if (tp_ > 1) b_.all_reduce_sum(*comm_, proj, N * H);
-  F xn = xn_.grow(N * H);
-  b_.add_rmsnorm(x, proj, n, H, weights_.get(Role::kPostAttentionNorm), eps, xn);
+  // o_proj and down_proj into the residual stream x (GraphBase::add_projection: when sharded,
+  // partial sums summed across the group); each delta added in the next norm's pass, or, where
+  // the backend can with one rank, in the projection's epilogue (the CUDA backend then
+  // normalises inside the gate/up projections' launch).
+  Communicator* group = tp_ > 1 ? comm_ : nullptr;
+  F proj = proj_.grow(N * H), xn = xn_.grow(N * H);
+  CF pending = Base::add_projection(group, attn, n, H, weights_.get(Role::kO), nullptr, proj, x);
   F act = act_.grow(N * plan.intermediate);
-  b_.swiglu(xn, n, weights_.get(Role::kGate), act);
-  b_.linear(act, n, weights_.get(Role::kDown), nullptr, proj);
-  if (tp_ > 1) b_.all_reduce_sum(*comm_, proj, N * H);
-  b_.add_inplace(x, proj, N * H);
+  b_.add_rmsnorm_swiglu(x, pending, n, H, weights_.get(Role::kPostAttentionNorm), eps, xn,
+                        weights_.get(Role::kGate), act);
+  pending = Base::add_projection(group, act, n, H, weights_.get(Role::kDown), nullptr, proj, x);
   for (const SeqChunk& s : batch) s.cache->advance(s.n_tokens, s.parents);
 
-  // Logits over the draft vocabulary: every token's, or each sequence's last.
-  b_.rmsnorm(x, n, H, weights_.get(Role::kFinalNorm), eps, xn);
+  // Logits over the draft vocabulary: every token's, or each sequence's last (x, the head's
+  // output, complete once the last delta is added).
+  Base::norm_into(x, pending, n, H, weights_.get(Role::kFinalNorm), eps, xn);
   if (!all_logits) b_.keep_last_rows(xn, H);
   const int out_rows = all_logits ? n : static_cast<int>(batch.size());
   F logits = logits_.grow(static_cast<std::size_t>(out_rows) * c.vocab_size);

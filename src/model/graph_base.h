@@ -10,6 +10,7 @@
 
 #include "backend/backend.h"
 #include "common/error.h"
+#include "dist/communicator.h"
 #include "model/kv_cache.h"
 #include "model/language_model.h"
 
@@ -55,6 +56,29 @@ class GraphBase : protected KvStore {
   void read_cache(const KvCache& cache, int layer, int which, float* host) {
     SPEC_CHECK(cache.store() == this, "read_kv: the cache was not made by this model");
     b_.read_kv(blocks_[cache.slot()], layer, which, cache.length(), host);
+  }
+
+  // x += in W^T (+ bias) for m rows of width dim: a row-parallel projection into the residual
+  // stream (o_proj, down_proj). group: the tensor-parallel group when it has several ranks (`in`
+  // is this rank's share of the columns: partial sums, summed across it, the bias once after
+  // the sum), else nullptr. Returns the delta left pending: with one rank linear_residual's
+  // (null where the backend adds in the projection's epilogue), with several the summed
+  // projection. proj: its scratch.
+  CF add_projection(Communicator* group, CF in, int m, int dim, const Weight& w, const Weight* bias,
+                    F proj, F x) {
+    if (group == nullptr) return b_.linear_residual(in, m, w, bias, proj, x);
+    b_.linear(in, m, w, nullptr, proj);
+    b_.all_reduce_sum(*group, proj, static_cast<std::size_t>(m) * dim);
+    if (bias != nullptr) b_.add_bias(proj, *bias, m, dim);
+    return proj;
+  }
+
+  // x += pending (a null pointer: nothing to add), then xn = rmsnorm(x) with norm; x [n, dim].
+  void norm_into(F x, CF pending, int n, int dim, const Weight& norm, float eps, F xn) {
+    if (pending.get() != nullptr)
+      b_.add_rmsnorm(x, pending, n, dim, norm, eps, xn);
+    else
+      b_.rmsnorm(x, n, dim, norm, eps, xn);
   }
 
   // Tokens, positions and the backend's view of every sequence, then begin_forward. Chain

@@ -102,9 +102,14 @@ class LlamaModel final : public LanguageModel, private GraphBase<B> {
   // one it leaves.
   CF attention_block(int layer, int n, bool last_only, CF pending);
   CF mlp_block(int layer, int n, CF pending);
-  CF add_projection(CF in, int m, const Weight& w, const Weight* bias);
-  // x's rows, or with a pending delta: x += delta, then rmsnorm; into xn.
-  void norm_into(CF pending, int n, const Weight& norm, F xn);
+  // GraphBase::add_projection and norm_into on x_ with this model's group and sizes.
+  CF add_projection(CF in, int m, const Weight& w, const Weight* bias) {
+    return Base::add_projection(tp_ > 1 ? &comm_ : nullptr, in, m, config_.hidden_size, w, bias,
+                                proj_.grow(0), x_.grow(0));
+  }
+  void norm_into(CF pending, int n, const Weight& norm, F xn) {
+    Base::norm_into(x_.grow(0), pending, n, config_.hidden_size, norm, config_.rms_norm_eps, xn);
+  }
   void capture(int slot, int n);
 
   ModelConfig config_;
@@ -206,15 +211,6 @@ void LlamaModel<B>::capture(int slot, int n) {
 }
 
 template <class B>
-void LlamaModel<B>::norm_into(CF pending, int n, const Weight& norm, F xn) {
-  const int H = config_.hidden_size;
-  if (pending.get() != nullptr)
-    b_.add_rmsnorm(x_.grow(0), pending, n, H, norm, config_.rms_norm_eps, xn);
-  else
-    b_.rmsnorm(x_.grow(0), n, H, norm, config_.rms_norm_eps, xn);
-}
-
-template <class B>
 typename LlamaModel<B>::CF LlamaModel<B>::attention_block(int layer, int n, bool last_only,
                                                           CF pending) {
   const ShardPlan& plan = weights_.plan;
@@ -267,22 +263,6 @@ typename LlamaModel<B>::CF LlamaModel<B>::attention_block(int layer, int n, bool
   }
 
   return add_projection(attn, m, weights_.at(layer, Role::kO), weights_.maybe(layer, Role::kOBias));
-}
-
-// x += in W^T (+ bias) for m rows: a row-parallel projection (o_proj, down_proj: partial sums
-// over this rank's share of `in`'s columns) summed across the group, the bias once after the
-// sum. Returns the pending delta: with one rank, linear_residual's (added already, or not);
-// with tp > 1 the summed projection, always pending.
-template <class B>
-typename LlamaModel<B>::CF LlamaModel<B>::add_projection(CF in, int m, const Weight& w,
-                                                         const Weight* bias) {
-  const int H = config_.hidden_size;
-  F proj = proj_.grow(0);
-  if (tp_ == 1) return b_.linear_residual(in, m, w, bias, proj, x_.grow(0));
-  b_.linear(in, m, w, nullptr, proj);
-  b_.all_reduce_sum(comm_, proj, static_cast<std::size_t>(m) * H);
-  if (bias != nullptr) b_.add_bias(proj, *bias, m, H);
-  return proj;
 }
 
 template <class B>
