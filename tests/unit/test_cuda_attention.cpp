@@ -21,6 +21,7 @@ TEST(CudaAttention, RequiresCudaBuild) {
 #include <algorithm>
 #include <cmath>
 #include <cstdint>
+#include <cstring>
 #include <string>
 #include <vector>
 
@@ -138,8 +139,9 @@ TEST(CudaAttention, AttentionOverTwoSequencesAgainstFloat64) {
 // in a window, and with more chunks than needed; tokens before the first split bitwise the
 // unsplit kernel's; as dependent launches in a graph (attention_rope with the identity rotation,
 // after the kernel that makes its table), bitwise the plain launch; with a states' buffer for 1,
-// 2 or 4 tokens (the tokens in groups), bitwise the same. Three sequences of 1000, 300 and 37
-// cached positions (4, 2 and 1 chunks), windows of 3.
+// 2 or 4 tokens (the tokens in groups), bitwise the same, with queries rotated for their own
+// positions too. Three sequences of 1000, 300 and 37 cached positions (4, 2 and 1 chunks),
+// windows of 3.
 TEST(CudaAttention, AttentionSplitOverLongContexts) {
   REQUIRE_DEVICE();
   const int heads = 8, kv_heads = 2, hd = 64, cap = 1024, win = 3, n_seqs = 3, n = n_seqs * win;
@@ -155,12 +157,13 @@ TEST(CudaAttention, AttentionSplitOverLongContexts) {
   }
   const auto q = randn(static_cast<std::size_t>(n) * q_row, 610, 0.5f);
   std::vector<cuda::KvSlot> slots;
-  std::vector<std::int32_t> zeros(n, 0);
+  std::vector<std::int32_t> zeros(n, 0), positions;
   int max_pos = 0;
   for (int s = 0; s < n_seqs; ++s)
     for (int i = 0; i < win; ++i) {
       slots.push_back(
           cuda::KvSlot{dcache[s].as<float>(), cap, lens[s] + i, lens[s] + i, 0, nullptr});
+      positions.push_back(lens[s] + i);
       max_pos = std::max(max_pos, lens[s] + i);
     }
   const int chunks = cuda::attention_chunks(max_pos);
@@ -168,12 +171,16 @@ TEST(CudaAttention, AttentionSplitOverLongContexts) {
   EXPECT_EQ(cuda::attention_chunks(255), 1);
   EXPECT_EQ(cuda::attention_chunks(256), 2);
   EXPECT_EQ(cuda::attention_chunks(767), 4);  // 3 needed: a power of two
-  const std::vector<float> inv(hd / 2, 1.0f);
-  auto dslots = upload(slots), dq = upload(q), dinv = upload(inv), dzeros = upload(zeros);
+  std::vector<float> inv(hd / 2);
+  for (int j = 0; j < hd / 2; ++j) inv[j] = static_cast<float>(std::pow(10000.0, -2.0 * j / hd));
+  auto dslots = upload(slots), dq = upload(q), dinv = upload(inv), dzeros = upload(zeros),
+       dpositions = upload(positions);
   auto table = poisoned(static_cast<std::size_t>(n) * hd);
   // tokens [first, first + count) of the window; split_chunks 0: unsplit; the states' buffer
-  // holds `fit` tokens' states plus a part of one (0: all of them).
-  auto run = [&](int first, int count, int split_chunks, bool dependent_graph, int fit = 0) {
+  // holds `fit` tokens' states plus a part of one (0: all of them); rotate: in the graph, the
+  // queries rotated for the tokens' own positions (else for position 0, the identity).
+  auto run = [&](int first, int count, int split_chunks, bool dependent_graph, int fit = 0,
+                 bool rotate = false) {
     const int c = std::max(1, split_chunks);
     const std::size_t one = cuda::attention_split_floats(1, heads, hd, c);
     const std::size_t floats = fit > 0 ? fit * one + one / 2 : count * one;
@@ -191,9 +198,10 @@ TEST(CudaAttention, AttentionSplitOverLongContexts) {
       cuda::attention(stream(), qf, count, heads, kv_heads, hd, sl, 0, out.as<float>(), how);
     } else {
       run_as_graph([&] {
-        // Positions 0: cos 1, sin 0, a rotation that changes no bit of q.
-        cuda::rope_table(stream(), dinv.as<float>(), hd, dzeros.as<std::int32_t>(), count,
-                         table.as<float>());
+        // Positions 0 (unless rotate): cos 1, sin 0, a rotation that changes no bit of q.
+        const std::int32_t* at =
+            rotate ? dpositions.as<std::int32_t>() + first : dzeros.as<std::int32_t>();
+        cuda::rope_table(stream(), dinv.as<float>(), hd, at, count, table.as<float>());
         cuda::attention_rope(stream(), qf, count, heads, kv_heads, hd, table.as<float>(), sl, 0,
                              out.as<float>(), how, true);
       });
@@ -212,6 +220,14 @@ TEST(CudaAttention, AttentionSplitOverLongContexts) {
     expect_bitwise(what, run(0, n, chunks, false, fit), split);
     expect_bitwise(what + ", dependent launches in a graph", run(0, n, chunks, true, fit), split);
   }
+  // Queries rotated for their own positions (a different table row per token): the groups take
+  // their tokens' rows, bitwise one launch.
+  const auto rotated = run(0, n, chunks, true, 0, true);
+  EXPECT_NE(0, std::memcmp(rotated.data(), split.data(), split.size() * sizeof(float)))
+      << "the rotation changed nothing";
+  for (int fit : {1, 4})
+    expect_bitwise("attention_rope split in groups of " + std::to_string(fit) + " tokens",
+                   run(0, n, chunks, true, fit, true), rotated);
   // A buffer smaller than one token's states is refused before any launch.
   const std::size_t one = cuda::attention_split_floats(1, heads, hd, chunks);
   cuda::DeviceBuffer small(one * sizeof(float));

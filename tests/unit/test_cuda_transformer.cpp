@@ -501,7 +501,9 @@ std::vector<float> head_workload(LanguageModel& target, DraftHead& head) {
 }  // namespace
 
 // The EAGLE-3 head's passes as step graphs (their input rows staged with the pass's inputs):
-// bitwise the logits of the passes launched one by one, with graphs captured and replayed.
+// bitwise the logits of the passes launched one by one, with graphs captured and replayed; and
+// its fused ops (o_proj and down_proj added in their epilogues, the norm inside the gate/up
+// launch) bitwise their compositions.
 TEST(CudaTransformer, Eagle3HeadStepGraphsReplayBitwise) {
   REQUIRE_DEVICE();
   const std::string models = shared_models();
@@ -516,6 +518,12 @@ TEST(CudaTransformer, Eagle3HeadStepGraphsReplayBitwise) {
   auto head = load_cuda_head(head_ckpt, target_ckpt, cfg, rank.context);
   rank.context.set_step_graphs(false);
   const std::vector<float> eager = head_workload(*target, *head);
+  rank.context.set_fused_ops(false);  // read at every pass
+  const std::vector<float> composed = head_workload(*target, *head);
+  rank.context.set_fused_ops(true);
+  ASSERT_EQ(eager.size(), composed.size());
+  EXPECT_EQ(first_difference(eager, composed), eager.size())
+      << "head logits of fused ops differ from their compositions";
   const cuda::StepGraphStats before = rank.context.step_graph_stats();
   rank.context.set_step_graphs(true);
   const std::vector<float> graphed = head_workload(*target, *head);
