@@ -56,6 +56,8 @@ int cmd_compare(CommandContext& ctx, const std::vector<std::string>& args) {
   check_result_file(vm["new"].as<std::string>());
   ResultReader base(vm["base"].as<std::string>());
   ResultReader next(vm["new"].as<std::string>());
+  print_reader_warnings(base);
+  print_reader_warnings(next);
   Comparison c = compare_results(base, next, opts);
   if (vm.count("json"))
     std::cout << comparison_to_json(c).dump(2) << std::endl;

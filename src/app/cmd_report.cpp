@@ -47,6 +47,7 @@ int report_table(const std::vector<std::string>& files, bool json) {
   for (const std::string& path : files) {
     check_result_file(path);
     ResultReader reader(path);
+    print_reader_warnings(reader);
     const ResultInfo& info = reader.info();
     Row row;
     row.file = path;
@@ -207,6 +208,7 @@ int cmd_report(CommandContext& ctx, const std::vector<std::string>& args) {
 
   check_result_file(path);  // first in a child process: a corrupted file fails clearly
   ResultReader reader(path);
+  print_reader_warnings(reader);
   const ResultInfo& info = reader.info();
   const bool greedy = resolved_is_greedy(info.header.resolved_json);
   const std::uint64_t seed =
@@ -236,6 +238,7 @@ int cmd_report(CommandContext& ctx, const std::vector<std::string>& args) {
     j["models"] = parse_models(info.header.models);
     j["hosts"] = hosts_to_json(modes);
     j["identities_checked"] = kIdentitiesChecked;
+    j["warnings"] = reader.warnings();
     j["file"] = path;
     j["schema"] = info.schema;
     j["schema_version"] = info.schema_version;

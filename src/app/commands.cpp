@@ -1,6 +1,14 @@
 #include "app/commands.h"
 
+#include <iostream>
+
+#include "io/result_file.h"
+
 namespace specrun {
+
+void print_reader_warnings(const ResultReader& reader) {
+  for (const std::string& w : reader.warnings()) std::cerr << "warning: " << w << std::endl;
+}
 
 const std::vector<Command>& commands() {
   static const std::vector<Command> table = {

@@ -9,6 +9,7 @@
 namespace specrun {
 
 class MpiSession;
+class ResultReader;
 
 struct CommandContext {
   MpiSession& mpi;
@@ -28,6 +29,10 @@ struct Command {
 
 // The table of subcommands, in the order `specrun --help` lists them.
 const std::vector<Command>& commands();
+
+// Prints what a result file's reader left out (ResultReader::warnings) to stderr, one
+// "warning: ..." line each, so that a report or comparison never silently reads fewer batches.
+void print_reader_warnings(const ResultReader& reader);
 
 int cmd_run(CommandContext& ctx, const std::vector<std::string>& args);
 int cmd_env(CommandContext& ctx, const std::vector<std::string>& args);

@@ -56,7 +56,7 @@ std::map<std::string, std::set<std::int64_t>> committed_batches(const JobConfig&
   for (const std::string& mode : config.decode.modes) {
     std::vector<std::int64_t> done;
     if (world.is_root()) {
-      ResultReader reader(config.job.output.resolved);
+      ResultReader reader(result_resume_path(config.job.output.resolved));
       done = reader.committed_batches(mode);
     }
     std::int64_t n = static_cast<std::int64_t>(done.size());
@@ -74,22 +74,24 @@ std::int64_t prompts_used(const JobConfig& config, const PromptReader& prompts) 
                                      : prompts.size();
 }
 
-// Resume is allowed only for the same configuration and the same prompts.
-void check_resumable(const JobConfig& config, const std::string& prompts_hash) {
-  check_result_file(config.job.output.resolved);  // in a child: corrupt files fail clearly
-  ResultReader reader(config.job.output.resolved);
+// Resume is allowed only for the same configuration and the same prompts. The file resumed is
+// job.output, or its unfinished replacement (a job.overwrite job stopped before it finished).
+void check_resumable(const JobConfig& config, const std::string& prompts_hash, const Logger& log) {
+  const std::string path = result_resume_path(config.job.output.resolved);
+  check_result_file(path);  // in a child: corrupt files fail clearly
+  ResultReader reader(path);
+  for (const std::string& w : reader.warnings()) log.warn(w + "; --resume continues after them");
   const ResultHeader& h = reader.info().header;
-  check_resume_schema(config.job.output.resolved, reader.info().schema_version, h.specrun_version);
+  check_resume_schema(path, reader.info().schema_version, h.specrun_version);
   SPEC_INPUT_CHECK(h.config_hash == config_hash_hex(config),
-                   "cannot resume " << config.job.output.resolved
+                   "cannot resume " << path
                                     << ": the job configuration differs from the one recorded "
                                        "in it (hash "
                                     << h.config_hash << ", now " << config_hash_hex(config)
                                     << "); run with the same job file and --set values, or "
                                        "write to a new job.output");
   SPEC_INPUT_CHECK(h.prompts_hash == prompts_hash,
-                   "cannot resume " << config.job.output.resolved << ": the prompt file "
-                                    << config.data.prompts.resolved
+                   "cannot resume " << path << ": the prompt file " << config.data.prompts.resolved
                                     << " differs from the one recorded (" << h.prompts_path << ", "
                                     << h.prompts_hash << ")");
 }
@@ -97,9 +99,9 @@ void check_resumable(const JobConfig& config, const std::string& prompts_hash) {
 // Rank 0, before the models load, so that a bad job.output fails fast: the checks of creating
 // (or of resuming) the result file, touching nothing.
 void check_result_target(const JobConfig& config, const RunOptions& options,
-                         const std::string& prompts_hash) {
+                         const std::string& prompts_hash, const Logger& log) {
   if (options.resume)
-    check_resumable(config, prompts_hash);
+    check_resumable(config, prompts_hash, log);
   else
     ResultWriter::check_creatable(config.job.output.resolved, config.job.overwrite);
 }
@@ -116,10 +118,13 @@ std::unique_ptr<ResultWriter> open_result(const JobConfig& config, const World& 
   if (options.resume) {  // checked by check_result_target
     writer = std::make_unique<ResultWriter>(ResultWriter::reopen(config.job.output.resolved));
   } else {
-    // Never silently: a replaced result is named in the log (job.overwrite = true).
+    // Never silently: a replaced result is named in the log (job.overwrite = true). It stays
+    // whole until this job finishes (ResultWriter::create).
     if (config.job.overwrite && std::filesystem::exists(config.job.output.resolved))
       log.warn("job.overwrite = true (" + config.origin("job.overwrite") + "): replacing " +
-               config.job.output.resolved + ", the result of an earlier run");
+               config.job.output.resolved + ", the result of an earlier run, when this job " +
+               "finishes; until then the new result is " +
+               result_replacement_path(config.job.output.resolved));
     writer = std::make_unique<ResultWriter>(ResultWriter::create(
         config.job.output.resolved, job_header(config, world, prompts_hash, records, &models),
         config.job.overwrite));
@@ -463,7 +468,7 @@ int run_job(const JobConfig& config, MpiSession& mpi, const RunOptions& options)
     return run_dataset_job(config, options,
                            DatasetJobInputs{world, world_comm, tp_comm, self_comm, threads, prompts,
                                             prompts_hash, records, log});
-  if (world.is_root()) check_result_target(config, options, prompts_hash);
+  if (world.is_root()) check_result_target(config, options, prompts_hash, log);
 
   // The model files by name, size, header and small files' contents now (milliseconds); their
   // weights' whole contents when the job finishes, so that hashing never weighs on the load or
@@ -515,10 +520,15 @@ int run_job(const JobConfig& config, MpiSession& mpi, const RunOptions& options)
     int sig = 0;
     stop_requested(&sig);
     if (world.is_root()) {
+      const std::string written = writer->path();
       writer.reset();  // closed and flushed; `finished` stays unset
       log.info("stopped by a signal after " + std::to_string(progress.done()) + " of " +
                std::to_string(progress.total()) + " batches; every finished batch is in " +
-               config.job.output.resolved + "; continue with `specrun run ... --resume`");
+               written +
+               (written == config.job.output.resolved
+                    ? std::string()
+                    : " (it replaces " + config.job.output.resolved + " when the job finishes)") +
+               "; continue with `specrun run ... --resume`");
     }
     world_comm.barrier();
     return kExitStopped;

@@ -1,10 +1,16 @@
 #include "io/h5.h"
 
+#include <fcntl.h>
 #include <sys/stat.h>
+#include <sys/statvfs.h>
+#include <unistd.h>
 
 #include <algorithm>
+#include <cerrno>
+#include <cstdio>
 #include <cstring>
 #include <ctime>
+#include <filesystem>
 
 #include "common/error.h"
 #include "io/h5_check.h"
@@ -20,6 +26,9 @@ std::string failure_detail() {
         "\n  advice: this file system may not support file locks (some NFS, Lustre, GPFS "
         "mounts), or another process has the file open; set HDF5_USE_FILE_LOCKING=FALSE in the "
         "job's environment if no other process writes the file";
+  if (text.find("No space left on device") != std::string::npos ||
+      text.find("Disk quota exceeded") != std::string::npos)
+    out += "\n  advice: the file system is full (or the quota is used up): make room and run again";
   return out;
 }
 
@@ -103,6 +112,15 @@ std::vector<std::string> read_string_values(hid_t obj, bool is_attr, hid_t file_
 }
 
 }  // namespace
+
+namespace {
+// Before main: no HDF5 call runs earlier, so the library has not started yet.
+const bool kCleanupAtExitDisabled = H5dont_atexit() >= 0;
+}  // namespace
+
+bool cleanup_at_exit_disabled() {
+  return kCleanupAtExitDisabled;
+}
 
 void silence_error_printing() {
   H5Eset_auto2(H5E_DEFAULT, nullptr, nullptr);
@@ -348,6 +366,17 @@ std::vector<hsize_t> Dataset::dims() const {
     H5C(H5Sget_simple_extent_dims(space.get(), dims.data(), nullptr),
         "cannot get the shape of " << where_);
   return dims;
+}
+
+uint64_t Dataset::chunk_bytes() const {
+  Id plist(H5C(H5Dget_create_plist(id()), "cannot get the creation properties of " << where_));
+  if (H5Pget_layout(plist.get()) != H5D_CHUNKED) return 0;
+  std::vector<hsize_t> chunk(static_cast<size_t>(std::max(rank(), 1)), 0);
+  const int n = H5C(H5Pget_chunk(plist.get(), static_cast<int>(chunk.size()), chunk.data()),
+                    "cannot get the chunk shape of " << where_);
+  uint64_t bytes = type_size();
+  for (int i = 0; i < n; ++i) bytes *= chunk[static_cast<size_t>(i)];
+  return bytes;
 }
 
 int64_t Dataset::rows() const {
@@ -626,9 +655,17 @@ File File::create(const std::string& path, bool truncate, Format format) {
     H5C(H5Pset_libver_bounds(fapl.get(), H5F_LIBVER_V110, H5F_LIBVER_V110),
         "H5Pset_libver_bounds(V110, V110)");
   const unsigned flags = truncate ? H5F_ACC_TRUNC : H5F_ACC_EXCL;
-  Id f(H5C_INPUT(
-      H5Fcreate(path.c_str(), flags, H5P_DEFAULT, fapl.get()),
-      "cannot create HDF5 file " << path << " (does the directory exist and is it writable?)"));
+  const bool existed = file_exists(path);
+  Id f(H5Fcreate(path.c_str(), flags, H5P_DEFAULT, fapl.get()));
+  if (!f.valid()) {
+    const std::string detail = failure_detail();
+    // What the failed create left (an empty or partial file) goes, unless it was there before.
+    if (!existed) std::remove(path.c_str());
+    if (detail.find("the file system is full") != std::string::npos)
+      SPEC_FAIL("disk full: cannot create HDF5 file " << path << detail);
+    SPEC_INPUT_FAIL("cannot create HDF5 file "
+                    << path << " (does the directory exist and is it writable?)" << detail);
+  }
   return File(std::move(f), path);
 }
 
@@ -651,6 +688,66 @@ File File::open(const std::string& path, Access access) {
 
 void File::flush() {
   H5C(H5Fflush(id(), H5F_SCOPE_GLOBAL), "cannot flush " << file_path_ << " (disk full?)");
+}
+
+namespace {
+
+// The file descriptor of a file opened with the default (sec2) driver; -1 for other drivers.
+int sec2_descriptor(hid_t file) {
+  Id fapl(H5Fget_access_plist(file));
+  if (!fapl.valid() || H5Pget_driver(fapl.get()) != H5FD_SEC2) return -1;
+  void* handle = nullptr;
+  if (H5Fget_vfd_handle(file, H5P_DEFAULT, &handle) < 0 || handle == nullptr) return -1;
+  return *static_cast<int*>(handle);
+}
+
+std::string mib_text(uint64_t bytes) {
+  char text[32];
+  std::snprintf(text, sizeof text, "%.2f MiB", static_cast<double>(bytes) / (1024.0 * 1024.0));
+  return text;
+}
+
+}  // namespace
+
+void File::reserve(uint64_t bytes, const std::string& purpose) {
+  const int fd = sec2_descriptor(id());
+  struct stat st {};
+  if (fd >= 0 && ::fstat(fd, &st) == 0) {
+    const int rc = ::fallocate(fd, FALLOC_FL_KEEP_SIZE, st.st_size, static_cast<off_t>(bytes));
+    if (rc == 0) return;
+    const int err = errno;
+    if (err == ENOSPC || err == EDQUOT) {
+      struct statvfs vfs {};
+      const uint64_t free_bytes =
+          ::fstatvfs(fd, &vfs) == 0 ? static_cast<uint64_t>(vfs.f_bavail) * vfs.f_frsize : 0;
+      SPEC_FAIL("disk full: cannot write "
+                << purpose << " to " << file_path_ << ": it needs up to " << mib_text(bytes)
+                << " of free space, " << mib_text(free_bytes) << " are free on its file system ("
+                << std::strerror(err) << "); nothing of it was written");
+    }
+    if (err != EOPNOTSUPP && err != ENOSYS && err != EINVAL)
+      SPEC_FAIL("cannot reserve " << mib_text(bytes) << " for " << purpose << " in " << file_path_
+                                  << ": " << std::strerror(err));
+  }
+  // No allocation ahead on this file system: check the free space instead.
+  std::string dir = std::filesystem::path(file_path_).parent_path().string();
+  if (dir.empty()) dir = ".";
+  struct statvfs vfs {};
+  if (::statvfs(dir.c_str(), &vfs) != 0) return;
+  const uint64_t free_bytes = static_cast<uint64_t>(vfs.f_bavail) * vfs.f_frsize;
+  SPEC_CHECK(free_bytes >= bytes, "disk full: cannot write "
+                                      << purpose << " to " << file_path_ << ": it needs up to "
+                                      << mib_text(bytes) << " of free space, "
+                                      << mib_text(free_bytes)
+                                      << " are free on its file system; nothing of it was "
+                                         "written");
+}
+
+void File::release_reserve() {
+  const int fd = valid() ? sec2_descriptor(id()) : -1;
+  struct stat st {};
+  // Truncating to the same size frees blocks allocated past the end (ext4, xfs, tmpfs).
+  if (fd >= 0 && ::fstat(fd, &st) == 0) (void)!::ftruncate(fd, st.st_size);
 }
 
 void File::close() {

@@ -24,6 +24,14 @@ namespace specrun::h5 {
 // in thread-safe HDF5 builds such as Debian's). Cheap; idempotent.
 void silence_error_printing();
 
+// HDF5 never closes identifiers at process exit in specrun (H5dont_atexit, set by a static
+// initializer of h5.cpp before the library starts): every file is closed where it was opened,
+// and one still open at exit is one whose writes failed (a full disk). Closing it at exit would
+// flush its caches again into a file that holds a consistent last commit (and crashed inside
+// libhdf5 1.10's shutdown, issue 40); the kernel closes its descriptor instead. True when the
+// setting took effect (the library had not started before).
+bool cleanup_at_exit_disabled();
+
 // The calling thread's HDF5 error stack as one line, innermost entry first, e.g.
 // "unable to open file: name = 'x.h5', errno = 2, error message = 'No such file or directory'".
 // Empty when the stack is empty.
@@ -128,6 +136,12 @@ class Object {
   bool attr_bool(const std::string& name) const;
   std::vector<std::string> attr_strings(const std::string& name) const;
 
+  // Gives up the identifier without closing it, after a failed write: closing would flush the
+  // library's caches again and could write part of what failed over a file whose last
+  // successful flush is consistent. The object stays open in the library until the process
+  // ends (cleanup_at_exit_disabled).
+  void abandon() { id_.release(); }
+
  protected:
   Object() = default;
   Object(Id id, std::string where) : id_(std::move(id)), where_(std::move(where)) {}
@@ -208,6 +222,10 @@ class Dataset : public Object {
 
   // Sets the length along axis 0 (grows or shrinks; shrinking discards rows).
   void resize_rows(int64_t n_rows);
+
+  // Bytes of one chunk of a chunked dataset as stored before compression (0 when contiguous):
+  // what rewriting its last partial chunk may allocate in the file.
+  uint64_t chunk_bytes() const;
 
  private:
   void append_raw(hid_t mem_type, const void* data, int64_t n_rows);
@@ -324,6 +342,17 @@ class File : public Group {
 
   // H5Fflush(H5F_SCOPE_GLOBAL): everything written so far reaches the OS.
   void flush();
+  // Makes sure that writing the next `bytes` bytes past the file's current end cannot fail for
+  // lack of space: allocates them on the file system without changing the file's size
+  // (fallocate with FALLOC_FL_KEEP_SIZE; HDF5 then writes into blocks it already owns). Where the
+  // file system cannot allocate ahead (ZFS, some network file systems) it checks that at least
+  // `bytes` are free instead (statvfs; a check, not a guarantee). Throws (exit code 1) naming
+  // the file, `purpose`, the bytes asked and the bytes free when they are not available; the
+  // file is not written. Blocks reserved and not used are freed when HDF5 truncates the file to
+  // its allocated end (each flush) or when the file is closed (release_reserve).
+  void reserve(uint64_t bytes, const std::string& purpose);
+  // Frees what reserve() allocated past the file's end (ftruncate to its size). Errors ignored.
+  void release_reserve();
   // Checked close (a failing final flush is reported); the destructor closes unchecked.
   void close();
   const std::string& path() const { return file_path_; }

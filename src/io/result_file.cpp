@@ -1,10 +1,14 @@
 #include "io/result_file.h"
 
+#include <fcntl.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
 #include <algorithm>
+#include <cerrno>
 #include <cmath>
+#include <cstdio>
+#include <cstring>
 #include <filesystem>
 #include <limits>
 #include <map>
@@ -133,23 +137,110 @@ std::set<int64_t> committed_batch_set(const ModeTables& t, const Committed& c) {
 
 // Writer -----------------------------------------------------------------------------------------
 
+namespace {
+
+// Space the library may need beyond a batch's rows: B-tree nodes, object headers, the heap of
+// variable-length strings, and the new tables of a mode's first batch.
+constexpr uint64_t kMetadataReserve = 1u << 20;
+// One chunk per table before a mode's tables exist (their chunks are at most 64 KiB each,
+// h5::RowsOptions, and a mode has about 35 tables).
+constexpr uint64_t kNewModeChunks = 35u * 64u * 1024u;
+
+// Bytes a batch's rows take before compression, strings with their heap overhead.
+uint64_t batch_bytes(const BatchResult& b) {
+  uint64_t n = 0;
+  for (const SequenceRecord& s : b.sequences)
+    n += 64 + 2 * 16 + s.prompt_id.size() + s.category.size() + 4 * s.output_tokens.size();
+  n += 48 * b.steps.size();
+  const uint64_t cells =
+      static_cast<uint64_t>(std::max(b.n_steps, 0)) * static_cast<uint64_t>(std::max(b.n_ranks, 0));
+  n += 4 * cells * (kNumPhases + kNumCpuColumns + kNumDeviceColumns + kNumPassColumns) +
+       8 * static_cast<uint64_t>(std::max(b.n_steps, 0));
+  n += 4 * static_cast<uint64_t>(std::max(b.n_ranks, 0)) * kNumHostFields;
+  for (const std::string& busy : b.host_busy) n += busy.size() + 16;
+  n += 16 * b.accepted_per_position.size() + 64;
+  return n;
+}
+
+// Bytes of one chunk of every table of a mode: appending rewrites each table's last, partial
+// chunk, which the library may move to the end of the file.
+uint64_t chunk_footprint(const ModeTables& t) {
+  uint64_t n = 0;
+  result_layout::for_each_dataset(t, [&](const h5::Dataset& d) {
+    if (d.valid()) n += d.chunk_bytes();
+  });
+  return n;
+}
+
+// Refuses (exit code 2) a `path` that specrun must not replace: a symbolic link, something not
+// a regular file, or a file that is not a specrun output of `schema` (read in a child: a
+// corrupted file may crash or hang libhdf5, common/isolated.h). `what` names it in messages.
+void check_replaceable(const std::string& path, const std::string& schema,
+                       const std::string& what) {
+  struct stat link {};
+  if (::lstat(path.c_str(), &link) != 0) return;
+  SPEC_INPUT_CHECK(!S_ISLNK(link.st_mode), what << " " << path
+                                                << " is a symbolic link; specrun does not write "
+                                                   "through links: give the real path");
+  const std::string found = run_isolated(path, "existing " + what, [&]() -> std::string {
+    try {
+      h5::File f = h5::File::open(path, h5::File::Access::kReadOnly);
+      return f.has_attr("schema") ? f.attr_string("schema") : "(no schema attribute)";
+    } catch (const Error&) {
+      return "(not an HDF5 file)";
+    }
+  });
+  SPEC_INPUT_CHECK(S_ISREG(link.st_mode) && found == schema,
+                   what << " " << path << " exists and is not a specrun output of this kind "
+                        << "(schema " << found << ", expected " << schema
+                        << "); job.overwrite replaces only those: remove it yourself "
+                           "or choose another job.output");
+}
+
+// Makes a rename in `dir` durable (errors ignored: the rename itself succeeded).
+void sync_directory(const std::string& file) {
+  std::string dir = std::filesystem::path(file).parent_path().string();
+  if (dir.empty()) dir = ".";
+  const int fd = ::open(dir.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+  if (fd < 0) return;
+  (void)::fsync(fd);
+  ::close(fd);
+}
+
+}  // namespace
+
 struct ResultWriter::Impl {
-  h5::File file;  // declared first: destroyed last
-  std::string path;
+  h5::File file;       // declared first: destroyed last
+  std::string path;    // the file written
+  std::string output;  // job.output: `path`, or where finish() renames `path` to
   int32_t world_size = 1;
   std::map<std::string, ModeTables> modes;
   std::map<std::string, Committed> committed;
   std::map<std::string, std::set<int64_t>> batch_ids;
   std::map<std::string, std::vector<int64_t>> apos_totals;
+  std::map<std::string, uint64_t> chunks;  // chunk_footprint of each mode's tables
   bool broken = false;
 
   void append(const std::string& mode, const BatchResult& b);
+  // After a failed write: every identifier given up without closing (h5::Object::abandon).
+  void abandon();
+  // What a failed append leaves: the committed batches, and how to continue.
+  std::string committed_text() const;
 };
 
 ResultWriter::ResultWriter(std::unique_ptr<Impl> impl) : impl_(std::move(impl)) {}
 ResultWriter::ResultWriter(ResultWriter&&) noexcept = default;
 ResultWriter& ResultWriter::operator=(ResultWriter&&) noexcept = default;
 ResultWriter::~ResultWriter() = default;
+
+std::string result_replacement_path(const std::string& output) {
+  return output + ".replacing";
+}
+
+std::string result_resume_path(const std::string& output) {
+  const std::string replacement = result_replacement_path(output);
+  return path_exists(replacement) ? replacement : output;
+}
 
 void check_resume_schema(const std::string& path, int64_t version, const std::string& writer) {
   SPEC_INPUT_CHECK(version == kResultSchemaVersion,
@@ -173,22 +264,11 @@ void ResultWriter::check_creatable(const std::string& path, bool overwrite,
                                   << " already exists; set job.overwrite = true (or --set "
                                      "job.overwrite=true) to replace it, run with --resume to "
                                      "continue it, or choose another job.output");
-  if (path_exists(path)) {
-    // In a child process: a corrupted file may crash or hang libhdf5 (common/isolated.h).
-    const std::string found = run_isolated(path, "existing job.output", [&]() -> std::string {
-      try {
-        h5::File f = h5::File::open(path, h5::File::Access::kReadOnly);
-        return f.has_attr("schema") ? f.attr_string("schema") : "(no schema attribute)";
-      } catch (const Error&) {
-        return "(not an HDF5 file)";
-      }
-    });
-    SPEC_INPUT_CHECK(S_ISREG(link.st_mode) && found == schema,
-                     "job.output " << path << " exists and is not a specrun output of this kind "
-                                   << "(schema " << found << ", expected " << schema
-                                   << "); job.overwrite replaces only those: remove it yourself "
-                                      "or choose another job.output");
-  }
+  check_replaceable(path, schema, "job.output");
+  // A fresh run removes an earlier run's unfinished replacement (create): only one of ours.
+  if (schema == kResultSchema)
+    check_replaceable(result_replacement_path(path), schema,
+                      "the unfinished replacement of job.output");
   std::string dir = std::filesystem::path(path).parent_path().string();
   if (dir.empty()) dir = ".";
   struct stat st;
@@ -253,23 +333,44 @@ ResultWriter ResultWriter::create(const std::string& path, const ResultHeader& h
              "result header: " << h.provenance.size() << " provenance records for " << h.world_size
                                << " ranks");
   auto impl = std::make_unique<Impl>();
-  impl->path = path;
+  impl->output = path;
+  impl->path = path_exists(path) ? result_replacement_path(path) : path;
   impl->world_size = h.world_size;
-  impl->file = h5::File::create(path, overwrite);
+  // This run starts afresh: an earlier run's unfinished replacement (checked above) goes.
+  const std::string stale = result_replacement_path(path);
+  SPEC_CHECK(!path_exists(stale) || std::remove(stale.c_str()) == 0,
+             "cannot remove " << stale << ", the unfinished replacement of " << path
+                              << " left by an earlier run: " << std::strerror(errno));
+  impl->file = h5::File::create(impl->path, /*truncate=*/false);
   h5::File& f = impl->file;
-  f.set_attr_string("schema", kResultSchema);
-  f.set_attr_int32("schema_version", kResultSchemaVersion);
-  write_job_identity(f, h);
-  f.flush();
+  try {
+    uint64_t header_bytes = h.job_toml.size() + h.resolved_json.size() + h.models.size() +
+                            h.provenance_mismatches.size() + h.stop_token_ids.size();
+    for (const std::string& p : h.provenance) header_bytes += p.size();
+    f.reserve(kMetadataReserve + 2 * header_bytes, "the result file's header");
+    f.set_attr_string("schema", kResultSchema);
+    f.set_attr_int32("schema_version", kResultSchemaVersion);
+    write_job_identity(f, h);
+    f.flush();
+    f.release_reserve();
+  } catch (const Error& e) {
+    // Nothing of this run is in the new file: it goes; a result it was to replace stays.
+    f.abandon();
+    std::remove(impl->path.c_str());
+    throw Error(
+        e.message() + (impl->path == path ? "" : "; the existing " + path + " was left as it was"),
+        e.where(), e.exit_code());
+  }
   return ResultWriter(std::move(impl));
 }
 
-ResultWriter ResultWriter::reopen(const std::string& path) {
+ResultWriter ResultWriter::reopen(const std::string& output) {
   auto impl = std::make_unique<Impl>();
-  impl->path = path;
-  impl->file = h5::File::open(path, h5::File::Access::kReadWrite);
+  impl->output = output;
+  impl->path = result_resume_path(output);
+  impl->file = h5::File::open(impl->path, h5::File::Access::kReadWrite);
   h5::File& f = impl->file;
-  check_resume_schema(path, result_layout::check_schema(f), f.attr_string("specrun_version"));
+  check_resume_schema(impl->path, result_layout::check_schema(f), f.attr_string("specrun_version"));
   impl->world_size = static_cast<int32_t>(f.attr_int("world_size"));
   for (const char* mode : {kModeBaseline, kModeSpeculative}) {
     if (!f.has(mode)) continue;
@@ -281,6 +382,7 @@ ResultWriter ResultWriter::reopen(const std::string& path) {
     impl->batch_ids[mode] = committed_batch_set(t, c);
     impl->apos_totals[mode] = std::move(totals);
     impl->committed[mode] = c;
+    impl->chunks[mode] = chunk_footprint(t);
     impl->modes.emplace(mode, std::move(t));
   }
   f.set_attr_string("finished", "");
@@ -299,9 +401,41 @@ void ResultWriter::append_batch(const std::string& mode, const BatchResult& b) {
   std::optional<int32_t> draft_len;
   if (it != m.modes.end()) draft_len = it->second.draft_len;
   validate_batch(m.path + ":/" + mode, b, m.world_size, draft_len, m.batch_ids[mode]);
+  // Nothing is written when the space is not there: the file stays as it was, closable.
+  const uint64_t chunks = m.chunks.count(mode) ? m.chunks.at(mode) : kNewModeChunks;
+  try {
+    m.file.reserve(kMetadataReserve + chunks + 2 * batch_bytes(b),
+                   "the " + mode + " batch " + std::to_string(b.batch));
+  } catch (const Error& e) {
+    throw Error(e.message() + m.committed_text(), e.where(), e.exit_code());
+  }
   m.broken = true;  // until the commit below succeeds
-  m.append(mode, b);
+  try {
+    m.append(mode, b);
+  } catch (const Error& e) {
+    m.abandon();
+    throw Error(e.message() + m.committed_text(), e.where(), e.exit_code());
+  }
   m.broken = false;
+  m.file.release_reserve();  // a job killed between batches leaves no allocated tail
+}
+
+std::string ResultWriter::Impl::committed_text() const {
+  std::string counts;
+  for (const auto& [mode, c] : committed)
+    counts += (counts.empty() ? "" : ", ") + std::to_string(c.batches) + " " + mode;
+  return "; " + path + " keeps the batches committed before (" +
+         (counts.empty() ? std::string("none") : counts) +
+         "): make room and continue with `specrun run ... --resume`";
+}
+
+void ResultWriter::Impl::abandon() {
+  for (auto& [mode, t] : modes) {
+    result_layout::for_each_dataset(t, [](h5::Dataset& d) { d.abandon(); });
+    t.group.abandon();
+  }
+  modes.clear();
+  file.abandon();
 }
 
 void ResultWriter::Impl::append(const std::string& mode, const BatchResult& b) {
@@ -310,6 +444,7 @@ void ResultWriter::Impl::append(const std::string& mode, const BatchResult& b) {
     modes.emplace(mode, result_layout::create_mode(file, mode, draft_len, world_size));
     committed[mode] = Committed{};
     apos_totals[mode].assign(static_cast<size_t>(draft_len), 0);
+    chunks[mode] = chunk_footprint(modes.at(mode));
   }
   ModeTables& t = modes.at(mode);
   Committed& c = committed.at(mode);
@@ -383,7 +518,11 @@ void ResultWriter::Impl::append(const std::string& mode, const BatchResult& b) {
   for (size_t i = 0; i < totals.size(); ++i) totals[i] += b.accepted_per_position[i];
   t.apos.write(0, t.draft_len, totals.data());
 
-  // 3. The commit record, then the committed counts, then flush.
+  // 3. The rows reach the file before anything that commits them: a flush that fails here
+  // leaves the last commit record pointing at rows that are all in the file.
+  file.flush();
+
+  // 4. The commit record, then the committed counts, then flush.
   Committed next;
   next.batches = c.batches + 1;
   next.sequences = c.sequences + static_cast<int64_t>(seqs.size());
@@ -417,15 +556,36 @@ int64_t ResultWriter::sequences_committed(const std::string& mode) const {
 void ResultWriter::finish(const std::string& models) {
   Impl& m = *impl_;
   SPEC_CHECK(m.file.valid(), m.path << ": finish() called twice");
-  if (!models.empty()) m.file.group("provenance").set_attr_string("models", models);
-  m.file.set_attr_string("finished", utc_timestamp());
-  m.file.flush();
-  m.modes.clear();
-  m.file.close();
+  SPEC_CHECK(!m.broken, m.path << ": finish() after a failed write");
+  try {
+    m.file.reserve(kMetadataReserve + 2 * models.size(), "the end of the job");
+    if (!models.empty()) m.file.group("provenance").set_attr_string("models", models);
+    m.file.set_attr_string("finished", utc_timestamp());
+    m.file.flush();
+    m.file.release_reserve();
+    m.modes.clear();
+    m.file.close();
+  } catch (const Error& e) {
+    m.abandon();
+    throw Error(e.message() + "; " + m.path + " keeps every batch, unfinished: continue with " +
+                    "`specrun run ... --resume` once there is room",
+                e.where(), e.exit_code());
+  }
+  if (m.path != m.output) {
+    SPEC_CHECK(std::rename(m.path.c_str(), m.output.c_str()) == 0,
+               "cannot rename " << m.path << " over " << m.output << ": " << std::strerror(errno)
+                                << "; the finished result is " << m.path);
+    sync_directory(m.output);
+    m.path = m.output;
+  }
 }
 
 const std::string& ResultWriter::path() const {
   return impl_->path;
+}
+
+const std::string& ResultWriter::output() const {
+  return impl_->output;
 }
 
 // Reader -----------------------------------------------------------------------------------------
@@ -479,6 +639,17 @@ std::vector<std::string> ResultReader::modes() const {
   std::vector<std::string> out;
   for (const char* mode : {kModeBaseline, kModeSpeculative})
     if (impl_->modes.count(mode)) out.push_back(mode);
+  return out;
+}
+
+std::vector<std::string> ResultReader::warnings() const {
+  std::vector<std::string> out;
+  for (const auto& [mode, c] : impl_->committed)
+    if (!c.ignored.empty())
+      out.push_back(impl_->path + ":/" + mode + ": " + std::to_string(c.recorded - c.batches) +
+                    " of " + std::to_string(c.recorded) +
+                    " recorded batches left out, read up to the last sound commit record (" +
+                    std::to_string(c.batches) + " batches): " + c.ignored);
   return out;
 }
 

@@ -68,6 +68,14 @@ struct ResultInfo {
   int32_t resumes = 0;   // how many times ResultWriter::reopen continued the file
 };
 
+// Where a job.overwrite replacement of `output` is written until the job finishes (`OUTPUT` +
+// ".replacing", beside it): the result it replaces stays whole until then, whatever ends the
+// job early (a full disk, a kill, a stop). finish() renames it over `output`.
+std::string result_replacement_path(const std::string& output);
+// The file --resume continues for `output`: an unfinished replacement when one exists (a
+// job.overwrite job stopped or killed before it finished), else `output`.
+std::string result_resume_path(const std::string& output);
+
 // --resume continues files of the current schema version only: throws (exit code 2) with
 // advice otherwise. `writer`: the file's specrun_version.
 void check_resume_schema(const std::string& path, int64_t version, const std::string& writer);
@@ -75,7 +83,11 @@ void check_resume_schema(const std::string& path, int64_t version, const std::st
 class ResultWriter {
  public:
   // Creates `path` and writes the header (root attributes, /job, /provenance). An existing file
-  // is an error (exit code 2, advice: job.overwrite or --resume) unless `overwrite`.
+  // is an error (exit code 2, advice: job.overwrite or --resume) unless `overwrite`; with
+  // `overwrite`, an existing result is replaced only when finish() succeeds: the new one is
+  // written at result_replacement_path(path) until then. An earlier run's unfinished replacement
+  // is removed first (this run starts afresh). When the header cannot be written (a full disk),
+  // the new file is removed and an existing one is left as it was.
   static ResultWriter create(const std::string& path, const ResultHeader& header, bool overwrite);
   // The checks create() starts with, touching nothing: `path` does not exist (unless
   // `overwrite`) and its directory exists and is writable. Lets a job fail fast before it loads
@@ -85,33 +97,45 @@ class ResultWriter {
   // file, a model or another program's HDF5 file is never replaced.
   static void check_creatable(const std::string& path, bool overwrite,
                               const std::string& schema = kResultSchema);
-  // Opens an existing result file to append more batches (--resume): removes rows past each
-  // mode's last commit record, recomputes the running totals from committed batches, clears
-  // `finished` and counts the resume. The caller checks the configuration first (ResultReader).
-  static ResultWriter reopen(const std::string& path);
+  // Opens the result file of job.output `output` to append more batches (--resume): the
+  // unfinished replacement when there is one (result_resume_path), renamed over `output` by
+  // finish(). Removes rows past each mode's last commit record, recomputes the running totals
+  // from committed batches, clears `finished` and counts the resume. The caller checks the
+  // configuration first (ResultReader on result_resume_path(output)).
+  static ResultWriter reopen(const std::string& output);
 
   ResultWriter(ResultWriter&&) noexcept;
   ResultWriter& operator=(ResultWriter&&) noexcept;
   ~ResultWriter();  // closes without setting `finished`
 
-  // Appends one batch's records to /<mode> ("baseline" or "speculative"), then commits and
-  // flushes. The mode's groups are created on its first batch, which also fixes draft_len
+  // Appends one batch's records to /<mode> ("baseline" or "speculative"), then commits. The
+  // mode's groups are created on its first batch, which also fixes draft_len
   // (= accepted_per_position.size(), 0 in baseline). Validates the batch before writing
   // anything: n_ranks == world_size, timings size, draft_len, generated == output length,
-  // finish_reason, step rows' batch number, and that the batch is not already committed. After
-  // a failed write the writer refuses further appends (reopen the file to continue).
+  // finish_reason, step rows' batch number, and that the batch is not already committed.
+  // Then reserves the space the batch may take (h5::File::reserve: a disk too full for it is an
+  // error before anything is written), writes its rows and flushes them, and only then writes
+  // its commit record and flushes again: a commit record never reaches the file before the rows
+  // it commits. After a failed write the file is abandoned as the last successful flush left it
+  // (never flushed again, not even at exit), and the writer refuses further appends (--resume
+  // continues from the last committed batch).
   void append_batch(const std::string& mode, const BatchResult& batch);
 
   // Committed counts of a mode (0 for a mode without batches).
   int64_t batches_committed(const std::string& mode) const;
   int64_t sequences_committed(const std::string& mode) const;
 
-  // Sets the root attribute `finished`, flushes and closes. The writer is unusable afterwards.
-  // `models`, when not empty, replaces /provenance attribute `models` first (the whole-content
-  // fingerprints computed when the job finished).
+  // Sets the root attribute `finished`, flushes and closes; a replacement is then renamed over
+  // the result it replaces. The writer is unusable afterwards. `models`, when not empty,
+  // replaces /provenance attribute `models` first (the whole-content fingerprints computed when
+  // the job finished).
   void finish(const std::string& models = "");
 
+  // The file being written: job.output, or its replacement (result_replacement_path) until
+  // finish() renames it.
   const std::string& path() const;
+  // job.output: where the result is once the job finishes.
+  const std::string& output() const;
 
  private:
   struct Impl;
@@ -156,6 +180,11 @@ class ResultReader {
 
   const std::string& path() const;
   const ResultInfo& info() const;
+
+  // What the reader left out and why, one line per mode that has commit records it did not use
+  // (a damaged record, or one the job was killed while writing): "<file>:/<mode>: batches
+  // committed N of M: ...". Commands print them; empty for a sound file.
+  std::vector<std::string> warnings() const;
 
   // Modes with a group in the file, baseline first.
   std::vector<std::string> modes() const;

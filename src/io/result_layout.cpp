@@ -293,8 +293,15 @@ ModeTables open_mode(const h5::Group& root, const std::string& mode) {
 }
 
 Committed find_committed(const ModeTables& t) {
-  int64_t n = t.group.has_attr("batches_committed") ? t.group.attr_int("batches_committed") : 0;
-  for (const auto& [name, d] : t.batches) n = std::min(n, d.rows());
+  const int64_t recorded =
+      t.group.has_attr("batches_committed") ? t.group.attr_int("batches_committed") : 0;
+  int64_t n = recorded;
+  std::string why;
+  for (const auto& [name, d] : t.batches)
+    if (d.rows() < n) {
+      n = d.rows();
+      why = "the commit table " + d.where() + " holds " + std::to_string(n) + " rows";
+    }
   auto min_rows = [](const std::map<std::string, h5::Dataset>& table, const char* except) {
     int64_t m = INT64_MAX;
     for (const auto& [name, d] : table)
@@ -309,21 +316,57 @@ Committed find_committed(const ModeTables& t) {
   if (t.cpu_timings.valid()) timing_rows = std::min(timing_rows, t.cpu_timings.rows());
   if (t.device_timings.valid()) timing_rows = std::min(timing_rows, t.device_timings.rows());
   if (t.device_passes.valid()) timing_rows = std::min(timing_rows, t.device_passes.rows());
-  if (t.host.valid()) n = std::min({n, t.host.rows(), t.host_busy.rows()});
+  if (t.host.valid() && std::min(t.host.rows(), t.host_busy.rows()) < n) {
+    n = std::min(t.host.rows(), t.host_busy.rows());
+    why = "the host table holds " + std::to_string(n) + " rows";
+  }
+  n = std::max<int64_t>(n, 0);
+  // Each record ends where the one before ended or later (a batch holds at least one sequence):
+  // a record that does not is damaged, and so is what it commits.
+  const auto sequences_end = t.batches.at("sequences_end").read<int64_t>(0, n);
+  const auto steps_end = t.batches.at("steps_end").read<int64_t>(0, n);
+  const auto timing_end = t.batches.at("timing_rows_end").read<int64_t>(0, n);
+  const auto tokens_end = t.batches.at("output_tokens_end").read<int64_t>(0, n);
+  for (int64_t i = 0; i < n; ++i) {
+    const size_t k = static_cast<size_t>(i);
+    const bool grows =
+        k == 0
+            ? sequences_end[k] > 0 && steps_end[k] >= 0 && timing_end[k] >= 0 && tokens_end[k] >= 0
+            : sequences_end[k] > sequences_end[k - 1] && steps_end[k] >= steps_end[k - 1] &&
+                  timing_end[k] >= timing_end[k - 1] && tokens_end[k] >= tokens_end[k - 1];
+    if (!grows) {
+      why = "commit record " + std::to_string(i + 1) + " of " + t.batches.at("batch").where() +
+            " does not follow the one before it (sequences_end " +
+            std::to_string(sequences_end[k]) + ", steps_end " + std::to_string(steps_end[k]) +
+            ", timing_rows_end " + std::to_string(timing_end[k]) + ", output_tokens_end " +
+            std::to_string(tokens_end[k]) + ")";
+      n = i;
+      break;
+    }
+  }
   for (; n > 0; --n) {
     Committed c;
+    const size_t k = static_cast<size_t>(n - 1);
     c.batches = n;
-    c.sequences = t.batches.at("sequences_end").read<int64_t>(n - 1, 1)[0];
-    c.steps = t.batches.at("steps_end").read<int64_t>(n - 1, 1)[0];
-    c.timing_rows = t.batches.at("timing_rows_end").read<int64_t>(n - 1, 1)[0];
-    c.tokens = t.batches.at("output_tokens_end").read<int64_t>(n - 1, 1)[0];
-    bool rows_present = c.sequences >= 0 && c.sequences <= seq_rows &&
-                        c.sequences + 1 <= offset_rows && c.tokens <= token_rows &&
-                        c.steps <= step_rows && c.timing_rows <= timing_rows;
-    if (rows_present && t.seq.at("output_offsets").read<int64_t>(c.sequences, 1)[0] == c.tokens)
+    c.sequences = sequences_end[k];
+    c.steps = steps_end[k];
+    c.timing_rows = timing_end[k];
+    c.tokens = tokens_end[k];
+    c.recorded = recorded;
+    bool rows_present = c.sequences + 1 <= offset_rows && c.sequences <= seq_rows &&
+                        c.tokens <= token_rows && c.steps <= step_rows &&
+                        c.timing_rows <= timing_rows;
+    if (rows_present && t.seq.at("output_offsets").read<int64_t>(c.sequences, 1)[0] == c.tokens) {
+      if (n < recorded) c.ignored = why;
       return c;
+    }
+    why = "commit record " + std::to_string(n) + " of " + t.batches.at("batch").where() +
+          " points past the rows in the file";
   }
-  return Committed{};
+  Committed none;
+  none.recorded = recorded;
+  if (recorded > 0) none.ignored = why;
+  return none;
 }
 
 void truncate_to(ModeTables& t, const Committed& c) {

@@ -42,8 +42,23 @@ struct Committed {
   int64_t sequences = 0;
   int64_t steps = 0;
   int64_t timing_rows = 0;
-  int64_t tokens = 0;  // output tokens
+  int64_t tokens = 0;    // output tokens
+  int64_t recorded = 0;  // the mode's batches_committed attribute
+  // Why the commit records past `batches` (up to `recorded`) were not used: a record that does
+  // not follow the one before it, or points past the rows in the file, and every record after
+  // it. "" when every recorded batch is committed.
+  std::string ignored;
 };
+
+// Calls f(dataset) for every dataset of the mode (valid or not: f checks).
+template <typename Tables, typename F>
+void for_each_dataset(Tables& t, F&& f) {
+  for (auto* table : {&t.seq, &t.steps, &t.batches})
+    for (auto& entry : *table) f(entry.second);
+  for (auto* d : {&t.timings, &t.timings_batch, &t.cpu_timings, &t.host, &t.host_busy,
+                  &t.device_timings, &t.device_passes, &t.apos})
+    f(*d);
+}
 
 // Checks the root attributes schema == "specrun.result" and 1 <= schema_version <= supported;
 // returns the version. Throws (exit code 2) with advice otherwise.
@@ -56,8 +71,10 @@ ModeTables create_mode(h5::Group& root, const std::string& mode, int32_t draft_l
 ModeTables open_mode(const h5::Group& root, const std::string& mode);
 
 // The committed counts: the mode's batches_committed attribute, capped by the rows of the
-// commit table, then stepped back while the last commit record points past rows that are not
-// in the file (a kill during a flush). Never throws for short tables.
+// commit table, then by the first record that does not follow the one before it, then stepped
+// back while the last commit record points past rows that are not in the file (a kill while
+// the commit record was being flushed; rows reach the file before their record). Never throws
+// for short tables; `ignored` says why recorded batches were left out.
 Committed find_committed(const ModeTables& t);
 // Shrinks every table to the committed rows and resets the committed-count attributes.
 void truncate_to(ModeTables& t, const Committed& c);

@@ -55,6 +55,25 @@ expect_exit 2 "result file .*bad.h5 is corrupt or unreadable" resume.log -- \
 expect_exit 2 "existing job.output .*bad.h5 is corrupt or unreadable" overwrite.log -- \
   "${MPIRUN[@]}" -np 2 "$SPECRUN_BIN" run job.toml --set job.output=bad.h5
 [[ $(sha256sum bad.h5 | cut -d' ' -f1) == "$bad_sum" ]] || fail "bad.h5 was modified"
+# A damaged last commit record (issue 40: report and compare read one batch fewer, silently):
+# the batch is left out and said, on stderr and in report --json.
+cp out.h5 damaged.h5
+"$PY" - damaged.h5 <<'PY'
+import sys, h5py
+with h5py.File(sys.argv[1], "r+") as f:
+    ends = f["speculative/batches/sequences_end"]
+    ends[-1] = ends[-2]  # the last batch's record no longer follows the one before it
+PY
+"$SPECRUN_BIN" report damaged.h5 >damaged.txt 2>damaged.err || fail "report of damaged.h5: $(tail -3 damaged.err)"
+grep -qE '^warning: damaged.h5:/speculative: 1 of [0-9]+ recorded batches left out.*does not follow the one before it' damaged.err ||
+  fail "report left a batch out silently: $(cat damaged.err)"
+"$SPECRUN_BIN" report damaged.h5 --json 2>/dev/null | "$PY" -c '
+import json, sys
+w = json.load(sys.stdin)["warnings"]
+assert len(w) == 1 and "left out" in w[0], w'
+"$SPECRUN_BIN" compare out.h5 damaged.h5 >damaged_compare.txt 2>damaged_compare.err || true
+grep -q '^warning: damaged.h5:/speculative: 1 of' damaged_compare.err ||
+  fail "compare left a batch out silently: $(cat damaged_compare.err)"
 # A dataset's top-level file that crashes libhdf5: verify-data refuses it.
 write_job ds.toml ds.h5 prompts.h5 "[dataset]" 'hidden_layers = "1,final"'
 sed -i 's/^\[decode\]/[decode]\nmodes = ["dataset"]/' ds.toml

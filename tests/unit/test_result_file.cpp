@@ -7,6 +7,7 @@
 #include <gtest/gtest.h>
 #include <hdf5.h>
 #include <signal.h>
+#include <sys/mount.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -304,6 +305,151 @@ TEST(ResultFile, RefusesToOverwriteUnlessAsked) {
   EXPECT_EQ(ResultReader(path).batches_committed(kModeBaseline), 1);  // untouched
   ResultWriter::create(path, make_header(), true).finish();
   EXPECT_EQ(ResultReader(path).batches_committed(kModeBaseline), 0);  // replaced
+}
+
+// job.overwrite replaces a result only when the new one is finished: until then the new file is
+// written beside it (result_replacement_path), which --resume continues and finish() renames.
+TEST(ResultFile, OverwriteReplacesOnlyWhenTheNewResultIsFinished) {
+  TempDir dir;
+  const std::string path = dir.file("r.h5");
+  const std::string replacement = result_replacement_path(path);
+  {
+    ResultWriter w = ResultWriter::create(path, make_header(), false);
+    for (int64_t b = 0; b < 2; ++b) w.append_batch(kModeBaseline, make_batch(b, 0));
+    w.finish();
+  }
+  {
+    ResultWriter w = ResultWriter::create(path, make_header(), true);
+    EXPECT_EQ(w.path(), replacement);
+    EXPECT_EQ(w.output(), path);
+    w.append_batch(kModeBaseline, make_batch(0, 0));
+    // Stopped here (a signal, a kill, a full disk): the old result is whole.
+  }
+  EXPECT_EQ(ResultReader(path).batches_committed(kModeBaseline), 2);
+  EXPECT_FALSE(ResultReader(path).info().finished.empty());
+  EXPECT_EQ(ResultReader(replacement).batches_committed(kModeBaseline), 1);
+  EXPECT_EQ(result_resume_path(path), replacement);
+  {
+    ResultWriter w = ResultWriter::reopen(path);  // continues the replacement
+    EXPECT_EQ(w.path(), replacement);
+    EXPECT_EQ(w.batches_committed(kModeBaseline), 1);
+    w.append_batch(kModeBaseline, make_batch(1, 0));
+    w.append_batch(kModeBaseline, make_batch(2, 0));
+    w.finish();
+    EXPECT_EQ(w.path(), path);
+  }
+  EXPECT_FALSE(fs::exists(replacement));
+  EXPECT_EQ(result_resume_path(path), path);
+  ResultReader r(path);
+  EXPECT_EQ(r.batches_committed(kModeBaseline), 3);
+  EXPECT_EQ(r.info().resumes, 1);
+
+  // A fresh run removes an earlier run's unfinished replacement; one that is not a specrun
+  // result (or a link) is refused, not removed.
+  {
+    ResultWriter(ResultWriter::create(path, make_header(), true))
+        .append_batch(kModeBaseline, make_batch(0, 0));
+  }
+  ASSERT_TRUE(fs::exists(replacement));
+  ResultWriter::create(path, make_header(), true).finish();
+  EXPECT_FALSE(fs::exists(replacement));
+  EXPECT_EQ(ResultReader(path).batches_committed(kModeBaseline), 0);
+  { std::ofstream(replacement) << "notes\n"; }
+  std::string msg = error_of([&] { ResultWriter::create(path, make_header(), true); });
+  EXPECT_NE(msg.find("is not a specrun output"), std::string::npos) << msg;
+  EXPECT_TRUE(fs::exists(replacement));
+  fs::remove(replacement);
+  fs::create_symlink(dir.file("elsewhere.h5"), replacement);
+  msg = error_of([&] { ResultWriter::create(path, make_header(), true); });
+  EXPECT_NE(msg.find("symbolic link"), std::string::npos) << msg;
+}
+
+// A small tmpfs of the test's own (root only: the test skips visibly elsewhere), unmounted when
+// the object goes out of scope.
+class SmallFileSystem {
+ public:
+  SmallFileSystem(const std::string& dir, const char* size) : dir_(dir) {
+    fs::create_directories(dir);
+    mounted_ =
+        ::mount("tmpfs", dir.c_str(), "tmpfs", 0, (std::string("size=") + size).c_str()) == 0;
+  }
+  ~SmallFileSystem() {
+    if (mounted_) ::umount2(dir_.c_str(), MNT_DETACH);
+  }
+  bool mounted() const { return mounted_; }
+  // Writes `name` until the file system is full.
+  void fill(const std::string& name) const {
+    std::FILE* f = std::fopen((fs::path(dir_) / name).c_str(), "wb");
+    ASSERT_NE(f, nullptr);
+    std::vector<char> block(4096, 'x');
+    while (std::fwrite(block.data(), 1, block.size(), f) == block.size() && std::fflush(f) == 0) {
+    }
+    std::fclose(f);
+  }
+
+ private:
+  std::string dir_;
+  bool mounted_ = false;
+};
+
+// A disk without room for the next batch: refused before anything is written, naming the file
+// and the space; the file keeps its committed batches and continues once there is room.
+TEST(ResultFile, BatchWithoutRoomIsRefusedBeforeAnythingIsWritten) {
+  TempDir dir;
+  SmallFileSystem small(dir.file("fs"), "8m");
+  if (!small.mounted()) GTEST_SKIP() << "cannot mount a tmpfs here (not root?)";
+  const std::string path = dir.file("fs/r.h5");
+  {
+    ResultWriter w = ResultWriter::create(path, make_header(), false);
+    w.append_batch(kModeSpeculative, make_batch(0, kDraftLen));
+    small.fill("filler");
+    const std::string msg =
+        error_of([&] { w.append_batch(kModeSpeculative, make_batch(1, kDraftLen)); });
+    EXPECT_NE(msg.find("disk full: cannot write the speculative batch 1 to " + path),
+              std::string::npos)
+        << msg;
+    EXPECT_NE(msg.find("keeps the batches committed before (1 speculative)"), std::string::npos)
+        << msg;
+    EXPECT_NE(msg.find("--resume"), std::string::npos) << msg;
+    // Nothing was written: with room again, the same writer goes on.
+    fs::remove(dir.file("fs/filler"));
+    w.append_batch(kModeSpeculative, make_batch(1, kDraftLen));
+    w.finish();
+  }
+  ResultReader r(path);
+  expect_batches_match(r, kModeSpeculative, kDraftLen, {0, 1});
+  EXPECT_TRUE(r.warnings().empty());
+  EXPECT_EQ(run_h5py_check(path, "--exact --finished"), 0);
+  EXPECT_TRUE(h5::cleanup_at_exit_disabled());
+}
+
+// A damaged last commit record is left out, and said: report and compare print the reader's
+// warnings (they dropped a batch silently before).
+TEST(ResultFile, DamagedCommitRecordIsLeftOutAndSaid) {
+  TempDir dir;
+  const std::string path = dir.file("r.h5");
+  {
+    ResultWriter w = ResultWriter::create(path, make_header(), false);
+    for (int64_t b = 0; b < 3; ++b) w.append_batch(kModeSpeculative, make_batch(b, kDraftLen));
+    w.finish();
+  }
+  EXPECT_TRUE(ResultReader(path).warnings().empty());
+  {
+    h5::File f = h5::File::open(path, h5::File::Access::kReadWrite);
+    const int64_t before = kSeqsPerBatch;  // the first record's end, smaller than the second's
+    f.dataset("speculative/batches/sequences_end").write(2, 1, &before);
+    f.close();
+  }
+  ResultReader r(path);
+  EXPECT_EQ(r.batches_committed(kModeSpeculative), 2);
+  expect_batches_match(r, kModeSpeculative, kDraftLen, {0, 1});
+  const std::vector<std::string> warnings = r.warnings();
+  ASSERT_EQ(warnings.size(), 1u);
+  const std::string& w = warnings[0];
+  EXPECT_NE(w.find(path + ":/speculative: 1 of 3 recorded batches left out"), std::string::npos)
+      << w;
+  EXPECT_NE(w.find("commit record 3 of"), std::string::npos) << w;
+  EXPECT_NE(w.find("does not follow the one before it"), std::string::npos) << w;
 }
 
 TEST(ResultFile, InvalidBatchIsRejectedBeforeAnythingIsWritten) {
