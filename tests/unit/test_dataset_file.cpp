@@ -1,7 +1,7 @@
 // Dataset files (io/dataset_file.h): round trip in every storage type across part files, commits
 // only of sealed parts, --resume continuing a cut shard to the uninterrupted stream (refusing gaps
-// and other layouts), SIGKILL at random moments, the top-level file over the parts of two shards,
-// and the capture-layer keywords of dataset jobs.
+// and other layouts), SIGKILL at random moments, the top-level file over the parts of two shards
+// (refused when a part is missing or replaced), and the capture-layer keywords of dataset jobs.
 #include <gtest/gtest.h>
 #include <signal.h>
 #include <sys/wait.h>
@@ -279,6 +279,41 @@ TEST(DatasetFile, IndexPresentsTheShardsAsOneDataset) {
     for (std::size_t e = 0; e < h.size(); ++e) ASSERT_EQ(h[e], stored(l.dtype, want.hidden[e]));
     EXPECT_EQ(r.topk_ids(row), want.topk_ids);
   }
+}
+
+// HDF5 reads the rows of a missing virtual-dataset source as zeros: the reader of a top-level file
+// must refuse one whose parts are not all there, or not the parts it indexed (a killed
+// job.overwrite run replaces parts of the same names), naming the part.
+TEST(DatasetFile, IndexRefusesAMissingOrReplacedPart) {
+  TempDir dir;
+  const DatasetLayout l = small_layout();
+  const std::string top = dir.file("data.h5");
+  const std::vector<std::string> shards = {dataset_shard_path(top, 0, 2),
+                                           dataset_shard_path(top, 1, 2)};
+  auto write_shard = [&](int g, bool overwrite) {
+    DatasetShardWriter w = DatasetShardWriter::create(shards[g], header(g), l, every(2), overwrite);
+    for (int i = g; i < 10; i += 2) w.add(sequence(i, l));
+    w.finish();
+  };
+  write_shard(0, false);
+  write_shard(1, false);
+  std::vector<std::string> parts = dataset_shard_parts(shards[0]);
+  for (const std::string& p : dataset_shard_parts(shards[1])) parts.push_back(p);
+  write_dataset_index(top, parts);
+  ASSERT_EQ(DatasetReader(top).sequences().size(), 10u);
+
+  // The same sequences again, as another job would write them: same names and counts, but not
+  // the parts the index recorded.
+  write_shard(1, true);
+  std::string msg = error_of([&] { DatasetReader r(top); });
+  EXPECT_NE(msg.find("its part " + parts[3] + " is not the part it indexed"), std::string::npos)
+      << msg;
+  write_dataset_index(top, parts);  // indexed again: readable
+  ASSERT_EQ(DatasetReader(top).sequences().size(), 10u);
+
+  fs::remove(parts[4]);
+  msg = error_of([&] { DatasetReader r(top); });
+  EXPECT_NE(msg.find("its part " + parts[4] + " is missing"), std::string::npos) << msg;
 }
 
 // A child adds sequences as fast as it can and reports every commit through a pipe; the parent
