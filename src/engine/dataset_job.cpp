@@ -21,6 +21,7 @@
 #include "engine/stop_request.h"
 #include "engine/stop_tokens.h"
 #include "io/dataset_file.h"
+#include "io/output_lock.h"
 #include "io/result_file.h"
 #include "model/checkpoint.h"
 #include "model/model_factory.h"
@@ -195,13 +196,25 @@ int run_dataset_job(const JobConfig& config, const RunOptions& options,
                    "dataset.topk = " << layout.topk << " exceeds the target's vocabulary ("
                                      << mc.vocab_size << ")");
 
-  // Checks that touch nothing, before the model loads.
+  // Checks that touch nothing, before the model loads. Then rank 0 claims job.output for this
+  // job until it ends: another job writing it would delete or rename this one's files.
   const std::string prompts_hash = broadcast_string(in.world_comm, in.prompts_hash);
+  OutputLock output_lock;
   if (world.is_root()) {
     check_all_prompts(in.prompts, n_prompts, mc, config.decode.max_new_tokens);
     if (!options.resume) ResultWriter::check_creatable(top, config.job.overwrite, kDatasetSchema);
     check_space(config, in.prompts, n_prompts, layout,
                 options.resume ? shard_paths : std::vector<std::string>{});
+    output_lock = OutputLock::acquire(top, "job.output");
+    // An overwritten job's top-level file goes before any of its parts: left in place, it would
+    // still say finished while it presents the new job's parts, or none (HDF5 reads the rows of
+    // a missing part as zeros). The new one is written when every group is done.
+    if (!options.resume && config.job.overwrite) {
+      std::error_code ec;
+      fs::remove(top, ec);
+      SPEC_INPUT_CHECK(!ec, "cannot remove the earlier top-level file "
+                                << top << " (job.overwrite): " << ec.message());
+    }
   }
   const std::vector<std::string> my_parts = dataset_shard_parts(my_shard);
   const bool shard_exists = !my_parts.empty();
