@@ -7,8 +7,9 @@
 // done, rank 0 writes the top-level file job.output over the shards. Before anything is loaded,
 // rank 0 estimates the bytes the job will write and refuses to start when the output's file
 // system lacks them. Rank 0 holds job.output's lock (io/output_lock.h) from its checks to the end.
-// SIGUSR1/SIGTERM stop every group after its current step (committed sequences stay; exit code
-// 75); `run --resume` continues each shard from its last commit.
+// SIGUSR1, SIGTERM or SIGINT to any one rank stops every group at one of its next step boundaries
+// (engine/stop_request.h, StopVote), each sealing its open part (exit code 75); `run --resume`
+// continues each shard from its last sealed part.
 #pragma once
 
 #include <string>
