@@ -17,33 +17,11 @@ rm -rf w && mkdir w && cd w
 "$SPECRUN_BIN" make-model models --hidden 128 --layers 4 --heads 4 --kv-heads 2 \
   --intermediate 256 --vocab 512 >/dev/null
 make_prompt_file prompts.h5 2000 --vocab 512 --min-len 4 --max-len 60
-cat >job.toml <<'TOML'
-[job]
-name = "dataset-faults"
-output = "small/data.h5"
-seed = 3
-[target]
-path = "models/target"
-[parallel]
-tp = 1
-threads = 1
-[data]
-prompts = "prompts.h5"
-batch_size = 4
-max_prompts = 12
-[decode]
-modes = ["dataset"]
-max_new_tokens = 48
-temperature = 0.8
-[dataset]
-hidden_layers = "eagle3,final"
-dtype = "bf16"
-chunk_rows = 64
-commit_s = 0.2
-TOML
+write_dataset_job job.toml dataset-faults small/data.h5
+SHORT=(--set decode.max_new_tokens=48)
 run2() { timeout 300 "${MPIRUN[@]}" -np 2 "$SPECRUN_BIN" run job.toml "$@"; }
 mkdir -p small
-run2 >small.log 2>&1 || fail "the small job failed: $(tail -5 small.log)"
+run2 --set data.max_prompts=12 "${SHORT[@]}" >small.log 2>&1 || fail "the small job failed: $(tail -5 small.log)"
 
 # wait_for_file GLOB SECONDS: until a file matches GLOB.
 wait_for_file() {
@@ -80,7 +58,7 @@ echo "a missing part: refused by specrun_data.py and verify-data, naming $part"
 mkdir -p stale && cp small/data*.h5 stale/
 [[ -f stale/data.h5 ]] || fail "no top-level file to overwrite"
 "${MPIRUN[@]}" -np 2 "$SPECRUN_BIN" run job.toml --set job.output=stale/data.h5 \
-  --set job.overwrite=true --set data.max_prompts=400 --set job.seed=4 >stale.log 2>&1 &
+  --set job.overwrite=true --set data.max_prompts=400 --set job.seed=4 "${SHORT[@]}" >stale.log 2>&1 &
 pid=$!
 wait_for_file "stale/data.shard-1-of-2.part-00001.h5" 120 || {
   kill_job $pid "job.output=stale/data.h5"
@@ -94,7 +72,7 @@ kill_job $pid "job.output=stale/data.h5"
 [[ ! -e stale/data.h5 ]] || fail "a top-level file is left after the overwriting job was killed"
 [[ -e stale/data.h5.lock ]] || echo "note: the killed job left no lock file"
 timeout 300 "${MPIRUN[@]}" -np 2 "$SPECRUN_BIN" run job.toml --set job.output=stale/data.h5 \
-  --set job.overwrite=true --set data.max_prompts=400 --set job.seed=4 --resume \
+  --set job.overwrite=true --set data.max_prompts=400 --set job.seed=4 "${SHORT[@]}" --resume \
   >stale-resume.log 2>&1 || fail "resume after the kill: $(tail -5 stale-resume.log)"
 [[ ! -e stale/data.h5.lock ]] || fail "the lock file stays after the job ended"
 "$PY" "$E2E_DIR/../../scripts/specrun_data.py" stale/data.h5 >stale-read.txt 2>&1 ||
@@ -111,19 +89,14 @@ wait_for_file "conc/data.shard-1-of-2.part-00001.h5" 120 || {
   kill_job $pid "job.output=conc/data.h5"
   fail "the first job sealed no part: $(tail -5 conc.log)"
 }
-rank0=""
-for child in $(pgrep -P "$pid"); do
-  if tr '\0' '\n' <"/proc/$child/environ" 2>/dev/null | grep -qx 'OMPI_COMM_WORLD_RANK=0'; then
-    rank0=$child
-  fi
-done
+rank0=$(rank_pid "$pid" 0)
 [[ -n $rank0 ]] || { kill_job $pid "job.output=conc/data.h5"; fail "rank 0 not found"; }
 sealed=$(cd conc && ls data.shard-*.part-*.h5)  # parts sealed before the second jobs
 before=$(cd conc && md5sum $sealed)
 for extra in "--set job.overwrite=true" "--resume"; do
   rc=0
   timeout 120 "${MPIRUN[@]}" -np 2 "$SPECRUN_BIN" run job.toml --set job.output=conc/data.h5 \
-    $extra >second.log 2>&1 || rc=$?
+    --set data.max_prompts=2000 $extra >second.log 2>&1 || rc=$?
   grep -qE "job.output [^ ]*conc/data.h5 is in use by another running job \(pid $rank0 on host [^,]+, since" second.log &&
     [[ $rc -eq 2 ]] || {
     kill_job $pid "job.output=conc/data.h5"

@@ -16,31 +16,7 @@ rm -rf w && mkdir w && cd w
 "$SPECRUN_BIN" make-model models --hidden 256 --layers 4 --heads 4 --kv-heads 2 \
   --intermediate 512 --vocab 512 >/dev/null
 make_prompt_file prompts.h5 480 --vocab 512 --min-len 4 --max-len 60
-cat >job.toml <<'TOML'
-[job]
-name = "dataset-kill"
-output = "ref/data.h5"
-seed = 7
-[target]
-path = "models/target"
-[parallel]
-tp = 1
-threads = 1
-[data]
-prompts = "prompts.h5"
-batch_size = 4
-[decode]
-modes = ["dataset"]
-max_new_tokens = 96
-temperature = 0.8
-stop_at_eos = true
-[dataset]
-hidden_layers = "eagle3,final"
-dtype = "bf16"
-topk = 4
-chunk_rows = 64
-commit_s = 0.25
-TOML
+write_dataset_job job.toml dataset-kill ref/data.h5
 mkdir -p ref
 start=$(date +%s.%N)
 "${MPIRUN[@]}" -np 2 "$SPECRUN_BIN" run job.toml >ref.log 2>&1 || fail "reference: $(tail -5 ref.log)"
@@ -104,12 +80,7 @@ for case in "TERM 1" "INT 0"; do
     compgen -G "$dir/data.shard-1-of-2.part-*.h5" >/dev/null && break
     sleep 0.05
   done
-  victim=""
-  for child in $(pgrep -P "$launcher"); do
-    if tr '\0' '\n' <"/proc/$child/environ" 2>/dev/null | grep -qx "OMPI_COMM_WORLD_RANK=$rank"; then
-      victim=$child
-    fi
-  done
+  victim=$(rank_pid "$launcher" "$rank")
   [[ -n $victim ]] || {
     pkill -9 -f "specrun run job.toml --set job.output=$dir/data.h5" || true
     fail "SIG$sig: rank $rank not found among mpirun's children"
