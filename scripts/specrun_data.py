@@ -11,7 +11,9 @@ files") from Python with h5py and numpy, and as a PyTorch Dataset.
 
 Files are opened lazily, once per process, so a Dataset handed to DataLoader workers (fork or
 spawn) never shares an HDF5 handle between processes. A part file (written while the job runs)
-is complete once it has its name; the top-level file lists every part of every shard.
+is complete once it has its name; the top-level file lists every part of every shard, and
+opening it checks that each is beside it and is the part it recorded (HDF5 would read a missing
+part's rows as zeros).
 
 Run as a script for a summary: /usr/bin/python3 scripts/specrun_data.py FILE
 """
@@ -22,6 +24,57 @@ import h5py
 import numpy as np
 
 SCHEMA = "specrun.dataset"
+
+
+def part_counts(f):
+    """A part's sequences, and the tokens and rows they cover (as the top-level file records
+    them in /parts)."""
+    n = SpecrunData._committed(f)
+    s = f["sequences"]
+    if n == 0:
+        return 0, 0, 0
+    tokens = s["token_offset"][:n] + s["prompt_len"][:n] + s["generated"][:n]
+    rows = s["row_offset"][:n] + s["n_rows"][:n]
+    return n, int(tokens.max()), int(rows.max())
+
+
+def check_parts(path, f):
+    """Every part the top-level file names must be beside it, sealed, and the part it recorded:
+    HDF5 reads the rows of a missing part as zeros. Raises FileNotFoundError or ValueError naming
+    the part."""
+    names = [x.decode() if isinstance(x, bytes) else x for x in f.attrs["parts"]]
+    records = None
+    if "parts" in f:  # top-level files written before the records have names only
+        g = f["parts"]
+        ids = [x.decode() if isinstance(x, bytes) else x for x in g["part_id"][:]]
+        records = list(zip(ids, g["sequences"][:], g["tokens"][:], g["rows"][:]))
+        if len(records) != len(names):
+            raise ValueError(f"{path}: /parts records {len(records)} parts but the attribute "
+                             f"parts names {len(names)}")
+    folder = os.path.dirname(path)
+    for i, name in enumerate(names):
+        part = os.path.join(folder, name)
+        if not os.path.isfile(part):
+            raise FileNotFoundError(
+                f"{path}: its part {part} is missing (HDF5 would read its rows as zeros); the "
+                "top-level file refers to its parts by name, beside it: restore the part, or "
+                "generate the dataset again")
+        with h5py.File(part, "r") as p:
+            if p.attrs.get("kind") != "shard" or not p.attrs.get("finished"):
+                raise ValueError(f"{path}: its part {part} is not a sealed part file")
+            if records is None:
+                continue
+            want_id, *want = records[i]
+            have_id = p.attrs.get("part_id", "")
+            have = part_counts(p)
+            if have_id != want_id or tuple(int(x) for x in want) != have:
+                raise ValueError(
+                    f"{path}: its part {part} is not the part it indexed (recorded: part id "
+                    f"{want_id}, {want[0]} sequences, {want[1]} tokens, {want[2]} rows; found: "
+                    f"part id {have_id or 'none'}, {have[0]} sequences, {have[1]} tokens, "
+                    f"{have[2]} rows): another job has written a part of that name since; finish "
+                    "or resume that job (its top-level file presents the parts on disk), or "
+                    "generate the dataset again")
 
 
 class SpecrunData:
@@ -35,6 +88,8 @@ class SpecrunData:
             if f.attrs.get("schema") != SCHEMA:
                 raise ValueError(f"{path} is not a specrun dataset file")
             self.kind = f.attrs["kind"]
+            if self.kind == "index":
+                check_parts(path, f)
             self.layers = [int(x) for x in f["layout/layers"][:]]
             self.layout = {k: (v.decode() if isinstance(v, bytes) else v)
                            for k, v in f["layout"].attrs.items()}
@@ -137,7 +192,11 @@ def main():
     if len(sys.argv) != 2:
         print(__doc__)
         sys.exit(2)
-    d = SpecrunData(sys.argv[1])
+    try:
+        d = SpecrunData(sys.argv[1])
+    except (OSError, ValueError) as e:
+        print(f"error: {e}", file=sys.stderr)
+        sys.exit(2)
     rows = int(d.index["n_rows"].sum())
     gen = int(d.index["generated"].sum())
     print(f"{sys.argv[1]} ({d.kind}): {len(d)} sequences, {gen} generated tokens, {rows} rows of "

@@ -76,6 +76,15 @@ int cmd_verify_data(CommandContext& ctx, const std::vector<std::string>& args) {
   if (ctx.mpi.rank() != 0) return 0;
   const std::string path = vm["file"].as<std::string>();
   const double tolerance = vm["tolerance"].as<double>();
+  // NaN would pass every row (no comparison with it is true), infinity too, and a negative
+  // tolerance would fail identical rows.
+  SPEC_INPUT_CHECK(std::isfinite(tolerance) && tolerance >= 0,
+                   "--tolerance " << tolerance
+                                  << ": expected a finite number >= 0 (the largest accepted "
+                                     "|stored - recomputed| / rms of a row; 0 = exact)");
+  SPEC_INPUT_CHECK(vm["sample"].as<int>() >= 0,
+                   "--sample " << vm["sample"].as<int>()
+                               << ": expected the number of sequences to check, 0 for all");
   check_dataset_file(path);  // first in a child process: a corrupted file fails clearly
   DatasetReader data(path);
   const DatasetLayout& layout = data.layout();

@@ -21,6 +21,7 @@
 #include "engine/stop_request.h"
 #include "engine/stop_tokens.h"
 #include "io/dataset_file.h"
+#include "io/output_lock.h"
 #include "io/result_file.h"
 #include "model/checkpoint.h"
 #include "model/model_factory.h"
@@ -163,6 +164,9 @@ std::string broadcast_string(MpiComm& comm, std::string s) {
 
 int run_dataset_job(const JobConfig& config, const RunOptions& options,
                     const DatasetJobInputs& in) {
+  // SIGINT too: an interactive Ctrl-C seals the open parts like SIGTERM (a decoding job's
+  // SIGINT still ends it at once; its result file needs no sealing).
+  install_stop_handlers(/*interrupt=*/true);
   const World& world = in.world;
   const Logger& log = in.log;
   const BackendKind backend = parse_backend(config.parallel.backend, "parallel.backend");
@@ -195,13 +199,25 @@ int run_dataset_job(const JobConfig& config, const RunOptions& options,
                    "dataset.topk = " << layout.topk << " exceeds the target's vocabulary ("
                                      << mc.vocab_size << ")");
 
-  // Checks that touch nothing, before the model loads.
+  // Checks that touch nothing, before the model loads. Then rank 0 claims job.output for this
+  // job until it ends: another job writing it would delete or rename this one's files.
   const std::string prompts_hash = broadcast_string(in.world_comm, in.prompts_hash);
+  OutputLock output_lock;
   if (world.is_root()) {
     check_all_prompts(in.prompts, n_prompts, mc, config.decode.max_new_tokens);
     if (!options.resume) ResultWriter::check_creatable(top, config.job.overwrite, kDatasetSchema);
     check_space(config, in.prompts, n_prompts, layout,
                 options.resume ? shard_paths : std::vector<std::string>{});
+    output_lock = OutputLock::acquire(top, "job.output");
+    // An overwritten job's top-level file goes before any of its parts: left in place, it would
+    // still say finished while it presents the new job's parts, or none (HDF5 reads the rows of
+    // a missing part as zeros). The new one is written when every group is done.
+    if (!options.resume && config.job.overwrite) {
+      std::error_code ec;
+      fs::remove(top, ec);
+      SPEC_INPUT_CHECK(!ec, "cannot remove the earlier top-level file "
+                                << top << " (job.overwrite): " << ec.message());
+    }
   }
   const std::vector<std::string> my_parts = dataset_shard_parts(my_shard);
   const bool shard_exists = !my_parts.empty();
@@ -275,7 +291,7 @@ int run_dataset_job(const JobConfig& config, const RunOptions& options,
   gen.continuous = config.dataset.continuous;
   DatasetGenerator generator(*target, *ops, decisions, gen);
 
-  install_stop_handlers();
+  StopVote vote(in.world_comm, config.parallel.comm_timeout_s);
   std::size_t cursor = static_cast<std::size_t>(committed);
   std::int64_t finished = 0, generated = 0;
   SteadyClockPoint last_line = SteadyClock::now();
@@ -313,8 +329,11 @@ int run_dataset_job(const JobConfig& config, const RunOptions& options,
       log.info(line.str());
     }
   };
+  // This group stops at a step boundary when one of its ranks got a signal or a round of the vote
+  // agreed on one (a signal to any rank of any group); its tp ranks agree through tp rank 0.
   auto stop = [&]() {
-    float flag = stop_requested() ? 1.0f : 0.0f;
+    const bool agreed = vote.poll();
+    float flag = agreed || stop_requested() ? 1.0f : 0.0f;
     if (decisions.size() > 1) decisions.all_reduce_max(&flag, 1);
     stopped = flag > 0;
     return stopped;
@@ -325,18 +344,24 @@ int run_dataset_job(const JobConfig& config, const RunOptions& options,
   if (writer) writer->finish();  // seals the open part (also on a graceful stop)
   writer.reset();
 
-  float any = stopped ? 1.0f : 0.0f;
-  in.world_comm.all_reduce_max(&any, 1);
+  // Every rank takes part in the vote until all are done or a stop is agreed: a group that ends
+  // its stream early still learns of a stop requested elsewhere, and every rank leaves here with
+  // the same answer.
+  const int stop_signal = vote.finish();
+  SPEC_CHECK(stop_signal != 0 || !stopped,
+             "group " << world.dp_index << " stopped but the ranks' vote says none did");
   // Every group's figures, for the summary.
   std::ostringstream mine;
   if (world.is_tp_leader())
     mine << world.dp_index << " " << stats.sequences << " " << stats.generated << " " << stats.steps
          << " " << stats.busy_slot_steps << " " << stats.slot_steps << " " << stats.seconds;
   const std::vector<std::string> all = gather_strings(in.world_comm, mine.str(), 0);
-  if (any > 0) {
+  if (stop_signal != 0) {
     if (world.is_root())
-      log.info("stopped by a signal; every committed sequence is in the shards of " + top +
-               "; continue with `specrun run ... --resume`");
+      log.info("stopped by a signal (" + stop_signal_name(stop_signal) +
+               "); every rank sealed its group's open part at a step boundary, every committed "
+               "sequence is in the shards of " +
+               top + "; continue with `specrun run ... --resume`");
     in.world_comm.barrier();
     return kExitStopped;
   }

@@ -6,8 +6,10 @@
 // group's shard (io/dataset_file.h); no step is synchronised across groups. When every group is
 // done, rank 0 writes the top-level file job.output over the shards. Before anything is loaded,
 // rank 0 estimates the bytes the job will write and refuses to start when the output's file
-// system lacks them. SIGUSR1/SIGTERM stop every group after its current step (committed
-// sequences stay; exit code 75); `run --resume` continues each shard from its last commit.
+// system lacks them. Rank 0 holds job.output's lock (io/output_lock.h) from its checks to the end.
+// SIGUSR1, SIGTERM or SIGINT to any one rank stops every group at one of its next step boundaries
+// (engine/stop_request.h, StopVote), each sealing its open part (exit code 75); `run --resume`
+// continues each shard from its last sealed part.
 #pragma once
 
 #include <string>

@@ -10,6 +10,7 @@
 #include <fstream>
 #include <iomanip>
 #include <map>
+#include <random>
 #include <sstream>
 
 #include "common/clock.h"
@@ -57,6 +58,17 @@ using namespace dataset_layout;
 
 namespace {
 
+// A part's identity (32 hex digits from std::random_device), recorded in the part and, for each
+// part it presents, in the top-level file: a part replaced by another job's part of the same name
+// (an overwritten, killed job) no longer matches.
+std::string new_part_id() {
+  std::random_device device;
+  std::ostringstream out;
+  out << std::hex << std::setfill('0');
+  for (int i = 0; i < 4; ++i) out << std::setw(8) << static_cast<std::uint32_t>(device());
+  return out.str();
+}
+
 // One part file being written (as "<part>.tmp"; renamed to its name when sealed). Rows of the
 // compressed datasets wait in memory until a whole chunk is ready; nothing here is flushed
 // before seal(): a part that was not sealed is never read.
@@ -70,6 +82,7 @@ class PartWriter {
     file_ = h5::File::create(tmp_, false);
     write_header(file_, header, "shard");
     file_.set_attr_int32("resumes", run);
+    file_.set_attr_string("part_id", new_part_id());
     write_layout(file_, layout);
     t_ = create_tables(file_, layout);
     hidden_type_ = store_h5_type(layout.dtype);
@@ -369,8 +382,78 @@ struct DatasetReader::Impl {
   DatasetHeader header;
   ShardTables t;
   bool index = false, finished = false;
+  std::string part_id;
   std::vector<DatasetRow> rows;
 };
+
+namespace {
+
+// What the top-level file records of each part it presents (its /parts tables).
+struct PartRecord {
+  std::string part_id;
+  DatasetPartCounts counts;
+};
+
+// Every part the top-level file `index` names must be beside it, sealed, and the part it recorded
+// (identity and counts): HDF5 fills the rows of a missing virtual-dataset source with zeros, so
+// a deleted or replaced part would otherwise read as plausible data.
+void check_index_parts(const h5::File& index, const std::string& path) {
+  const std::vector<std::string> names = index.attr_strings("parts");
+  std::vector<PartRecord> records;
+  if (index.has("parts")) {  // index files written before the records have names only
+    const h5::Group g = index.group("parts");
+    const std::vector<std::string> ids =
+        g.dataset("part_id").read_strings(0, g.dataset("part_id").rows());
+    const auto seqs = g.dataset("sequences").read_all<int64_t>();
+    const auto tokens = g.dataset("tokens").read_all<int64_t>();
+    const auto rows = g.dataset("rows").read_all<int64_t>();
+    SPEC_INPUT_CHECK(ids.size() == names.size() && seqs.size() == names.size() &&
+                         tokens.size() == names.size() && rows.size() == names.size(),
+                     path << ": /parts records " << ids.size()
+                          << " parts but the attribute parts names " << names.size());
+    for (std::size_t i = 0; i < names.size(); ++i)
+      records.push_back({ids[i], {seqs[i], tokens[i], rows[i]}});
+  }
+  const fs::path dir = fs::path(path).parent_path();
+  for (std::size_t i = 0; i < names.size(); ++i) {
+    const std::string part = (dir / names[i]).string();
+    std::error_code ec;
+    SPEC_INPUT_CHECK(fs::is_regular_file(part, ec),
+                     path << ": its part " << part
+                          << " is missing (HDF5 would read its rows as zeros); the top-level "
+                             "file refers to its parts by name, beside it: restore the part, or "
+                             "generate the dataset again");
+    const DatasetReader r(part);
+    SPEC_INPUT_CHECK(!r.is_index() && r.finished(),
+                     path << ": its part " << part << " is not a sealed part file");
+    if (records.empty()) continue;
+    const PartRecord& want = records[i];
+    const DatasetPartCounts have = dataset_part_counts(r);
+    SPEC_INPUT_CHECK(
+        r.part_id() == want.part_id && have.sequences == want.counts.sequences &&
+            have.tokens == want.counts.tokens && have.rows == want.counts.rows,
+        path << ": its part " << part << " is not the part it indexed (recorded: part id "
+             << want.part_id << ", " << want.counts.sequences << " sequences, "
+             << want.counts.tokens << " tokens, " << want.counts.rows << " rows; found: part id "
+             << (r.part_id().empty() ? "none" : r.part_id()) << ", " << have.sequences
+             << " sequences, " << have.tokens << " tokens, " << have.rows
+             << " rows): another job has written a part of that name since; finish or resume "
+                "that job (its top-level file presents the parts on disk), or generate the "
+                "dataset again");
+  }
+}
+
+}  // namespace
+
+DatasetPartCounts dataset_part_counts(const DatasetReader& part) {
+  DatasetPartCounts c;
+  c.sequences = static_cast<int64_t>(part.sequences().size());
+  for (const DatasetRow& r : part.sequences()) {
+    c.tokens = std::max(c.tokens, r.token_offset + r.prompt_len + r.generated);
+    c.rows = std::max(c.rows, r.row_offset + r.n_rows);
+  }
+  return c;
+}
 
 DatasetReader::DatasetReader(const std::string& path) : impl_(std::make_unique<Impl>()) {
   Impl& m = *impl_;
@@ -381,6 +464,7 @@ DatasetReader::DatasetReader(const std::string& path) : impl_(std::make_unique<I
   m.header = read_header(m.file);
   m.layout = read_layout(m.file);
   m.finished = !m.file.attr_string("finished").empty();
+  if (!m.index && m.file.has_attr("part_id")) m.part_id = m.file.attr_string("part_id");
   m.t = open_tables(m.file, m.layout, m.index);
   int64_t n = 0;
   if (m.index) {
@@ -407,6 +491,7 @@ DatasetReader::DatasetReader(const std::string& path) : impl_(std::make_unique<I
     m.rows[i] = DatasetRow{prompt_index[i], prompt_id[i], category[i], prompt_len[i],
                            generated[i],    finish[i],    wall_s[i],   token_offset[i],
                            row_offset[i],   first_row[i], n_rows[i],   shard[i]};
+  if (m.index) check_index_parts(m.file, path);
 }
 
 DatasetReader::~DatasetReader() = default;
@@ -427,6 +512,9 @@ bool DatasetReader::finished() const {
 }
 bool DatasetReader::is_index() const {
   return impl_->index;
+}
+const std::string& DatasetReader::part_id() const {
+  return impl_->part_id;
 }
 const std::vector<DatasetRow>& DatasetReader::sequences() const {
   return impl_->rows;
@@ -482,11 +570,16 @@ void write_dataset_index(const std::string& output, const std::vector<std::strin
     std::vector<DatasetRow> all;
     int64_t token_base = 0, row_base = 0;
     std::vector<h5::VirtualSource> tok_src, hid_src, ids_src, probs_src;
+    std::vector<std::string> part_ids;
+    std::vector<int64_t> part_seqs, part_tokens, part_rows;
     for (std::size_t i = 0; i < shards.size(); ++i) {
-      int64_t tokens = 0, rows = 0;
+      const DatasetPartCounts counts = dataset_part_counts(*shards[i]);
+      const int64_t tokens = counts.tokens, rows = counts.rows;
+      part_ids.push_back(shards[i]->part_id());
+      part_seqs.push_back(counts.sequences);
+      part_tokens.push_back(tokens);
+      part_rows.push_back(rows);
       for (DatasetRow r : shards[i]->sequences()) {
-        tokens = std::max(tokens, r.token_offset + r.prompt_len + r.generated);
-        rows = std::max(rows, r.row_offset + r.n_rows);
         r.token_offset += token_base;
         r.row_offset += row_base;
         r.shard = shards[i]->header().shard;
@@ -501,6 +594,12 @@ void write_dataset_index(const std::string& output, const std::vector<std::strin
       token_base += tokens;
       row_base += rows;
     }
+    // What each part was, so that a reader can tell a missing or replaced part (check_index_parts).
+    h5::Group parts = f.create_group("parts");
+    h5::create_string_rows(parts, "part_id", h5::chunk_rows(1024)).append_strings(part_ids);
+    h5::create_fixed<int64_t>(parts, "sequences", {part_seqs.size()}, part_seqs.data());
+    h5::create_fixed<int64_t>(parts, "tokens", {part_tokens.size()}, part_tokens.data());
+    h5::create_fixed<int64_t>(parts, "rows", {part_rows.size()}, part_rows.data());
     auto fixed_i64 = [&](const char* name, auto member) {
       std::vector<int64_t> v;
       for (const DatasetRow& r : all) v.push_back(static_cast<int64_t>(r.*member));

@@ -142,7 +142,10 @@ struct DatasetRow {
 
 class DatasetReader {
  public:
-  // Opens a shard or a top-level file read-only; only committed rows are visible.
+  // Opens a part or a top-level file read-only; only committed rows are visible. A top-level
+  // file is checked against the parts it names: each must be beside it, sealed, and the part it
+  // recorded (part id and counts); else throws (exit code 2) naming the part, since HDF5 would
+  // read a missing part's rows as zeros.
   explicit DatasetReader(const std::string& path);
   ~DatasetReader();
   DatasetReader(DatasetReader&&) noexcept;
@@ -153,6 +156,8 @@ class DatasetReader {
   const DatasetHeader& header() const;
   bool finished() const;
   bool is_index() const;  // the top-level file
+  // A part's identity ("" for the top-level file and for parts written before it was recorded).
+  const std::string& part_id() const;
   const std::vector<DatasetRow>& sequences() const;
   std::vector<int32_t> tokens(const DatasetRow& row) const;
   // The row's hidden states as float32, n_rows x layers x hidden_size.
@@ -165,6 +170,12 @@ class DatasetReader {
   std::unique_ptr<Impl> impl_;
 };
 
+// A part's extent: its sequences, and the tokens and rows its sequences cover.
+struct DatasetPartCounts {
+  int64_t sequences = 0, tokens = 0, rows = 0;
+};
+DatasetPartCounts dataset_part_counts(const DatasetReader& part);
+
 // The shard of dp group g of a job whose top-level file is `output` (the name its parts start
 // with): "<output without .h5>.shard-<g>-of-<dp>".
 std::string dataset_shard_path(const std::string& output, int group, int dp);
@@ -172,8 +183,8 @@ std::string dataset_shard_path(const std::string& output, int group, int dp);
 std::vector<std::string> dataset_shard_parts(const std::string& shard);
 
 // Writes the top-level file `output` over sealed part files (virtual datasets for tokens,
-// hidden and topk_*; the sequences tables copied, with global offsets and a `shard` column).
-// Written as "<output>.tmp" and renamed.
+// hidden and topk_*; the sequences tables copied, with global offsets and a `shard` column; each
+// part's id and counts in /parts). Written as "<output>.tmp" and renamed.
 void write_dataset_index(const std::string& output, const std::vector<std::string>& part_paths);
 
 // A cheap identity of a checkpoint directory: FNV-1a 64 over config.json, every safetensors

@@ -64,6 +64,49 @@ TOML
   for line in "$@"; do echo "$line" >>"$file"; done
 }
 
+# write_dataset_job FILE NAME OUTPUT: a sampled dataset job (decode.modes = ["dataset"]) on
+# models/target over prompts.h5, tp 1, batch 4, 96 new tokens at temperature 0.8 with EOS, seed 7,
+# EAGLE-3's layers and the final norm in bf16, top-k 4, chunks of 64 rows, a part every 0.25 s.
+write_dataset_job() {
+  cat >"$1" <<TOML
+[job]
+name = "$2"
+output = "$3"
+seed = 7
+[target]
+path = "models/target"
+[parallel]
+tp = 1
+threads = 1
+[data]
+prompts = "prompts.h5"
+batch_size = 4
+[decode]
+modes = ["dataset"]
+max_new_tokens = 96
+temperature = 0.8
+stop_at_eos = true
+[dataset]
+hidden_layers = "eagle3,final"
+dtype = "bf16"
+topk = 4
+chunk_rows = 64
+commit_s = 0.25
+TOML
+}
+
+# rank_pid LAUNCHER RANK: the pid of world rank RANK among mpirun LAUNCHER's children (one node),
+# found by its OMPI_COMM_WORLD_RANK; empty when it is not (or no longer) there.
+rank_pid() {
+  local child
+  for child in $(pgrep -P "$1"); do
+    if tr '\0' '\n' <"/proc/$child/environ" 2>/dev/null | grep -qx "OMPI_COMM_WORLD_RANK=$2"; then
+      echo "$child"
+      return 0
+    fi
+  done
+}
+
 # expect_exit CODE PATTERN LOG -- command...: runs the command (stdout+stderr to LOG) under a
 # 60 s timeout (124 = a rank hung), checks the exit code and that LOG matches the regex PATTERN.
 expect_exit() {

@@ -1,7 +1,8 @@
 // Dataset files (io/dataset_file.h): round trip in every storage type across part files, commits
 // only of sealed parts, --resume continuing a cut shard to the uninterrupted stream (refusing gaps
-// and other layouts), SIGKILL at random moments, the top-level file over the parts of two shards,
-// and the capture-layer keywords of dataset jobs.
+// and other layouts), SIGKILL at random moments, the top-level file over the parts of two shards
+// (refused when a part is missing or replaced), the output lock, and the capture-layer keywords of
+// dataset jobs.
 #include <gtest/gtest.h>
 #include <signal.h>
 #include <sys/wait.h>
@@ -18,6 +19,7 @@
 #include "engine/dataset_generator.h"
 #include "engine/dataset_job.h"
 #include "io/dataset_file.h"
+#include "io/output_lock.h"
 #include "kernels/cpu/dtype.h"
 #include "model/synthetic.h"
 #include "temp_dir.h"
@@ -279,6 +281,97 @@ TEST(DatasetFile, IndexPresentsTheShardsAsOneDataset) {
     for (std::size_t e = 0; e < h.size(); ++e) ASSERT_EQ(h[e], stored(l.dtype, want.hidden[e]));
     EXPECT_EQ(r.topk_ids(row), want.topk_ids);
   }
+}
+
+// HDF5 reads the rows of a missing virtual-dataset source as zeros: the reader of a top-level file
+// must refuse one whose parts are not all there, or not the parts it indexed (a killed
+// job.overwrite run replaces parts of the same names), naming the part.
+TEST(DatasetFile, IndexRefusesAMissingOrReplacedPart) {
+  TempDir dir;
+  const DatasetLayout l = small_layout();
+  const std::string top = dir.file("data.h5");
+  const std::vector<std::string> shards = {dataset_shard_path(top, 0, 2),
+                                           dataset_shard_path(top, 1, 2)};
+  auto write_shard = [&](int g, bool overwrite) {
+    DatasetShardWriter w = DatasetShardWriter::create(shards[g], header(g), l, every(2), overwrite);
+    for (int i = g; i < 10; i += 2) w.add(sequence(i, l));
+    w.finish();
+  };
+  write_shard(0, false);
+  write_shard(1, false);
+  std::vector<std::string> parts = dataset_shard_parts(shards[0]);
+  for (const std::string& p : dataset_shard_parts(shards[1])) parts.push_back(p);
+  write_dataset_index(top, parts);
+  ASSERT_EQ(DatasetReader(top).sequences().size(), 10u);
+
+  // The same sequences again, as another job would write them: same names and counts, but not
+  // the parts the index recorded.
+  write_shard(1, true);
+  std::string msg = error_of([&] { DatasetReader r(top); });
+  EXPECT_NE(msg.find("its part " + parts[3] + " is not the part it indexed"), std::string::npos)
+      << msg;
+  write_dataset_index(top, parts);  // indexed again: readable
+  ASSERT_EQ(DatasetReader(top).sequences().size(), 10u);
+
+  fs::remove(parts[4]);
+  msg = error_of([&] { DatasetReader r(top); });
+  EXPECT_NE(msg.find("its part " + parts[4] + " is missing"), std::string::npos) << msg;
+}
+
+// The lock a dataset job holds on its output (io/output_lock.h): a second holder is refused naming
+// the first (pid, host), a lock left by a killed process does not block, and the lock file goes
+// when the holder releases it.
+TEST(OutputLock, SecondHolderIsRefusedNamingTheFirst) {
+  TempDir dir;
+  const std::string out = dir.file("data.h5");
+  {
+    OutputLock first = OutputLock::acquire(out, "job.output");
+    EXPECT_TRUE(first.held());
+    EXPECT_TRUE(fs::exists(OutputLock::lock_path(out)));
+    // flock conflicts between two open descriptions even within one process.
+    const std::string msg = error_of([&] { OutputLock::acquire(out, "job.output"); });
+    EXPECT_NE(msg.find("job.output " + out + " is in use by another running job (pid " +
+                       std::to_string(::getpid()) + " on host "),
+              std::string::npos)
+        << msg;
+    EXPECT_NE(msg.find(OutputLock::lock_path(out)), std::string::npos) << msg;
+  }
+  EXPECT_FALSE(fs::exists(OutputLock::lock_path(out)));  // released and removed
+  OutputLock again = OutputLock::acquire(out, "job.output");
+  EXPECT_TRUE(again.held());
+}
+
+TEST(OutputLock, ALockLeftByAKilledProcessDoesNotBlock) {
+  TempDir dir;
+  const std::string out = dir.file("data.h5");
+  int ready[2];
+  ASSERT_EQ(::pipe(ready), 0);
+  const pid_t child = ::fork();
+  ASSERT_GE(child, 0);
+  if (child == 0) {
+    ::close(ready[0]);
+    try {
+      OutputLock lock = OutputLock::acquire(out, "job.output");
+      const char ok = 1;
+      (void)!::write(ready[1], &ok, 1);
+      ::pause();  // holds it until killed
+    } catch (...) {
+    }
+    ::_exit(1);
+  }
+  ::close(ready[1]);
+  char ok = 0;
+  ASSERT_EQ(::read(ready[0], &ok, 1), 1);
+  ::close(ready[0]);
+  const std::string msg = error_of([&] { OutputLock::acquire(out, "job.output"); });
+  EXPECT_NE(msg.find("(pid " + std::to_string(child) + " on host "), std::string::npos) << msg;
+  ::kill(child, SIGKILL);
+  int status = 0;
+  ::waitpid(child, &status, 0);
+  // The file is still there (a SIGKILL removes nothing), the lock is not.
+  EXPECT_TRUE(fs::exists(OutputLock::lock_path(out)));
+  OutputLock lock = OutputLock::acquire(out, "job.output");
+  EXPECT_TRUE(lock.held());
 }
 
 // A child adds sequences as fast as it can and reports every commit through a pipe; the parent
