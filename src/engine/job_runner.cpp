@@ -31,6 +31,7 @@
 #include "io/checked_read.h"
 #include "io/dataset_file.h"
 #include "io/model_fingerprint.h"
+#include "io/output_lock.h"
 #include "io/prompt_file.h"
 #include "io/provenance.h"
 #include "io/result_file.h"
@@ -468,7 +469,17 @@ int run_job(const JobConfig& config, MpiSession& mpi, const RunOptions& options)
     return run_dataset_job(config, options,
                            DatasetJobInputs{world, world_comm, tp_comm, self_comm, threads, prompts,
                                             prompts_hash, records, log});
-  if (world.is_root()) check_result_target(config, options, prompts_hash, log);
+  // Rank 0 claims job.output for this job until it ends (another job writing it, or its
+  // replacement, would remove or rename this one's file), then checks it, touching nothing.
+  // A job.output whose directory is missing fails the checks, with their message.
+  OutputLock output_lock;
+  if (world.is_root()) {
+    const std::filesystem::path dir =
+        std::filesystem::path(config.job.output.resolved).parent_path();
+    if (dir.empty() || std::filesystem::is_directory(dir))
+      output_lock = OutputLock::acquire(config.job.output.resolved, "job.output");
+    check_result_target(config, options, prompts_hash, log);
+  }
 
   // The model files by name, size, header and small files' contents now (milliseconds); their
   // weights' whole contents when the job finishes, so that hashing never weighs on the load or

@@ -96,6 +96,24 @@ ln -sf notes.txt planted.h5.tmp
 [[ $(cat notes.txt) == "notes, not a result" ]] || fail "prepare wrote through OUT.tmp"
 [[ ! -e planted.h5.tmp ]] || fail "prepare left planted.h5.tmp"
 
+# A second job on the output of a running one (issue 40: with job.overwrite it would remove the
+# first one's unfinished replacement, kept.h5.replacing): refused, naming the running job; the
+# first one finishes and replaces kept.h5.
+"${RUN[@]}" --set job.output=kept.h5 --set job.overwrite=true --set data.prompts=good.h5 \
+  --set debug.inject_delay_ms=400 --set debug.inject_phase=sample >first.log 2>&1 &
+first=$!
+for _ in $(seq 600); do [[ -f kept.h5.replacing ]] && grep -q '\] batch 1/' first.log && break; sleep 0.1; done
+[[ -f kept.h5.replacing ]] || fail "the first job never wrote kept.h5.replacing: $(tail -3 first.log)"
+expect_exit 2 "job.output .*kept.h5 is in use by another running job \(pid [0-9]+ on host" second.log -- \
+  "${RUN[@]}" --set job.output=kept.h5 --set job.overwrite=true
+expect_exit 2 "job.output .*kept.h5 is in use by another running job" second-resume.log -- \
+  "${RUN[@]}" --set job.output=kept.h5 --set job.overwrite=true --resume
+kill -0 $first 2>/dev/null || fail "the first job ended before the second ones were refused (too fast to test)"
+wait $first || fail "the first job failed beside the refused ones: $(tail -3 first.log)"
+[[ ! -e kept.h5.replacing && ! -e kept.h5.lock ]] || fail "the first job left kept.h5.replacing or its lock"
+"$SPECRUN_BIN" report kept.h5 >kept-report.txt 2>&1 || fail "report of the replaced kept.h5: $(tail -3 kept-report.txt)"
+[[ $(md5sum <kept.h5) != "$before" ]] || fail "the first job did not replace kept.h5"
+
 # Found by both ranks, printed once (issue 18: errors every rank meets printed once per rank).
 [[ $(grep -c 'missing-model' kept-model.log) -eq 1 ]] ||
   fail "the missing-model error is printed $(grep -c 'missing-model' kept-model.log) times"
