@@ -323,6 +323,21 @@ TEST(Prepare, RefusesToOverwriteUnlessAsked) {
   EXPECT_EQ(PromptReader(out).size(), 1);
 }
 
+// Never over its own input, whatever the name and even with --overwrite.
+TEST(Prepare, NeverWritesOverItsInput) {
+  TempDir dir;
+  std::string in = dir.file("in.jsonl");
+  write_text(in, "{\"tokens\": [1, 2]}\n");
+  ASSERT_EQ(::link(in.c_str(), dir.file("alias.h5").c_str()), 0);
+  for (const std::string& out : {in, dir.file("alias.h5")}) {
+    const std::string msg = error_of([&] { prepare_prompt_file(in, out, true); });
+    EXPECT_NE(msg.find("one of this command's inputs"), std::string::npos) << msg;
+  }
+  std::ifstream kept(in);
+  std::string content((std::istreambuf_iterator<char>(kept)), std::istreambuf_iterator<char>());
+  EXPECT_EQ(content, "{\"tokens\": [1, 2]}\n");
+}
+
 TEST(Prepare, ContentHashFollowsContent) {
   TempDir dir;
   std::string in = dir.file("in.jsonl");
