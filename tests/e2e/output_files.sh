@@ -4,7 +4,8 @@
 # and through a link; a read-only folder or an overlong name is exit 2 with a message naming the
 # path. Commands: report --outputs, prepare, generate --dump-logits, bench --json, make-model,
 # import-llama2c, scripts/plot_results.py and plot_sweep.py. Also report --outputs checks the
-# result's identities as report does. Inputs stay byte-identical throughout.
+# result's identities as report does, and prepare refuses a NUL in a prompt's strings (a prompt
+# file would store them cut short). Inputs stay byte-identical throughout.
 # Before: `report r.h5 --outputs r.h5` replaced the result with JSONL and exited 0.
 set -euo pipefail
 source "$(dirname "$0")/run_common.sh"
@@ -79,6 +80,14 @@ expect_exit 2 "prompt file in-alias.h5 is the same file as in.jsonl" p2.log -- \
 [[ $(sum in.jsonl) == "$in_sum" ]] || fail "prepare damaged its input"
 expect_exit 2 "prompt file link.h5 is a symbolic link" p3.log -- \
   bash -c "ln -s victim link.h5 && '$SPECRUN_BIN' prepare in.jsonl link.h5 --overwrite"
+# A NUL in a prompt's text, id or category: refused naming the line (stored, it was cut short).
+printf '%s\n' '{"tokens": [1, 5, 6], "text": "ab"}' '{"tokens": [1, 7], "text": "a\u0000b"}' \
+  '{"tokens": [1, 8], "text": "c", "category": "x\u0000"}' >nul.jsonl
+expect_exit 2 "line 2: the prompt's text holds a NUL character \(\\\\u0000\) at byte 1" p4.log -- \
+  "$SPECRUN_BIN" prepare nul.jsonl nul.h5
+grep -q 'line 3: "category" holds a NUL character' p4.log || fail "the category's NUL: $(cat p4.log)"
+[[ ! -e nul.h5 ]] || fail "a prompt file was written from nul.jsonl"
+
 # --- generate --dump-logits, bench --json: checked before the work --------------------------------
 GEN=("$SPECRUN_BIN" generate models/target --tokens 1,5 --max-new-tokens 2 --threads 1)
 "${GEN[@]}" --dump-logits logits.bin >/dev/null || fail "generate --dump-logits failed"
