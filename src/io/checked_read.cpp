@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <cstdint>
 
+#include "common/error.h"
 #include "common/isolated.h"
 #include "io/dataset_file.h"
 #include "io/prompt_file.h"
@@ -39,6 +40,24 @@ void check_result_file(const std::string& path) {
     }
     return std::string();
   });
+}
+
+ResultHead check_result_head(const std::string& path) {
+  // Three strings, NUL-separated: "1" or "0", the config hash, the prompts hash.
+  const std::string text = run_isolated(path, "result file", [&] {
+    ResultReader reader(path);
+    const ResultInfo& info = reader.info();
+    return std::string(info.finished.empty() ? "0" : "1") + '\0' + info.header.config_hash + '\0' +
+           info.header.prompts_hash;
+  });
+  const std::size_t a = text.find('\0');
+  const std::size_t b = a == std::string::npos ? a : text.find('\0', a + 1);
+  SPEC_CHECK(b != std::string::npos, "check_result_head " << path << ": a malformed answer");
+  ResultHead head;
+  head.finished = text.substr(0, a) == "1";
+  head.config_hash = text.substr(a + 1, b - a - 1);
+  head.prompts_hash = text.substr(b + 1);
+  return head;
 }
 
 void check_dataset_file(const std::string& path) {
