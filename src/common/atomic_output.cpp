@@ -214,31 +214,28 @@ AtomicOutput::~AtomicOutput() {
 void AtomicOutput::write(std::string_view bytes) {
   SPEC_CHECK(!committed_ && fd_ >= 0, "AtomicOutput::write on " << path_ << " after commit");
   if (buffer_.size() + bytes.size() > kBufferBytes) flush();
-  if (bytes.size() >= kBufferBytes) {
-    std::size_t done = 0;
-    while (done < bytes.size()) {
-      const ssize_t n = ::write(fd_, bytes.data() + done, bytes.size() - done);
-      if (n < 0 && errno == EINTR) continue;
-      if (n < 0) fail_writing(policy_, path_, errno, "write");
-      done += static_cast<std::size_t>(n);
-    }
-    return;
-  }
-  buffer_.append(bytes);
+  if (bytes.size() >= kBufferBytes)
+    write_all(bytes);
+  else
+    buffer_.append(bytes);
 }
 
 void AtomicOutput::write(const void* data, std::size_t bytes) {
   write(std::string_view(static_cast<const char*>(data), bytes));
 }
 
-void AtomicOutput::flush() {
+void AtomicOutput::write_all(std::string_view bytes) {
   std::size_t done = 0;
-  while (done < buffer_.size()) {
-    const ssize_t n = ::write(fd_, buffer_.data() + done, buffer_.size() - done);
+  while (done < bytes.size()) {
+    const ssize_t n = ::write(fd_, bytes.data() + done, bytes.size() - done);
     if (n < 0 && errno == EINTR) continue;
     if (n < 0) fail_writing(policy_, path_, errno, "write");
     done += static_cast<std::size_t>(n);
   }
+}
+
+void AtomicOutput::flush() {
+  write_all(buffer_);
   buffer_.clear();
 }
 

@@ -72,6 +72,7 @@ class AtomicOutput {
 
  private:
   void flush();
+  void write_all(std::string_view bytes);
   std::string path_;
   OutputPolicy policy_;
   std::string tmp_;
