@@ -43,21 +43,14 @@ void check_result_file(const std::string& path) {
 }
 
 ResultHead check_result_head(const std::string& path) {
-  // Three strings, NUL-separated: "1" or "0", the config hash, the prompts hash.
+  // "1" or "0" (finished), then the configuration hash.
   const std::string text = run_isolated(path, "result file", [&] {
     ResultReader reader(path);
     const ResultInfo& info = reader.info();
-    return std::string(info.finished.empty() ? "0" : "1") + '\0' + info.header.config_hash + '\0' +
-           info.header.prompts_hash;
+    return std::string(info.finished.empty() ? "0" : "1") + info.header.config_hash;
   });
-  const std::size_t a = text.find('\0');
-  const std::size_t b = a == std::string::npos ? a : text.find('\0', a + 1);
-  SPEC_CHECK(b != std::string::npos, "check_result_head " << path << ": a malformed answer");
-  ResultHead head;
-  head.finished = text.substr(0, a) == "1";
-  head.config_hash = text.substr(a + 1, b - a - 1);
-  head.prompts_hash = text.substr(b + 1);
-  return head;
+  SPEC_CHECK(!text.empty(), "check_result_head " << path << ": an empty answer");
+  return ResultHead{text[0] == '1', text.substr(1)};
 }
 
 void check_dataset_file(const std::string& path) {

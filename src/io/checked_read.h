@@ -26,7 +26,6 @@ void check_result_file(const std::string& path);
 struct ResultHead {
   bool finished = false;
   std::string config_hash;
-  std::string prompts_hash;
 };
 ResultHead check_result_head(const std::string& path);
 
