@@ -2,7 +2,7 @@
 # Every command that writes a file (issue 40) refuses to write over one of its own inputs (under
 # any name: compared by device and inode), over an existing file unless told to (--overwrite),
 # and through a link; a read-only folder or an overlong name is exit 2 with a message naming the
-# path. Commands: report --outputs, prepare, generate --dump-logits, bench --json, make-model,
+# path, a full disk (a tmpfs of the script's own, root only) exit 1, the output left as it was. Commands: report --outputs, prepare, generate --dump-logits, bench --json, make-model,
 # import-llama2c, scripts/plot_results.py and plot_sweep.py. Also report --outputs checks the
 # result's identities as report does, and prepare refuses a NUL in a prompt's strings (a prompt
 # file would store them cut short). Inputs stay byte-identical throughout.
@@ -160,6 +160,23 @@ rc=0
 "$PY" "$PLOT_SWEEP" table.json splots --overwrite >ps2.log 2>&1 || rc=$?
 [[ $rc -eq 2 && $(cat victim) == precious ]] || fail "plot_sweep.py through a link: exit $rc, $(cat ps2.log)"
 [[ -z $(find . -name '.*.tmp') ]] || fail "temporary files left: $(find . -name '.*.tmp')"
+
+# --- a full disk: exit 1 naming the path, an existing output byte-identical, no temporary file ----
+mkdir full
+if mount -t tmpfs -o size=64k tmpfs full 2>/dev/null; then
+  trap 'umount -l full 2>/dev/null || true; cleanup_shm' EXIT
+  echo '{"old": true}' >full/out.jsonl
+  dd if=/dev/zero of=full/filler bs=1k 2>/dev/null || true # the disk is now full
+  expect_exit 1 "cannot write --outputs file full/new.jsonl: no space left on the device \(disk full\); full/new.jsonl was left as it was" \
+    f1.log -- "$SPECRUN_BIN" report r.h5 --outputs full/new.jsonl
+  expect_exit 1 "cannot write --outputs file full/out.jsonl: no space left on the device \(disk full\)" \
+    f2.log -- "$SPECRUN_BIN" report r.h5 --outputs full/out.jsonl --overwrite
+  [[ $(cat full/out.jsonl) == '{"old": true}' && ! -e full/new.jsonl ]] || fail "the full disk changed an output"
+  [[ -z $(find full -name '.*.tmp') ]] || fail "temporary files left on the full disk"
+  umount -l full
+else
+  echo "NOTE: cannot mount a tmpfs here (needs root): the full-disk case did not run"
+fi
 
 # --- overlong names and read-only folders: exit 2 naming the path -----------------------------------
 long=$(printf 'n%.0s' {1..300})
