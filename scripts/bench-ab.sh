@@ -29,6 +29,7 @@ for ((r = 0; r < ROUNDS; ++r)); do
     bin=${!side}
     envs_var=${side}_ENV
     read -r -a envs <<<"${!envs_var:-}"
+    rm -f "$OUT/$side-$r.json" # bench --json replaces no file unless told (--overwrite)
     env "${envs[@]}" "$bin" bench --model-dir "$OUT/model-$DTYPE/target" --threads "$THREADS" \
       --repeats "$REPEATS" --steps "$STEPS" --cases "$CASES" --json "$OUT/$side-$r.json" >/dev/null 2>&1
   done

@@ -28,15 +28,15 @@ done
 for dtype in bf16 f32; do
   echo "== tp 1, threads 2, $dtype"
   "$SPECRUN" bench --model-dir "$OUT/model-$dtype/target" --threads 2 --repeats "$REPEATS" \
-    --json "$OUT/$dtype.json" 2>/dev/null
+    --json "$OUT/$dtype.json" --overwrite 2>/dev/null
 done
 
 echo "== decode: tp 1 x 1 thread vs tp 2 x 1 thread (mpirun -np 2), $ROUNDS alternations"
 for ((r = 0; r < ROUNDS; ++r)); do
   "$SPECRUN" bench --model-dir "$OUT/model-bf16/target" --threads 1 --cases decode \
-    --repeats "$REPEATS" --json "$OUT/tp1-$r.json" 2>/dev/null >/dev/null
+    --repeats "$REPEATS" --json "$OUT/tp1-$r.json" --overwrite 2>/dev/null >/dev/null
   mpirun -np 2 --bind-to core "$SPECRUN" bench --model-dir "$OUT/model-bf16/target" --tp 2 \
-    --threads 1 --cases decode --repeats "$REPEATS" --json "$OUT/tp2-$r.json" 2>/dev/null \
+    --threads 1 --cases decode --repeats "$REPEATS" --json "$OUT/tp2-$r.json" --overwrite 2>/dev/null \
     >/dev/null
 done
 

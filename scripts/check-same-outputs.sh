@@ -65,7 +65,7 @@ failures=0
 run_cases() {
   local bin=$1 out=$2 v=$3 envs=()
   [ "$v" = default ] || envs=("SPECRUN_CPU_ISA=$v")
-  mkdir -p "$out"
+  rm -rf "$out" && mkdir -p "$out" # --dump-logits replaces no file unless told (--overwrite)
   for model in code-target code-target-f32; do
     for np in 1 2; do
       env "${envs[@]}" mpirun -np "$np" "$bin" generate "$SHARED/models/$model" --tokens "$PROMPT" \

@@ -14,7 +14,7 @@ cd "$(dirname "$0")/.."
 SECONDS_EACH=${1:-60}
 shift || true
 TARGETS=("$@")
-[ ${#TARGETS[@]} -gt 0 ] || TARGETS=(safetensors model_config job_config prepare prompt_file result_file)
+[ ${#TARGETS[@]} -gt 0 ] || TARGETS=(safetensors model_config job_config prepare prompt_file result_file sweep_point)
 BUILD=${FUZZ_BUILD_DIR:-build-fuzz}
 CXX_BIN=${FUZZ_CXX:-clang++-16}
 CC_BIN=${CXX_BIN/clang++/clang}
@@ -46,9 +46,9 @@ for t in "${TARGETS[@]}"; do
   log="$BUILD/fuzz-$t.log"
   set +e
   # The new inputs go to the build's corpus; the seeds in tests/fuzz/corpus are read only.
-  # The prompt and result targets read each file in a child first (src/common/isolated.h): with
-  # a limit of 0.3 s (the seeds read in ~30 ms) a file that hangs libhdf5 is refused quickly
-  # and does not reach libFuzzer's --timeout.
+  # The HDF5 targets (prompt, result and sweep point files) read each file in a child first
+  # (src/common/isolated.h): with a limit of 0.3 s (the seeds read in ~30 ms) a file that hangs
+  # libhdf5 is refused quickly and does not reach libFuzzer's --timeout.
   SPECRUN_READ_CHECK_TIMEOUT_S=${FUZZ_READ_TIMEOUT:-0.3} \
     TMPDIR=$SCRATCH UBSAN_OPTIONS=print_stacktrace=1 ASAN_OPTIONS=detect_leaks=0 \
     "$BUILD/tests/fuzz/fuzz_$t" "$corpus" "tests/fuzz/corpus/$t" \

@@ -1,7 +1,7 @@
 #!/usr/bin/python3
 """PNG plots of a specrun result file (h5py + matplotlib, Agg backend; no display needed).
 
-usage: scripts/plot_results.py RESULT.h5 OUTDIR
+usage: scripts/plot_results.py RESULT.h5 OUTDIR [--overwrite]
 
 Writes, from the committed rows only (docs/file-formats.md, "Commit protocol"):
   OUTDIR/acceptance.png  acceptance by depth of the speculative mode: P(n >= i)
@@ -10,13 +10,15 @@ Writes, from the committed rows only (docs/file-formats.md, "Commit protocol"):
   OUTDIR/tau.png         tau over decoding steps: tokens emitted per sequence in each step
                          (accepted + 1, the mean over the sequences active in it) and the
                          running tau, in commit order
-Definitions: docs/analysis.md. Prints the paths it wrote.
+Definitions: docs/analysis.md. Prints the paths it wrote. Existing plots are replaced only with
+--overwrite, never through a link or over the result file (scripts/output_files.py).
 """
 import os
 import sys
 
 import h5py
 import matplotlib
+from output_files import check_output, make_folder, write_output
 
 matplotlib.use("Agg")
 import matplotlib.pyplot as plt  # noqa: E402
@@ -54,7 +56,7 @@ def load(path):
     return modes, title
 
 
-def plot_acceptance(modes, title, out):
+def plot_acceptance(modes, title):
     fig, ax = plt.subplots(figsize=(7, 4.5))
     st = modes.get("speculative", {}).get("steps")
     if st is None or len(st["depth"]) == 0 or st["depth"].max() == 0:
@@ -80,11 +82,10 @@ def plot_acceptance(modes, title, out):
     ax.set_ylabel("acceptance")
     ax.set_title("acceptance by depth (speculative)\n" + title, fontsize=10)
     fig.tight_layout()
-    fig.savefig(out, dpi=100)
-    plt.close(fig)
+    return fig
 
 
-def plot_phases(modes, title, out):
+def plot_phases(modes, title):
     names = list(modes)
     fig, axes = plt.subplots(1, max(1, len(names)), figsize=(5 * max(1, len(names)), 4.5),
                              squeeze=False)
@@ -106,11 +107,10 @@ def plot_phases(modes, title, out):
         ax.legend(fontsize=8)
     fig.suptitle("phase breakdown per rank\n" + title, fontsize=10)
     fig.tight_layout()
-    fig.savefig(out, dpi=100)
-    plt.close(fig)
+    return fig
 
 
-def plot_tau(modes, title, out):
+def plot_tau(modes, title):
     fig, ax = plt.subplots(figsize=(8, 4.5))
     st = modes.get("speculative", {}).get("steps")
     if st is None or len(st["batch"]) == 0:
@@ -135,21 +135,27 @@ def plot_tau(modes, title, out):
     ax.set_ylabel("tokens emitted per verify step")
     ax.set_title("tau over steps (speculative)\n" + title, fontsize=10)
     fig.tight_layout()
-    fig.savefig(out, dpi=100)
-    plt.close(fig)
+    return fig
 
 
 def main():
-    if len(sys.argv) != 3:
+    overwrite = "--overwrite" in sys.argv[1:]
+    args = [a for a in sys.argv[1:] if a != "--overwrite"]
+    if len(args) != 2:
         sys.exit(__doc__)
-    path, outdir = sys.argv[1], sys.argv[2]
+    path, outdir = args
+    plots = (("acceptance.png", plot_acceptance), ("phases.png", plot_phases),
+             ("tau.png", plot_tau))
     modes, title = load(path)
-    os.makedirs(outdir, exist_ok=True)
-    for name, fn in (("acceptance.png", plot_acceptance), ("phases.png", plot_phases),
-                     ("tau.png", plot_tau)):
-        out = os.path.join(outdir, name)
-        fn(modes, title, out)
-        print(out)
+    make_folder(outdir)
+    targets = [os.path.join(outdir, name) for name, _ in plots]
+    for target in targets:  # every one before any is drawn
+        check_output(target, overwrite, [path])
+    for target, (_, plot) in zip(targets, plots):
+        fig = plot(modes, title)
+        write_output(target, lambda f: fig.savefig(f, format="png", dpi=100), overwrite, [path])
+        plt.close(fig)
+        print(target)
 
 
 if __name__ == "__main__":

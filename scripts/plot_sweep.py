@@ -2,7 +2,7 @@
 """PNG plots of a sweep: speedup, tau and phase cost per token against the swept key.
 
 usage: specrun report RUN1.h5 RUN2.h5 ... --json > table.json
-       scripts/plot_sweep.py table.json OUTDIR
+       scripts/plot_sweep.py table.json OUTDIR [--overwrite]
 
 Reads the table `specrun report` prints for several result files (docs/analysis.md, "Sweeps and
 tables over many runs"): `keys` (the configuration keys that differ between the runs) and one
@@ -14,12 +14,15 @@ combination of its values. Writes:
   OUTDIR/cost_per_token.png ms per generated token of each speculative phase (draft, verify,
                             comm, sample, other) and of baseline's total, one panel per line
 Prints the paths it wrote. Runs without a speculative mode (or a paired baseline) leave gaps.
+Existing plots are replaced only with --overwrite, never through a link or over the table
+(scripts/output_files.py).
 """
 import json
 import os
 import sys
 
 import matplotlib
+from output_files import check_output, make_folder, write_output
 
 matplotlib.use("Agg")
 import matplotlib.pyplot as plt  # noqa: E402
@@ -75,25 +78,30 @@ def style(ax, x_key, is_numeric, categories, title):
         ax.legend(fontsize=8)
 
 
-def save(fig, out):
-    fig.tight_layout()
-    fig.savefig(out, dpi=100)
-    plt.close(fig)
-    print(out)
-
-
-def finish(ax, fig, x_key, is_numeric, categories, title, out):
-    style(ax, x_key, is_numeric, categories, title)
-    save(fig, out)
-
-
 def main():
-    if len(sys.argv) != 3:
+    overwrite = "--overwrite" in sys.argv[1:]
+    args = [a for a in sys.argv[1:] if a != "--overwrite"]
+    if len(args) != 2:
         sys.exit(__doc__)
-    table_path, outdir = sys.argv[1], sys.argv[2]
+    table_path, outdir = args
     x_key, is_numeric, categories, series, x_of = load(table_path)
-    os.makedirs(outdir, exist_ok=True)
+    make_folder(outdir)
+    names = ("speedup.png", "tau.png", "cost_per_token.png")
+    for name in names:  # every one before any is drawn
+        check_output(os.path.join(outdir, name), overwrite, [table_path])
     title = os.path.basename(table_path)
+
+    def save(fig, name):
+        out = os.path.join(outdir, name)
+        fig.tight_layout()
+        write_output(out, lambda f: fig.savefig(f, format="png", dpi=100), overwrite,
+                     [table_path])
+        plt.close(fig)
+        print(out)
+
+    def finish(ax, fig, heading, name):
+        style(ax, x_key, is_numeric, categories, heading)
+        save(fig, name)
 
     fig, ax = plt.subplots(figsize=(7, 4.5))
     for label, runs in series.items():
@@ -107,8 +115,7 @@ def main():
         ax.errorbar(xs, ys, yerr=err, marker="o", capsize=4, label=label or "speedup")
     ax.axhline(1.0, color="grey", linewidth=1, linestyle="--")
     ax.set_ylabel("speedup over baseline (95% CI)")
-    finish(ax, fig, x_key, is_numeric, categories, f"speedup vs {x_key} ({title})",
-           os.path.join(outdir, "speedup.png"))
+    finish(ax, fig, f"speedup vs {x_key} ({title})", "speedup.png")
 
     fig, ax = plt.subplots(figsize=(7, 4.5))
     ax2 = ax.twinx()
@@ -129,8 +136,7 @@ def main():
     handles2 = ax2.get_legend_handles_labels()
     if handles[0]:
         ax.legend(handles[0] + handles2[0], handles[1] + handles2[1], fontsize=8, loc="best")
-    finish(ax, fig, x_key, is_numeric, categories, f"tau and alpha vs {x_key} ({title})",
-           os.path.join(outdir, "tau.png"))
+    finish(ax, fig, f"tau and alpha vs {x_key} ({title})", "tau.png")
 
     fig, axes = plt.subplots(1, len(series), figsize=(7 * len(series), 4.5), squeeze=False)
     for ax, (label, runs) in zip(axes[0], series.items()):
@@ -147,7 +153,7 @@ def main():
         ax.set_ylabel("ms per generated token")
         style(ax, x_key, is_numeric, categories,
               f"phase cost per token vs {x_key}" + (f" ({label})" if label else ""))
-    save(fig, os.path.join(outdir, "cost_per_token.png"))
+    save(fig, "cost_per_token.png")
 
 
 if __name__ == "__main__":

@@ -3,11 +3,11 @@
 // Under `mpirun -np N` the N ranks run one tensor-parallel group (tp = N). Rank 0 prints the
 // table and writes --json.
 #include <boost/program_options.hpp>
-#include <fstream>
 #include <iostream>
 #include <sstream>
 
 #include "app/commands.h"
+#include "common/atomic_output.h"
 #include "common/error.h"
 #include "dist/mpi_comm.h"
 #include "engine/bench.h"
@@ -59,7 +59,8 @@ int cmd_bench(CommandContext& ctx, const std::vector<std::string>& args) {
       "prefill", po::value(&o.prefill)->default_value(o.prefill), "prefill prompt length")(
       "batch", po::value(&o.batch)->default_value(o.batch), "sequences in batched decode")(
       "cases", po::value(&cases), "comma-separated subset of decode,verify,prefill,batch,timing")(
-      "json", po::value(&json_path), "also write the figures as JSON to FILE (rank 0)");
+      "json", po::value(&json_path), "also write the figures as JSON to FILE (rank 0)")(
+      "overwrite", "with --json: replace an existing FILE");
   po::variables_map vm;
   po::store(po::command_line_parser(args).options(options).run(), vm);
   po::notify(vm);
@@ -90,6 +91,9 @@ int cmd_bench(CommandContext& ctx, const std::vector<std::string>& args) {
   }
 
   const BackendKind kind = parse_backend(backend, "--backend");
+  // Checked before the measurement (rank 0 writes the file); never over --model-dir's files.
+  const OutputPolicy json_policy{vm.count("overwrite") > 0, {o.model_dir}, "--json file"};
+  if (root && !json_path.empty()) check_output_path(json_path, json_policy);
   World world = ctx.mpi.world(tp);
   MpiComm tp_comm = MpiComm::tp_group(world);
   MpiComm self_comm(MPI_COMM_SELF);
@@ -100,11 +104,7 @@ int cmd_bench(CommandContext& ctx, const std::vector<std::string>& args) {
   if (!json_path.empty()) {
     std::string command = ctx.program + " bench";
     for (const std::string& a : args) command += " " + a;
-    std::ofstream out(json_path);
-    SPEC_INPUT_CHECK(out.good(), "cannot open --json file " << json_path << " for writing");
-    out << to_json(report, command) << "\n";
-    out.close();
-    SPEC_CHECK(out.good(), "writing --json file " << json_path << " failed (disk full?)");
+    write_file_atomically(json_path, to_json(report, command) + "\n", json_policy);
   }
   return 0;
 }

@@ -18,12 +18,12 @@
 #include <bit>
 #include <boost/program_options.hpp>
 #include <cstdint>
-#include <fstream>
 #include <iostream>
 #include <sstream>
 #include <thread>
 
 #include "app/commands.h"
+#include "common/atomic_output.h"
 #include "common/error.h"
 #include "dist/mpi_comm.h"
 #include "model/checkpoint.h"
@@ -68,7 +68,7 @@ std::vector<std::int32_t> parse_token_list(const std::string& text) {
   return ids;
 }
 
-void write_u32(std::ofstream& out, std::uint32_t v) {
+void write_u32(AtomicOutput& out, std::uint32_t v) {
   const unsigned char b[4] = {static_cast<unsigned char>(v), static_cast<unsigned char>(v >> 8),
                               static_cast<unsigned char>(v >> 16),
                               static_cast<unsigned char>(v >> 24)};
@@ -112,18 +112,16 @@ std::vector<std::int32_t> greedy_continuation(LanguageModel& model, TokenOps& op
   return generated;
 }
 
-void write_dump(const std::string& path, const std::vector<float>& dumped, int vocab) {
-  std::ofstream out(path, std::ios::binary);
-  SPEC_INPUT_CHECK(out.good(), "cannot open --dump-logits file " << path << " for writing");
+void write_dump(const std::string& path, const std::vector<float>& dumped, int vocab,
+                const OutputPolicy& policy) {
+  AtomicOutput out(path, policy);
   out.write("SRLG", 4);
   write_u32(out, 1);
   write_u32(out, static_cast<std::uint32_t>(dumped.size() / vocab));
   write_u32(out, static_cast<std::uint32_t>(vocab));
   static_assert(std::endian::native == std::endian::little, "dump format is little-endian");
-  out.write(reinterpret_cast<const char*>(dumped.data()),
-            static_cast<std::streamsize>(dumped.size() * sizeof(float)));
-  out.close();
-  SPEC_CHECK(out.good(), "writing --dump-logits file " << path << " failed (disk full?)");
+  out.write(dumped.data(), dumped.size() * sizeof(float));
+  out.commit();
 }
 
 }  // namespace
@@ -139,7 +137,8 @@ int cmd_generate(CommandContext& ctx, const std::vector<std::string>& args) {
       "cpu, or cuda (one GPU per rank; needs a CUDA build)")(
       "threads", po::value<int>()->default_value(0),
       "OpenMP threads per rank (0: the node's cores divided among its ranks)")(
-      "dump-logits", po::value<std::string>(), "write float32 logits to FILE (format below)");
+      "dump-logits", po::value<std::string>(), "write float32 logits to FILE (format below)")(
+      "overwrite", "with --dump-logits: replace an existing FILE");
   po::options_description hidden;
   hidden.add_options()("model-dir", po::value<std::string>());
   po::options_description all;
@@ -160,6 +159,10 @@ int cmd_generate(CommandContext& ctx, const std::vector<std::string>& args) {
                    "specrun generate needs --tokens or --text (see --help)");
   const BackendKind backend = parse_backend(vm["backend"].as<std::string>(), "--backend");
   const std::string model_dir = vm["model-dir"].as<std::string>();
+  // Never over the model's own files; checked before the model loads (rank 0 writes the file).
+  const OutputPolicy dump_policy{vm.count("overwrite") > 0, {model_dir}, "--dump-logits file"};
+  if (root && vm.count("dump-logits"))
+    check_output_path(vm["dump-logits"].as<std::string>(), dump_policy);
   std::unique_ptr<Tokenizer> tokenizer = load_tokenizer_for(model_dir);
   std::vector<std::int32_t> prompt;
   if (vm.count("text")) {
@@ -201,7 +204,7 @@ int cmd_generate(CommandContext& ctx, const std::vector<std::string>& args) {
   const std::vector<std::int32_t> generated =
       greedy_continuation(*model, *ops, prompt, max_new, dump, dump && root ? &dumped : nullptr);
   if (!root) return 0;
-  if (dump) write_dump(vm["dump-logits"].as<std::string>(), dumped, config.vocab_size);
+  if (dump) write_dump(vm["dump-logits"].as<std::string>(), dumped, config.vocab_size, dump_policy);
 
   for (std::size_t i = 0; i < generated.size(); ++i) std::cout << (i ? " " : "") << generated[i];
   std::cout << std::endl;

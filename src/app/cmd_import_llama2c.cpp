@@ -5,6 +5,7 @@
 #include <sstream>
 
 #include "app/commands.h"
+#include "common/atomic_output.h"
 #include "common/error.h"
 #include "common/log.h"
 #include "dist/mpi_comm.h"
@@ -20,7 +21,8 @@ int cmd_import_llama2c(CommandContext& ctx, const std::vector<std::string>& args
   options.add_options()("help,h", "show this help")(
       "tokenizer", po::value(&tokenizer),
       "llama2.c tokenizer .bin (e.g. tok512.bin) to copy to OUTDIR/tokenizer.bin")(
-      "dtype", po::value(&dtype)->default_value("f32"), "weight dtype to write: f32 or bf16");
+      "dtype", po::value(&dtype)->default_value("f32"), "weight dtype to write: f32 or bf16")(
+      "overwrite", "replace the files of a model already in OUTDIR (otherwise an error)");
   po::options_description hidden;
   hidden.add_options()("model", po::value(&model_bin))("outdir", po::value(&outdir));
   po::options_description all;
@@ -51,6 +53,10 @@ int cmd_import_llama2c(CommandContext& ctx, const std::vector<std::string>& args
   Llama2cImportOptions opts;
   opts.tokenizer_path = tokenizer;
   opts.dtype = dtype == "bf16" ? DType::kBF16 : DType::kF32;
+  // Before converting: never over MODEL.bin or the tokenizer, nor an existing model unless told.
+  for (const std::string& file : import_llama2c_outputs(outdir, opts))
+    check_output_path(
+        file, OutputPolicy{vm.count("overwrite") > 0, {model_bin, tokenizer}, "model file", true});
   ModelConfig c = import_llama2c(model_bin, outdir, opts);
   std::ostringstream msg;
   msg << "wrote " << outdir << ": LlamaForCausalLM, hidden " << c.hidden_size << ", layers "

@@ -5,6 +5,7 @@
 #include <sstream>
 
 #include "app/commands.h"
+#include "common/atomic_output.h"
 #include "common/error.h"
 #include "common/log.h"
 #include "dist/mpi_comm.h"
@@ -42,7 +43,8 @@ int cmd_make_model(CommandContext& ctx, const std::vector<std::string>& args) {
       "std of the linear weights")("embed-std", po::value(&s.embed_std)->default_value(s.embed_std),
                                    "std of the token embeddings")(
       "lm-head-std", po::value(&s.lm_head_std)->default_value(s.lm_head_std),
-      "std of lm_head (larger: peakier next-token distributions)");
+      "std of lm_head (larger: peakier next-token distributions)")(
+      "overwrite", "replace the files of a model already in OUTDIR (otherwise an error)");
   po::options_description hidden;
   hidden.add_options()("outdir", po::value(&outdir));
   po::options_description all;
@@ -70,6 +72,9 @@ int cmd_make_model(CommandContext& ctx, const std::vector<std::string>& args) {
   s.dtype = dtype == "f32" ? DType::kF32 : DType::kBF16;
   validate(s);
   if (!log.is_root()) return 0;
+  // Every file is checked before any is written: a model already there is not half replaced.
+  for (const std::string& file : make_model_outputs(s, outdir))
+    check_output_path(file, OutputPolicy{vm.count("overwrite") > 0, {}, "model file", true});
   make_model_pair(s, outdir);
   const bool head = can_make_eagle3_head(s);
   if (head) make_eagle3_head(s, outdir + "/eagle3");

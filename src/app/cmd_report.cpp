@@ -182,7 +182,10 @@ int cmd_report(CommandContext& ctx, const std::vector<std::string>& args) {
       "write every prompt's outputs as text to this JSONL file (id, category, prompt, per mode "
       "text, tokens, tau; speedup), decoded with the target's tokenizer")(
       "model", po::value<std::string>(),
-      "with --outputs: the model folder whose tokenizer decodes (default: the job's target)");
+      "with --outputs: the model folder whose tokenizer decodes (default: the job's target)")(
+      "overwrite",
+      "with --outputs: replace an existing file (never the result, the prompt file "
+      "or a model file)");
   po::options_description hidden;
   hidden.add_options()("result", po::value<std::vector<std::string>>(), "result files");
   po::options_description all;
@@ -216,7 +219,8 @@ int cmd_report(CommandContext& ctx, const std::vector<std::string>& args) {
   if (vm.count("outputs")) {
     const std::string out = vm["outputs"].as<std::string>();
     const OutputsExport e =
-        export_outputs(reader, out, vm.count("model") ? vm["model"].as<std::string>() : "");
+        export_outputs(reader, out, vm.count("model") ? vm["model"].as<std::string>() : "",
+                       vm.count("overwrite") > 0);
     std::cout << "wrote " << out << ": " << e.prompts << " prompts"
               << (e.decoded ? ", text decoded with the " + e.tokenizer + " tokenizer"
                             : ", token ids only (the target folder has no tokenizer; pass --model)")

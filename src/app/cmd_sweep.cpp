@@ -10,18 +10,22 @@
 #include <boost/program_options.hpp>
 #include <cerrno>
 #include <chrono>
+#include <csignal>
 #include <cstring>
 #include <filesystem>
 #include <fstream>
 #include <iomanip>
 #include <iostream>
 #include <sstream>
+#include <thread>
 
 #include "app/commands.h"
+#include "common/atomic_output.h"
 #include "common/error.h"
+#include "config/job_config.h"
 #include "engine/stop_request.h"
 #include "engine/sweep.h"
-#include "io/result_file.h"
+#include "spec/drafter_registry.h"
 
 extern char** environ;
 
@@ -39,25 +43,42 @@ std::vector<std::string> split_words(const std::string& text) {
   return out;
 }
 
-// Runs argv with stdout and stderr to `log`; returns the wait status.
-int run_logged(const std::vector<std::string>& argv, const std::string& log) {
+// Waits for the point's launcher. A stop request to the sweep (SIGUSR1 or SIGTERM, e.g. Slurm's
+// --signal or preemption) is passed on to it once, as SIGUSR1: mpirun forwards that to the
+// ranks, which stop at their next batch boundary with everything before it written, and exit 75
+// (SIGTERM to mpirun would end the ranks at once: docs/reliability.md). The flag is polled: the
+// handlers restart waitpid (SA_RESTART), so a signal alone would not end the wait.
+int wait_point(pid_t pid) {
+  bool forwarded = false;
+  for (;;) {
+    int status = 0;
+    const pid_t r = waitpid(pid, &status, WNOHANG);
+    if (r == pid) return status;
+    SPEC_CHECK(r == 0 || errno == EINTR, "waitpid(" << pid << "): " << std::strerror(errno));
+    if (!forwarded && stop_requested()) {
+      ::kill(pid, SIGUSR1);
+      forwarded = true;
+    }
+    std::this_thread::sleep_for(std::chrono::milliseconds(50));
+  }
+}
+
+// Runs argv with stdout and stderr to `log_fd` (closed here); returns the wait status.
+int run_logged(const std::vector<std::string>& argv, int log_fd) {
   posix_spawn_file_actions_t actions;
   posix_spawn_file_actions_init(&actions);
-  posix_spawn_file_actions_addopen(&actions, STDOUT_FILENO, log.c_str(),
-                                   O_WRONLY | O_CREAT | O_APPEND, 0644);
-  posix_spawn_file_actions_adddup2(&actions, STDOUT_FILENO, STDERR_FILENO);
+  posix_spawn_file_actions_adddup2(&actions, log_fd, STDOUT_FILENO);
+  posix_spawn_file_actions_adddup2(&actions, log_fd, STDERR_FILENO);
   std::vector<char*> args;
   for (const std::string& a : argv) args.push_back(const_cast<char*>(a.c_str()));
   args.push_back(nullptr);
   pid_t pid = 0;
   const int rc = posix_spawnp(&pid, args[0], &actions, nullptr, args.data(), environ);
   posix_spawn_file_actions_destroy(&actions);
+  ::close(log_fd);
   SPEC_INPUT_CHECK(rc == 0, "cannot start " << argv[0] << ": " << std::strerror(rc)
                                             << " (is it installed and on PATH? --launcher)");
-  int status = 0;
-  while (waitpid(pid, &status, 0) < 0 && errno == EINTR) {
-  }
-  return status;
+  return wait_point(pid);
 }
 
 std::string last_lines(const std::string& path, int n) {
@@ -105,8 +126,11 @@ int cmd_sweep(const std::vector<std::string>& args) {
               << "\nOne mpirun per point: LAUNCHER -np NP MPIRUN-ARGS specrun run JOB --set ... "
                  "--set job.output=OUT/<point>.h5; its output goes to OUT/<point>.log. A point "
                  "whose file is finished is skipped, an unfinished one resumed. Then:\n  specrun "
-                 "report OUT/*.h5    # one row per point\nExit 0 when every point finished, 1 "
-                 "when one failed, 75 when stopped by a signal, 2 on bad options.\n";
+                 "report OUT/*.h5    # one row per point\nSIGUSR1 or SIGTERM to the sweep stops "
+                 "the running point at its next batch boundary (passed on to the launcher as "
+                 "SIGUSR1)\nand ends the sweep; the same command continues it. Exit 0 when every "
+                 "point finished, 1 when one\nfailed, 75 when stopped by a signal, 2 on bad "
+                 "options.\n";
     return 0;
   }
   SPEC_INPUT_CHECK(vm.count("job") && vm.count("grid"),
@@ -139,25 +163,47 @@ int cmd_sweep(const std::vector<std::string>& args) {
   }
 
   const std::string self = fs::canonical("/proc/self/exe").string();
-  if (!vm.count("dry-run")) fs::create_directories(out);
+  if (!vm.count("dry-run")) create_output_folder(out);
   install_stop_handlers();
   int ran = 0, skipped = 0;
   std::vector<std::string> failed;
+  auto stopped = [&](std::size_t i, const char* when) {
+    std::cout << "sweep stopped by a signal " << when << " point " << i + 1 << "; run the same "
+              << "command to continue (finished points are skipped, an unfinished one resumed)"
+              << std::endl;
+    return kExitStopped;
+  };
   for (std::size_t i = 0; i < points.size(); ++i) {
+    if (stop_requested()) return stopped(i, "before");
     const SweepPoint& p = points[i];
     const std::string file = output_of(p);
+    // What `run` is given for this point, in this order (later --set values win).
+    std::vector<std::string> overrides;
+    if (vm.count("set")) overrides = vm["set"].as<std::vector<std::string>>();
+    for (const auto& [k, v] : p.sets) overrides.push_back(k + "=" + v);
+    overrides.push_back("job.output=" + file);
+    const std::string head =
+        "point " + std::to_string(i + 1) + "/" + std::to_string(points.size()) + " " + p.name;
     bool resume = false;
-    if (fs::exists(file)) {
-      bool finished = false;
+    std::error_code ec;
+    if (fs::exists(fs::symlink_status(file, ec))) {
+      // Read in a child (a corrupted file cannot crash or hang the sweep); a finished file is
+      // skipped only when it is this point's run, by the configuration hash --resume checks.
+      PointFile state;
       try {
-        finished = !ResultReader(file).info().finished.empty();
-      } catch (const Error&) {
-        // Not readable as a result file: the run refuses it with the reason.
+        const JobConfig config = load_job_config(job, overrides, validate_drafter_config);
+        state = inspect_point_file(file, config_hash_hex(config));
+      } catch (const Error& e) {
+        state = {PointFile::State::kRefused, e.message()};
       }
-      if (finished) {
-        std::cout << "point " << i + 1 << "/" << points.size() << " " << p.name << ": " << file
-                  << " is finished, skipped" << std::endl;
+      if (state.state == PointFile::State::kFinished) {
+        std::cout << head << ": " << file << " is finished, skipped" << std::endl;
         ++skipped;
+        continue;
+      }
+      if (state.state == PointFile::State::kRefused) {
+        std::cout << head << ": FAILED, not run: " << state.reason << std::endl;
+        failed.push_back(p.name);
         continue;
       }
       resume = true;
@@ -165,22 +211,26 @@ int cmd_sweep(const std::vector<std::string>& args) {
     std::vector<std::string> argv = {vm["launcher"].as<std::string>(), "-np", std::to_string(np)};
     for (const std::string& w : split_words(vm["mpirun-args"].as<std::string>())) argv.push_back(w);
     argv.insert(argv.end(), {self, "run", job});
-    if (vm.count("set"))
-      for (const std::string& s : vm["set"].as<std::vector<std::string>>())
-        argv.insert(argv.end(), {"--set", s});
-    for (const auto& [k, v] : p.sets) argv.insert(argv.end(), {"--set", k + "=" + v});
-    argv.insert(argv.end(), {"--set", "job.output=" + file});
+    for (const std::string& o : overrides) argv.insert(argv.end(), {"--set", o});
     if (resume) argv.push_back("--resume");
     if (vm.count("dry-run")) {
       for (const std::string& a : argv) std::cout << a << " ";
       std::cout << "\n";
       continue;
     }
+    // Appended to across resumes; never through a link planted at its name (open_append_output).
     const std::string log = (fs::path(out) / (p.name + ".log")).string();
-    std::cout << "point " << i + 1 << "/" << points.size() << " " << p.name
-              << (resume ? " (resuming)" : "") << " ..." << std::flush;
+    int log_fd = -1;
+    try {
+      log_fd = open_append_output(log);
+    } catch (const Error& e) {
+      std::cout << head << ": FAILED, not run: " << e.message() << std::endl;
+      failed.push_back(p.name);
+      continue;
+    }
+    std::cout << head << (resume ? " (resuming)" : "") << " ..." << std::flush;
     const auto t0 = std::chrono::steady_clock::now();
-    const int status = run_logged(argv, log);
+    const int status = run_logged(argv, log_fd);
     const double s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
     const int code = WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status);
     ++ran;
@@ -189,15 +239,15 @@ int cmd_sweep(const std::vector<std::string>& args) {
                 << std::endl;
       continue;
     }
+    if (code == kExitStopped || stop_requested()) {
+      std::cout << " stopped (exit " << code << ") after " << std::fixed << std::setprecision(1)
+                << s << " s; " << log << std::endl;
+      return stopped(i, "at");
+    }
     std::cout << " FAILED (exit " << code << ") after " << std::fixed << std::setprecision(1) << s
               << " s; " << log << ":\n"
               << last_lines(log, 4) << std::flush;
     failed.push_back(p.name);
-    if (code == kExitStopped || stop_requested(nullptr)) {
-      std::cout << "sweep stopped by a signal at point " << i + 1 << "; run the same command to "
-                << "continue (finished points are skipped, this one resumed)" << std::endl;
-      return kExitStopped;
-    }
   }
   if (vm.count("dry-run")) return 0;
   std::cout << "sweep: " << points.size() << " points, " << ran << " run, " << skipped

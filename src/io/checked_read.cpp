@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <cstdint>
 
+#include "common/error.h"
 #include "common/isolated.h"
 #include "io/dataset_file.h"
 #include "io/prompt_file.h"
@@ -39,6 +40,17 @@ void check_result_file(const std::string& path) {
     }
     return std::string();
   });
+}
+
+ResultHead check_result_head(const std::string& path) {
+  // "1" or "0" (finished), then the configuration hash.
+  const std::string text = run_isolated(path, "result file", [&] {
+    ResultReader reader(path);
+    const ResultInfo& info = reader.info();
+    return std::string(info.finished.empty() ? "0" : "1") + info.header.config_hash;
+  });
+  SPEC_CHECK(!text.empty(), "check_result_head " << path << ": an empty answer");
+  return ResultHead{text[0] == '1', text.substr(1)};
 }
 
 void check_dataset_file(const std::string& path) {

@@ -20,6 +20,15 @@ std::string check_prompt_file(const std::string& path,
 // Opens the result file and reads everything ResultReader offers for every mode.
 void check_result_file(const std::string& path);
 
+// The few header fields of a result file that say whose run it is and whether it finished,
+// read in the child (ResultReader's header checks included) and handed back: the caller never
+// opens the file itself (`sweep` over existing point files).
+struct ResultHead {
+  bool finished = false;
+  std::string config_hash;
+};
+ResultHead check_result_head(const std::string& path);
+
 // Opens a dataset's top-level file or shard and reads its header, sequence table and every
 // sequence's tokens, and the hidden states and top-k of its first and last sequences (all of
 // them would be gigabytes).

@@ -1,8 +1,6 @@
 // `specrun prepare`: JSONL -> prompt file (declared in io/prompt_file.h). Two passes over the
 // input: the first validates every line and learns which optional columns exist, the second
 // writes OUT.tmp and renames it, so a bad input writes nothing and a crash leaves no OUT.
-#include <sys/stat.h>
-
 #include <cerrno>
 #include <cstdio>
 #include <cstring>
@@ -12,6 +10,7 @@
 #include <nlohmann/json.hpp>
 #include <unordered_map>
 
+#include "common/atomic_output.h"
 #include "common/error.h"
 #include "common/json_depth.h"
 #include "io/prompt_file.h"
@@ -41,11 +40,6 @@ void for_each_line(const std::string& path, Fn fn) {
   SPEC_INPUT_CHECK(in.eof(), "error while reading " << path << " at line " << number + 1);
 }
 
-bool path_exists(const std::string& path) {
-  struct stat st;
-  return ::stat(path.c_str(), &st) == 0;
-}
-
 }  // namespace
 
 PrepareSummary prepare_prompt_file(const std::string& jsonl_path, const std::string& out_path,
@@ -57,9 +51,14 @@ PrepareSummary prepare_prompt_file(const std::string& jsonl_path, const std::str
 
 PrepareSummary prepare_prompt_file(const std::string& jsonl_path, const std::string& out_path,
                                    const PrepareOptions& options) {
-  const bool overwrite = options.overwrite;
-  SPEC_INPUT_CHECK(overwrite || !path_exists(out_path),
-                   out_path << " already exists; pass --overwrite to replace it");
+  // Never over the input, the template or the model's files (even with --overwrite), a link, or
+  // an existing file without --overwrite; a read-only folder or an overlong name fails here,
+  // naming the path, before the input is read.
+  OutputPolicy policy;
+  policy.overwrite = options.overwrite;
+  policy.what = "prompt file";
+  policy.inputs = {jsonl_path, options.template_file, options.model_dir};
+  check_output_path(out_path, policy);
 
   // Pass 1: validate everything, collect errors, learn the columns.
   PrepareSummary summary;

@@ -96,6 +96,22 @@ std::string read_tokens(const nlohmann::json& list, std::vector<int32_t>& tokens
   return "";
 }
 
+// A prompt file's strings (HDF5 variable-length strings, h5py's too) end at their first NUL: a
+// NUL in an id, a category or a text would cut what is stored short without a word. Refused,
+// naming the field, so that what is stored is always what was given. "" or what is wrong.
+std::string nul_in_strings(const PreparedPrompt& p) {
+  for (auto [name, has, value] : {std::tuple{"\"id\"", p.has_id, &p.id},
+                                  std::tuple{"\"category\"", p.has_category, &p.category},
+                                  std::tuple{"the prompt's text", p.has_text, &p.text}}) {
+    const std::size_t at = has ? value->find('\0') : std::string::npos;
+    if (at != std::string::npos)
+      return std::string(name) + " holds a NUL character (\\u0000) at byte " + std::to_string(at) +
+             ": the strings of a prompt file end at the first NUL, so it would be stored cut "
+             "short; remove it";
+  }
+  return "";
+}
+
 // The messages list of a chat: a list of objects with a string "role" and a string (or list)
 // "content". "" or what is wrong.
 std::string check_messages(const nlohmann::ordered_json& messages) {
@@ -262,8 +278,13 @@ std::string PromptConverter::convert(const std::string& line,
     return "not valid JSON (" + what + ")";
   }
   if (!j.is_object()) return "expected a JSON object, got " + json_kind(j);
-  return options_.layout == PromptLayout::kJsonl ? convert_object(line, j, out)
-                                                 : convert_turns(j, out);
+  std::string what = options_.layout == PromptLayout::kJsonl ? convert_object(line, j, out)
+                                                             : convert_turns(j, out);
+  if (what.empty())
+    for (const PreparedPrompt& p : out)
+      if (what = nul_in_strings(p); !what.empty()) break;
+  if (!what.empty()) out.clear();
+  return what;
 }
 
 std::string PromptConverter::convert_object(const std::string& line, const nlohmann::json& j,

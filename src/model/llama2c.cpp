@@ -5,9 +5,11 @@
 #include <cstring>
 #include <filesystem>
 #include <fstream>
+#include <iterator>
 #include <limits>
 #include <vector>
 
+#include "common/atomic_output.h"
 #include "common/error.h"
 #include "model/safetensors.h"
 #include "text/tokenizer.h"
@@ -117,6 +119,14 @@ std::int64_t llama2c_row_for_hf_row(std::int64_t hf_row, int head_dim) {
   return head * head_dim + 2 * j + c;
 }
 
+std::vector<std::string> import_llama2c_outputs(const std::string& outdir,
+                                                const Llama2cImportOptions& options) {
+  std::vector<std::string> files = {outdir + "/model.safetensors", outdir + "/config.json",
+                                    outdir + "/generation_config.json"};
+  if (!options.tokenizer_path.empty()) files.push_back(outdir + "/tokenizer.bin");
+  return files;
+}
+
 ModelConfig import_llama2c(const std::string& model_bin, const std::string& outdir,
                            const Llama2cImportOptions& options) {
   const Llama2cHeader hd = read_llama2c_header(model_bin);
@@ -209,23 +219,17 @@ ModelConfig import_llama2c(const std::string& model_bin, const std::string& outd
   c.bos_token_id = 1;
   c.eos_token_ids = {2};
 
-  std::error_code ec;
-  std::filesystem::create_directories(outdir, ec);
-  SPEC_INPUT_CHECK(!ec, "cannot create output directory " << outdir << ": " << ec.message());
+  create_output_folder(outdir);
   write_safetensors(outdir + "/model.safetensors", tensors);
-  {
-    std::ofstream cfg(outdir + "/config.json");
-    cfg << c.to_json_text();
-    SPEC_INPUT_CHECK(cfg.good(), "cannot write " << outdir << "/config.json");
-    std::ofstream gen(outdir + "/generation_config.json");
-    gen << "{\n  \"bos_token_id\": 1,\n  \"eos_token_id\": 2\n}\n";
-    SPEC_INPUT_CHECK(gen.good(), "cannot write " << outdir << "/generation_config.json");
-  }
+  const OutputPolicy replace{true, {}, "model file"};
+  write_file_atomically(outdir + "/config.json", c.to_json_text(), replace);
+  write_file_atomically(outdir + "/generation_config.json",
+                        "{\n  \"bos_token_id\": 1,\n  \"eos_token_id\": 2\n}\n", replace);
   if (!options.tokenizer_path.empty()) {
-    std::filesystem::copy_file(options.tokenizer_path, outdir + "/tokenizer.bin",
-                               std::filesystem::copy_options::overwrite_existing, ec);
-    SPEC_INPUT_CHECK(!ec, "cannot copy " << options.tokenizer_path << " to " << outdir
-                                         << "/tokenizer.bin: " << ec.message());
+    std::ifstream in(options.tokenizer_path, std::ios::binary);
+    const std::string bytes((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+    SPEC_INPUT_CHECK(in.good() || in.eof(), "cannot read " << options.tokenizer_path);
+    write_file_atomically(outdir + "/tokenizer.bin", bytes, replace);
   }
   return c;
 }

@@ -11,6 +11,7 @@
 
 #include <cstdint>
 #include <string>
+#include <vector>
 
 #include "kernels/cpu/dtype.h"
 #include "model/model_config.h"
@@ -54,5 +55,9 @@ struct Llama2cImportOptions {
 // (validated against the vocab size first). Returns the written configuration.
 ModelConfig import_llama2c(const std::string& model_bin, const std::string& outdir,
                            const Llama2cImportOptions& options = {});
+// The files import_llama2c writes (it replaces existing ones, each through a temporary file and
+// a rename: common/atomic_output.h): what `specrun import-llama2c` checks before converting.
+std::vector<std::string> import_llama2c_outputs(const std::string& outdir,
+                                                const Llama2cImportOptions& options = {});
 
 }  // namespace specrun

@@ -15,6 +15,7 @@
 #include <nlohmann/json.hpp>
 #include <set>
 
+#include "common/atomic_output.h"
 #include "common/error.h"
 #include "common/json_depth.h"
 
@@ -394,20 +395,14 @@ void write_safetensors(const std::string& path, const std::vector<TensorToWrite>
   std::string text = header.dump();
   text.append((8 - text.size() % 8) % 8, ' ');
 
-  std::ofstream out(path, std::ios::binary | std::ios::trunc);
-  SPEC_INPUT_CHECK(out.good(), "cannot create " << path << ": " << std::strerror(errno));
+  AtomicOutput out(path, OutputPolicy{true, {}, "safetensors file"});
   unsigned char len[8];
   std::uint64_t n = text.size();
   for (int i = 0; i < 8; ++i) len[i] = static_cast<unsigned char>((n >> (8 * i)) & 0xff);
-  out.write(reinterpret_cast<const char*>(len), 8);
-  out.write(text.data(), static_cast<std::streamsize>(text.size()));
-  for (const TensorToWrite& t : tensors) {
-    out.write(reinterpret_cast<const char*>(t.bytes.data()),
-              static_cast<std::streamsize>(t.bytes.size()));
-  }
-  out.close();
-  SPEC_INPUT_CHECK(!out.fail(),
-                   "writing " << path << " failed (disk full?): " << std::strerror(errno));
+  out.write(len, 8);
+  out.write(text);
+  for (const TensorToWrite& t : tensors) out.write(t.bytes.data(), t.bytes.size());
+  out.commit();
 }
 
 }  // namespace specrun

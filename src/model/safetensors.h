@@ -68,7 +68,10 @@ class SafetensorsFile {
 };
 
 // Writes tensors in safetensors format (used by make-model and import-llama2c). Tensors are
-// written in the order given; the header is padded so that data starts 8-byte aligned.
+// written in the order given; the header is padded so that data starts 8-byte aligned. The file
+// replaces an existing one at `path` through a temporary file and a rename (common/
+// atomic_output.h: never through a link, never half-written); the commands decide beforehand
+// whether an existing file may be replaced.
 struct TensorToWrite {
   std::string name;
   DType dtype;

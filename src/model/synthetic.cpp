@@ -4,11 +4,10 @@
 #include <algorithm>
 #include <cmath>
 #include <cstring>
-#include <filesystem>
-#include <fstream>
 #include <nlohmann/json.hpp>
 #include <vector>
 
+#include "common/atomic_output.h"
 #include "common/error.h"
 #include "common/hash.h"
 #include "model/safetensors.h"
@@ -126,15 +125,14 @@ void write_model(const SyntheticSpec& spec, bool draft, const std::string& dir) 
   t.push_back(ones(spec, "model.norm.weight", H));
   t.push_back(random_tensor(spec, "lm_head.weight", {V, H}, spec.lm_head_std));
 
-  std::error_code ec;
-  std::filesystem::create_directories(dir, ec);
-  SPEC_INPUT_CHECK(!ec, "cannot create " << dir << ": " << ec.message());
+  create_output_folder(dir);
   write_safetensors(dir + "/model.safetensors", t);
-  std::ofstream cfg(dir + "/config.json");
-  cfg << c.to_json_text();
-  std::ofstream gen(dir + "/generation_config.json");
-  gen << "{\n  \"bos_token_id\": 1,\n  \"eos_token_id\": 2,\n  \"do_sample\": false\n}\n";
-  SPEC_INPUT_CHECK(cfg.good() && gen.good(), "cannot write the config files in " << dir);
+  const OutputPolicy replace{true, {}, "model file"};
+  write_file_atomically(dir + "/config.json", c.to_json_text(), replace);
+  write_file_atomically(dir + "/generation_config.json",
+                        "{\n  \"bos_token_id\": 1,\n  \"eos_token_id\": 2,\n  \"do_sample\": "
+                        "false\n}\n",
+                        replace);
 }
 
 }  // namespace
@@ -192,6 +190,17 @@ ModelConfig synthetic_config(const SyntheticSpec& spec, bool draft) {
   c.bos_token_id = 1;
   c.eos_token_ids = {2};
   return c;
+}
+
+std::vector<std::string> make_model_outputs(const SyntheticSpec& spec, const std::string& outdir) {
+  std::vector<std::string> files;
+  for (const char* role : {"/target/", "/draft/"})
+    for (const char* name : {"model.safetensors", "config.json", "generation_config.json"})
+      files.push_back(outdir + role + name);
+  if (can_make_eagle3_head(spec))
+    for (const char* name : {"model.safetensors", "config.json"})
+      files.push_back(outdir + "/eagle3/" + name);
+  return files;
 }
 
 void make_model_pair(const SyntheticSpec& spec, const std::string& outdir) {
@@ -296,13 +305,10 @@ void make_eagle3_head(const SyntheticSpec& spec, const std::string& dir) {
   c["eagle_config"] = {{"eagle_aux_hidden_state_layer_ids", {0, std::max(1, (L - 2) / 2), L - 2}},
                        {"use_aux_hidden_state", true}};
 
-  std::error_code ec;
-  std::filesystem::create_directories(dir, ec);
-  SPEC_INPUT_CHECK(!ec, "cannot create " << dir << ": " << ec.message());
+  create_output_folder(dir);
   write_safetensors(dir + "/model.safetensors", w);
-  std::ofstream cfg(dir + "/config.json");
-  cfg << c.dump(2) << "\n";
-  SPEC_INPUT_CHECK(cfg.good(), "cannot write " << dir << "/config.json");
+  write_file_atomically(dir + "/config.json", c.dump(2) + "\n",
+                        OutputPolicy{true, {}, "model file"});
 }
 
 }  // namespace specrun

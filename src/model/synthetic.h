@@ -23,6 +23,7 @@
 
 #include <cstdint>
 #include <string>
+#include <vector>
 
 #include "kernels/cpu/dtype.h"
 #include "model/model_config.h"
@@ -61,8 +62,12 @@ void validate(const SyntheticSpec& spec);
 ModelConfig synthetic_config(const SyntheticSpec& spec, bool draft);
 
 // Writes OUTDIR/target and OUTDIR/draft, each with config.json, generation_config.json
-// (bos 1, eos 2) and model.safetensors. Creates the directories; overwrites existing files.
+// (bos 1, eos 2) and model.safetensors. Creates the directories; replaces existing files (each
+// through a temporary file and a rename, never through a link: common/atomic_output.h).
 void make_model_pair(const SyntheticSpec& spec, const std::string& outdir);
+// Every file `specrun make-model` writes for `spec` (the pair, and the EAGLE-3 head when
+// can_make_eagle3_head): what the command checks before it writes any of them.
+std::vector<std::string> make_model_outputs(const SyntheticSpec& spec, const std::string& outdir);
 
 // A synthetic EAGLE-3 head for the target of `spec` (SGLang layout: config.json with
 // LlamaForCausalLMEagle3, fc / midlayer.* / norm / lm_head; the draft vocabulary is the

@@ -9,6 +9,7 @@ fail() {
   echo "FAIL: $*" >&2
   exit 1
 }
+rm -f one.json two.json # a rerun starts clean: outputs are never silently replaced
 TINY=(--hidden 64 --layers 2 --heads 4 --kv-heads 2 --intermediate 128 --vocab 256
   --repeats 1 --warmup 1 --steps 2 --context 4 --verify-k 3 --prefill 16 --batch 3)
 

@@ -2,8 +2,8 @@
 # Corrupted HDF5 inputs (issue 18, finding 7): files that crash libhdf5 (SIGSEGV) or hang it for
 # ever, made by corrupt_h5.py, fail the command within seconds with "... is corrupt or
 # unreadable", exit 2, on every rank, and the result file written before stays byte-identical;
-# so do corrupted result files (report, compare, --resume, job.overwrite) and datasets
-# (verify-data).
+# so do corrupted result files (report, compare, --resume, job.overwrite, sweep's point files),
+# datasets (verify-data) and the prompt file that report --outputs reads.
 # Before, `run` died with a segfault backtrace or hung on every rank, as h5py does.
 set -euo pipefail
 source "$(dirname "$0")/run_common.sh"
@@ -81,4 +81,31 @@ sed -i 's/^\[decode\]/[decode]\nmodes = ["dataset"]/' ds.toml
 "$PY" "$E2E_DIR/corrupt_h5.py" ds.h5 ds-bad.h5 crash
 expect_exit 2 "dataset file ds-bad.h5 is corrupt or unreadable: reading it crashed" verify.log -- \
   "$SPECRUN_BIN" verify-data ds-bad.h5
+
+# report --outputs opens the recorded prompt file: read in a child first like every other, so a
+# crashing or hanging one is refused (it crashed report in-process before); out.h5 untouched.
+cp prompts.h5 prompts.good.h5
+"$PY" "$E2E_DIR/corrupt_h5.py" prompts.good.h5 prompts.h5 crash
+expect_exit 2 "prompt file .*prompts.h5 is corrupt or unreadable: reading it crashed" outputs.log -- \
+  "$SPECRUN_BIN" report out.h5 --outputs out.jsonl
+"$PY" "$E2E_DIR/corrupt_h5.py" "$SEED" prompts.h5 hang
+SPECRUN_READ_CHECK_TIMEOUT_S=3 expect_exit 2 \
+  "prompt file .*prompts.h5 is corrupt or unreadable: reading it did not finish within 3 s" \
+  outputs-hang.log -- "$SPECRUN_BIN" report out.h5 --outputs out.jsonl
+cp prompts.good.h5 prompts.h5
+[[ ! -e out.jsonl && $(sha256sum out.h5 | cut -d' ' -f1) == "$before" ]] ||
+  fail "report --outputs wrote outputs, or out.h5 changed"
+# sweep reads existing point files (finished? its own?): in a child too. A crashing or hanging one
+# fails its point, not the sweep, which goes on to the next point.
+mkdir sw
+cp bad.h5 sw/draft_len=2.h5
+"$PY" "$E2E_DIR/corrupt_h5.py" "$SEED" sw/draft_len=3.h5 hang
+rc=0
+SPECRUN_READ_CHECK_TIMEOUT_S=3 timeout 60 "$SPECRUN_BIN" sweep job.toml --grid decode.draft_len=2,3 \
+  --out sw --np 2 --mpirun-args --oversubscribe --set data.max_prompts=2 >sweep.log 2>&1 || rc=$?
+[[ $rc -eq 1 ]] || fail "sweep over corrupted point files: exit $rc, expected 1: $(cat sweep.log)"
+grep -q "point 1/2 draft_len=2: FAILED, not run: result file sw/draft_len=2.h5 is corrupt or unreadable: reading it crashed" sweep.log &&
+  grep -q "point 2/2 draft_len=3: FAILED, not run: result file sw/draft_len=3.h5 is corrupt or unreadable: reading it did not finish within 3 s" sweep.log ||
+  fail "sweep over corrupted point files: $(cat sweep.log)"
+[[ $(sha256sum sw/draft_len=2.h5 | cut -d' ' -f1) == "$bad_sum" ]] || fail "sw/draft_len=2.h5 was modified"
 echo "corrupt_files: OK"

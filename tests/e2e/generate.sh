@@ -13,6 +13,7 @@ if [[ -z "$SHARED" || ! -f "$SHARED/models/reference.json" ]]; then
   exit 0
 fi
 MODELS="$SHARED/models"
+rm -rf logits.bin stories # a rerun starts clean: outputs are never silently replaced
 MPIRUN=(mpirun --oversubscribe)
 PY=/usr/bin/python3
 

@@ -7,6 +7,7 @@
 # every position, argmax included. The tp = 1 run is also repeated for the BF16 checkpoint.
 set -euo pipefail
 source "$(dirname "$0")/run_common.sh"
+rm -rf qwen3 qwen3-bf16 ./*.bin # a rerun starts clean: outputs are never silently replaced
 
 "$SPECRUN_BIN" make-model qwen3 --arch qwen3 --hidden 160 --head-dim 48 --heads 4 --kv-heads 2 \
   --intermediate 256 --vocab 512 --layers 3 --dtype f32 --seed 5 >/dev/null

@@ -323,6 +323,44 @@ TEST(Prepare, RefusesToOverwriteUnlessAsked) {
   EXPECT_EQ(PromptReader(out).size(), 1);
 }
 
+// A prompt file's strings end at their first NUL (HDF5 variable-length strings): a NUL in a text,
+// an id or a category would be stored cut short without a word, so prepare refuses it by line.
+TEST(Prepare, NulInAStringIsRefusedNamingTheLine) {
+  TempDir dir;
+  std::string in = dir.file("in.jsonl"), out = dir.file("p.h5");
+  write_text(in,
+             "{\"tokens\": [1, 2], \"text\": \"fine\", \"id\": \"a\"}\n"
+             "{\"tokens\": [1, 3], \"text\": \"ab\\u0000cd\", \"id\": \"b\"}\n"
+             "{\"tokens\": [1, 4], \"id\": \"c\\u0000\"}\n"
+             "{\"tokens\": [1, 5], \"id\": \"d\", \"category\": \"\\u0000x\"}\n");
+  const std::string msg = error_of([&] { prepare_prompt_file(in, out, false); });
+  EXPECT_NE(msg.find("3 bad lines"), std::string::npos) << msg;
+  EXPECT_NE(msg.find("line 2: the prompt's text holds a NUL character (\\u0000) at byte 2"),
+            std::string::npos)
+      << msg;
+  EXPECT_NE(msg.find("line 3: \"id\" holds a NUL character (\\u0000) at byte 1"), std::string::npos)
+      << msg;
+  EXPECT_NE(msg.find("line 4: \"category\" holds a NUL character (\\u0000) at byte 0"),
+            std::string::npos)
+      << msg;
+  EXPECT_FALSE(fs::exists(out));
+}
+
+// Never over its own input, whatever the name and even with --overwrite.
+TEST(Prepare, NeverWritesOverItsInput) {
+  TempDir dir;
+  std::string in = dir.file("in.jsonl");
+  write_text(in, "{\"tokens\": [1, 2]}\n");
+  ASSERT_EQ(::link(in.c_str(), dir.file("alias.h5").c_str()), 0);
+  for (const std::string& out : {in, dir.file("alias.h5")}) {
+    const std::string msg = error_of([&] { prepare_prompt_file(in, out, true); });
+    EXPECT_NE(msg.find("one of this command's inputs"), std::string::npos) << msg;
+  }
+  std::ifstream kept(in);
+  std::string content((std::istreambuf_iterator<char>(kept)), std::istreambuf_iterator<char>());
+  EXPECT_EQ(content, "{\"tokens\": [1, 2]}\n");
+}
+
 TEST(Prepare, ContentHashFollowsContent) {
   TempDir dir;
   std::string in = dir.file("in.jsonl");
