@@ -5,11 +5,10 @@
 #include <algorithm>
 #include <cmath>
 #include <filesystem>
-#include <fstream>
 #include <nlohmann/json.hpp>
-#include <sstream>
 
 #include "common/error.h"
+#include "common/input_file.h"
 #include "common/json_depth.h"
 
 namespace specrun {
@@ -119,25 +118,20 @@ void add_eos_ids(ModelConfig& c, const json& e, const std::string& source_name) 
 }  // namespace
 
 ModelConfig ModelConfig::from_file(const std::string& config_json_path) {
-  std::ifstream in(config_json_path);
   SPEC_INPUT_CHECK(
-      in.good(), "cannot open " << config_json_path << ": is this a Hugging Face model directory?");
-  std::stringstream ss;
-  ss << in.rdbuf();
-  ModelConfig c = from_json_text(ss.str(), config_json_path);
+      input_exists(config_json_path),
+      "cannot open " << config_json_path << ": is this a Hugging Face model directory?");
+  ModelConfig c =
+      from_json_text(read_input_file(config_json_path, kModelConfigFile), config_json_path);
   // Instruct models (Llama 3, Qwen2/3) keep their end-of-turn ids in generation_config.json.
-  const std::filesystem::path gen =
-      std::filesystem::path(config_json_path).parent_path() / "generation_config.json";
-  if (std::filesystem::exists(gen)) add_generation_eos(c, gen.string());
+  const std::string gen =
+      (std::filesystem::path(config_json_path).parent_path() / "generation_config.json").string();
+  if (input_exists(gen)) add_generation_eos(c, gen);
   return c;
 }
 
 void ModelConfig::add_generation_eos(ModelConfig& c, const std::string& path) {
-  std::ifstream in(path);
-  SPEC_INPUT_CHECK(in.good(), "cannot read " << path);
-  std::stringstream ss;
-  ss << in.rdbuf();
-  const std::string text = ss.str();
+  const std::string text = read_input_file(path, kGenerationConfigFile);
   const std::string too_deep = json_depth_error(text, path);
   SPEC_INPUT_CHECK(too_deep.empty(), too_deep);
   json j;

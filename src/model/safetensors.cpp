@@ -148,7 +148,8 @@ std::vector<Member> object_members(std::string_view text, const std::string& pat
 }  // namespace
 
 SafetensorsFile::SafetensorsFile(const std::string& path) : path_(path) {
-  int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
+  // O_NONBLOCK: a FIFO is refused below instead of waiting for a writer.
+  int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC | O_NONBLOCK);
   SPEC_INPUT_CHECK(fd >= 0,
                    "cannot open safetensors file " << path << ": " << std::strerror(errno));
   struct stat st {};
@@ -156,6 +157,12 @@ SafetensorsFile::SafetensorsFile(const std::string& path) : path_(path) {
     int err = errno;
     ::close(fd);
     SPEC_INPUT_FAIL("cannot stat " << path << ": " << std::strerror(err));
+  }
+  if (!S_ISREG(st.st_mode)) {
+    ::close(fd);
+    SPEC_INPUT_FAIL("safetensors file " << path
+                                        << " is not a regular file (a FIFO, a device or a "
+                                           "directory): refused");
   }
   const std::uint64_t file_size = static_cast<std::uint64_t>(st.st_size);
   if (file_size < 8) {

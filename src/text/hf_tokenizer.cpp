@@ -5,10 +5,10 @@
 //   decode: ids -> pieces, special tokens skipped -> decoder steps -> joined.
 // "truncation" and "padding" are ignored, as transformers disables them unless a call asks.
 #include <algorithm>
-#include <fstream>
-#include <iterator>
+#include <unordered_map>
 
 #include "common/error.h"
+#include "common/input_file.h"
 #include "common/json_depth.h"
 #include "common/utf8.h"
 #include "text/hf_added_tokens.h"
@@ -104,16 +104,10 @@ SpecialIds post_processor_ids(const hf::JsonField& json) {
       "TemplateProcessing, ByteLevel, BertProcessing, RobertaProcessing, Sequence");
 }
 
-std::string read_text_file(const std::string& path) {
-  std::ifstream in(path, std::ios::binary);
-  SPEC_INPUT_CHECK(in.good(), "cannot open tokenizer file " << path);
-  return std::string(std::istreambuf_iterator<char>(in), std::istreambuf_iterator<char>());
-}
-
 class HfTokenizer final : public Tokenizer {
  public:
   explicit HfTokenizer(const std::string& path) : path_(path) {
-    const std::string text = read_text_file(path);
+    const std::string text = read_input_file(path, kTokenizerJsonFile);
     const std::string deep = json_depth_error(text, path);
     SPEC_INPUT_CHECK(deep.empty(), deep);
     const nlohmann::json doc = nlohmann::json::parse(text, nullptr, /*allow_exceptions=*/false);
