@@ -695,6 +695,26 @@ TEST(JinjaBudget, StringDoublingStopsAtTheSizeBound) {
             "runaway template?) (in `for i in range(100)` at loop.index0 = 20)");
 }
 
+// A chain of 300,000 operators (a 1.2 MB template, within the 4 MiB a chat template may have)
+// nested the tree 300,000 levels deep, and evaluating or freeing it overflowed the stack: chains
+// count as nesting when they are parsed, and a long one is refused naming the line.
+TEST(JinjaBudget, LongOperatorChainsAreRefusedWhenParsed) {
+  auto repeated = [](const std::string& unit, int n) {
+    std::string out;
+    for (int i = 0; i < n; ++i) out += unit;
+    return out;
+  };
+  for (const std::string& source :
+       {"{{ 1" + repeated(" + 1", 300000) + " }}", "{{ 'a'" + repeated(" ~ 'a'", 300000) + " }}",
+        "{{ x" + repeated(".a", 300000) + " }}", "{{ x" + repeated(" | trim", 300000) + " }}",
+        "{{ x" + repeated(" or x", 300000) + " }}",
+        "{{ 1" + repeated(" if x else 1", 300000) + " }}"})
+    EXPECT_EQ(runaway_error(source), "DIR/chat_template.jinja line 1: template nested too deeply")
+        << source.substr(0, 20);
+  // Real chains are short; 150 operators are fine.
+  EXPECT_EQ(runaway_error("{{ 1" + repeated(" + 1", 150) + " }}"), "returned 151");
+}
+
 // Other ways to build a string or a list without bound from a short template: each refused
 // before it is built.
 TEST(JinjaBudget, OtherRunawaySizesAreRefused) {
