@@ -3,7 +3,7 @@
 # each one for SECONDS (default 60) from its seed corpus, one after the other. Exits 1 when a
 # target crashed, hung (an input slower than --timeout), leaked past the RSS limit or failed to
 # start; the input that did it is kept in build-fuzz/artifacts/<target>/.
-#   usage: scripts/fuzz.sh [SECONDS] [TARGET ...]
+#   usage: scripts/fuzz.sh [SECONDS] [TARGET ...]   (no TARGET: every tests/fuzz/fuzz_*.cpp)
 #   env:   FUZZ_BUILD_DIR (default build-fuzz), FUZZ_CXX (default clang++-16), FUZZ_TIMEOUT
 #          (seconds one input may take, default 10), FUZZ_RSS_MB (default 2048),
 #          FUZZ_READ_TIMEOUT (SPECRUN_READ_CHECK_TIMEOUT_S of the HDF5 targets, default 0.3)
@@ -14,7 +14,12 @@ cd "$(dirname "$0")/.."
 SECONDS_EACH=${1:-60}
 shift || true
 TARGETS=("$@")
-[ ${#TARGETS[@]} -gt 0 ] || TARGETS=(safetensors model_config job_config prepare prompt_file result_file sweep_point)
+if [ ${#TARGETS[@]} -eq 0 ]; then
+  for src in tests/fuzz/fuzz_*.cpp; do
+    name=${src#tests/fuzz/fuzz_}
+    TARGETS+=("${name%.cpp}")
+  done
+fi
 BUILD=${FUZZ_BUILD_DIR:-build-fuzz}
 CXX_BIN=${FUZZ_CXX:-clang++-16}
 CC_BIN=${CXX_BIN/clang++/clang}
@@ -60,10 +65,10 @@ for t in "${TARGETS[@]}"; do
   cov=$(grep -o 'cov: [0-9]*' "$log" | tail -1 | cut -d' ' -f2)
   refused=$(grep -o 'refused by the child read: .*' "$log" | tail -1 || true)
   if [ $rc -eq 0 ]; then
-    printf 'fuzz %-13s ok      %8s runs in %ss, %s edges covered%s\n' "$t" "${runs:-?}" \
+    printf 'fuzz %-14s ok      %8s runs in %ss, %s edges covered%s\n' "$t" "${runs:-?}" \
       "$SECONDS_EACH" "${cov:-?}" "${refused:+; $refused}"
   else
-    printf 'fuzz %-13s FAILED  (exit %d) after %s runs; log %s, input in %s\n' "$t" "$rc" \
+    printf 'fuzz %-14s FAILED  (exit %d) after %s runs; log %s, input in %s\n' "$t" "$rc" \
       "${runs:-?}" "$log" "$artifacts"
     grep -E '^==[0-9]+==ERROR|ALARM|SUMMARY|runtime error|deadly signal' "$log" | head -5 | sed 's/^/    /'
     failed+=("$t")

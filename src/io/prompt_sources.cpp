@@ -1,15 +1,12 @@
 #include "io/prompt_sources.h"
 
-#include <sys/stat.h>
-
 #include <cstdio>
-#include <fstream>
-#include <iterator>
 #include <limits>
 #include <sstream>
 
 #include "common/error.h"
 #include "common/hash.h"
+#include "common/input_file.h"
 #include "common/json_depth.h"
 #include "common/utf8.h"
 
@@ -28,11 +25,6 @@ std::string json_kind(const Json& v) {
   return "an object";
 }
 
-bool is_file(const std::string& path) {
-  struct stat st {};
-  return ::stat(path.c_str(), &st) == 0 && S_ISREG(st.st_mode);
-}
-
 std::string hex64(std::uint64_t h) {
   char buf[17];
   std::snprintf(buf, sizeof buf, "%016llx", static_cast<unsigned long long>(h));
@@ -42,12 +34,11 @@ std::string hex64(std::uint64_t h) {
 // Whether a model folder carries a chat template (tokenizer_config.json's chat_template, or the
 // chat_template.jinja / chat_template.json that newer transformers save beside it).
 bool model_has_chat_template(const std::string& dir) {
-  if (is_file(dir + "/chat_template.jinja") || is_file(dir + "/chat_template.json")) return true;
+  if (input_exists(dir + "/chat_template.jinja") || input_exists(dir + "/chat_template.json"))
+    return true;
   const std::string config = dir + "/tokenizer_config.json";
-  if (!is_file(config)) return false;
-  std::ifstream in(config, std::ios::binary);
-  const std::string text((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
-  const nlohmann::json j = parse_json_or_discarded(text);
+  if (!input_exists(config)) return false;
+  const nlohmann::json j = parse_json_or_discarded(read_input_file(config, kTokenizerConfigFile));
   if (!j.is_object()) return false;
   auto it = j.find("chat_template");
   return it != j.end() && !it->is_null();
@@ -168,15 +159,19 @@ const char* prompt_layout_name(PromptLayout layout) {
 }
 
 nlohmann::json tokenizer_fingerprint(const Tokenizer& tokenizer, const std::string& model_dir) {
-  std::vector<std::string> paths = tokenizer.files();
-  for (const char* extra : {"/tokenizer_config.json", "/special_tokens_map.json"})
-    if (!model_dir.empty() && is_file(model_dir + extra)) paths.push_back(model_dir + extra);
+  // The tokenizer's own files (the largest limit of a tokenizer file for each), then the
+  // folder's two small JSON files.
+  std::vector<std::pair<std::string, InputFileKind>> paths;
+  for (const std::string& path : tokenizer.files()) paths.emplace_back(path, kTokenizerJsonFile);
+  if (!model_dir.empty()) {
+    for (const auto& [name, kind] : {std::pair{"/tokenizer_config.json", kTokenizerConfigFile},
+                                     std::pair{"/special_tokens_map.json", kSpecialTokensMapFile}})
+      if (input_exists(model_dir + name)) paths.emplace_back(model_dir + name, kind);
+  }
   nlohmann::json files = nlohmann::json::array();
   std::uint64_t all = kFnv1a64Basis;
-  for (const std::string& path : paths) {
-    std::ifstream in(path, std::ios::binary);
-    SPEC_INPUT_CHECK(in.good(), "cannot read " << path);
-    const std::string bytes((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+  for (const auto& [path, kind] : paths) {
+    const std::string bytes = read_input_file(path, kind);
     all = fnv1a64(bytes, all);
     files.push_back({{"path", path}, {"bytes", bytes.size()}, {"fnv1a64", hex64(fnv1a64(bytes))}});
   }

@@ -3,22 +3,17 @@
 
 #include <sys/stat.h>
 
-#include <fstream>
 #include <nlohmann/json.hpp>
 #include <sstream>
 
 #include "common/error.h"
+#include "common/input_file.h"
 #include "common/json_depth.h"
 #include "model/weight_schema.h"
 
 namespace specrun {
 
 namespace {
-
-bool is_file(const std::string& path) {
-  struct stat st {};
-  return ::stat(path.c_str(), &st) == 0 && S_ISREG(st.st_mode);
-}
 
 bool is_dir(const std::string& path) {
   struct stat st {};
@@ -46,7 +41,7 @@ Checkpoint::Checkpoint(const std::string& dir, const ConfigReader& read_config) 
   SPEC_INPUT_CHECK(is_dir(dir), "model directory " << dir << " does not exist (or is not a "
                                                    << "directory)");
   const std::string config_path = dir + "/config.json";
-  SPEC_INPUT_CHECK(is_file(config_path),
+  SPEC_INPUT_CHECK(input_exists(config_path),
                    "model directory " << dir << " has no config.json: expected a Hugging Face "
                                       << "layout (config.json + model.safetensors); for llama2.c "
                                       << ".bin files run `specrun import-llama2c` first");
@@ -54,25 +49,22 @@ Checkpoint::Checkpoint(const std::string& dir, const ConfigReader& read_config) 
 
   const std::string single = dir + "/model.safetensors";
   const std::string index = dir + "/model.safetensors.index.json";
-  if (is_file(single)) {
+  if (input_exists(single)) {
     files_.push_back(std::make_unique<SafetensorsFile>(single));
     for (const std::string& name : files_.back()->names()) tensor_file_[name] = files_.back().get();
     return;
   }
-  SPEC_INPUT_CHECK(is_file(index), "model directory " << dir
-                                                      << " has neither model.safetensors nor "
-                                                         "model.safetensors.index.json (only "
-                                                         "safetensors weights are supported)");
+  SPEC_INPUT_CHECK(input_exists(index), "model directory " << dir
+                                                           << " has neither model.safetensors nor "
+                                                              "model.safetensors.index.json (only "
+                                                              "safetensors weights are supported)");
   nlohmann::json j;
   {
-    std::ifstream in(index);
-    SPEC_INPUT_CHECK(in.good(), "cannot open " << index);
-    std::stringstream text;
-    text << in.rdbuf();
-    const std::string too_deep = json_depth_error(text.str(), index);
+    const std::string text = read_input_file(index, kWeightIndexFile);
+    const std::string too_deep = json_depth_error(text, index);
     SPEC_INPUT_CHECK(too_deep.empty(), too_deep);
     try {
-      j = nlohmann::json::parse(text.str());
+      j = nlohmann::json::parse(text);
     } catch (const nlohmann::json::exception& e) {
       SPEC_INPUT_FAIL(index << ": not valid JSON: " << e.what());
     }
@@ -91,8 +83,8 @@ Checkpoint::Checkpoint(const std::string& dir, const ConfigReader& read_config) 
     auto found = by_shard.find(shard);
     if (found == by_shard.end()) {
       const std::string path = dir + "/" + shard;
-      SPEC_INPUT_CHECK(is_file(path), index << ": tensor '" << it.key() << "' is mapped to "
-                                            << shard << ", which does not exist in " << dir);
+      SPEC_INPUT_CHECK(input_exists(path), index << ": tensor '" << it.key() << "' is mapped to "
+                                                 << shard << ", which does not exist in " << dir);
       files_.push_back(std::make_unique<SafetensorsFile>(path));
       found = by_shard.emplace(shard, files_.back().get()).first;
     }

@@ -1,10 +1,10 @@
 #include "model/eagle3_config.h"
 
-#include <fstream>
 #include <nlohmann/json.hpp>
 #include <sstream>
 
 #include "common/error.h"
+#include "common/input_file.h"
 #include "common/json_depth.h"
 
 namespace specrun {
@@ -27,11 +27,9 @@ std::vector<int> layer_ids(const json& ids, const std::string& source, const std
 }  // namespace
 
 Eagle3Config Eagle3Config::from_file(const std::string& path, const ModelConfig& target) {
-  std::ifstream in(path);
-  SPEC_INPUT_CHECK(in.good(), "cannot open " << path << ": is this an EAGLE-3 head directory?");
-  std::stringstream ss;
-  ss << in.rdbuf();
-  return from_json_text(ss.str(), path, target);
+  SPEC_INPUT_CHECK(input_exists(path),
+                   "cannot open " << path << ": is this an EAGLE-3 head directory?");
+  return from_json_text(read_input_file(path, kModelConfigFile), path, target);
 }
 
 Eagle3Config Eagle3Config::from_json_text(const std::string& text, const std::string& source,

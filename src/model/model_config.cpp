@@ -5,11 +5,10 @@
 #include <algorithm>
 #include <cmath>
 #include <filesystem>
-#include <fstream>
 #include <nlohmann/json.hpp>
-#include <sstream>
 
 #include "common/error.h"
+#include "common/input_file.h"
 #include "common/json_depth.h"
 
 namespace specrun {
@@ -18,13 +17,26 @@ namespace {
 
 using json = nlohmann::json;
 
+// Upper bounds of config.json's sizes, far above any real model (the largest in parentheses) and
+// low enough that nothing sized by them before the weights are checked (per-layer tables, the
+// KV cache's shape) is absurd: num_hidden_layers = 1e9 ended in std::bad_alloc naming nothing.
+constexpr int kMaxLayers = 4096;               // num_hidden_layers (126: Llama 3.1 405B)
+constexpr int kMaxHiddenSize = 1 << 18;        // hidden_size (16384)
+constexpr int kMaxIntermediateSize = 1 << 20;  // intermediate_size (53248)
+constexpr int kMaxHeads = 4096;                // attention and key-value heads (128)
+constexpr int kMaxHeadDim = 8192;              // head_dim (256)
+constexpr int kMaxVocabSize = 1 << 24;         // vocab_size (262144: Gemma 3)
+constexpr int kMaxPositions = 1 << 28;         // max_position_embeddings (10485760: Llama 4)
+constexpr int kMaxInt = 1'000'000'000;         // any other integer field
+
 struct Reader {
   const json& j;
   const std::string& src;
 
   bool present(const char* key) const { return j.contains(key) && !j[key].is_null(); }
 
-  int get_int(const char* key, bool required, int fallback, int min_value) const {
+  int get_int(const char* key, bool required, int fallback, int min_value,
+              int max_value = kMaxInt) const {
     if (!present(key)) {
       SPEC_INPUT_CHECK(!required, src << ": required field \"" << key << "\" is missing");
       return fallback;
@@ -33,9 +45,10 @@ struct Reader {
     SPEC_INPUT_CHECK(v.is_number_integer(),
                      src << ": field \"" << key << "\" must be an integer, got " << v.dump());
     std::int64_t x = v.get<std::int64_t>();
-    SPEC_INPUT_CHECK(x >= min_value && x <= 1'000'000'000,
-                     src << ": field \"" << key << "\" = " << x
-                         << " is out of range (must be >= " << min_value << ")");
+    SPEC_INPUT_CHECK(x >= min_value && x <= max_value,
+                     src << ": field \"" << key << "\" = " << x << " is out of range [" << min_value
+                         << ", " << max_value << "]"
+                         << (max_value < kMaxInt ? " (far above any real model)" : ""));
     return static_cast<int>(x);
   }
   double get_double(const json& obj, const std::string& path, const char* key, bool required,
@@ -93,11 +106,12 @@ void parse_rope_dict(const json& r, const std::string& field, const Reader& rd, 
   double omp = rd.get_double(r, prefix, "original_max_position_embeddings", true, 0);
   SPEC_INPUT_CHECK(c.rope_factor > 0 && c.rope_low_freq_factor > 0 &&
                        c.rope_high_freq_factor > c.rope_low_freq_factor && omp >= 1 &&
-                       omp == std::floor(omp),
+                       omp == std::floor(omp) && omp <= kMaxPositions,
                    rd.src << ": \"" << field
                           << "\" llama3 values are inconsistent: need factor > 0, 0 < "
                              "low_freq_factor < high_freq_factor and an integer "
-                             "original_max_position_embeddings");
+                             "original_max_position_embeddings in [1, "
+                          << kMaxPositions << "]");
   c.rope_original_max_position = static_cast<int>(omp);
 }
 
@@ -119,25 +133,20 @@ void add_eos_ids(ModelConfig& c, const json& e, const std::string& source_name) 
 }  // namespace
 
 ModelConfig ModelConfig::from_file(const std::string& config_json_path) {
-  std::ifstream in(config_json_path);
   SPEC_INPUT_CHECK(
-      in.good(), "cannot open " << config_json_path << ": is this a Hugging Face model directory?");
-  std::stringstream ss;
-  ss << in.rdbuf();
-  ModelConfig c = from_json_text(ss.str(), config_json_path);
+      input_exists(config_json_path),
+      "cannot open " << config_json_path << ": is this a Hugging Face model directory?");
+  ModelConfig c =
+      from_json_text(read_input_file(config_json_path, kModelConfigFile), config_json_path);
   // Instruct models (Llama 3, Qwen2/3) keep their end-of-turn ids in generation_config.json.
-  const std::filesystem::path gen =
-      std::filesystem::path(config_json_path).parent_path() / "generation_config.json";
-  if (std::filesystem::exists(gen)) add_generation_eos(c, gen.string());
+  const std::string gen =
+      (std::filesystem::path(config_json_path).parent_path() / "generation_config.json").string();
+  if (input_exists(gen)) add_generation_eos(c, gen);
   return c;
 }
 
 void ModelConfig::add_generation_eos(ModelConfig& c, const std::string& path) {
-  std::ifstream in(path);
-  SPEC_INPUT_CHECK(in.good(), "cannot read " << path);
-  std::stringstream ss;
-  ss << in.rdbuf();
-  const std::string text = ss.str();
+  const std::string text = read_input_file(path, kGenerationConfigFile);
   const std::string too_deep = json_depth_error(text, path);
   SPEC_INPUT_CHECK(too_deep.empty(), too_deep);
   json j;
@@ -199,24 +208,28 @@ ModelConfig ModelConfig::from_json_text(const std::string& text, const std::stri
                     << c.architecture);
   }
 
-  c.hidden_size = rd.get_int("hidden_size", true, 0, 1);
-  c.intermediate_size = rd.get_int("intermediate_size", true, 0, 1);
-  c.num_layers = rd.get_int("num_hidden_layers", true, 0, 1);
-  c.num_heads = rd.get_int("num_attention_heads", true, 0, 1);
-  c.num_kv_heads = rd.get_int("num_key_value_heads", false, c.num_heads, 1);
-  c.vocab_size = rd.get_int("vocab_size", true, 0, 1);
-  c.max_position_embeddings = rd.get_int("max_position_embeddings", false, 2048, 1);
+  c.hidden_size = rd.get_int("hidden_size", true, 0, 1, kMaxHiddenSize);
+  c.intermediate_size = rd.get_int("intermediate_size", true, 0, 1, kMaxIntermediateSize);
+  c.num_layers = rd.get_int("num_hidden_layers", true, 0, 1, kMaxLayers);
+  c.num_heads = rd.get_int("num_attention_heads", true, 0, 1, kMaxHeads);
+  c.num_kv_heads = rd.get_int("num_key_value_heads", false, c.num_heads, 1, kMaxHeads);
+  c.vocab_size = rd.get_int("vocab_size", true, 0, 1, kMaxVocabSize);
+  c.max_position_embeddings = rd.get_int("max_position_embeddings", false, 2048, 1, kMaxPositions);
   SPEC_INPUT_CHECK(c.num_heads % c.num_kv_heads == 0,
                    source_name << ": num_attention_heads=" << c.num_heads
                                << " is not a multiple of num_key_value_heads=" << c.num_kv_heads);
   if (rd.present("head_dim")) {
-    c.head_dim = rd.get_int("head_dim", true, 0, 1);
+    c.head_dim = rd.get_int("head_dim", true, 0, 1, kMaxHeadDim);
   } else {
     SPEC_INPUT_CHECK(c.hidden_size % c.num_heads == 0,
                      source_name << ": hidden_size=" << c.hidden_size
                                  << " is not divisible by num_attention_heads=" << c.num_heads
                                  << " and no head_dim is given");
     c.head_dim = c.hidden_size / c.num_heads;
+    SPEC_INPUT_CHECK(c.head_dim <= kMaxHeadDim,
+                     source_name << ": hidden_size / num_attention_heads = " << c.head_dim
+                                 << " is out of range [1, " << kMaxHeadDim
+                                 << "] for a head dimension (far above any real model)");
   }
   SPEC_INPUT_CHECK(c.head_dim % 2 == 0, source_name << ": head_dim=" << c.head_dim
                                                     << " must be even for rotary embeddings");

@@ -26,6 +26,13 @@ namespace {
 using json = nlohmann::json;
 
 constexpr std::uint64_t kMaxHeaderSize = 100'000'000;  // the reference reader's limit
+// Most dimensions a tensor may have (real ones have at most 5 or so; numpy 1.x allowed 32).
+constexpr std::size_t kMaxRank = 32;
+// Most values (numbers, strings, lists, objects) one tensor's header entry may hold: a dtype, a
+// shape and two data_offsets, in an object.
+constexpr std::size_t kMaxEntryValues = kMaxRank + 16;
+// Most keys __metadata__ may have (real files have a handful: "format": "pt").
+constexpr std::size_t kMaxMetadataKeys = 65536;
 
 // Element size of every dtype safetensors defines; 0 for names it does not define.
 std::size_t safetensors_dtype_size(const std::string& name) {
@@ -146,10 +153,47 @@ std::vector<Member> object_members(std::string_view text, const std::string& pat
   return out;
 }
 
+// One member of the header, parsed: a tensor's entry or __metadata__. A parsed value costs ~16
+// bytes or more for the 2 of its text (a number and its comma), so shapes of more than kMaxRank
+// dimensions, tensor entries of more than kMaxEntryValues values and metadata of more than
+// kMaxMetadataKeys keys are refused while they are parsed, before they are built: one entry
+// with a shape of 6.5 million 1s cost 21.9 times the header's size, a million metadata keys
+// 18 times.
+json parse_member(std::string_view text, const std::string& where, bool metadata) {
+  const std::size_t max_values = metadata ? kMaxMetadataKeys + 1 : kMaxEntryValues;
+  std::string key;            // the member of the entry being parsed
+  std::size_t key_items = 0;  // values in it below its own level: the shape's dimensions
+  std::size_t values = 0;
+  const json::parser_callback_t bound = [&](int depth, json::parse_event_t event, json& parsed) {
+    if (event == json::parse_event_t::key && depth == 1) {
+      key = parsed.get<std::string>();
+      key_items = 0;
+    }
+    if (event == json::parse_event_t::value || event == json::parse_event_t::object_start ||
+        event == json::parse_event_t::array_start) {
+      ++values;
+      if (depth >= 2) ++key_items;
+      SPEC_INPUT_CHECK(metadata || key != "shape" || key_items <= kMaxRank,
+                       where << ": shape has more than " << kMaxRank
+                             << " dimensions (real tensors have at most 5 or so): corrupt header");
+      SPEC_INPUT_CHECK(!metadata || values <= max_values,
+                       where << " has more than " << kMaxMetadataKeys
+                             << " keys (real files have a few): corrupt header");
+      SPEC_INPUT_CHECK(metadata || values <= max_values,
+                       where << ": the header entry holds more than " << kMaxEntryValues
+                             << " values, where a tensor's has a dtype, a shape of at most "
+                             << kMaxRank << " dimensions and two data_offsets: corrupt header");
+    }
+    return true;
+  };
+  return json::parse(text, bound);
+}
+
 }  // namespace
 
 SafetensorsFile::SafetensorsFile(const std::string& path) : path_(path) {
-  int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
+  // O_NONBLOCK: a FIFO is refused below instead of waiting for a writer.
+  int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC | O_NONBLOCK);
   SPEC_INPUT_CHECK(fd >= 0,
                    "cannot open safetensors file " << path << ": " << std::strerror(errno));
   struct stat st {};
@@ -157,6 +201,12 @@ SafetensorsFile::SafetensorsFile(const std::string& path) : path_(path) {
     int err = errno;
     ::close(fd);
     SPEC_INPUT_FAIL("cannot stat " << path << ": " << std::strerror(err));
+  }
+  if (!S_ISREG(st.st_mode)) {
+    ::close(fd);
+    SPEC_INPUT_FAIL("safetensors file " << path
+                                        << " is not a regular file (a FIFO, a device or a "
+                                           "directory): refused");
   }
   const std::uint64_t file_size = static_cast<std::uint64_t>(st.st_size);
   if (file_size < 8) {
@@ -205,9 +255,11 @@ SafetensorsFile::SafetensorsFile(const std::string& path) : path_(path) {
     entries.reserve(members.size());
     for (const Member& m : members) {
       const std::string& name = m.key;
+      const bool metadata = name == "__metadata__";
+      const std::string where = path + (metadata ? ": __metadata__" : ": tensor '" + name + "'");
       json t;
       try {
-        t = json::parse(m.value);
+        t = parse_member(m.value, where, metadata);
       } catch (const json::exception& e) {
         SPEC_INPUT_FAIL(path << ": the header is not valid JSON (" << e.what() << ", in the entry '"
                              << name << "'): corrupt or not a safetensors file");
@@ -221,7 +273,6 @@ SafetensorsFile::SafetensorsFile(const std::string& path) : path_(path) {
         }
         continue;
       }
-      const std::string where = path + ": tensor '" + name + "'";
       SPEC_INPUT_CHECK(t.is_object(), where << ": header entry is not a JSON object");
       SPEC_INPUT_CHECK(t.contains("dtype") && t["dtype"].is_string(),
                        where << ": missing or non-string \"dtype\"");

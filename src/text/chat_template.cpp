@@ -2,10 +2,9 @@
 
 #include <ctime>
 #include <filesystem>
-#include <fstream>
-#include <sstream>
 
 #include "common/error.h"
+#include "common/input_file.h"
 #include "common/json_depth.h"
 #include "text/jinja_error.h"
 #include "text/jinja_globals.h"
@@ -17,17 +16,8 @@ namespace {
 
 namespace fs = std::filesystem;
 
-std::string read_text(const fs::path& path) {
-  std::ifstream in(path, std::ios::binary);
-  SPEC_INPUT_CHECK(in, "cannot read " << path.string());
-  std::ostringstream text;
-  text << in.rdbuf();
-  SPEC_INPUT_CHECK(!in.bad(), "cannot read " << path.string());
-  return text.str();
-}
-
-nlohmann::json read_json(const fs::path& path) {
-  const std::string text = read_text(path);
+nlohmann::json read_json(const fs::path& path, const InputFileKind& kind) {
+  const std::string text = read_input_file(path.string(), kind);
   const std::string depth_error = json_depth_error(text, path.string());
   SPEC_INPUT_CHECK(depth_error.empty(), depth_error);
   nlohmann::json json = parse_json_or_discarded(text);
@@ -91,15 +81,15 @@ ChatTemplate load_chat_template(const std::string& model_dir, const std::string&
   nlohmann::json config = nlohmann::json::object();
   if (!model_dir.empty()) {
     SPEC_INPUT_CHECK(fs::is_directory(dir), model_dir << " is not a folder");
-    if (fs::exists(config_file)) {
-      config = read_json(config_file);
+    if (input_exists(config_file.string())) {
+      config = read_json(config_file, kTokenizerConfigFile);
       SPEC_INPUT_CHECK(config.is_object(), config_file.string() << " must hold a JSON object");
       t.bos_token = token_text(config, "bos_token", config_file.string());
       t.eos_token = token_text(config, "eos_token", config_file.string());
     }
   }
   if (!template_file.empty()) {
-    t.source = read_text(template_file);
+    t.source = read_input_file(template_file, kChatTemplateFile);
     t.origin = template_file;
     return t;
   }
@@ -109,15 +99,15 @@ ChatTemplate load_chat_template(const std::string& model_dir, const std::string&
   const bool named = !name.empty() && name != "default";
   const fs::path jinja_file =
       named ? dir / "additional_chat_templates" / (name + ".jinja") : dir / "chat_template.jinja";
-  if (fs::exists(jinja_file)) {
-    t.source = read_text(jinja_file);
+  if (input_exists(jinja_file.string())) {
+    t.source = read_input_file(jinja_file.string(), kChatTemplateFile);
     t.origin = jinja_file.string();
     return t;
   }
   if (template_from_config(config, config_file.string(), name, t)) return t;
   const fs::path json_file = dir / "chat_template.json";
-  if (!named && fs::exists(json_file)) {
-    const nlohmann::json json = read_json(json_file);
+  if (!named && input_exists(json_file.string())) {
+    const nlohmann::json json = read_json(json_file, kChatTemplateJsonFile);
     SPEC_INPUT_CHECK(
         json.is_object() && json.contains("chat_template") && json["chat_template"].is_string(),
         json_file.string() << " must hold {\"chat_template\": \"...\"}");

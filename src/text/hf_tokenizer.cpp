@@ -5,10 +5,10 @@
 //   decode: ids -> pieces, special tokens skipped -> decoder steps -> joined.
 // "truncation" and "padding" are ignored, as transformers disables them unless a call asks.
 #include <algorithm>
-#include <fstream>
-#include <iterator>
+#include <unordered_map>
 
 #include "common/error.h"
+#include "common/input_file.h"
 #include "common/json_depth.h"
 #include "common/utf8.h"
 #include "text/hf_added_tokens.h"
@@ -24,6 +24,9 @@ namespace specrun {
 namespace {
 
 constexpr int kMaxId = (1 << 30) - 1;
+// Longest added token: real ones are special tokens and markers of at most ~30 bytes. Finding
+// added tokens in a text reads up to this many bytes at each position.
+constexpr std::size_t kMaxAddedTokenBytes = 1024;
 
 // The ids a post-processor puts around a single text (add_special_tokens).
 struct SpecialIds {
@@ -104,16 +107,10 @@ SpecialIds post_processor_ids(const hf::JsonField& json) {
       "TemplateProcessing, ByteLevel, BertProcessing, RobertaProcessing, Sequence");
 }
 
-std::string read_text_file(const std::string& path) {
-  std::ifstream in(path, std::ios::binary);
-  SPEC_INPUT_CHECK(in.good(), "cannot open tokenizer file " << path);
-  return std::string(std::istreambuf_iterator<char>(in), std::istreambuf_iterator<char>());
-}
-
 class HfTokenizer final : public Tokenizer {
  public:
   explicit HfTokenizer(const std::string& path) : path_(path) {
-    const std::string text = read_text_file(path);
+    const std::string text = read_input_file(path, kTokenizerJsonFile);
     const std::string deep = json_depth_error(text, path);
     SPEC_INPUT_CHECK(deep.empty(), deep);
     const nlohmann::json doc = nlohmann::json::parse(text, nullptr, /*allow_exceptions=*/false);
@@ -136,16 +133,13 @@ class HfTokenizer final : public Tokenizer {
     const SpecialIds specials = post_processor_ids(root.get("post_processor"));
     prefix_ = specials.prefix;
     suffix_ = specials.suffix;
-    for (int id : prefix_) check_id(id);
-    for (int id : suffix_) check_id(id);
+    for (int id : prefix_) (void)entry(id);
+    for (int id : suffix_) (void)entry(id);
   }
 
-  int vocab_size() const override { return static_cast<int>(pieces_.size()); }
+  int vocab_size() const override { return vocab_size_; }
   const char* format() const override { return "tokenizer.json"; }
-  const std::string& piece(int id) const override {
-    check_id(id);
-    return pieces_[static_cast<std::size_t>(id)];
-  }
+  const std::string& piece(int id) const override { return entry(id).text; }
 
   std::string decode_after(const std::vector<int>& ids, int prev_token) const override {
     std::vector<std::string> tokens;
@@ -157,8 +151,8 @@ class HfTokenizer final : public Tokenizer {
       for (std::size_t i = 0; i < tokens.size(); ++i) joined += (i ? " " : "") + tokens[i];
       return joined;
     }
-    const bool at_text_start = prev_token < 0 || (prev_token < vocab_size() &&
-                                                  special_[static_cast<std::size_t>(prev_token)]);
+    const auto prev = pieces_.find(prev_token);
+    const bool at_text_start = prev_token < 0 || (prev != pieces_.end() && prev->second.special);
     decoder_->decode_chain(tokens, at_text_start);
     std::string out;
     for (const std::string& t : tokens) out += t;
@@ -190,10 +184,7 @@ class HfTokenizer final : public Tokenizer {
     return model_->id_of(content);
   }
 
-  bool is_special(int id) const override {
-    check_id(id);
-    return special_[static_cast<std::size_t>(id)] != 0;
-  }
+  bool is_special(int id) const override { return entry(id).special; }
 
   std::vector<std::string> files() const override { return {path_}; }
 
@@ -206,6 +197,12 @@ class HfTokenizer final : public Tokenizer {
       const hf::JsonField item = added.at(i);
       hf::AddedToken t;
       t.content = item.string("content");
+      SPEC_INPUT_CHECK(t.content.size() <= kMaxAddedTokenBytes,
+                       item.where("content")
+                           << " is " << t.content.size() << " bytes long, more than the "
+                           << kMaxAddedTokenBytes
+                           << " an added token may have (real ones are special tokens and "
+                              "markers of a few dozen bytes)");
       const long long id = item.integer("id");
       SPEC_INPUT_CHECK(id >= 0 && id <= kMaxId, item.where("id")
                                                     << " " << id << " is not a valid token id");
@@ -220,21 +217,14 @@ class HfTokenizer final : public Tokenizer {
       SPEC_INPUT_CHECK(!t.content.empty(), item.where("content") << " must not be empty");
       tokens.push_back(std::move(t));
     }
-    int max_id = -1;
-    for (const auto& entry : model_->vocab()) max_id = std::max(max_id, entry.second);
-    for (const hf::AddedToken& t : tokens) max_id = std::max(max_id, t.id);
-    pieces_.assign(static_cast<std::size_t>(max_id + 1), std::string());
-    has_piece_.assign(pieces_.size(), 0);
-    special_.assign(pieces_.size(), 0);
-    for (const auto& [content, id] : model_->vocab()) {
-      pieces_[static_cast<std::size_t>(id)] = content;
-      has_piece_[static_cast<std::size_t>(id)] = 1;
-    }
+    // By id, only the ids that have a piece: a table sized by the largest id would cost 32 GB
+    // for one id near 2^30 in a 4 KB file.
+    pieces_.reserve(model_->vocab().size() + tokens.size());
+    for (const auto& [content, id] : model_->vocab()) pieces_[id] = {content, false};
+    for (const auto& entry : pieces_) vocab_size_ = std::max(vocab_size_, entry.first + 1);
     for (const hf::AddedToken& t : tokens) {
-      const auto id = static_cast<std::size_t>(t.id);
-      pieces_[id] = t.content;
-      has_piece_[id] = 1;
-      special_[id] = t.special ? 1 : 0;
+      pieces_[t.id] = {t.content, t.special};
+      vocab_size_ = std::max(vocab_size_, t.id + 1);
       added_ids_[t.content] = t.id;
       if (!t.normalized) {
         raw_matcher_.add(t.content, t.id, t.lstrip, t.rstrip);
@@ -272,13 +262,19 @@ class HfTokenizer final : public Tokenizer {
     for (const hf::PreToken& word : words) model_->encode(word.text, ids);
   }
 
-  void check_id(int id) const {
+  struct Piece {
+    std::string text;
+    bool special = false;
+  };
+
+  const Piece& entry(int id) const {
     SPEC_INPUT_CHECK(id >= 0 && id < vocab_size(),
                      "token id " << id << " is outside the vocabulary of " << vocab_size()
                                  << " pieces of tokenizer " << path_);
-    SPEC_INPUT_CHECK(has_piece_[static_cast<std::size_t>(id)],
-                     "token id " << id << " has no piece in tokenizer " << path_
-                                 << " (its ids have a gap there)");
+    const auto it = pieces_.find(id);
+    SPEC_INPUT_CHECK(it != pieces_.end(), "token id " << id << " has no piece in tokenizer "
+                                                      << path_ << " (its ids have a gap there)");
+    return it->second;
   }
 
   std::string path_;
@@ -289,10 +285,9 @@ class HfTokenizer final : public Tokenizer {
   hf::AddedTokenMatcher raw_matcher_;         // added tokens with normalized false
   hf::AddedTokenMatcher normalized_matcher_;  // normalized true, in their normalized form
   hf::StringIdMap added_ids_;                 // content -> id of the added tokens
-  std::vector<std::string> pieces_;           // by id
-  std::vector<char> has_piece_;
-  std::vector<char> special_;
-  std::vector<int> prefix_, suffix_;  // the post-processor's ids around a text
+  std::unordered_map<int, Piece> pieces_;     // by id (added tokens win over the model's)
+  int vocab_size_ = 0;                        // the largest id + 1
+  std::vector<int> prefix_, suffix_;          // the post-processor's ids around a text
 };
 
 }  // namespace

@@ -1,5 +1,6 @@
 #include "text/jinja_eval.h"
 
+#include "text/jinja_budget.h"
 #include "text/jinja_error.h"
 #include "text/jinja_filters.h"
 #include "text/jinja_ops.h"
@@ -55,13 +56,13 @@ class Evaluator {
 
  private:
   static void append(std::string& out, const std::string& text) {
-    if (out.size() + text.size() > kMaxRenderedBytes)
-      throw TemplateError("the rendered text exceeds " + std::to_string(kMaxRenderedBytes >> 20) +
-                          " MiB");
+    check_string_bytes(out.size() + text.size());
+    count_bytes(text.size());
     out += text;
   }
 
   Flow exec_stmt(const Stmt& stmt, const FramePtr& frame, std::string& out) {
+    count_steps(1);
     switch (stmt.kind) {
       case Stmt::Kind::kText:
         append(out, static_cast<const TextStmt&>(stmt).text);
@@ -166,7 +167,7 @@ class Evaluator {
                return args.positional[static_cast<std::size_t>(k) % args.positional.size()];
              })},
     };
-    return Value::dict(std::move(loop));
+    return Value::loop_dict(std::move(loop));
   }
 
   Flow exec_for(const ForStmt& s, const FramePtr& frame, std::string& out) {
@@ -185,6 +186,7 @@ class Evaluator {
       auto scope = std::make_shared<Frame>(frame);
       Flow flow = Flow::kNormal;
       try {
+        count_steps(1);
         scope->set("loop", loop_object(items, i));
         bind(s.target, items[i], *scope);
         flow = exec(s.body, scope, out);
@@ -261,6 +263,7 @@ class Evaluator {
 
   Value eval(const Expr& expr, const FramePtr& frame) {
     try {
+      count_steps(1);
       return eval_expr(expr, frame);
     } catch (TemplateError& e) {
       e.set_line_if_unknown(expr.line);

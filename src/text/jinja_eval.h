@@ -14,10 +14,8 @@
 
 namespace specrun::jinja {
 
-// Longest output a render may produce; beyond it the render fails (a runaway template).
-inline constexpr std::size_t kMaxRenderedBytes = std::size_t{64} << 20;
-
-// Renders `body` with `variables` (later entries win) as the outermost frame. Throws
+// Renders `body` with `variables` (later entries win) as the outermost frame, within the bounds
+// of jinja_budget.h (the rendered text is one string: at most kMaxStringBytes). Throws
 // TemplateError with the line of the innermost statement or expression and the loops and macros
 // it was in.
 std::string evaluate(const Body& body, const std::vector<std::pair<std::string, Value>>& variables);

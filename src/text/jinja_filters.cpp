@@ -9,6 +9,7 @@
 #include <map>
 #include <optional>
 
+#include "text/jinja_budget.h"
 #include "text/jinja_error.h"
 #include "text/jinja_ops.h"
 #include "text/jinja_strings.h"
@@ -224,16 +225,19 @@ Value f_indent(const Value& v, const CallArgs& args) {
   if (width.is_string())
     indention = width.as_string();
   else if (width.is_int() || width.is_bool())
-    indention =
-        std::string(static_cast<std::size_t>(std::max<std::int64_t>(0, width.as_int())), ' ');
+    indention = std::string(static_cast<std::size_t>(std::clamp<std::int64_t>(
+                                width.as_int(), 0, static_cast<std::int64_t>(kMaxStringBytes) + 1)),
+                            ' ');
   else
     throw TemplateError("indent: width must be an integer or a string");
   std::vector<std::string> lines = splitlines(to_str(v) + "\n");
   std::string out;
+  check_string_bytes(indention.size());
   for (std::size_t i = 0; i < lines.size(); ++i) {
     if (i) out += "\n";
     if (i > 0 && (blank || !lines[i].empty())) out += indention;
     out += lines[i];
+    check_string_bytes(out.size());
   }
   if (first) out = indention + out;
   return Value::string(std::move(out));
@@ -259,6 +263,7 @@ Value f_join(const Value& v, const CallArgs& args) {
     if (!first) out += separator;
     first = false;
     out += to_str(attribute.is_undefined() ? item : get_path(item, attribute));
+    check_string_bytes(out.size());  // items may be one long string many times over
   }
   return Value::string(std::move(out));
 }
@@ -549,6 +554,7 @@ void check_filter(const std::string& name) {
 Value apply_filter(const std::string& name, const Value& operand, const CallArgs& args) {
   const auto it = filters().find(name);
   if (it == filters().end()) check_filter(name);
+  if (operand.is_string()) count_bytes(operand.as_string().size());  // what string filters read
   return it->second(operand, args);
 }
 

@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <optional>
 
+#include "text/jinja_budget.h"
 #include "text/jinja_error.h"
 #include "text/jinja_ops.h"
 #include "text/jinja_strings.h"
@@ -130,12 +131,14 @@ Value format_method(const std::string& text, const CallArgs& args) {
       if (!value) throw TemplateError("str.format: no argument named '" + field + "'");
     }
     out += conversion == 'r' ? to_repr(*value) : to_str(*value);
+    check_string_bytes(out.size());  // '{0}{0}{0}...'.format(long_text)
   }
   return Value::string(std::move(out));
 }
 
 Value call_string_method(const Value& self, std::string_view name, CallArgs& args) {
   const std::string& text = self.as_string();
+  count_bytes(text.size());  // what a method reads
   if (name == "strip") return strip_method(self, args, name, true, true);
   if (name == "lstrip") return strip_method(self, args, name, true, false);
   if (name == "rstrip") return strip_method(self, args, name, false, true);
@@ -177,6 +180,7 @@ Value call_string_method(const Value& self, std::string_view name, CallArgs& arg
                             item.type_name() + " found");
       if (i++) out += text;
       out += item.as_string();
+      check_string_bytes(out.size());
     }
     return Value::string(std::move(out));
   }

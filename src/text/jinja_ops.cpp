@@ -3,16 +3,13 @@
 #include <algorithm>
 #include <cmath>
 
+#include "text/jinja_budget.h"
 #include "text/jinja_error.h"
 #include "text/jinja_strings.h"
 
 namespace specrun::jinja {
 
 namespace {
-
-// Longest string or list an operator may build: a template cannot exhaust memory with
-// 'x' * 10**12 (Python would try; transformers would die with it).
-constexpr std::size_t kMaxSequence = std::size_t{64} << 20;
 
 const char* op_symbol(BinaryExpr::Op op) {
   switch (op) {
@@ -141,11 +138,13 @@ Value numeric_op(BinaryExpr::Op op, const Value& a, const Value& b) {
 Value repeat(const Value& sequence, std::int64_t times) {
   if (times <= 0)
     return sequence.is_string() ? Value::string("") : Value::list({}, sequence.as_list().tuple);
+  // Refused before it is built: 'x' * 10**12 would exhaust memory (Python would try).
   const std::size_t unit =
       sequence.is_string() ? sequence.as_string().size() : sequence.as_list().items.size();
-  if (unit != 0 && static_cast<std::uint64_t>(times) > kMaxSequence / unit)
-    throw TemplateError("a repetition longer than " + std::to_string(kMaxSequence) +
-                        " items or bytes");
+  if (unit == 0) return sequence;  // '' * 10**12 without 10**12 iterations
+  const auto n = static_cast<std::uint64_t>(times);
+  if (sequence.is_string() && n > kMaxStringBytes / unit) check_string_bytes(kMaxStringBytes + 1);
+  if (sequence.is_list() && n > kMaxItems / unit) check_items(kMaxItems + 1);
   if (sequence.is_string()) {
     std::string out;
     out.reserve(unit * static_cast<std::size_t>(times));
@@ -214,18 +213,22 @@ std::vector<std::size_t> slice_indices(std::size_t size, const Value& start, con
 }  // namespace
 
 Value binary_op(BinaryExpr::Op op, const Value& a, const Value& b) {
-  if (op == BinaryExpr::Op::kConcat) return Value::string(to_str(a) + to_str(b));
+  if (op == BinaryExpr::Op::kConcat) {
+    const std::string left = to_str(a), right = to_str(b);
+    check_string_bytes(left.size() + right.size());  // before it is built
+    return Value::string(left + right);
+  }
   if (a.is_undefined()) throw_undefined(a);
   if (b.is_undefined()) throw_undefined(b);
   if (a.is_number() && b.is_number()) return numeric_op(op, a, b);
   switch (op) {
     case BinaryExpr::Op::kAdd:
       if (a.is_string() && b.is_string()) {
-        if (a.as_string().size() + b.as_string().size() > kMaxSequence)
-          throw TemplateError("a string longer than " + std::to_string(kMaxSequence) + " bytes");
+        check_string_bytes(a.as_string().size() + b.as_string().size());
         return Value::string(a.as_string() + b.as_string());
       }
       if (a.is_list() && b.is_list() && a.as_list().tuple == b.as_list().tuple) {
+        check_items(a.as_list().items.size() + b.as_list().items.size());
         std::vector<Value> items = a.as_list().items;
         items.insert(items.end(), b.as_list().items.begin(), b.as_list().items.end());
         return Value::list(std::move(items), a.as_list().tuple);
@@ -273,7 +276,8 @@ bool contains(const Value& container, const Value& item) {
       if (!item.is_string())
         throw TemplateError("'in <string>' requires string as left operand, not " +
                             item.type_name());
-      return container.as_string().find(item.as_string()) != std::string::npos;
+      count_bytes(container.as_string().size() + item.as_string().size());
+      return find_bytes(container.as_string(), item.as_string(), 0) != std::string::npos;
     case Value::Kind::kList:
       for (const Value& v : container.as_list().items)
         if (equals(v, item)) return true;
@@ -354,14 +358,20 @@ std::vector<Value> iterate(const Value& value) {
     case Value::Kind::kUndefined:
       return {};
     case Value::Kind::kList:
+      count_steps(value.as_list().items.size());
       return value.as_list().items;
     case Value::Kind::kDict: {
+      count_steps(value.as_dict().entries.size());
       std::vector<Value> keys;
       for (const auto& [k, v] : value.as_dict().entries) keys.push_back(Value::string(k));
       return keys;
     }
     case Value::Kind::kString: {
+      const std::size_t n = code_point_count(value.as_string());
+      check_items(n);
+      count_steps(n);
       std::vector<Value> chars;
+      chars.reserve(n);
       for (char32_t cp : decode_utf8(value.as_string())) {
         std::string c;
         append_utf8(c, cp);

@@ -92,6 +92,21 @@ struct DepthGuard {
   TokenStream& stream;
 };
 
+// A left-deep chain that the parser builds in a loop (a + b + c, x.a.b, x | f | g, a if b else
+// c if d ...): each operator nests the tree one level deeper although the parser does not
+// recurse, so it is counted as one more level for the rest of the chain. Evaluating or freeing
+// a tree of 300,000 chained operators (a 1.2 MB template) overflowed the stack.
+struct ChainGuard {
+  explicit ChainGuard(TokenStream& s) : stream(s) {}
+  void deeper() {
+    ++levels;
+    if (++stream.depth > kMaxNesting) stream.fail("template nested too deeply");
+  }
+  ~ChainGuard() { stream.depth -= levels; }
+  TokenStream& stream;
+  int levels = 0;
+};
+
 // Expressions, with Jinja2's grammar and precedence (jinja_parser.h).
 class ExprParser {
  public:

@@ -54,7 +54,9 @@ class Grammar {
   ExprPtr parse_condexpr() {
     const int line = s_.cur().line;
     ExprPtr expr = parse_or();
+    ChainGuard chain(s_);
     while (s_.is_name("if")) {
+      chain.deeper();
       s_.next();
       ExprPtr test = parse_or();
       ExprPtr otherwise;
@@ -70,7 +72,9 @@ class Grammar {
 
   ExprPtr parse_or() {
     ExprPtr left = parse_and();
+    ChainGuard chain(s_);
     while (s_.is_name("or")) {
+      chain.deeper();
       const int line = s_.next().line;
       left = std::make_unique<BinaryExpr>(BinaryExpr::Op::kOr, std::move(left), parse_and(), line);
     }
@@ -79,7 +83,9 @@ class Grammar {
 
   ExprPtr parse_and() {
     ExprPtr left = parse_not();
+    ChainGuard chain(s_);
     while (s_.is_name("and")) {
+      chain.deeper();
       const int line = s_.next().line;
       left = std::make_unique<BinaryExpr>(BinaryExpr::Op::kAnd, std::move(left), parse_not(), line);
     }
@@ -132,7 +138,9 @@ class Grammar {
 
   ExprPtr parse_math1() {
     ExprPtr left = parse_concat();
+    ChainGuard chain(s_);
     while (s_.is_op("+") || s_.is_op("-")) {
+      chain.deeper();
       const auto op = s_.cur().value == "+" ? BinaryExpr::Op::kAdd : BinaryExpr::Op::kSub;
       const int line = s_.next().line;
       left = std::make_unique<BinaryExpr>(op, std::move(left), parse_concat(), line);
@@ -142,7 +150,9 @@ class Grammar {
 
   ExprPtr parse_concat() {
     ExprPtr left = parse_math2();
+    ChainGuard chain(s_);
     while (s_.is_op("~")) {
+      chain.deeper();
       const int line = s_.next().line;
       left = std::make_unique<BinaryExpr>(BinaryExpr::Op::kConcat, std::move(left), parse_math2(),
                                           line);
@@ -152,7 +162,9 @@ class Grammar {
 
   ExprPtr parse_math2() {
     ExprPtr left = parse_pow();
+    ChainGuard chain(s_);
     while (s_.is_op("*") || s_.is_op("/") || s_.is_op("//") || s_.is_op("%")) {
+      chain.deeper();
       const std::string& v = s_.cur().value;
       const auto op = v == "*"    ? BinaryExpr::Op::kMul
                       : v == "/"  ? BinaryExpr::Op::kDiv
@@ -166,7 +178,9 @@ class Grammar {
 
   ExprPtr parse_pow() {
     ExprPtr left = parse_unary(true);
+    ChainGuard chain(s_);
     while (s_.is_op("**")) {
+      chain.deeper();
       const int line = s_.next().line;
       left = std::make_unique<BinaryExpr>(BinaryExpr::Op::kPow, std::move(left), parse_unary(true),
                                           line);
@@ -259,7 +273,8 @@ class Grammar {
   }
 
   ExprPtr parse_postfix(ExprPtr node) {
-    while (true) {
+    ChainGuard chain(s_);
+    for (;; chain.deeper()) {
       if (s_.is_op(".") || s_.is_op("[")) {
         node = parse_subscript(std::move(node));
       } else if (s_.is_op("(")) {
@@ -271,7 +286,8 @@ class Grammar {
   }
 
   ExprPtr parse_filter_expr(ExprPtr node) {
-    while (true) {
+    ChainGuard chain(s_);
+    for (;; chain.deeper()) {
       if (s_.is_op("|")) {
         node = parse_filter(std::move(node));
       } else if (s_.is_name("is")) {

@@ -2,9 +2,12 @@
 
 #include <utf8proc.h>
 
+#include <string.h>  // memmem
+
 #include <algorithm>
 #include <cstdio>
 
+#include "text/jinja_budget.h"
 #include "text/jinja_error.h"
 
 namespace specrun::jinja {
@@ -130,6 +133,14 @@ std::string strip(std::string_view text, const std::optional<std::string>& chars
                                            cps.begin() + static_cast<std::ptrdiff_t>(end)));
 }
 
+std::size_t find_bytes(std::string_view text, std::string_view sub, std::size_t from) {
+  if (from > text.size()) return std::string_view::npos;
+  if (sub.empty()) return from;
+  const void* at = ::memmem(text.data() + from, text.size() - from, sub.data(), sub.size());
+  return at ? static_cast<std::size_t>(static_cast<const char*>(at) - text.data())
+            : std::string_view::npos;
+}
+
 std::vector<std::string> split(std::string_view text, const std::optional<std::string>& sep,
                                std::int64_t maxsplit) {
   std::vector<std::string> parts;
@@ -137,8 +148,9 @@ std::vector<std::string> split(std::string_view text, const std::optional<std::s
     if (sep->empty()) throw TemplateError("empty separator");
     std::size_t start = 0;
     while (maxsplit != 0) {
-      const std::size_t at = text.find(*sep, start);
+      const std::size_t at = find_bytes(text, *sep, start);
       if (at == std::string_view::npos) break;
+      check_items(parts.size() + 2);
       parts.emplace_back(text.substr(start, at - start));
       start = at + sep->size();
       if (maxsplit > 0) --maxsplit;
@@ -158,6 +170,7 @@ std::vector<std::string> split(std::string_view text, const std::optional<std::s
       while (j < cps.size() && !is_space(cps[j])) ++j;
       if (maxsplit > 0) --maxsplit;
     }
+    check_items(parts.size() + 1);
     parts.push_back(
         encode_utf8(std::vector<char32_t>(cps.begin() + static_cast<std::ptrdiff_t>(i),
                                           cps.begin() + static_cast<std::ptrdiff_t>(j))));
@@ -170,16 +183,12 @@ std::vector<std::string> rsplit(std::string_view text, const std::optional<std::
                                 std::int64_t maxsplit) {
   std::vector<std::string> parts;
   if (sep) {
+    // Matches found from the right are those of the reversed text, found from the left (in
+    // linear time, where repeated rfind calls are not).
     if (sep->empty()) throw TemplateError("empty separator");
-    std::size_t end = text.size();
-    while (maxsplit != 0 && end >= sep->size()) {
-      const std::size_t at = text.rfind(*sep, end - sep->size());
-      if (at == std::string_view::npos) break;
-      parts.emplace_back(text.substr(at + sep->size(), end - at - sep->size()));
-      end = at;
-      if (maxsplit > 0) --maxsplit;
-    }
-    parts.emplace_back(text.substr(0, end));
+    parts = split(std::string(text.rbegin(), text.rend()), std::string(sep->rbegin(), sep->rend()),
+                  maxsplit);
+    for (std::string& part : parts) std::reverse(part.begin(), part.end());
     std::reverse(parts.begin(), parts.end());
     return parts;
   }
@@ -195,6 +204,7 @@ std::vector<std::string> rsplit(std::string_view text, const std::optional<std::
       while (i > 0 && !is_space(cps[i - 1])) --i;
       if (maxsplit > 0) --maxsplit;
     }
+    check_items(parts.size() + 1);
     parts.push_back(
         encode_utf8(std::vector<char32_t>(cps.begin() + static_cast<std::ptrdiff_t>(i),
                                           cps.begin() + static_cast<std::ptrdiff_t>(j))));
@@ -218,6 +228,7 @@ std::vector<std::string> splitlines(std::string_view text) {
       continue;
     }
     if (cps[i] == '\r' && i + 1 < cps.size() && cps[i + 1] == '\n') ++i;
+    check_items(lines.size() + 1);
     lines.push_back(std::move(line));
     line.clear();
   }
@@ -236,16 +247,18 @@ std::string replace(std::string_view text, std::string_view old_text, std::strin
         if (count > 0) --count;
       }
       out += text.substr(offsets[k], offsets[k + 1] - offsets[k]);
+      check_string_bytes(out.size());
     }
     if (count != 0) out += new_text;
     return out;
   }
   std::size_t start = 0;
   while (count != 0) {
-    const std::size_t at = text.find(old_text, start);
+    const std::size_t at = find_bytes(text, old_text, start);
     if (at == std::string_view::npos) break;
     out += text.substr(start, at - start);
     out += new_text;
+    check_string_bytes(out.size());
     start = at + old_text.size();
     if (count > 0) --count;
   }
@@ -256,14 +269,22 @@ std::string replace(std::string_view text, std::string_view old_text, std::strin
 std::int64_t count(std::string_view text, std::string_view sub) {
   if (sub.empty()) return static_cast<std::int64_t>(code_point_count(text)) + 1;
   std::int64_t n = 0;
-  for (std::size_t at = text.find(sub); at != std::string_view::npos;
-       at = text.find(sub, at + sub.size()))
+  for (std::size_t at = find_bytes(text, sub, 0); at != std::string_view::npos;
+       at = find_bytes(text, sub, at + sub.size()))
     ++n;
   return n;
 }
 
 std::int64_t find(std::string_view text, std::string_view sub, bool reverse) {
-  const std::size_t at = reverse ? text.rfind(sub) : text.find(sub);
+  std::size_t at = std::string_view::npos;
+  if (!reverse) {
+    at = find_bytes(text, sub, 0);
+  } else if (sub.size() <= text.size()) {
+    // The last match is the first one in the reversed text (linear time, unlike rfind).
+    const std::size_t back = find_bytes(std::string(text.rbegin(), text.rend()),
+                                        std::string(sub.rbegin(), sub.rend()), 0);
+    if (back != std::string_view::npos) at = text.size() - back - sub.size();
+  }
   if (at == std::string_view::npos) return -1;
   return static_cast<std::int64_t>(code_point_count(text.substr(0, at)));
 }

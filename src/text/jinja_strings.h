@@ -28,6 +28,9 @@ bool is_word(char32_t cp);
 // str.strip/lstrip/rstrip: whitespace when `chars` is empty (nullopt), else any of `chars`.
 std::string strip(std::string_view text, const std::optional<std::string>& chars, bool left,
                   bool right);
+// The byte offset of the first `sub` in `text` at or after `from`, or npos; in linear time
+// (glibc's two-way memmem; std::string_view::find can take |text| x |sub| steps).
+std::size_t find_bytes(std::string_view text, std::string_view sub, std::size_t from);
 // str.split(sep, maxsplit) (sep nullopt: runs of whitespace, no empty strings); throws
 // TemplateError for an empty separator.
 std::vector<std::string> split(std::string_view text, const std::optional<std::string>& sep,

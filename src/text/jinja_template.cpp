@@ -1,6 +1,9 @@
 #include "text/jinja_template.h"
 
+#include <optional>
+
 #include "common/error.h"
+#include "text/jinja_budget.h"
 #include "text/jinja_error.h"
 #include "text/jinja_eval.h"
 #include "text/jinja_globals.h"
@@ -41,6 +44,8 @@ Template::Template(std::string_view source, std::string name) : name_(std::move(
 std::string Template::render(const std::vector<std::pair<std::string, Value>>& context) const {
   std::vector<std::pair<std::string, Value>> variables = default_globals();
   variables.insert(variables.end(), context.begin(), context.end());
+  std::optional<RenderBudget> budget;
+  if (!RenderBudget::current()) budget.emplace();
   try {
     return evaluate(*body_, variables);
   } catch (const TemplateError& e) {

@@ -6,6 +6,7 @@
 #include <cstdio>
 #include <limits>
 
+#include "text/jinja_budget.h"
 #include "text/jinja_error.h"
 #include "text/jinja_strings.h"
 
@@ -61,6 +62,8 @@ Value Value::number(double d) {
 }
 
 Value Value::string(std::string s) {
+  check_string_bytes(s.size());
+  count_bytes(s.size());
   Value v;
   v.kind_ = Kind::kString;
   v.string_ = std::make_shared<const std::string>(std::move(s));
@@ -79,6 +82,8 @@ int nested_depth(int child_depth) {
 }  // namespace
 
 Value Value::list(std::vector<Value> items, bool tuple) {
+  check_items(items.size());
+  count_bytes(items.size() * sizeof(Value));
   Value v;
   v.kind_ = Kind::kList;
   int child = 0;
@@ -89,6 +94,12 @@ Value Value::list(std::vector<Value> items, bool tuple) {
 }
 
 Value Value::dict(DictData data) {
+  check_items(data.entries.size());
+  count_bytes(data.entries.size() * sizeof(Value));
+  return loop_dict(std::move(data));
+}
+
+Value Value::loop_dict(DictData data) {
   Value v;
   v.kind_ = Kind::kDict;
   int child = 0;
@@ -269,6 +280,7 @@ std::string to_repr(const Value& value) {
 namespace {
 
 std::string repr_at(const Value& value, int depth) {
+  count_steps(1);
   if (depth > kMaxValueDepth)
     throw TemplateError("a value nested deeper than " + std::to_string(kMaxValueDepth) +
                         " levels (a namespace that holds itself?) cannot be printed");
@@ -283,6 +295,7 @@ std::string repr_at(const Value& value, int depth) {
       for (std::size_t i = 0; i < list.items.size(); ++i) {
         if (i) out += ", ";
         out += repr_at(list.items[i], depth + 1);
+        check_string_bytes(out.size());  // items may be one list many times over
       }
       if (list.tuple && list.items.size() == 1) out += ",";
       return out + (list.tuple ? ")" : "]");
@@ -295,6 +308,7 @@ std::string repr_at(const Value& value, int depth) {
         if (i) out += ", ";
         out +=
             string_repr(dict.entries[i].first) + ": " + repr_at(dict.entries[i].second, depth + 1);
+        check_string_bytes(out.size());
       }
       out += "}";
       return value.is_dict() ? out : "<Namespace " + out + ">";
@@ -329,6 +343,7 @@ std::string to_str(const Value& value) {
 
 bool equals(const Value& a, const Value& b) {
   using Kind = Value::Kind;
+  count_steps(1);  // lists compare item by item, and may share items: count each visit
   if (a.is_number() && b.is_number()) {
     if (a.is_float() || b.is_float()) return a.as_double() == b.as_double();
     return a.as_int() == b.as_int();
@@ -339,6 +354,8 @@ bool equals(const Value& a, const Value& b) {
     case Kind::kNone:
       return true;
     case Kind::kString:
+      if (a.as_string().size() != b.as_string().size()) return false;
+      count_bytes(a.as_string().size());
       return a.as_string() == b.as_string();
     case Kind::kList: {
       const ListData& x = a.as_list();
@@ -364,6 +381,7 @@ bool equals(const Value& a, const Value& b) {
 }
 
 int compare(const Value& a, const Value& b) {
+  count_steps(1);
   if (a.is_undefined()) throw_undefined(a);
   if (b.is_undefined()) throw_undefined(b);
   if (a.is_number() && b.is_number()) {
@@ -374,6 +392,7 @@ int compare(const Value& a, const Value& b) {
     return a.as_int() < b.as_int() ? -1 : a.as_int() > b.as_int() ? 1 : 0;
   }
   if (a.is_string() && b.is_string()) {
+    count_bytes(std::min(a.as_string().size(), b.as_string().size()));
     const int c = a.as_string().compare(b.as_string());  // UTF-8 order is code point order
     return c < 0 ? -1 : c > 0 ? 1 : 0;
   }
@@ -440,10 +459,15 @@ void json_string(std::string& out, std::string_view text, bool ensure_ascii) {
 }
 
 void json_value(std::string& out, const Value& value, const JsonOptions& options, int level) {
+  count_steps(1);
+  check_string_bytes(out.size());  // items may be one list many times over
   auto newline = [&](int depth) {
     if (!options.has_indent) return;
     out += '\n';
-    for (int i = 0; i < depth; ++i) out += options.indent;
+    for (int i = 0; i < depth; ++i) {
+      out += options.indent;
+      check_string_bytes(out.size());
+    }
   };
   switch (value.kind()) {
     case Value::Kind::kNone:

@@ -72,9 +72,14 @@ class Value {
   static Value integer(std::int64_t i);
   static Value number(double d);
   static Value string(std::string s);
-  // list() and dict() throw TemplateError when the result would nest deeper than kMaxValueDepth.
+  // string(), list() and dict() throw TemplateError when the result would be longer than
+  // jinja_budget.h allows, or nest deeper than kMaxValueDepth; inside a render they count the
+  // bytes they hold.
   static Value list(std::vector<Value> items, bool tuple = false);
   static Value dict(DictData data);
+  // A dict not counted in the render's bytes (jinja_budget.h): `loop`, which every iteration of
+  // a for loop builds anew, and which the iteration's step counts.
+  static Value loop_dict(DictData data);
   static Value new_namespace(DictData attrs);
   static Value callable(std::string name, std::function<Value(CallArgs&)> fn);
 

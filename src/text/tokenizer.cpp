@@ -3,34 +3,21 @@
 #include "text/tokenizer.h"
 
 #include <sentencepiece_processor.h>
-#include <sys/stat.h>
 
 #include <algorithm>
 #include <cstdint>
 #include <cstring>
-#include <fstream>
-#include <iterator>
 #include <nlohmann/json.hpp>
 #include <string_view>
 
 #include "common/error.h"
+#include "common/input_file.h"
 #include "common/json_depth.h"
 #include "common/utf8.h"
 
 namespace specrun {
 
 namespace {
-
-std::string read_file(const std::string& path) {
-  std::ifstream in(path, std::ios::binary);
-  SPEC_INPUT_CHECK(in.good(), "cannot open tokenizer file " << path);
-  return std::string(std::istreambuf_iterator<char>(in), std::istreambuf_iterator<char>());
-}
-
-bool file_exists(const std::string& path) {
-  struct stat st {};
-  return ::stat(path.c_str(), &st) == 0 && S_ISREG(st.st_mode);
-}
 
 // "<0xHH>" -> the byte; false for anything else.
 bool byte_piece(const std::string& p, unsigned char* out) {
@@ -65,7 +52,7 @@ class Llama2cTokenizer : public Tokenizer {
 
   Llama2cTokenizer(const std::string& path, int vocab_size) : path_(path) {
     SPEC_INPUT_CHECK(vocab_size > 0, path << ": vocab size " << vocab_size << " must be positive");
-    const std::string data = read_file(path);
+    const std::string data = read_input_file(path, kTokenizerModelFile);
     std::size_t pos = 0;
     auto take = [&](void* dst, std::size_t n, const char* what, int index) {
       SPEC_INPUT_CHECK(pos + n <= data.size(), path << ": truncated at byte " << pos
@@ -221,7 +208,7 @@ class SentencePieceTokenizer : public Tokenizer {
 
   SentencePieceTokenizer(const std::string& path, bool add_bos, bool add_eos)
       : path_(path), add_bos_(add_bos), add_eos_(add_eos) {
-    const std::string data = read_file(path);
+    const std::string data = read_input_file(path, kTokenizerModelFile);
     ProtoReader model(path, data.data(), data.data() + data.size());
     while (!model.done()) {
       int wire;
@@ -389,9 +376,9 @@ class SentencePieceTokenizer : public Tokenizer {
 
 // A JSON file of a model folder (config.json, tokenizer_config.json), or an empty object when
 // it does not exist. Throws naming the file when it exists but is not a JSON object.
-nlohmann::json read_json_object(const std::string& path) {
-  if (!file_exists(path)) return nlohmann::json::object();
-  const std::string text = read_file(path);
+nlohmann::json read_json_object(const std::string& path, const InputFileKind& kind) {
+  if (!input_exists(path)) return nlohmann::json::object();
+  const std::string text = read_input_file(path, kind);
   SPEC_INPUT_CHECK(json_too_deep_at(text) == std::string_view::npos,
                    path << " is nested more than " << kMaxJsonDepth << " levels deep");
   nlohmann::json j = nlohmann::json::parse(text, nullptr, /*allow_exceptions=*/false);
@@ -420,18 +407,18 @@ std::unique_ptr<Tokenizer> load_sentencepiece_tokenizer(const std::string& path,
 
 std::unique_ptr<Tokenizer> load_tokenizer_for(const std::string& model_dir) {
   const std::string hf = model_dir + "/tokenizer.json";
-  if (file_exists(hf)) return load_hf_tokenizer(hf);
+  if (input_exists(hf)) return load_hf_tokenizer(hf);
   const std::string sp = model_dir + "/tokenizer.model";
-  if (file_exists(sp)) {
+  if (input_exists(sp)) {
     const std::string config_path = model_dir + "/tokenizer_config.json";
-    const nlohmann::json config = read_json_object(config_path);
+    const nlohmann::json config = read_json_object(config_path, kTokenizerConfigFile);
     return load_sentencepiece_tokenizer(sp, bool_key(config, "add_bos_token", true, config_path),
                                         bool_key(config, "add_eos_token", false, config_path));
   }
   const std::string bin = model_dir + "/tokenizer.bin";
-  if (file_exists(bin)) {
+  if (input_exists(bin)) {
     const std::string config_path = model_dir + "/config.json";
-    const nlohmann::json config = read_json_object(config_path);
+    const nlohmann::json config = read_json_object(config_path, kModelConfigFile);
     auto vocab = config.find("vocab_size");
     SPEC_INPUT_CHECK(vocab != config.end() && vocab->is_number_integer(),
                      config_path << ": \"vocab_size\" (an integer) is needed to read " << bin);

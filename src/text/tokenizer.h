@@ -75,7 +75,8 @@ std::unique_ptr<Tokenizer> load_hf_tokenizer(const std::string& path);
 // The tokenizer of a model directory: tokenizer.json (what transformers' AutoTokenizer uses),
 // tokenizer.model (sentencepiece; add_bos_token / add_eos_token from tokenizer_config.json) or
 // tokenizer.bin (llama2.c format; vocab_size from config.json), in that order; nullptr when
-// none exists. Throws when a file exists but cannot be read.
+// none exists. Throws when a file exists but cannot be read, is not a regular file or is larger
+// than its kind allows (common/input_file.h).
 std::unique_ptr<Tokenizer> load_tokenizer_for(const std::string& model_dir);
 
 }  // namespace specrun

@@ -1,6 +1,7 @@
 // The stages of a Hugging Face tokenizer.json pipeline (text/hf_*.cpp) one by one: the
 // Oniguruma regexes on PCRE2, the pre-tokenizers (split behaviours, Metaspace, ByteLevel with
-// GPT-2's regex), the normalizers and the decoders. test_hf_tokenizer.cpp tests whole tokenizers.
+// GPT-2's regex), the normalizers, the decoders and the added-token matcher. test_hf_tokenizer.cpp
+// tests whole tokenizers.
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
 
@@ -8,6 +9,7 @@
 #include <nlohmann/json.hpp>
 
 #include "common/error.h"
+#include "text/hf_added_tokens.h"
 #include "text/hf_decode.h"
 #include "text/hf_json.h"
 #include "text/hf_normalize.h"
@@ -243,6 +245,37 @@ TEST(HfDecoder, MetaspaceAndByteLevel) {
   EXPECT_EQ(decode_chain(byte_level, {"Hello", "Ġworld", "Ċ"}), "Hello world\n");
   // A token with a character outside the byte map (an added token) is taken as it is written.
   EXPECT_EQ(decode_chain(byte_level, {"<｜end｜>", "Ġa"}), "<｜end｜> a");
+}
+
+// The added-token matcher is a radix tree: at most two nodes per token whatever its length (a
+// byte trie took one per byte: 6.7 GB for a 100 MB token), and still the longest token at the
+// leftmost position, where tokens are prefixes of one another or share prefixes.
+TEST(HfAddedTokens, RadixTreeFindsTheLongestTokenWithTwoNodesPerToken) {
+  hf::AddedTokenMatcher m;
+  EXPECT_TRUE(m.empty());
+  m.add(std::string(1000, 'q'), 7, false, false);
+  EXPECT_EQ(m.node_count(), 2u);  // the root and one edge of 1,000 bytes
+  m.add("<|im_start|>", 1, false, false);
+  m.add("<|im_end|>", 2, false, false);   // splits "<|im_" off the first
+  m.add("<|im", 3, false, false);         // ends inside that edge: splits it again
+  m.add("<|im_end|>x", 4, false, false);  // continues below a token
+  m.add("", 9, false, false);             // never found
+  EXPECT_LE(m.node_count(), 1u + 2u * 5u);
+  std::vector<hf::TextSpan> spans;
+  auto tokens = [&](std::string_view text) {
+    m.split(text, &spans);
+    std::string out;
+    for (const hf::TextSpan& s : spans)
+      out += (s.token >= 0 ? std::to_string(s.token)
+                           : std::string(text.substr(s.start, s.end - s.start))) +
+             "|";
+    return out;
+  };
+  EXPECT_EQ(tokens("a<|im_start|>b<|im_end|><|im_end|>x<|im<|im_"), "a|1|b|2|4|3|3|_|");
+  EXPECT_EQ(tokens(std::string(999, 'q') + "!" + std::string(1001, 'q')),
+            std::string(999, 'q') + "!|7|q|");
+  m.add("<|im", 5, false, false);  // again: the later id wins
+  EXPECT_EQ(tokens("<|im"), "5|");
 }
 
 }  // namespace

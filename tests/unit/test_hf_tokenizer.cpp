@@ -15,6 +15,7 @@
 #include <functional>
 #include <nlohmann/json.hpp>
 
+#include "child_run.h"
 #include "common/error.h"
 #include "text/hf_pretokenize.h"
 #include "text/tokenizer.h"
@@ -471,6 +472,76 @@ TEST(HfTokenizer, RefusedFieldsAreNamed) {
   EXPECT_THAT(error_of([&] { load_hf_tokenizer(path); }), HasSubstr(path + " is not valid JSON"));
   EXPECT_THAT(error_of([] { load_hf_tokenizer("/nonexistent/tokenizer.json"); }),
               HasSubstr("cannot open tokenizer file /nonexistent/tokenizer.json"));
+}
+
+// ---- what a tokenizer.json may cost (issue 40) ----
+
+json added_token(long long id, const std::string& content) {
+  return json{{"id", id},        {"content", content},  {"single_word", false}, {"lstrip", false},
+              {"rstrip", false}, {"normalized", false}, {"special", false}};
+}
+
+// One added-token id near 2^30 in a 4 KB tokenizer.json asked for 34 GB: the tables were sized by
+// the largest id. Loaded in a child whose memory may grow by 1 GiB: the ids are looked up, not
+// indexed, so the file costs what it holds, whatever its ids (a model piece's too).
+TEST(HfTokenizer, AHugeTokenIdCostsNoTableOfItsSize) {
+  json doc = byte_level_doc();
+  doc["added_tokens"].push_back(added_token((1LL << 30) - 1, "<big>"));
+  doc["model"]["vocab"]["zz"] = (1 << 30) - 2;
+  const std::string path = write_tokenizer(doc);
+  ASSERT_LT(fs::file_size(path), 8192u);
+  const test::ChildRun run = test::run_in_child(
+      [&] {
+        auto tok = load_hf_tokenizer(path);
+        std::string out = std::to_string(tok->vocab_size());
+        for (int id : tok->encode("a<big>", false)) out += " " + std::to_string(id);
+        out += " " + tok->piece((1 << 30) - 1) + " " + tok->piece((1 << 30) - 2);
+        out += " " + tok->decode({(1 << 30) - 1, 'a'});
+        return out + " | " + error_of([&] { tok->piece(1 << 29); });
+      },
+      1LL << 30);
+  ASSERT_TRUE(run.returned) << run.error;
+  EXPECT_THAT(run.value, ::testing::StartsWith("1073741824 97 1073741823 <big> zz <big>a | "));
+  EXPECT_THAT(run.value, HasSubstr("token id 536870912 has no piece in tokenizer " + path +
+                                   " (its ids have a gap there)"));
+  EXPECT_LT(run.peak_growth_kb, 64 * 1024) << "peak memory grew by " << run.peak_growth_kb << " KB";
+}
+
+// A 100 MB added token took 6.7 GB (a trie node of ~60 bytes per byte of token) and minutes to
+// match. Added tokens longer than 1 KiB are refused (real ones are a few dozen bytes), and the
+// trie's memory is linear in the tokens' bytes: 8 MB of 1000-byte tokens cost a bounded
+// multiple of the file (about 60 times it before).
+TEST(HfTokenizer, LongAddedTokensAreRefusedAndShortOnesCostTheirBytes) {
+  json doc = byte_level_doc();
+  doc["added_tokens"].push_back(added_token(400, std::string(1024, 'q')));
+  EXPECT_EQ(error_of([&] { load_hf_tokenizer(write_tokenizer(doc)); }), "");
+  doc["added_tokens"].push_back(added_token(401, std::string(1025, 'q')));
+  EXPECT_THAT(load_error(doc), HasSubstr("added_tokens[4].content is 1025 bytes long, more than "
+                                         "the 1024 an added token may have"));
+
+  doc = byte_level_doc();
+  std::uint64_t state = 12345;
+  const int count = 8000;
+  for (int i = 0; i < count; ++i) {
+    std::string content(1000, 'a');
+    for (char& c : content) {
+      state = state * 6364136223846793005ULL + 1442695040888963407ULL;
+      c = static_cast<char>('a' + (state >> 33) % 26);
+    }
+    doc["added_tokens"].push_back(added_token(1000 + i, content));
+  }
+  const std::string path = write_tokenizer(doc);
+  const double file_mb = static_cast<double>(fs::file_size(path)) / 1e6;
+  const test::ChildRun run = test::run_in_child(
+      [&] { return std::to_string(load_hf_tokenizer(path)->vocab_size()); }, 2LL << 30);
+  ASSERT_TRUE(run.returned) << run.error;
+  EXPECT_EQ(run.value, std::to_string(1000 + count));
+  const double grew_mb = static_cast<double>(run.peak_growth_kb) / 1024.0;
+  std::printf(
+      "tokenizer.json of %.1f MB with %d added tokens of 1000 bytes: peak memory grew by "
+      "%.1f MB (%.1fx)\n",
+      file_mb, count, grew_mb, grew_mb / file_mb);
+  EXPECT_LT(grew_mb, 12.0 * file_mb);
 }
 
 TEST(HfTokenizer, BertAndRobertaProcessing) {

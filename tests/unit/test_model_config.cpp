@@ -247,6 +247,43 @@ TEST(ModelConfig, AbsurdNumbersAreRefused) {
   EXPECT_NE(error_of([&] { parse(llama(R"(,"rope_theta":1e13)")); }).find("rope_theta\" = 1e+13"),
             std::string::npos);
   EXPECT_EQ(error_of([&] { parse(llama(R"(,"rms_norm_eps":1e-5)")); }), "");
+  // Issue 40: num_hidden_layers = 1000000000 passed, and loading the model ended in
+  // std::bad_alloc naming nothing. Every size is bounded, far above any real model; the bound
+  // itself is accepted.
+  const std::vector<std::pair<std::string, long long>> sizes = {
+      {"num_hidden_layers", 4096},
+      {"hidden_size", 1 << 18},
+      {"intermediate_size", 1 << 20},
+      {"num_attention_heads", 4096},
+      {"head_dim", 8192},
+      {"vocab_size", 1 << 24},
+      {"max_position_embeddings", 1 << 28},
+      {"num_key_value_heads", 4096}};
+  for (const auto& [field, bound] : sizes) {
+    // With a head_dim of its own (else hidden_size / num_attention_heads must be one).
+    const std::string base =
+        llama(std::string(field == "head_dim" ? "" : R"(,"head_dim":64)") +
+              (field == "num_key_value_heads" ? R"(,"num_attention_heads":4096)" : ""));
+    auto with = [&](long long value) {
+      std::string text = base;
+      text.insert(text.size() - 1, ",\"" + field + "\":" + std::to_string(value));
+      return text;
+    };
+    EXPECT_NE(error_of([&] { parse(with(1000000000)); })
+                  .find("cfg.json: field \"" + field + "\" = 1000000000 is out of range [1, " +
+                        std::to_string(bound) + "] (far above any real model)"),
+              std::string::npos)
+        << field;
+    EXPECT_NE(error_of([&] { parse(with(bound + 1)); }).find("\"" + field + "\""),
+              std::string::npos)
+        << field;
+    const std::string at_bound = error_of([&] { parse(with(bound)); });
+    EXPECT_EQ(at_bound.find("out of range"), std::string::npos) << field << ": " << at_bound;
+  }
+  EXPECT_NE(error_of([&] {
+              parse(llama(R"(,"hidden_size":262144,"num_attention_heads":2)"));
+            }).find("hidden_size / num_attention_heads = 131072 is out of range [1, 8192]"),
+            std::string::npos);
 }
 
 }  // namespace specrun
