@@ -227,6 +227,23 @@ char process_state(const MpiComm::Peer& peer) {
 // What the watchdog can tell of another rank of the group.
 enum class PeerState { kStopped, kTraced, kDead, kBlocked, kRunning, kNotVisible };
 
+// A /proc state letter, as the watchdog judges it (process_state gives 'X' for a process gone).
+PeerState peer_state(char letter) {
+  switch (letter) {
+    case 'T':
+      return PeerState::kStopped;
+    case 't':
+      return PeerState::kTraced;
+    case 'Z':
+    case 'X':
+      return PeerState::kDead;
+    case 'D':
+      return PeerState::kBlocked;
+    default:
+      return PeerState::kRunning;
+  }
+}
+
 // The state of every rank of `comm` (this one's entry is kRunning); empty when the peers are
 // unknown.
 std::vector<PeerState> peer_states(const MpiComm& comm) {
@@ -234,31 +251,12 @@ std::vector<PeerState> peer_states(const MpiComm& comm) {
   std::vector<PeerState> states;
   if (peers.empty() || comm.rank() >= static_cast<int>(peers.size())) return states;
   for (std::size_t r = 0; r < peers.size(); ++r) {
-    if (static_cast<int>(r) == comm.rank()) {
+    if (static_cast<int>(r) == comm.rank())
       states.push_back(PeerState::kRunning);
-      continue;
-    }
-    if (!peers[r].visible) {
+    else if (!peers[r].visible)
       states.push_back(PeerState::kNotVisible);
-      continue;
-    }
-    switch (process_state(peers[r])) {
-      case 'T':
-        states.push_back(PeerState::kStopped);
-        break;
-      case 't':
-        states.push_back(PeerState::kTraced);
-        break;
-      case 'Z':
-      case 'X':
-        states.push_back(PeerState::kDead);
-        break;
-      case 'D':
-        states.push_back(PeerState::kBlocked);
-        break;
-      default:
-        states.push_back(PeerState::kRunning);
-    }
+    else
+      states.push_back(peer_state(process_state(peers[r])));
   }
   return states;
 }
