@@ -23,26 +23,7 @@ make_models models
 make_prompt_file prompts.h5 64
 make_prompt_file many.h5 400 --min-len 3 --max-len 20
 write_job job.toml out.h5 prompts.h5
-cat >dataset.toml <<'TOML'
-[job]
-name = "stopped-dataset"
-output = "data/out.h5"
-[target]
-path = "models/target"
-[parallel]
-tp = 1
-threads = 1
-[data]
-prompts = "many.h5"
-batch_size = 2
-[decode]
-modes = ["dataset"]
-max_new_tokens = 32
-[dataset]
-hidden_layers = "1,final"
-dtype = "f32"
-commit_s = 0
-TOML
+write_dataset_job dataset.toml stopped-dataset data/out.h5
 mkdir -p data
 
 TIMEOUT_S=4
@@ -56,18 +37,6 @@ kill_all() {
   done
 }
 trap 'kill_all; cleanup_shm' EXIT
-
-# rank_pid MPIRUN_PID RANK: the pid of that rank among mpirun's children (one node).
-rank_pid() {
-  local child
-  for child in $(pgrep -P "$1"); do
-    if tr '\0' '\n' <"/proc/$child/environ" 2>/dev/null | grep -qx "OMPI_COMM_WORLD_RANK=$2"; then
-      echo "$child"
-      return 0
-    fi
-  done
-  return 1
-}
 
 # wait_for SECONDS COMMAND...: polls COMMAND every 0.1 s until it succeeds; fails after SECONDS.
 wait_for() {
@@ -92,8 +61,9 @@ stop_rank1() {
   pids+=("$launcher")
   wait_for 60 eval "$ready" || fail "$name: rank 1 committed nothing within 60 s: $(tail -5 "$name.log")"
   local first victim
-  first=$(rank_pid "$launcher" 0) || fail "$name: rank 0 not found among mpirun's children"
-  victim=$(rank_pid "$launcher" 1) || fail "$name: rank 1 not found among mpirun's children"
+  first=$(rank_pid "$launcher" 0)
+  victim=$(rank_pid "$launcher" 1)
+  [[ -n $first && -n $victim ]] || fail "$name: ranks 0 and 1 not found among mpirun's children"
   pids+=("$first" "$victim")
   if [[ $inside == yes ]]; then
     # Rank 1 runs on into a collective with rank 0 (the next one of the step, or the batch
@@ -168,7 +138,11 @@ stop_rank1 dp2 "grep -q 'batch 2/' dp2.log" yes -- job.toml --set job.output=dp2
 decoding_result dp2 dp2.h5 2
 
 GROUP=world PHASE='in the (generation|end-of-job) phase'
-stop_rank1 dataset "test -e data/out.shard-1-of-2.part-00000.h5" no -- dataset.toml
+# Small parts (one per sequence), short sequences and many prompts: rank 1 is stopped early in its
+# stream, and rank 0 ends its own in seconds.
+stop_rank1 dataset "test -e data/out.shard-1-of-2.part-00000.h5" no -- dataset.toml \
+  --set data.prompts=many.h5 --set data.batch_size=2 --set decode.max_new_tokens=32 \
+  --set dataset.hidden_layers=1,final --set dataset.commit_s=0
 "$PY" - <<'PY' || fail "dataset: the shards' sealed parts are not readable after the timeout"
 import glob, h5py
 for shard in (0, 1):
