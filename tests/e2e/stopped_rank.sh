@@ -107,7 +107,8 @@ stop_rank1() {
   echo "$name: mpirun exited $took s after rank 1 was stopped (comm_timeout_s = $TIMEOUT_S)"
 }
 
-# decoding_result NAME FILE: whole batches only, rank 1's first among them.
+# decoding_result NAME FILE MIN: the result file reads in h5py with at least MIN batches committed
+# (rank 1's first among them).
 decoding_result() {
   "$PY" - "$2" "$3" <<'PY' || fail "$1: the result file is not readable after the timeout"
 import sys, h5py
