@@ -196,6 +196,19 @@ bool parse_pid_stat(const std::string& stat, std::string& comm, std::uint64_t& c
   return true;
 }
 
+bool parse_pid_state(const std::string& stat, char& state, std::uint64_t& start_ticks) {
+  const auto close = stat.rfind(')');
+  if (close == std::string::npos) return false;
+  // After ") ": field 3 (state) is the first; the start time is field 22.
+  std::istringstream in(stat.substr(close + 1));
+  std::string field;
+  if (!(in >> field) || field.size() != 1) return false;
+  state = field[0];
+  for (int i = 4; i <= 21; ++i)
+    if (!(in >> field)) return false;
+  return static_cast<bool>(in >> start_ticks);
+}
+
 std::array<double, 3> cpu_shares(const CpuTimes& before, const CpuTimes& after) {
   if (!before.valid || !after.valid || after.total() <= before.total()) return {kNaN, kNaN, kNaN};
   const double total = static_cast<double>(after.total() - before.total());

@@ -99,6 +99,10 @@ long long parse_schedstat_wait_ns(std::string_view schedstat);
 // /proc/<pid>/stat: the command name (field 2, in parentheses, may hold spaces and parentheses)
 // and utime + stime in ticks (fields 14 and 15). False when unparsable.
 bool parse_pid_stat(const std::string& stat, std::string& comm, std::uint64_t& cpu_ticks);
+// /proc/<pid>/stat: the state letter (field 3: R, S, D, T stopped, t traced, Z zombie, ...) and
+// the start time in clock ticks after boot (field 22), which with the pid names one process.
+// False when unparsable.
+bool parse_pid_state(const std::string& stat, char& state, std::uint64_t& start_ticks);
 
 // Percentages of one interval between two /proc/stat samples: busy, steal, iowait.
 std::array<double, 3> cpu_shares(const CpuTimes& before, const CpuTimes& after);

@@ -138,10 +138,11 @@ void for_each_option(Config& config, Visitor&& visit) {
       S{"parallel", "threads", "CPU compute threads per rank; 0 = cores on the node / local ranks."}
           .range(0, 1024),
       config.parallel.threads);
-  visit(
-      S{"parallel", "comm_timeout_s", "Seconds a collective may take before the job fails."}.above(
-          0, 86400),
-      config.parallel.comm_timeout_s);
+  visit(S{"parallel", "comm_timeout_s",
+          "Seconds a collective may take before the job fails (one between dp groups, which wait "
+          "for each other at batch boundaries: once a rank it waits for is stopped or dead)."}
+            .above(0, 86400),
+        config.parallel.comm_timeout_s);
   visit(S{"parallel", "cuda_graphs",
           "backend = cuda: issue each decode, verify and drafting pass (at most 64 tokens, or 512 "
           "with every projection on the tensor cores; with tp > 1 its NCCL collectives inside) as "

@@ -14,6 +14,8 @@ std::vector<std::string> gather_strings(MpiComm& comm, const std::string& local,
   SPEC_CHECK(local.size() <= static_cast<std::size_t>(INT_MAX),
              "gather_strings: a string of " << local.size() << " bytes is too large for MPI");
   const bool is_root = comm.rank() == root;
+  // Both steps under the communicator's watchdog (a stopped rank fails the job, not hangs it).
+  const MpiComm::Watched watched(comm, "gather");
 
   // Step 1: every rank's length to root, so that root can size the receive buffer.
   int local_len = static_cast<int>(local.size());

@@ -1,6 +1,7 @@
 // Gathers of variable-size data to one rank over an MpiComm. Used for metadata (provenance
-// records, JSON text), never in the decode loop: these calls are not added to the communicator's
-// timing, which measures the decode collectives.
+// records, JSON text) and each batch's results, never inside a decoding step: these calls are not
+// added to the communicator's timing, which measures the decode collectives; its timeout
+// (MpiComm::set_timeout) watches them.
 #pragma once
 
 #include <string>

@@ -10,6 +10,7 @@
 #include <nlohmann/json.hpp>
 #include <sstream>
 
+#include "common/activity.h"
 #include "common/build_info.h"
 #include "common/clock.h"
 #include "common/error.h"
@@ -338,12 +339,14 @@ int run_dataset_job(const JobConfig& config, const RunOptions& options,
     stopped = flag > 0;
     return stopped;
   };
+  set_activity("generation");  // the phase a timed-out collective names (common/activity.h)
   const DatasetGenerator::Stats stats = generator.run(next, done, stop, writer != nullptr);
   SPEC_CHECK(stopped || waiting.empty(), waiting.size()
                                              << " finished sequences never reached the shard");
   if (writer) writer->finish();  // seals the open part (also on a graceful stop)
   writer.reset();
 
+  set_activity("end-of-job");
   // Every rank takes part in the vote until all are done or a stop is agreed: a group that ends
   // its stream early still learns of a stop requested elsewhere, and every rank leaves here with
   // the same answer.

@@ -13,6 +13,7 @@
 #include <sstream>
 #include <thread>
 
+#include "common/activity.h"
 #include "common/build_info.h"
 #include "common/clock.h"
 #include "common/error.h"
@@ -280,6 +281,7 @@ bool decode_rounds(const JobConfig& config, const World& world, MpiComm& world_c
                    Progress& progress, const Logger& log) {
   HostMonitor host(job_pids(world_comm));
   auto stop_everywhere = [&]() {
+    set_activity("batch-boundary");  // names the phase should a rank not arrive
     float flag = stop_requested() ? 1.0f : 0.0f;
     world_comm.all_reduce_max(&flag, 1);
     return flag > 0;
@@ -302,6 +304,7 @@ bool decode_rounds(const JobConfig& config, const World& world, MpiComm& world_c
         record_host(host, factory, result);
         payload = encode_batch(result, world.tp_rank == 0);
       }
+      set_activity("batch-boundary");
       std::vector<std::string> blobs = gather_strings(world_comm, payload, 0);
       if (!world.is_root()) continue;
       for (int g = 0; g < world.dp; ++g) {
@@ -427,7 +430,14 @@ int run_job(const JobConfig& config, MpiSession& mpi, const RunOptions& options)
   SPEC_INPUT_CHECK(!config.target.path.empty(),
                    "target.path is not set: give a Hugging Face model "
                    "directory");
+  set_activity("start-up");
   MpiComm world_comm(MPI_COMM_WORLD);
+  // Every collective on the world (start-up, each batch's stop agreement and gather, the end of
+  // the job) fails the job once a rank it waits for is stopped or dead past comm_timeout_s. Ranks
+  // that run are waited for: between these collectives a dp group decodes its batch, or rank 0
+  // checks the prompt file or fingerprints the models, alone, for as long as that takes.
+  world_comm.set_timeout(config.parallel.comm_timeout_s, "world",
+                         MpiComm::Overdue::kFailsIfStopped);
   MpiComm tp_comm = MpiComm::tp_group(world);
   // A stopped or hung partner fails the job after parallel.comm_timeout_s instead of hanging it
   // (the CUDA backend bounds its device waits with the same value).
@@ -527,6 +537,7 @@ int run_job(const JobConfig& config, MpiSession& mpi, const RunOptions& options)
   const bool stopped = !decode_rounds(config, world, world_comm, prompts, plan, done, decoder,
                                       decisions, *models.factory, writer.get(), progress, log);
 
+  set_activity("end-of-job");
   if (stopped) {
     int sig = 0;
     stop_requested(&sig);

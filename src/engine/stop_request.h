@@ -36,9 +36,9 @@ std::string stop_signal_name(int signal);
 // rank sees the same sequence of round results, so every rank ends at the same round.
 class StopVote {
  public:
-  // Collective over `world`. timeout_s: finish()'s longest wait for one round (a rank that
-  // reaches no boundary for that long is stopped, hung or dead; parallel.comm_timeout_s; 0 =
-  // wait forever).
+  // Collective over `world`. timeout_s: finish()'s longest wait for one round
+  // (parallel.comm_timeout_s; 0 = wait forever): a rank that reaches no boundary for that long is
+  // stopped, hung or dead, and MpiComm's watchdog fails the job naming every rank's state.
   StopVote(const MpiComm& world, double timeout_s);
   ~StopVote();
   StopVote(const StopVote&) = delete;
@@ -56,7 +56,6 @@ class StopVote {
   void start_round(bool working);
   bool test_round();  // true when the round in flight completed (it is then over)
   MpiComm comm_;
-  double timeout_s_;
   MPI_Request request_ = MPI_REQUEST_NULL;
   int send_[2] = {0, 0}, recv_[2] = {0, 0};  // {signal, working}
   bool over_ = false;                        // a round said stop, or that every rank is done

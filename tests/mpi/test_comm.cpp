@@ -2,6 +2,8 @@
 // for tensor/data parallelism, and the communication timer. Run under mpirun -np 2 and 8.
 #include <gtest/gtest.h>
 #include <mpi.h>
+#include <signal.h>
+#include <sys/types.h>
 
 #include <chrono>
 #include <cstdint>
@@ -204,6 +206,49 @@ TEST(MpiComm, CommSecondsAccumulates) {
   comm.reset_timing();
   EXPECT_EQ(comm.comm_seconds(), 0.0);
   EXPECT_EQ(comm.comm_calls(), 0);
+}
+
+// parallel.comm_timeout_s on the world (MpiComm::Overdue::kFailsIfStopped, issue 40): a rank
+// that works alone for several timeouts, as a dp group does over a long batch or rank 0 checking
+// a large prompt file, is waited for. The watchdog ends the process only when a rank it waits for
+// is stopped or dead (tests/e2e/stopped_rank.sh); under Overdue::kFails this barrier would end
+// every rank but 0.
+TEST(MpiComm, WorldTimeoutWaitsForARankThatRuns) {
+  MpiComm comm(MPI_COMM_WORLD);
+  comm.set_timeout(0.3, "world", MpiComm::Overdue::kFailsIfStopped);
+  if (comm.rank() == 0) std::this_thread::sleep_for(std::chrono::milliseconds(1500));
+  comm.barrier();
+  float x = 1.0f;
+  comm.all_reduce_max(&x, 1);  // and the communicator still works
+  EXPECT_EQ(x, 1.0f);
+}
+
+// A rank stopped (SIGSTOP) while it waits in a collective and resumed later does not count the
+// time it did not run against the others (issue 40: resumed after the timeout, it blamed its
+// partner at once). Rank 0 stops every other rank while they wait in a barrier for it, for
+// several timeouts, resumes them and joins the barrier well within a timeout of that.
+TEST(MpiComm, TimeAStoppedRankDidNotRunIsNotCounted) {
+  if (!all_ranks_on_one_node()) GTEST_SKIP() << "needs one node (rank 0 signals the others)";
+  MpiComm comm(MPI_COMM_WORLD);
+  constexpr double kTimeoutS = 2.0;
+  comm.set_timeout(kTimeoutS, "test", MpiComm::Overdue::kFails);
+  if (comm.rank() == 0) {
+    std::vector<pid_t> others;
+    for (std::size_t r = 1; r < comm.peers().size(); ++r) {
+      others.push_back(static_cast<pid_t>(comm.peers()[r].pid));
+      EXPECT_TRUE(comm.peers()[r].visible) << "rank " << r << " shares this node and its pids";
+    }
+    ASSERT_EQ(others.size(), static_cast<std::size_t>(comm.size() - 1));
+    std::this_thread::sleep_for(std::chrono::milliseconds(300));  // they enter the barrier
+    int stopped = 0, resumed = 0;
+    for (pid_t pid : others) stopped += ::kill(pid, SIGSTOP) == 0 ? 1 : 0;
+    std::this_thread::sleep_for(std::chrono::duration<double>(2.5 * kTimeoutS));
+    for (pid_t pid : others) resumed += ::kill(pid, SIGCONT) == 0 ? 1 : 0;
+    EXPECT_EQ(stopped, comm.size() - 1);
+    EXPECT_EQ(resumed, comm.size() - 1);
+    std::this_thread::sleep_for(std::chrono::milliseconds(300));
+  }
+  comm.barrier();  // a rank whose watchdog fired would have ended the test run
 }
 
 }  // namespace

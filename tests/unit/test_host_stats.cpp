@@ -10,6 +10,8 @@
 #include <atomic>
 #include <chrono>
 #include <cmath>
+#include <fstream>
+#include <iterator>
 #include <thread>
 
 #include "common/host_stats.h"
@@ -55,6 +57,25 @@ TEST(HostStats, ParsesProcFiles) {
   EXPECT_EQ(comm, "my (odd) proc");
   EXPECT_EQ(ticks, 500u);
   EXPECT_FALSE(parse_pid_stat("4242 (short) R 1", comm, ticks));
+}
+
+TEST(HostStats, ParsesStateAndStartTimeOfAPidStat) {
+  char state = '?';
+  std::uint64_t start = 0;
+  // Fields 3..22: the state, then 18 fields, then the start time.
+  ASSERT_TRUE(parse_pid_state(
+      "4242 (my (odd) proc) T 1 2 3 4 5 6 7 8 9 10 200 300 0 0 20 0 1 0 98765 4096 12", state,
+      start));
+  EXPECT_EQ(state, 'T');
+  EXPECT_EQ(start, 98765u);
+  EXPECT_FALSE(parse_pid_state("4242 (short) R 1 2", state, start));
+  EXPECT_FALSE(parse_pid_state("no parenthesis", state, start));
+  // This process, read from /proc: running, started after boot.
+  std::ifstream in("/proc/self/stat");
+  const std::string self((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+  ASSERT_TRUE(parse_pid_state(self, state, start)) << self;
+  EXPECT_EQ(state, 'R');
+  EXPECT_GT(start, 0u);
 }
 
 TEST(HostStats, CpuSharesOfAnInterval) {
