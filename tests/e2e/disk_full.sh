@@ -38,14 +38,6 @@ SLOW=(--set debug.inject_delay_ms=20 --set debug.inject_phase=sample)
 "${MPIRUN[@]}" -np $NP "$SPECRUN_BIN" run job.toml --set job.output=full.h5 >full.log 2>&1 ||
   fail "reference run failed: $(tail -5 full.log)"
 
-wait_batches() {
-  local i
-  for i in $(seq 600); do
-    [[ $(grep -c '\] batch [0-9]*/' "$1" || true) -ge $2 ]] && return 0
-    sleep 0.1
-  done
-  fail "$1 never reached $2 batches: $(tail -3 "$1")"
-}
 # fill FILE: writes FILE until the tmpfs is full.
 fill() { dd if=/dev/zero of="$1" bs=64k 2>/dev/null || true; }
 

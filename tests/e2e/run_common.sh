@@ -21,6 +21,16 @@ fail() {
   exit 1
 }
 
+# wait_batches LOG N: until rank 0 has logged N committed batches (both modes together).
+wait_batches() {
+  local i
+  for i in $(seq 600); do
+    [[ $(grep -c '\] batch [0-9]*/' "$1" || true) -ge $2 ]] && return 0
+    sleep 0.1
+  done
+  fail "$1 never reached $2 batches: $(tail -3 "$1")"
+}
+
 # make_models DIR: the small target/draft pair (vocab 256) every run_* script uses.
 make_models() {
   [ -f "$1/target/config.json" ] && return 0

@@ -25,15 +25,6 @@ SLOW=(--set debug.inject_delay_ms=10 --set debug.inject_phase=sample)
 "${MPIRUN[@]}" -np $NP "$SPECRUN_BIN" run job.toml --set job.output=full.h5 >full.log 2>&1 ||
   fail "reference run failed: $(tail -5 full.log)"
 
-# wait_batches LOG N: until rank 0 has logged N committed batches (both modes together).
-wait_batches() {
-  local i
-  for i in $(seq 600); do
-    [[ $(grep -c '\] batch [0-9]*/' "$1" || true) -ge $2 ]] && return 0
-    sleep 0.1
-  done
-  fail "$1 never reached $2 batches: $(tail -3 "$1")"
-}
 
 # 1. SIGUSR1, then --resume.
 "${MPIRUN[@]}" -np $NP "$SPECRUN_BIN" run job.toml --set job.output=stop.h5 "${SLOW[@]}" \
