@@ -13,6 +13,8 @@
 #include <sstream>
 #include <thread>
 
+#include "analysis/host_load.h"
+#include "analysis/summary.h"
 #include "common/activity.h"
 #include "common/build_info.h"
 #include "common/clock.h"
@@ -24,11 +26,9 @@
 #include "engine/batch_codec.h"
 #include "engine/dataset_job.h"
 #include "engine/decoder.h"
-#include "engine/host_load.h"
 #include "engine/job_parts.h"
 #include "engine/stop_request.h"
 #include "engine/stop_tokens.h"
-#include "engine/summary.h"
 #include "io/checked_read.h"
 #include "io/dataset_file.h"
 #include "io/model_fingerprint.h"
@@ -44,18 +44,20 @@
 namespace specrun {
 namespace {
 
-int choose_threads(const JobConfig& config, const World& world) {
-  if (config.parallel.threads > 0) return config.parallel.threads;
+int choose_threads(const JobConfig &config, const World &world) {
+  if (config.parallel.threads > 0)
+    return config.parallel.threads;
   unsigned hw = std::max(1u, std::thread::hardware_concurrency());
   return std::max(1, static_cast<int>(hw) / std::max(1, world.local_size));
 }
 
-// Which batches each mode has already committed (--resume), known on every rank.
-std::map<std::string, std::set<std::int64_t>> committed_batches(const JobConfig& config,
-                                                                MpiComm& world_comm,
-                                                                const World& world) {
+// Which batches each mode has already committed (--resume), known on every
+// rank.
+std::map<std::string, std::set<std::int64_t>>
+committed_batches(const JobConfig &config, MpiComm &world_comm,
+                  const World &world) {
   std::map<std::string, std::set<std::int64_t>> out;
-  for (const std::string& mode : config.decode.modes) {
+  for (const std::string &mode : config.decode.modes) {
     std::vector<std::int64_t> done;
     if (world.is_root()) {
       ResultReader reader(result_resume_path(config.job.output.resolved));
@@ -64,78 +66,96 @@ std::map<std::string, std::set<std::int64_t>> committed_batches(const JobConfig&
     std::int64_t n = static_cast<std::int64_t>(done.size());
     world_comm.broadcast(&n, sizeof(n), 0);
     done.resize(n);
-    if (n > 0) world_comm.broadcast(done.data(), n * sizeof(std::int64_t), 0);
+    if (n > 0)
+      world_comm.broadcast(done.data(), n * sizeof(std::int64_t), 0);
     out[mode] = std::set<std::int64_t>(done.begin(), done.end());
   }
   return out;
 }
 
 // The prompts a job decodes: the first data.max_prompts, or all.
-std::int64_t prompts_used(const JobConfig& config, const PromptReader& prompts) {
-  return config.data.max_prompts > 0 ? std::min(config.data.max_prompts, prompts.size())
-                                     : prompts.size();
+std::int64_t prompts_used(const JobConfig &config,
+                          const PromptReader &prompts) {
+  return config.data.max_prompts > 0
+             ? std::min(config.data.max_prompts, prompts.size())
+             : prompts.size();
 }
 
-// Resume is allowed only for the same configuration and the same prompts. The file resumed is
-// job.output, or its unfinished replacement (a job.overwrite job stopped before it finished).
-void check_resumable(const JobConfig& config, const std::string& prompts_hash, const Logger& log) {
+// Resume is allowed only for the same configuration and the same prompts. The
+// file resumed is job.output, or its unfinished replacement (a job.overwrite
+// job stopped before it finished).
+void check_resumable(const JobConfig &config, const std::string &prompts_hash,
+                     const Logger &log) {
   const std::string path = result_resume_path(config.job.output.resolved);
-  check_result_file(path);  // in a child: corrupt files fail clearly
+  check_result_file(path); // in a child: corrupt files fail clearly
   ResultReader reader(path);
-  for (const std::string& w : reader.warnings()) log.warn(w + "; --resume continues after them");
-  const ResultHeader& h = reader.info().header;
+  for (const std::string &w : reader.warnings())
+    log.warn(w + "; --resume continues after them");
+  const ResultHeader &h = reader.info().header;
   check_resume_schema(path, reader.info().schema_version, h.specrun_version);
-  SPEC_INPUT_CHECK(h.config_hash == config_hash_hex(config),
-                   "cannot resume " << path
-                                    << ": the job configuration differs from the one recorded "
-                                       "in it (hash "
-                                    << h.config_hash << ", now " << config_hash_hex(config)
-                                    << "); run with the same job file and --set values, or "
-                                       "write to a new job.output");
+  SPEC_INPUT_CHECK(
+      h.config_hash == config_hash_hex(config),
+      "cannot resume "
+          << path
+          << ": the job configuration differs from the one recorded "
+             "in it (hash "
+          << h.config_hash << ", now " << config_hash_hex(config)
+          << "); run with the same job file and --set values, or "
+             "write to a new job.output");
   SPEC_INPUT_CHECK(h.prompts_hash == prompts_hash,
-                   "cannot resume " << path << ": the prompt file " << config.data.prompts.resolved
-                                    << " differs from the one recorded (" << h.prompts_path << ", "
-                                    << h.prompts_hash << ")");
+                   "cannot resume " << path << ": the prompt file "
+                                    << config.data.prompts.resolved
+                                    << " differs from the one recorded ("
+                                    << h.prompts_path << ", " << h.prompts_hash
+                                    << ")");
 }
 
-// Rank 0, before the models load, so that a bad job.output fails fast: the checks of creating
-// (or of resuming) the result file, touching nothing.
-void check_result_target(const JobConfig& config, const RunOptions& options,
-                         const std::string& prompts_hash, const Logger& log) {
+// Rank 0, before the models load, so that a bad job.output fails fast: the
+// checks of creating (or of resuming) the result file, touching nothing.
+void check_result_target(const JobConfig &config, const RunOptions &options,
+                         const std::string &prompts_hash, const Logger &log) {
   if (options.resume)
     check_resumable(config, prompts_hash, log);
   else
-    ResultWriter::check_creatable(config.job.output.resolved, config.job.overwrite);
+    ResultWriter::check_creatable(config.job.output.resolved,
+                                  config.job.overwrite);
 }
 
-// The result file, created (or reopened for --resume) by rank 0 once the models loaded, so that a
-// job whose drafter or model fails to load leaves an existing file (job.overwrite, --resume) as
-// it was. Rank 0 only; errors abort every rank through main.
-std::unique_ptr<ResultWriter> open_result(const JobConfig& config, const World& world,
-                                          const RunOptions& options,
-                                          const std::vector<ProvenanceRecord>& records,
-                                          const std::string& prompts_hash,
-                                          const std::string& models, const Logger& log) {
+// The result file, created (or reopened for --resume) by rank 0 once the models
+// loaded, so that a job whose drafter or model fails to load leaves an existing
+// file (job.overwrite, --resume) as it was. Rank 0 only; errors abort every
+// rank through main.
+std::unique_ptr<ResultWriter>
+open_result(const JobConfig &config, const World &world,
+            const RunOptions &options,
+            const std::vector<ProvenanceRecord> &records,
+            const std::string &prompts_hash, const std::string &models,
+            const Logger &log) {
   std::unique_ptr<ResultWriter> writer;
-  if (options.resume) {  // checked by check_result_target
-    writer = std::make_unique<ResultWriter>(ResultWriter::reopen(config.job.output.resolved));
+  if (options.resume) { // checked by check_result_target
+    writer = std::make_unique<ResultWriter>(
+        ResultWriter::reopen(config.job.output.resolved));
   } else {
-    // Never silently: a replaced result is named in the log (job.overwrite = true). It stays
-    // whole until this job finishes (ResultWriter::create).
-    if (config.job.overwrite && std::filesystem::exists(config.job.output.resolved))
-      log.warn("job.overwrite = true (" + config.origin("job.overwrite") + "): replacing " +
-               config.job.output.resolved + ", the result of an earlier run, when this job " +
+    // Never silently: a replaced result is named in the log (job.overwrite =
+    // true). It stays whole until this job finishes (ResultWriter::create).
+    if (config.job.overwrite &&
+        std::filesystem::exists(config.job.output.resolved))
+      log.warn("job.overwrite = true (" + config.origin("job.overwrite") +
+               "): replacing " + config.job.output.resolved +
+               ", the result of an earlier run, when this job " +
                "finishes; until then the new result is " +
                result_replacement_path(config.job.output.resolved));
     writer = std::make_unique<ResultWriter>(ResultWriter::create(
-        config.job.output.resolved, job_header(config, world, prompts_hash, records, &models),
+        config.job.output.resolved,
+        job_header(config, world, prompts_hash, records, &models),
         config.job.overwrite));
   }
-  for (const Mismatch& m : find_mismatches(records)) log.warn(describe(m));
+  for (const Mismatch &m : find_mismatches(records))
+    log.warn(describe(m));
   return writer;
 }
 
-DecodeOptions decode_options(const JobConfig& config) {
+DecodeOptions decode_options(const JobConfig &config) {
   DecodeOptions decode;
   decode.max_new_tokens = config.decode.max_new_tokens;
   decode.draft_len = config.decode.draft_len;
@@ -157,7 +177,8 @@ std::string format_eta(double seconds) {
   std::ostringstream out;
   int s = static_cast<int>(std::lround(seconds));
   if (s >= 3600)
-    out << s / 3600 << "h" << std::setw(2) << std::setfill('0') << (s / 60) % 60 << "m";
+    out << s / 3600 << "h" << std::setw(2) << std::setfill('0') << (s / 60) % 60
+        << "m";
   else if (s >= 60)
     out << s / 60 << "m" << std::setw(2) << std::setfill('0') << s % 60 << "s";
   else
@@ -167,14 +188,16 @@ std::string format_eta(double seconds) {
 
 // Progress of the job, kept on rank 0: one line per batch written.
 class Progress {
- public:
-  Progress(std::int64_t n_prompts, std::int64_t n_batches, std::int64_t batches_total)
+public:
+  Progress(std::int64_t n_prompts, std::int64_t n_batches,
+           std::int64_t batches_total)
       : n_prompts_(n_prompts), n_batches_(n_batches), total_(batches_total) {}
 
-  void batch_written(const std::string& mode, const BatchResult& merged, const Logger& log) {
-    Mode& mp = modes_[mode];
+  void batch_written(const std::string &mode, const BatchResult &merged,
+                     const Logger &log) {
+    Mode &mp = modes_[mode];
     double batch_wall = 0;
-    for (const SequenceRecord& s : merged.sequences) {
+    for (const SequenceRecord &s : merged.sequences) {
       mp.prompts += 1;
       mp.tokens += s.generated;
       mp.steps += s.verify_steps;
@@ -186,19 +209,21 @@ class Progress {
     const double elapsed = seconds_since(start_);
     const double eta = done_ > 0 ? elapsed / done_ * (total_ - done_) : 0;
     std::ostringstream line;
-    line << std::fixed << "[" << mode << "] batch " << merged.batch + 1 << "/" << n_batches_ << ": "
-         << mp.prompts << "/" << n_prompts_ << " prompts, " << std::setprecision(1)
+    line << std::fixed << "[" << mode << "] batch " << merged.batch + 1 << "/"
+         << n_batches_ << ": " << mp.prompts << "/" << n_prompts_
+         << " prompts, " << std::setprecision(1)
          << (mp.seconds > 0 ? mp.tokens / mp.seconds : 0.0) << " tokens/s";
     if (mode == kModeSpeculative)
       line << std::setprecision(2) << ", tau "
-           << (mp.steps > 0 ? static_cast<double>(mp.step_tokens) / mp.steps : 0.0);
+           << (mp.steps > 0 ? static_cast<double>(mp.step_tokens) / mp.steps
+                            : 0.0);
     line << ", ETA " << format_eta(eta);
     log.info(line.str());
   }
   std::int64_t done() const { return done_; }
   std::int64_t total() const { return total_; }
 
- private:
+private:
   struct Mode {
     std::int64_t prompts = 0, tokens = 0, steps = 0, step_tokens = 0;
     double seconds = 0;
@@ -208,58 +233,68 @@ class Progress {
   SteadyClockPoint start_ = SteadyClock::now();
 };
 
-// Merges one dp group's per-tp-rank results; timings, CPU rows and host snapshots are stored for
-// every world rank (ranks of other groups are NaN for this batch).
-BatchResult merge_for_world(const std::vector<std::string>& blobs, int group, const World& world) {
+// Merges one dp group's per-tp-rank results; timings, CPU rows and host
+// snapshots are stored for every world rank (ranks of other groups are NaN for
+// this batch).
+BatchResult merge_for_world(const std::vector<std::string> &blobs, int group,
+                            const World &world) {
   std::vector<BatchResult> parts;
-  for (int r = 0; r < world.tp; ++r) parts.push_back(decode_batch(blobs[group * world.tp + r]));
+  for (int r = 0; r < world.tp; ++r)
+    parts.push_back(decode_batch(blobs[group * world.tp + r]));
   return place_group(merge_group(parts), group * world.tp, world.size);
 }
 
-// This rank's host after a batch: the snapshot (other processes of the job on this host are not
-// counted as busy; on CUDA the GPU's clocks, temperature, power and slowdowns) and its busy
-// processes, into `result` (one rank's row).
-void record_host(HostMonitor& monitor, ModelFactory& factory, BatchResult& result) {
+// This rank's host after a batch: the snapshot (other processes of the job on
+// this host are not counted as busy; on CUDA the GPU's clocks, temperature,
+// power and slowdowns) and its busy processes, into `result` (one rank's row).
+void record_host(HostMonitor &monitor, ModelFactory &factory,
+                 BatchResult &result) {
   HostSnapshot snap = monitor.sample();
   factory.sample_device(snap);
   result.host.assign(snap.values.begin(), snap.values.end());
   std::string busy;
-  for (const std::string& b : snap.busy) busy += (busy.empty() ? "" : "; ") + b;
+  for (const std::string &b : snap.busy)
+    busy += (busy.empty() ? "" : "; ") + b;
   result.host_busy = {busy};
 }
 
-// The process ids of every rank (a rank's busy-process scan leaves the job's own out).
-std::set<long> job_pids(MpiComm& world_comm) {
+// The process ids of every rank (a rank's busy-process scan leaves the job's
+// own out).
+std::set<long> job_pids(MpiComm &world_comm) {
   const std::int64_t mine = static_cast<std::int64_t>(::getpid());
   std::vector<std::int64_t> all(static_cast<std::size_t>(world_comm.size()));
   world_comm.all_gather(&mine, all.data(), sizeof mine);
   return std::set<long>(all.begin(), all.end());
 }
 
-// The models, the drafter and the decisions of one rank, loaded once for the job.
+// The models, the drafter and the decisions of one rank, loaded once for the
+// job.
 struct RankModels {
   std::unique_ptr<ModelFactory> factory;
   std::unique_ptr<LanguageModel> target;
   std::unique_ptr<TokenOps> ops;
   std::unique_ptr<Drafter> drafter;
-  DType target_weights = DType::kF32;  // the checkpoint's stored type
+  DType target_weights = DType::kF32; // the checkpoint's stored type
 };
 
-RankModels load_models(const JobConfig& config, BackendKind backend, MpiComm& tp_comm,
-                       MpiComm& self_comm, const World& world, int threads) {
+RankModels load_models(const JobConfig &config, BackendKind backend,
+                       MpiComm &tp_comm, MpiComm &self_comm, const World &world,
+                       int threads) {
   RankModels m;
   Checkpoint target_ckpt(config.target.path.resolved);
   check_target_dtype(config, target_ckpt);
   m.target_weights = target_ckpt.tensor("model.embed_tokens.weight").dtype;
-  m.factory = std::make_unique<ModelFactory>(backend, tp_comm, self_comm, world, threads,
-                                             config.parallel.comm_timeout_s);
+  m.factory =
+      std::make_unique<ModelFactory>(backend, tp_comm, self_comm, world,
+                                     threads, config.parallel.comm_timeout_s);
   configure_cuda(*m.factory, config);
   m.target = m.factory->load(target_ckpt, /*sharded=*/true);
   m.ops = make_token_ops(backend, m.factory->cuda_context());
   if (config.uses_mode(kModeSpeculative)) {
     const DecodeOptions decode = decode_options(config);
-    DrafterContext context{
-        *m.factory, *m.target, target_ckpt, *m.ops, m.factory->tp_comm(), draft_options(decode)};
+    DrafterContext context{*m.factory,           *m.target,
+                           target_ckpt,          *m.ops,
+                           m.factory->tp_comm(), draft_options(decode)};
     m.drafter = make_drafter(config, context);
   }
   return m;
@@ -270,18 +305,21 @@ struct BatchPlan {
   std::int64_t n_prompts = 0, batch_size = 1, n_batches = 0;
 };
 
-// Decodes this rank's batches round by round (in round r, group g decodes batch r*dp + g), every
-// mode of decode.modes on each, skipping what `done` holds; rank 0 gathers every group's
-// records and timings after each mode and appends them to `writer`. Returns false when a stop
-// signal ended it early (every rank learns of it at the same mode boundary).
-bool decode_rounds(const JobConfig& config, const World& world, MpiComm& world_comm,
-                   PromptReader& prompts, const BatchPlan& plan,
-                   std::map<std::string, std::set<std::int64_t>>& done, BatchDecoder& decoder,
-                   Communicator& decisions, ModelFactory& factory, ResultWriter* writer,
-                   Progress& progress, const Logger& log) {
+// Decodes this rank's batches round by round (in round r, group g decodes batch
+// r*dp + g), every mode of decode.modes on each, skipping what `done` holds;
+// rank 0 gathers every group's records and timings after each mode and appends
+// them to `writer`. Returns false when a stop signal ended it early (every rank
+// learns of it at the same mode boundary).
+bool decode_rounds(const JobConfig &config, const World &world,
+                   MpiComm &world_comm, PromptReader &prompts,
+                   const BatchPlan &plan,
+                   std::map<std::string, std::set<std::int64_t>> &done,
+                   BatchDecoder &decoder, Communicator &decisions,
+                   ModelFactory &factory, ResultWriter *writer,
+                   Progress &progress, const Logger &log) {
   HostMonitor host(job_pids(world_comm));
   auto stop_everywhere = [&]() {
-    set_activity("batch-boundary");  // names the phase should a rank not arrive
+    set_activity("batch-boundary"); // names the phase should a rank not arrive
     float flag = stop_requested() ? 1.0f : 0.0f;
     world_comm.all_reduce_max(&flag, 1);
     return flag > 0;
@@ -294,9 +332,11 @@ bool decode_rounds(const JobConfig& config, const World& world, MpiComm& world_c
       BatchRange range = batch_range(plan.n_prompts, plan.batch_size, my_batch);
       batch_prompts = prompts.read(range.first, range.count);
     }
-    for (const std::string& mode : config.decode.modes) {
-      if (stop_everywhere()) return false;
-      const bool mine = my_batch < plan.n_batches && !done[mode].count(my_batch);
+    for (const std::string &mode : config.decode.modes) {
+      if (stop_everywhere())
+        return false;
+      const bool mine =
+          my_batch < plan.n_batches && !done[mode].count(my_batch);
       std::string payload;
       if (mine) {
         decisions.reset_timing();
@@ -306,9 +346,11 @@ bool decode_rounds(const JobConfig& config, const World& world, MpiComm& world_c
       }
       set_activity("batch-boundary");
       std::vector<std::string> blobs = gather_strings(world_comm, payload, 0);
-      if (!world.is_root()) continue;
+      if (!world.is_root())
+        continue;
       for (int g = 0; g < world.dp; ++g) {
-        if (blobs[g * world.tp].empty()) continue;
+        if (blobs[g * world.tp].empty())
+          continue;
         BatchResult merged = merge_for_world(blobs, g, world);
         writer->append_batch(mode, merged);
         progress.batch_written(mode, merged, log);
@@ -318,27 +360,30 @@ bool decode_rounds(const JobConfig& config, const World& world, MpiComm& world_c
   return true;
 }
 
-}  // namespace
+} // namespace
 
-std::string models_json(const JobConfig& config, bool contents) {
+std::string models_json(const JobConfig &config, bool contents) {
   nlohmann::json models = nlohmann::json::object();
-  auto add_model = [&](const char* role, const std::string& dir) {
-    nlohmann::json m = config.debug.fingerprints ? nlohmann::json(fingerprint_model(dir, contents))
-                                                 : nlohmann::json::object();
+  auto add_model = [&](const char *role, const std::string &dir) {
+    nlohmann::json m = config.debug.fingerprints
+                           ? nlohmann::json(fingerprint_model(dir, contents))
+                           : nlohmann::json::object();
     m["path"] = dir;
     models[role] = std::move(m);
   };
   add_model("target", config.target.path.resolved);
-  if (!config.draft.path.empty() && std::filesystem::is_directory(config.draft.path.resolved))
+  if (!config.draft.path.empty() &&
+      std::filesystem::is_directory(config.draft.path.resolved))
     add_model("draft", config.draft.path.resolved);
   return models.dump();
 }
 
-ResultHeader job_header(const JobConfig& config, const World& world,
-                        const std::string& prompts_hash,
-                        const std::vector<ProvenanceRecord>& records, const std::string* models) {
+ResultHeader job_header(const JobConfig &config, const World &world,
+                        const std::string &prompts_hash,
+                        const std::vector<ProvenanceRecord> &records,
+                        const std::string *models) {
   ResultHeader header;
-  const BuildInfo& b = build_info();
+  const BuildInfo &b = build_info();
   header.specrun_version = b.version;
   header.git_commit = b.git_commit;
   header.git_dirty = b.git_dirty;
@@ -350,80 +395,97 @@ ResultHeader job_header(const JobConfig& config, const World& world,
   header.config_hash = config_hash_hex(config);
   header.prompts_path = config.data.prompts.text;
   header.prompts_hash = prompts_hash;
-  for (const ProvenanceRecord& r : records) header.provenance.push_back(nlohmann::json(r).dump());
-  header.provenance_mismatches = nlohmann::json(find_mismatches(records)).dump();
-  // Which checkpoints, by content: a model replaced at the same path is told apart (compare).
-  // Each file is hashed whole (io/model_fingerprint.h).
+  for (const ProvenanceRecord &r : records)
+    header.provenance.push_back(nlohmann::json(r).dump());
+  header.provenance_mismatches =
+      nlohmann::json(find_mismatches(records)).dump();
+  // Which checkpoints, by content: a model replaced at the same path is told
+  // apart (compare). Each file is hashed whole (io/model_fingerprint.h).
   header.models = models ? *models : models_json(config);
   header.stop_token_ids =
-      nlohmann::json(all_stop_ids(config, ModelConfig::from_file(config.target.path.resolved +
-                                                                 "/config.json")))
+      nlohmann::json(all_stop_ids(config, ModelConfig::from_file(
+                                              config.target.path.resolved +
+                                              "/config.json")))
           .dump();
   return header;
 }
 
-bool tensor_core_projections(DType weights, const ModelConfig& target) {
+bool tensor_core_projections(DType weights, const ModelConfig &target) {
   const int m = kCudaTensorCoreInputMultiple;
   return weights == DType::kBF16 && target.hidden_size % m == 0 &&
-         target.intermediate_size % m == 0 && (target.num_heads * target.head_dim) % m == 0;
+         target.intermediate_size % m == 0 &&
+         (target.num_heads * target.head_dim) % m == 0;
 }
 
-std::string batch_variance_warning(const JobConfig& config, BackendKind backend, DType weights,
-                                   const ModelConfig& target) {
+std::string batch_variance_warning(const JobConfig &config, BackendKind backend,
+                                   DType weights, const ModelConfig &target) {
   if (backend != BackendKind::kCuda || config.decode.temperature > 0 ||
       !config.uses_mode(kModeSpeculative))
     return "";
   const bool eligible = tensor_core_projections(weights, target);
   const bool tensor_cores = config.parallel.cuda_tensor_cores && eligible;
-  const int limit = tensor_cores ? kCudaTensorCoreBatchInvariantTokens : kCudaBatchInvariantTokens;
+  const int limit = tensor_cores ? kCudaTensorCoreBatchInvariantTokens
+                                 : kCudaBatchInvariantTokens;
   const int window =
-      1 + (config.decode.tree_top_k > 1 ? config.decode.tree_nodes : config.decode.draft_len);
-  const std::int64_t tokens = static_cast<std::int64_t>(config.data.batch_size) * window;
-  if (tokens <= limit) return "";
+      1 + (config.decode.tree_top_k > 1 ? config.decode.tree_nodes
+                                        : config.decode.draft_len);
+  const std::int64_t tokens =
+      static_cast<std::int64_t>(config.data.batch_size) * window;
+  if (tokens <= limit)
+    return "";
   std::ostringstream line;
   line << "data.batch_size " << config.data.batch_size << " x " << window
        << " tokens per verify window exceeds the " << limit
        << " tokens the CUDA kernels keep batch-invariant"
        << (tensor_cores ? " (BF16 weights on the tensor cores)" : "");
   if (config.parallel.cuda_tensor_cores && !eligible)
-    line << " (parallel.cuda_tensor_cores takes BF16 weights with projection inputs a multiple of "
-         << kCudaTensorCoreInputMultiple << "; the target's are " << dtype_name(weights)
-         << ", hidden " << target.hidden_size << ", intermediate " << target.intermediate_size
-         << ")";
-  line << ": speculative greedy output may differ from baseline at a near-tie; data.batch_size <= "
+    line << " (parallel.cuda_tensor_cores takes BF16 weights with projection "
+            "inputs a multiple of "
+         << kCudaTensorCoreInputMultiple << "; the target's are "
+         << dtype_name(weights) << ", hidden " << target.hidden_size
+         << ", intermediate " << target.intermediate_size << ")";
+  line << ": speculative greedy output may differ from baseline at a near-tie; "
+          "data.batch_size <= "
        << std::max(1, limit / window) << " keeps them identical";
   if (!config.parallel.cuda_tensor_cores && eligible &&
       tokens <= kCudaTensorCoreBatchInvariantTokens)
-    line << ", and so does parallel.cuda_tensor_cores = true (BF16 weights, up to "
+    line << ", and so does parallel.cuda_tensor_cores = true (BF16 weights, up "
+            "to "
          << kCudaTensorCoreBatchInvariantTokens << " tokens)";
   return line.str();
 }
 
-void configure_cuda(ModelFactory& factory, const JobConfig& config) {
-  factory.set_cuda_launch(CudaLaunchOptions{config.parallel.cuda_graphs, config.parallel.cuda_pdl,
-                                            config.parallel.cuda_tensor_cores,
-                                            config.parallel.cuda_fused_ops});
+void configure_cuda(ModelFactory &factory, const JobConfig &config) {
+  factory.set_cuda_launch(CudaLaunchOptions{
+      config.parallel.cuda_graphs, config.parallel.cuda_pdl,
+      config.parallel.cuda_tensor_cores, config.parallel.cuda_fused_ops});
 }
 
-void check_target_dtype(const JobConfig& config, const Checkpoint& ckpt) {
-  const std::string& want = config.target.dtype;
-  if (want == "auto") return;
-  const TensorView& t = ckpt.tensor("model.embed_tokens.weight");
+void check_target_dtype(const JobConfig &config, const Checkpoint &ckpt) {
+  const std::string &want = config.target.dtype;
+  if (want == "auto")
+    return;
+  const TensorView &t = ckpt.tensor("model.embed_tokens.weight");
   std::string have = dtype_name(t.dtype);
-  std::string want_upper = want == "f32" ? "F32" : want == "bf16" ? "BF16" : "F16";
-  SPEC_INPUT_CHECK(have == want_upper, "target.dtype = \""
-                                           << want << "\" but the checkpoint " << ckpt.dir()
-                                           << " stores " << have
-                                           << " weights; specrun keeps weights in their checkpoint "
-                                              "dtype: set target.dtype = \"auto\" or convert the "
-                                              "checkpoint");
+  std::string want_upper = want == "f32"    ? "F32"
+                           : want == "bf16" ? "BF16"
+                                            : "F16";
+  SPEC_INPUT_CHECK(have == want_upper,
+                   "target.dtype = \""
+                       << want << "\" but the checkpoint " << ckpt.dir()
+                       << " stores " << have
+                       << " weights; specrun keeps weights in their checkpoint "
+                          "dtype: set target.dtype = \"auto\" or convert the "
+                          "checkpoint");
 }
 
-int run_job(const JobConfig& config, MpiSession& mpi, const RunOptions& options) {
+int run_job(const JobConfig &config, MpiSession &mpi,
+            const RunOptions &options) {
   // Everything that can be checked before loading models is checked first.
   const World world = mpi.world(config.parallel.tp);
   Logger log(world.rank, world.size);
-  const BackendKind backend = parse_backend(config.parallel.backend, "parallel.backend");
+  const BackendKind backend =
+      parse_backend(config.parallel.backend, "parallel.backend");
   SPEC_INPUT_CHECK(!config.data.prompts.empty(),
                    "data.prompts is not set: give an HDF5 prompt file "
                    "made by `specrun prepare`");
@@ -432,37 +494,45 @@ int run_job(const JobConfig& config, MpiSession& mpi, const RunOptions& options)
                    "directory");
   set_activity("start-up");
   MpiComm world_comm(MPI_COMM_WORLD);
-  // Every collective on the world (start-up, each batch's stop agreement and gather, the end of
-  // the job) fails the job once a rank it waits for is stopped or dead past comm_timeout_s. Ranks
-  // that run are waited for: between these collectives a dp group decodes its batch, or rank 0
-  // checks the prompt file or fingerprints the models, alone, for as long as that takes.
+  // Every collective on the world (start-up, each batch's stop agreement and
+  // gather, the end of the job) fails the job once a rank it waits for is
+  // stopped or dead past comm_timeout_s. Ranks that run are waited for: between
+  // these collectives a dp group decodes its batch, or rank 0 checks the prompt
+  // file or fingerprints the models, alone, for as long as that takes.
   world_comm.set_timeout(config.parallel.comm_timeout_s, "world",
                          MpiComm::Overdue::kFailsIfStopped);
   MpiComm tp_comm = MpiComm::tp_group(world);
-  // A stopped or hung partner fails the job after parallel.comm_timeout_s instead of hanging it
-  // (the CUDA backend bounds its device waits with the same value).
+  // A stopped or hung partner fails the job after parallel.comm_timeout_s
+  // instead of hanging it (the CUDA backend bounds its device waits with the
+  // same value).
   tp_comm.set_timeout(config.parallel.comm_timeout_s, "tensor-parallel");
   MpiComm self_comm(MPI_COMM_SELF);
   const int threads = choose_threads(config, world);
   omp_set_num_threads(threads);
 
-  // Rank 0 reads the whole prompt file in a child process first (a corrupted file that would
-  // crash or hang libhdf5 fails the job with a clear message), checking prompt lengths against
-  // the target's context from the offsets alone before anything else (a file declaring one
-  // enormous prompt is refused at once), and hashing it. The other ranks open it after that.
+  // Rank 0 reads the whole prompt file in a child process first (a corrupted
+  // file that would crash or hang libhdf5 fails the job with a clear message),
+  // checking prompt lengths against the target's context from the offsets alone
+  // before anything else (a file declaring one enormous prompt is refused at
+  // once), and hashing it. The other ranks open it after that.
   std::string prompts_hash;
   if (world.is_root()) {
-    const std::string target_config = config.target.path.resolved + "/config.json";
+    const std::string target_config =
+        config.target.path.resolved + "/config.json";
     const bool have_target = std::filesystem::exists(target_config);
-    const ModelConfig target = have_target ? ModelConfig::from_file(target_config) : ModelConfig{};
+    const ModelConfig target =
+        have_target ? ModelConfig::from_file(target_config) : ModelConfig{};
     const SteadyClockPoint t_check = SteadyClock::now();
-    prompts_hash = check_prompt_file(config.data.prompts.resolved, [&](const PromptReader& p) {
-      if (have_target)
-        check_prompt_lengths(p, prompts_used(config, p), target, config.decode.max_new_tokens);
-    });
+    prompts_hash = check_prompt_file(
+        config.data.prompts.resolved, [&](const PromptReader &p) {
+          if (have_target)
+            check_prompt_lengths(p, prompts_used(config, p), target,
+                                 config.decode.max_new_tokens);
+        });
     std::ostringstream line;
-    line << "prompt file " << config.data.prompts.resolved << " read and checked in " << std::fixed
-         << std::setprecision(3) << seconds_since(t_check) << " s";
+    line << "prompt file " << config.data.prompts.resolved
+         << " read and checked in " << std::fixed << std::setprecision(3)
+         << seconds_since(t_check) << " s";
     log.info(line.str());
   }
   world_comm.barrier();
@@ -477,27 +547,32 @@ int run_job(const JobConfig& config, MpiSession& mpi, const RunOptions& options)
   std::vector<ProvenanceRecord> records = gather_provenance(world_comm, local);
   if (config.uses_mode(kModeDataset))
     return run_dataset_job(config, options,
-                           DatasetJobInputs{world, world_comm, tp_comm, self_comm, threads, prompts,
+                           DatasetJobInputs{world, world_comm, tp_comm,
+                                            self_comm, threads, prompts,
                                             prompts_hash, records, log});
-  // Rank 0 claims job.output for this job until it ends (another job writing it, or its
-  // replacement, would remove or rename this one's file), then checks it, touching nothing.
-  // A job.output whose directory is missing fails the checks, with their message.
+  // Rank 0 claims job.output for this job until it ends (another job writing
+  // it, or its replacement, would remove or rename this one's file), then
+  // checks it, touching nothing. A job.output whose directory is missing fails
+  // the checks, with their message.
   OutputLock output_lock;
   if (world.is_root()) {
     const std::filesystem::path dir =
         std::filesystem::path(config.job.output.resolved).parent_path();
     if (dir.empty() || std::filesystem::is_directory(dir))
-      output_lock = OutputLock::acquire(config.job.output.resolved, "job.output");
+      output_lock =
+          OutputLock::acquire(config.job.output.resolved, "job.output");
     check_result_target(config, options, prompts_hash, log);
   }
 
-  // The model files by name, size, header and small files' contents now (milliseconds); their
-  // weights' whole contents when the job finishes, so that hashing never weighs on the load or
-  // the timed steps (docs/analysis.md, "Model fingerprints: what they cost").
+  // The model files by name, size, header and small files' contents now
+  // (milliseconds); their weights' whole contents when the job finishes, so
+  // that hashing never weighs on the load or the timed steps (docs/analysis.md,
+  // "Model fingerprints: what they cost").
   const std::string models_text =
       world.is_root() && !options.resume ? models_json(config, false) : "";
   const SteadyClockPoint t_load = SteadyClock::now();
-  RankModels models = load_models(config, backend, tp_comm, self_comm, world, threads);
+  RankModels models =
+      load_models(config, backend, tp_comm, self_comm, world, threads);
   const double load_s = seconds_since(t_load);
   DecodeOptions decode = decode_options(config);
   decode.extra_stop_ids = extra_stop_ids(config, models.target->config());
@@ -506,36 +581,41 @@ int run_job(const JobConfig& config, MpiSession& mpi, const RunOptions& options)
     // Every prompt against the target before the result file is touched.
     check_all_prompts(prompts, plan.n_prompts, models.target->config(),
                       config.decode.max_new_tokens);
-    writer = open_result(config, world, options, records, prompts_hash, models_text, log);
+    writer = open_result(config, world, options, records, prompts_hash,
+                         models_text, log);
   }
   world_comm.barrier();
   auto done = options.resume ? committed_batches(config, world_comm, world)
                              : std::map<std::string, std::set<std::int64_t>>{};
   {
     std::ostringstream line;
-    line << "specrun run " << config.job.name << ": " << plan.n_prompts << " prompts in "
-         << plan.n_batches << " batches of " << plan.batch_size << ", world " << world.size
-         << " = dp " << world.dp << " x tp " << world.tp << ", " << threads
-         << " thread(s) per rank; models loaded in " << std::fixed << std::setprecision(3) << load_s
-         << " s";
+    line << "specrun run " << config.job.name << ": " << plan.n_prompts
+         << " prompts in " << plan.n_batches << " batches of "
+         << plan.batch_size << ", world " << world.size << " = dp " << world.dp
+         << " x tp " << world.tp << ", " << threads
+         << " thread(s) per rank; models loaded in " << std::fixed
+         << std::setprecision(3) << load_s << " s";
     log.info(line.str());
   }
-  if (backend != BackendKind::kCpu) log.info("backend: " + models.factory->description());
-  if (const std::string warning =
-          batch_variance_warning(config, backend, models.target_weights, models.target->config());
+  if (backend != BackendKind::kCpu)
+    log.info("backend: " + models.factory->description());
+  if (const std::string warning = batch_variance_warning(
+          config, backend, models.target_weights, models.target->config());
       !warning.empty())
     log.warn(warning);
-  Communicator& decisions = models.factory->tp_comm();
-  BatchDecoder decoder(*models.target, models.drafter.get(), *models.ops, decisions, decode,
-                       models.factory->device_timeline());
+  Communicator &decisions = models.factory->tp_comm();
+  BatchDecoder decoder(*models.target, models.drafter.get(), *models.ops,
+                       decisions, decode, models.factory->device_timeline());
 
   install_stop_handlers();
   std::int64_t batches_total =
       plan.n_batches * static_cast<std::int64_t>(config.decode.modes.size());
-  for (auto& [mode, set] : done) batches_total -= static_cast<std::int64_t>(set.size());
+  for (auto &[mode, set] : done)
+    batches_total -= static_cast<std::int64_t>(set.size());
   Progress progress(plan.n_prompts, plan.n_batches, batches_total);
-  const bool stopped = !decode_rounds(config, world, world_comm, prompts, plan, done, decoder,
-                                      decisions, *models.factory, writer.get(), progress, log);
+  const bool stopped =
+      !decode_rounds(config, world, world_comm, prompts, plan, done, decoder,
+                     decisions, *models.factory, writer.get(), progress, log);
 
   set_activity("end-of-job");
   if (stopped) {
@@ -543,33 +623,38 @@ int run_job(const JobConfig& config, MpiSession& mpi, const RunOptions& options)
     stop_requested(&sig);
     if (world.is_root()) {
       const std::string written = writer->path();
-      writer.reset();  // closed and flushed; `finished` stays unset
-      log.info("stopped by a signal after " + std::to_string(progress.done()) + " of " +
-               std::to_string(progress.total()) + " batches; every finished batch is in " +
-               written +
+      writer.reset(); // closed and flushed; `finished` stays unset
+      log.info("stopped by a signal after " + std::to_string(progress.done()) +
+               " of " + std::to_string(progress.total()) +
+               " batches; every finished batch is in " + written +
                (written == config.job.output.resolved
                     ? std::string()
-                    : " (it replaces " + config.job.output.resolved + " when the job finishes)") +
+                    : " (it replaces " + config.job.output.resolved +
+                          " when the job finishes)") +
                "; continue with `specrun run ... --resume`");
     }
     world_comm.barrier();
     return kExitStopped;
   }
-  if (const std::string graphs = models.factory->step_graph_report(); !graphs.empty())
+  if (const std::string graphs = models.factory->step_graph_report();
+      !graphs.empty())
     log.info(graphs);
   if (world.is_root()) {
-    // A model directory that became unreadable meanwhile leaves the start's fingerprints (sizes
-    // and headers) and a warning: the results are complete and must not be lost over it.
+    // A model directory that became unreadable meanwhile leaves the start's
+    // fingerprints (sizes and headers) and a warning: the results are complete
+    // and must not be lost over it.
     const SteadyClockPoint t_hash = SteadyClock::now();
     std::string fingerprints;
     try {
       fingerprints = models_json(config, true);
       std::ostringstream line;
-      line << "model files fingerprinted whole in " << std::fixed << std::setprecision(3)
-           << seconds_since(t_hash) << " s after the last batch";
+      line << "model files fingerprinted whole in " << std::fixed
+           << std::setprecision(3) << seconds_since(t_hash)
+           << " s after the last batch";
       log.info(line.str());
-    } catch (const Error& e) {
-      log.warn(std::string("model files not fingerprinted whole (the result keeps their sizes and "
+    } catch (const Error &e) {
+      log.warn(std::string("model files not fingerprinted whole (the result "
+                           "keeps their sizes and "
                            "headers): ") +
                e.what());
     }
@@ -577,8 +662,9 @@ int run_job(const JobConfig& config, MpiSession& mpi, const RunOptions& options)
     writer.reset();
     ResultReader reader(config.job.output.resolved);
     const std::vector<ModeData> modes = load_mode_data(reader);
-    RunSummary summary = summarize_run(modes, config.decode.temperature <= 0,
-                                       static_cast<std::uint64_t>(config.job.seed));
+    RunSummary summary =
+        summarize_run(modes, config.decode.temperature <= 0,
+                      static_cast<std::uint64_t>(config.job.seed));
     log.info(format_summary(summary) + format_hosts(modes) +
              "result file: " + config.job.output.resolved);
   }
@@ -586,4 +672,4 @@ int run_job(const JobConfig& config, MpiSession& mpi, const RunOptions& options)
   return 0;
 }
 
-}  // namespace specrun
+} // namespace specrun

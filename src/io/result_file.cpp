@@ -84,7 +84,7 @@ void validate_batch(const std::string& where, const BatchResult& b, int32_t worl
                      << int{s.finish_reason} << " (0 = length, 1 = eos)");
   }
   // The step rows add up to the sequence rows (checked here so that a file never holds a batch
-  // whose tables disagree; report checks the whole file again, engine/summary.h).
+  // whose tables disagree; report checks the whole file again, analysis/summary.h).
   struct Sums {
     int64_t steps = 0, drafted = 0, accepted = 0, emitted = 0;
   };

@@ -7,8 +7,8 @@
 #include <cstdint>
 #include <string>
 
+#include "analysis/sweep.h"
 #include "common/error.h"
-#include "engine/sweep.h"
 #include "io/result_file.h"
 #include "tests/fuzz/fuzz_input.h"
 

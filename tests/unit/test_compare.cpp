@@ -1,4 +1,4 @@
-// `specrun compare` logic (engine/compare.h) on synthetic runs: a 20% slowdown of the verify
+// `specrun compare` logic (analysis/compare.h) on synthetic runs: a 20% slowdown of the verify
 // phase is flagged and named, an unchanged run (fresh noise, same distribution) is not, a
 // throughput drop is flagged, small absolute jitter is not; and the provenance diff names the
 // commit, the environment variable with its ranks, and the configuration key that changed, while
@@ -8,8 +8,8 @@
 #include <nlohmann/json.hpp>
 #include <random>
 
+#include "analysis/compare.h"
 #include "common/error.h"
-#include "engine/compare.h"
 #include "io/comm_config.h"
 
 using namespace specrun;

@@ -1,9 +1,9 @@
 // Device rows of the phase timings (result schema 5) and pass rows (schema 6): DevicePhaseLog
 // turns a batch's device marks into one row of each per step (engine/step_timer.h), the gather
 // merges and places them like the other per-step rows (engine/batch_codec.h), and the summary
-// reports them beside the host's wall time (engine/summary.h). The device clock here is a scripted
-// DeviceTimeline whose intervals the test chooses, so every expected value is exact; the CUDA
-// events behind the real one are tested on the GPU (test_cuda_transformer,
+// reports them beside the host's wall time (analysis/summary.h). The device clock here is a
+// scripted DeviceTimeline whose intervals the test chooses, so every expected value is exact; the
+// CUDA events behind the real one are tested on the GPU (test_cuda_transformer,
 // tests/gpu/e2e_greedy.sh).
 #include <gtest/gtest.h>
 
@@ -12,9 +12,9 @@
 #include <nlohmann/json.hpp>
 #include <vector>
 
+#include "analysis/summary.h"
 #include "engine/batch_codec.h"
 #include "engine/step_timer.h"
-#include "engine/summary.h"
 #include "single_rank_comm.h"
 
 using namespace specrun;

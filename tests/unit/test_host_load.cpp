@@ -1,4 +1,4 @@
-// Host load in `specrun compare` (engine/host_load.h, compare.h) on synthetic runs with CPU rows
+// Host load in `specrun compare` (analysis/host_load.h, compare.h) on synthetic runs with CPU rows
 // and host snapshots: a rerun on a busier host is not a regression (its wall times grew, its CPU
 // times barely did), slower code on the same busier host still is and is named, a quiet rerun
 // is judged as before, files without the records are never reattributed, and communication is
@@ -8,8 +8,8 @@
 #include <cmath>
 #include <random>
 
-#include "engine/compare.h"
-#include "engine/host_load.h"
+#include "analysis/compare.h"
+#include "analysis/host_load.h"
 
 using namespace specrun;
 

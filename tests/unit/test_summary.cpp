@@ -1,4 +1,4 @@
-// Derived statistics (engine/summary.h) on hand-made records whose tau, alpha, per-position
+// Derived statistics (analysis/summary.h) on hand-made records whose tau, alpha, per-position
 // acceptance, throughput and phase quantiles are worked out by hand in the comments below, and
 // properties of the bootstrap intervals (coverage of the true value, width shrinking with n).
 #include <gtest/gtest.h>
@@ -8,8 +8,8 @@
 #include <nlohmann/json.hpp>
 #include <random>
 
+#include "analysis/summary.h"
 #include "common/error.h"
-#include "engine/summary.h"
 
 using namespace specrun;
 

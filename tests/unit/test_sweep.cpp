@@ -1,4 +1,4 @@
-// Sweep grids (engine/sweep.h): axes, coupled keys, the Cartesian product's order and the point
+// Sweep grids (analysis/sweep.h): axes, coupled keys, the Cartesian product's order and the point
 // names that become file names; every malformed axis is an error naming it, as are grids whose
 // points would share a file, names too long for a file system and grids too large to list; and
 // what a sweep makes of an existing point file.
@@ -8,8 +8,8 @@
 #include <fstream>
 #include <limits>
 
+#include "analysis/sweep.h"
 #include "common/error.h"
-#include "engine/sweep.h"
 #include "io/result_file.h"
 #include "tests/unit/temp_dir.h"
 

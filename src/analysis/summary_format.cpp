@@ -1,11 +1,11 @@
 // The presentation of a run's summary: the text `report` prints and its --json form
-// (engine/summary.h format_summary, summary_to_json). The figures: summary.cpp.
+// (analysis/summary.h format_summary, summary_to_json). The figures: summary.cpp.
 #include <algorithm>
 #include <iomanip>
 #include <nlohmann/json.hpp>
 #include <sstream>
 
-#include "engine/summary.h"
+#include "analysis/summary.h"
 
 namespace specrun {
 

@@ -21,8 +21,8 @@
 #include <string>
 #include <vector>
 
-#include "engine/host_load.h"
-#include "engine/summary.h"
+#include "analysis/host_load.h"
+#include "analysis/summary.h"
 #include "io/result_file.h"
 
 namespace specrun {
@@ -46,7 +46,7 @@ struct TimingChange {
   bool regression = false;              // worse than the threshold with confidence
   bool improvement = false;             // better than the threshold with confidence
   // A change beyond the threshold that the busier host of one run explains better than the code
-  // (engine/host_load.h); regression and improvement are then false.
+  // (analysis/host_load.h); regression and improvement are then false.
   bool environment = false;
   // The step total changed beyond the threshold while none of the mode's phases did: a change
   // spread thinly over every phase is run-to-run variance of the machine far more often than
@@ -57,7 +57,7 @@ struct TimingChange {
   double base_per_token = 0, next_per_token = 0;
 };
 
-// How one phase's forward passes were issued on the device in each run (engine/summary.h
+// How one phase's forward passes were issued on the device in each run (analysis/summary.h
 // DevicePassCounts), when both runs recorded passes for it.
 struct GraphChange {
   std::string mode, phase;  // "speculative", "verify"
@@ -124,7 +124,7 @@ struct Comparison {
   std::vector<GraphChange> graphs;
   SpeedupChange speedup;
   std::vector<AcceptanceChange> acceptance;
-  // Per mode: how busy each run's host was, and whether one was busier (engine/host_load.h).
+  // Per mode: how busy each run's host was, and whether one was busier (analysis/host_load.h).
   std::vector<HostChange> hosts;
   ProvenanceDiff provenance;
   // Configuration keys whose difference makes the runs two experiments rather than one

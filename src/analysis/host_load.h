@@ -19,7 +19,7 @@
 #include <string>
 #include <vector>
 
-#include "engine/summary.h"
+#include "analysis/summary.h"
 
 namespace specrun {
 

@@ -1,4 +1,4 @@
-#include "engine/summary.h"
+#include "analysis/summary.h"
 
 #include <algorithm>
 #include <array>

@@ -1,4 +1,4 @@
-#include "engine/host_load.h"
+#include "analysis/host_load.h"
 
 #include <algorithm>
 #include <cmath>

@@ -1,4 +1,4 @@
-#include "engine/sweep.h"
+#include "analysis/sweep.h"
 
 #include <sys/stat.h>
 

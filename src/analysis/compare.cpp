@@ -1,4 +1,4 @@
-#include "engine/compare.h"
+#include "analysis/compare.h"
 
 #include <algorithm>
 #include <array>
@@ -89,7 +89,7 @@ std::pair<const ModeData*, int> reference_phase(const std::vector<ModeData>& run
   return {spec, kPhaseDraft};
 }
 
-// Marks as environment the changes that a busier host explains (engine/host_load.h): compute
+// Marks as environment the changes that a busier host explains (analysis/host_load.h): compute
 // phases whose CPU time did not follow their wall time; communication and "other"; the step
 // total and tokens/s when no compute phase of the mode is the code's; the speedup. A run's modes
 // share its host (their batches alternate), so one mode's evidence counts for both.

@@ -1,4 +1,4 @@
-// Presentation of a Comparison (engine/compare.h): the five-line verdict, the full text
+// Presentation of a Comparison (analysis/compare.h): the five-line verdict, the full text
 // report and the JSON of `specrun compare`.
 #include <algorithm>
 #include <cmath>
@@ -8,7 +8,7 @@
 #include <string>
 #include <vector>
 
-#include "engine/compare.h"
+#include "analysis/compare.h"
 #include "io/provenance.h"
 
 namespace specrun {

@@ -1,14 +1,14 @@
-#include "engine/outputs_export.h"
+#include "analysis/outputs_export.h"
 
 #include <filesystem>
 #include <map>
 #include <memory>
 #include <nlohmann/json.hpp>
 
+#include "analysis/summary.h"
 #include "common/atomic_output.h"
 #include "common/error.h"
 #include "common/json_depth.h"
-#include "engine/summary.h"
 #include "io/checked_read.h"
 #include "io/prompt_file.h"
 #include "io/records.h"
