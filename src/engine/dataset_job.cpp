@@ -17,12 +17,9 @@
 #include "dist/gather.h"
 #include "engine/dataset_generator.h"
 #include "engine/decoder.h"
-#include "engine/job_parts.h"
-#include "engine/job_runner.h"
 #include "engine/stop_request.h"
 #include "engine/stop_tokens.h"
 #include "io/dataset_file.h"
-#include "io/output_lock.h"
 #include "io/result_file.h"
 #include "model/checkpoint.h"
 #include "model/model_factory.h"
@@ -163,21 +160,17 @@ std::string broadcast_string(MpiComm& comm, std::string s) {
 
 }  // namespace
 
-int run_dataset_job(const JobConfig& config, const RunOptions& options,
-                    const DatasetJobInputs& in) {
+int run_dataset_job(const JobConfig& config, const RunOptions& options, JobSetup& job) {
   // SIGINT too: an interactive Ctrl-C seals the open parts like SIGTERM (a decoding job's
   // SIGINT still ends it at once; its result file needs no sealing).
   install_stop_handlers(/*interrupt=*/true);
-  const World& world = in.world;
-  const Logger& log = in.log;
-  const BackendKind backend = parse_backend(config.parallel.backend, "parallel.backend");
+  const World& world = job.world;
+  const Logger& log = job.log;
   const std::string top = config.job.output.resolved;
   std::vector<std::string> shard_paths;
   for (int g = 0; g < world.dp; ++g) shard_paths.push_back(dataset_shard_path(top, g, world.dp));
   const std::string& my_shard = shard_paths[static_cast<std::size_t>(world.dp_index)];
-  const std::int64_t n_prompts = config.data.max_prompts > 0
-                                     ? std::min(config.data.max_prompts, in.prompts.size())
-                                     : in.prompts.size();
+  const std::int64_t n_prompts = job.n_prompts;
   std::vector<std::int64_t> stream;  // this group's prompts, in order
   for (std::int64_t i = world.dp_index; i < n_prompts; i += world.dp) stream.push_back(i);
 
@@ -200,16 +193,13 @@ int run_dataset_job(const JobConfig& config, const RunOptions& options,
                    "dataset.topk = " << layout.topk << " exceeds the target's vocabulary ("
                                      << mc.vocab_size << ")");
 
-  // Checks that touch nothing, before the model loads. Then rank 0 claims job.output for this
-  // job until it ends: another job writing it would delete or rename this one's files.
-  const std::string prompts_hash = broadcast_string(in.world_comm, in.prompts_hash);
-  OutputLock output_lock;
+  // Checks that touch nothing, before the model loads (rank 0 holds job.output's lock: JobSetup).
+  const std::string prompts_hash = broadcast_string(job.world_comm, job.prompts_hash);
   if (world.is_root()) {
-    check_all_prompts(in.prompts, n_prompts, mc, config.decode.max_new_tokens);
+    check_all_prompts(job.prompts, n_prompts, mc, config.decode.max_new_tokens);
     if (!options.resume) ResultWriter::check_creatable(top, config.job.overwrite, kDatasetSchema);
-    check_space(config, in.prompts, n_prompts, layout,
+    check_space(config, job.prompts, n_prompts, layout,
                 options.resume ? shard_paths : std::vector<std::string>{});
-    output_lock = OutputLock::acquire(top, "job.output");
     // An overwritten job's top-level file goes before any of its parts: left in place, it would
     // still say finished while it presents the new job's parts, or none (HDF5 reads the rows of
     // a missing part as zeros). The new one is written when every group is done.
@@ -231,22 +221,18 @@ int run_dataset_job(const JobConfig& config, const RunOptions& options,
                                            "job.overwrite = true to replace it, or --resume");
     }
   }
-  in.world_comm.barrier();
+  job.world_comm.barrier();
 
   const SteadyClockPoint t_load = SteadyClock::now();
-  ModelFactory factory(backend, in.tp_comm, in.self_comm, world, in.threads,
-                       config.parallel.comm_timeout_s);
-  configure_cuda(factory, config);
-  std::unique_ptr<LanguageModel> target = factory.load(target_ckpt, /*sharded=*/true);
-  std::unique_ptr<TokenOps> ops = make_token_ops(backend, factory.cuda_context());
-  Communicator& decisions = factory.tp_comm();
+  const JobTarget target = load_target(config, job, target_ckpt);
+  Communicator& decisions = target.factory->tp_comm();
 
   // The shard: created, or continued after its last sealed part.
   std::unique_ptr<DatasetShardWriter> writer;
   std::int64_t committed = 0;
   if (world.is_tp_leader()) {
     DatasetHeader h;
-    static_cast<ResultHeader&>(h) = job_header(config, world, prompts_hash, in.records);
+    static_cast<ResultHeader&>(h) = job_header(config, world, prompts_hash, job.records);
     h.shard = world.dp_index;
     h.target_fingerprint = model_fingerprint(config.target.path.resolved);
     h.capture_convention = capture_convention(layout.layers, mc.num_layers);
@@ -261,7 +247,7 @@ int run_dataset_job(const JobConfig& config, const RunOptions& options,
           my_shard, h, layout, policy, config.job.overwrite || options.resume));
     }
   }
-  in.tp_comm.broadcast(&committed, sizeof(committed), 0);
+  job.tp_comm.broadcast(&committed, sizeof(committed), 0);
   SPEC_INPUT_CHECK(committed <= static_cast<std::int64_t>(stream.size()),
                    my_shard << " holds " << committed << " sequences but this group's stream has "
                             << stream.size());
@@ -284,15 +270,15 @@ int run_dataset_job(const JobConfig& config, const RunOptions& options,
   gen.sampling.top_k = config.decode.top_k;
   gen.sampling.top_p = static_cast<float>(config.decode.top_p);
   gen.stop_at_eos = config.decode.stop_at_eos;
-  gen.extra_stop_ids = extra_stop_ids(config, target->config());
+  gen.extra_stop_ids = extra_stop_ids(config, target.model->config());
   gen.seed = static_cast<std::uint64_t>(config.job.seed);
   gen.capture = layout.layers;
   gen.positions = layout.positions;
   gen.topk = layout.topk;
   gen.continuous = config.dataset.continuous;
-  DatasetGenerator generator(*target, *ops, decisions, gen);
+  DatasetGenerator generator(*target.model, *target.ops, decisions, gen);
 
-  StopVote vote(in.world_comm, config.parallel.comm_timeout_s);
+  StopVote vote(job.world_comm, config.parallel.comm_timeout_s);
   std::size_t cursor = static_cast<std::size_t>(committed);
   std::int64_t finished = 0, generated = 0;
   SteadyClockPoint last_line = SteadyClock::now();
@@ -300,7 +286,7 @@ int run_dataset_job(const JobConfig& config, const RunOptions& options,
   bool stopped = false;
   auto next = [&](Prompt& p) {
     if (cursor >= stream.size()) return false;
-    p = in.prompts.read(stream[cursor++], 1).front();
+    p = job.prompts.read(stream[cursor++], 1).front();
     return true;
   };
   // Sequences finish out of order (continuous batching); the shard keeps them in stream order,
@@ -358,14 +344,14 @@ int run_dataset_job(const JobConfig& config, const RunOptions& options,
   if (world.is_tp_leader())
     mine << world.dp_index << " " << stats.sequences << " " << stats.generated << " " << stats.steps
          << " " << stats.busy_slot_steps << " " << stats.slot_steps << " " << stats.seconds;
-  const std::vector<std::string> all = gather_strings(in.world_comm, mine.str(), 0);
+  const std::vector<std::string> all = gather_strings(job.world_comm, mine.str(), 0);
   if (stop_signal != 0) {
     if (world.is_root())
       log.info("stopped by a signal (" + stop_signal_name(stop_signal) +
                "); every rank sealed its group's open part at a step boundary, every committed "
                "sequence is in the shards of " +
                top + "; continue with `specrun run ... --resume`");
-    in.world_comm.barrier();
+    job.world_comm.barrier();
     return kExitStopped;
   }
   if (world.is_root()) {
@@ -410,7 +396,7 @@ int run_dataset_job(const JobConfig& config, const RunOptions& options,
     out << "dataset file: " << top;
     log.info(out.str());
   }
-  in.world_comm.barrier();
+  job.world_comm.barrier();
   return 0;
 }
 

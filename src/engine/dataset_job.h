@@ -1,12 +1,13 @@
-// A generation job: `specrun run JOB.toml` with decode.modes = ["dataset"] (run_job hands over to
-// run_dataset_job once the job is parsed and the ranks' provenance is gathered).
+// A generation job: `specrun run JOB.toml` with decode.modes = ["dataset"]. engine/job_runner.cpp
+// sets the job up (engine/job_setup.h: the prompt file checked, the ranks' provenance gathered,
+// job.output claimed by rank 0 until the job ends), then hands it here.
 //
 // Every dp group decodes its stream of prompts (prompt i belongs to group i % dp, in prompt
 // order) with continuous batching (engine/dataset_generator.h) and its tp rank 0 writes the
 // group's shard (io/dataset_file.h); no step is synchronised across groups. When every group is
 // done, rank 0 writes the top-level file job.output over the shards. Before anything is loaded,
 // rank 0 estimates the bytes the job will write and refuses to start when the output's file
-// system lacks them. Rank 0 holds job.output's lock (io/output_lock.h) from its checks to the end.
+// system lacks them.
 // SIGUSR1, SIGTERM or SIGINT to any one rank stops every group at one of its next step boundaries
 // (engine/stop_request.h, StopVote), each sealing its open part (exit code 75); `run --resume`
 // continues each shard from its last sealed part.
@@ -15,32 +16,14 @@
 #include <string>
 #include <vector>
 
-#include "common/log.h"
 #include "config/job_config.h"
-#include "dist/mpi_comm.h"
-#include "dist/world.h"
-#include "io/prompt_file.h"
-#include "io/provenance.h"
+#include "engine/job_setup.h"
 #include "model/model_config.h"
 
 namespace specrun {
 
-struct RunOptions;
-
-// What run_job prepared.
-struct DatasetJobInputs {
-  const World& world;
-  MpiComm& world_comm;
-  MpiComm& tp_comm;
-  MpiComm& self_comm;
-  int threads;
-  PromptReader& prompts;
-  const std::string& prompts_hash;  // rank 0 only
-  const std::vector<ProvenanceRecord>& records;
-  const Logger& log;
-};
-
-int run_dataset_job(const JobConfig& config, const RunOptions& options, const DatasetJobInputs& in);
+// Returns the process exit code (0, or kExitStopped). Throws specrun::Error on failure.
+int run_dataset_job(const JobConfig& config, const RunOptions& options, JobSetup& job);
 
 // The capture ids of dataset.hidden_layers for a target of `config` (eagle3: {2, N/2, N-3},
 // made strictly ascending within [1, N-1] for shallow targets: {2, 3, 4} for N = 6, {1, 2, 3}

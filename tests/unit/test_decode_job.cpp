@@ -1,4 +1,4 @@
-// Pieces of `specrun run` that need no models (engine/job_parts.h): the warning a greedy
+// Pieces of the decoding job that need no models (engine/decode_job.h): the warning a greedy
 // speculative CUDA job gets when its verify passes exceed what the projections keep
 // batch-invariant (64 tokens, 512 with parallel.cuda_tensor_cores and BF16 weights whose
 // projection inputs are multiples of 32).
@@ -7,7 +7,7 @@
 #include <string>
 
 #include "config/job_config.h"
-#include "engine/job_parts.h"
+#include "engine/decode_job.h"
 
 using namespace specrun;
 

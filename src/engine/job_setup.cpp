@@ -1,0 +1,185 @@
+#include "engine/job_setup.h"
+
+#include <omp.h>
+
+#include <algorithm>
+#include <filesystem>
+#include <iomanip>
+#include <nlohmann/json.hpp>
+#include <sstream>
+#include <thread>
+
+#include "common/activity.h"
+#include "common/build_info.h"
+#include "common/clock.h"
+#include "common/error.h"
+#include "engine/decoder.h"
+#include "engine/stop_tokens.h"
+#include "io/checked_read.h"
+#include "io/model_fingerprint.h"
+#include "model/checkpoint.h"
+#include "model/model_factory.h"
+
+namespace specrun {
+namespace {
+
+// The job's backend, once the inputs every job needs are named.
+BackendKind check_job_inputs(const JobConfig& config) {
+  const BackendKind backend = parse_backend(config.parallel.backend, "parallel.backend");
+  SPEC_INPUT_CHECK(!config.data.prompts.empty(),
+                   "data.prompts is not set: give an HDF5 prompt file "
+                   "made by `specrun prepare`");
+  SPEC_INPUT_CHECK(!config.target.path.empty(),
+                   "target.path is not set: give a Hugging Face model "
+                   "directory");
+  set_activity("start-up");
+  return backend;
+}
+
+MpiComm world_communicator(const JobConfig& config) {
+  MpiComm comm(MPI_COMM_WORLD);
+  comm.set_timeout(config.parallel.comm_timeout_s, "world", MpiComm::Overdue::kFailsIfStopped);
+  return comm;
+}
+
+MpiComm tp_communicator(const JobConfig& config, const World& world) {
+  MpiComm comm = MpiComm::tp_group(world);
+  comm.set_timeout(config.parallel.comm_timeout_s, "tensor-parallel");
+  return comm;
+}
+
+// parallel.threads, or the node's cores divided among its ranks; set for OpenMP.
+int set_threads(const JobConfig& config, const World& world) {
+  int threads = config.parallel.threads;
+  if (threads <= 0) {
+    unsigned hw = std::max(1u, std::thread::hardware_concurrency());
+    threads = std::max(1, static_cast<int>(hw) / std::max(1, world.local_size));
+  }
+  omp_set_num_threads(threads);
+  return threads;
+}
+
+// The prompts a job decodes: the first data.max_prompts, or all.
+std::int64_t prompts_used(const JobConfig& config, const PromptReader& prompts) {
+  return config.data.max_prompts > 0 ? std::min(config.data.max_prompts, prompts.size())
+                                     : prompts.size();
+}
+
+// Rank 0: the prompt file read whole in a child process, its prompt lengths checked against the
+// target's context (when its config.json is there) and its hash; "" on the other ranks.
+std::string check_prompts(const JobConfig& config, const World& world, const Logger& log) {
+  if (!world.is_root()) return "";
+  const std::string target_config = config.target.path.resolved + "/config.json";
+  const bool have_target = std::filesystem::exists(target_config);
+  const ModelConfig target = have_target ? ModelConfig::from_file(target_config) : ModelConfig{};
+  const SteadyClockPoint t_check = SteadyClock::now();
+  std::string hash = check_prompt_file(config.data.prompts.resolved, [&](const PromptReader& p) {
+    if (have_target)
+      check_prompt_lengths(p, prompts_used(config, p), target, config.decode.max_new_tokens);
+  });
+  std::ostringstream line;
+  line << "prompt file " << config.data.prompts.resolved << " read and checked in " << std::fixed
+       << std::setprecision(3) << seconds_since(t_check) << " s";
+  log.info(line.str());
+  return hash;
+}
+
+// Every rank, once rank 0 has checked the file.
+PromptReader open_prompts(const JobConfig& config, MpiComm& world_comm) {
+  world_comm.barrier();
+  return PromptReader(config.data.prompts.resolved);
+}
+
+// Rank 0: job.output claimed when its directory exists (a missing one fails the job's checks).
+OutputLock claim_output(const JobConfig& config, const World& world) {
+  if (!world.is_root()) return OutputLock();
+  const std::filesystem::path dir = std::filesystem::path(config.job.output.resolved).parent_path();
+  if (!dir.empty() && !std::filesystem::is_directory(dir)) return OutputLock();
+  return OutputLock::acquire(config.job.output.resolved, "job.output");
+}
+
+}  // namespace
+
+JobSetup::JobSetup(const JobConfig& config, MpiSession& mpi)
+    : world(mpi.world(config.parallel.tp)),
+      log(world.rank, world.size),
+      backend(check_job_inputs(config)),
+      world_comm(world_communicator(config)),
+      tp_comm(tp_communicator(config, world)),
+      self_comm(MPI_COMM_SELF),
+      threads(set_threads(config, world)),
+      prompts_hash(check_prompts(config, world, log)),
+      prompts(open_prompts(config, world_comm)),
+      n_prompts(prompts_used(config, prompts)),
+      records(gather_provenance(world_comm, collect_local_provenance(mpi))),
+      output_lock(claim_output(config, world)) {}
+
+JobTarget load_target(const JobConfig& config, JobSetup& job, const Checkpoint& checkpoint) {
+  JobTarget t;
+  t.factory = std::make_unique<ModelFactory>(job.backend, job.tp_comm, job.self_comm, job.world,
+                                             job.threads, config.parallel.comm_timeout_s);
+  t.factory->set_cuda_launch(
+      CudaLaunchOptions{config.parallel.cuda_graphs, config.parallel.cuda_pdl,
+                        config.parallel.cuda_tensor_cores, config.parallel.cuda_fused_ops});
+  t.model = t.factory->load(checkpoint, /*sharded=*/true);
+  t.ops = make_token_ops(job.backend, t.factory->cuda_context());
+  return t;
+}
+
+std::string models_json(const JobConfig& config, bool contents) {
+  nlohmann::json models = nlohmann::json::object();
+  auto add_model = [&](const char* role, const std::string& dir) {
+    nlohmann::json m = config.debug.fingerprints ? nlohmann::json(fingerprint_model(dir, contents))
+                                                 : nlohmann::json::object();
+    m["path"] = dir;
+    models[role] = std::move(m);
+  };
+  add_model("target", config.target.path.resolved);
+  if (!config.draft.path.empty() && std::filesystem::is_directory(config.draft.path.resolved))
+    add_model("draft", config.draft.path.resolved);
+  return models.dump();
+}
+
+ResultHeader job_header(const JobConfig& config, const World& world,
+                        const std::string& prompts_hash,
+                        const std::vector<ProvenanceRecord>& records, const std::string* models) {
+  ResultHeader header;
+  const BuildInfo& b = build_info();
+  header.specrun_version = b.version;
+  header.git_commit = b.git_commit;
+  header.git_dirty = b.git_dirty;
+  header.world_size = world.size;
+  header.tp = world.tp;
+  header.dp = world.dp;
+  header.job_toml = config.job_text;
+  header.resolved_json = to_json(config).dump();
+  header.config_hash = config_hash_hex(config);
+  header.prompts_path = config.data.prompts.text;
+  header.prompts_hash = prompts_hash;
+  for (const ProvenanceRecord& r : records) header.provenance.push_back(nlohmann::json(r).dump());
+  header.provenance_mismatches = nlohmann::json(find_mismatches(records)).dump();
+  // Which checkpoints, by content: a model replaced at the same path is told apart (compare).
+  // Each file is hashed whole (io/model_fingerprint.h).
+  header.models = models ? *models : models_json(config);
+  header.stop_token_ids =
+      nlohmann::json(all_stop_ids(config, ModelConfig::from_file(config.target.path.resolved +
+                                                                 "/config.json")))
+          .dump();
+  return header;
+}
+
+void check_target_dtype(const JobConfig& config, const Checkpoint& ckpt) {
+  const std::string& want = config.target.dtype;
+  if (want == "auto") return;
+  const TensorView& t = ckpt.tensor("model.embed_tokens.weight");
+  std::string have = dtype_name(t.dtype);
+  std::string want_upper = want == "f32" ? "F32" : want == "bf16" ? "BF16" : "F16";
+  SPEC_INPUT_CHECK(have == want_upper, "target.dtype = \""
+                                           << want << "\" but the checkpoint " << ckpt.dir()
+                                           << " stores " << have
+                                           << " weights; specrun keeps weights in their checkpoint "
+                                              "dtype: set target.dtype = \"auto\" or convert the "
+                                              "checkpoint");
+}
+
+}  // namespace specrun

@@ -1,0 +1,99 @@
+// What every `specrun run` job does before its own work, and the pieces both kinds of job use
+// (engine/decode_job.h: baseline and speculative decoding into a result file;
+// engine/dataset_job.h: dataset generation). engine/job_runner.cpp sets a job up, then hands it
+// to one of them; neither calls back.
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "backend/backend.h"
+#include "common/log.h"
+#include "config/job_config.h"
+#include "dist/mpi_comm.h"
+#include "dist/world.h"
+#include "io/output_lock.h"
+#include "io/prompt_file.h"
+#include "io/provenance.h"
+#include "io/result_file.h"
+#include "model/language_model.h"
+#include "spec/token_ops.h"
+
+namespace specrun {
+
+class Checkpoint;
+class ModelFactory;
+
+struct RunOptions {
+  bool resume = false;  // continue an interrupted job (job.output)
+};
+
+// A job set up on this rank, everything checked that can be before a model loads. Every rank of
+// MPI_COMM_WORLD constructs it with the same configuration (collective), in this order:
+//   - the world (dp x tp), parallel.backend, data.prompts and target.path given;
+//   - the communicators: the world's, whose collectives (start-up, each batch's stop agreement
+//     and gather, the end of the job) fail the job once a rank they wait for is stopped or dead
+//     past parallel.comm_timeout_s (MpiComm::Overdue::kFailsIfStopped: ranks that run are waited
+//     for, since between them a dp group decodes alone, or rank 0 checks or fingerprints alone);
+//     the tensor-parallel group's, which fails on any wait past it (the CUDA backend bounds its
+//     device waits with the same value); this rank's own;
+//   - the OpenMP threads per rank (parallel.threads, or the node's cores among its ranks);
+//   - rank 0 reads the whole prompt file in a child process (a corrupted file that would crash
+//     or hang libhdf5 fails the job with a clear message), checks the prompt lengths against the
+//     target's context from the offsets alone (a file declaring one enormous prompt is refused
+//     at once) and hashes it; then every rank opens it;
+//   - every rank's provenance, gathered before anything heavy happens;
+//   - rank 0 claims job.output (io/output_lock.h) until the job ends: another job writing it, or
+//     its replacement, would remove or rename this one's files. A job.output whose directory is
+//     missing is left to the job's own checks, with their message.
+struct JobSetup {
+  JobSetup(const JobConfig& config, MpiSession& mpi);
+  JobSetup(const JobSetup&) = delete;
+  JobSetup& operator=(const JobSetup&) = delete;
+
+  const World world;
+  const Logger log;
+  const BackendKind backend;
+  MpiComm world_comm;
+  MpiComm tp_comm;
+  MpiComm self_comm;
+  const int threads;
+  std::string prompts_hash;  // rank 0 only
+  PromptReader prompts;
+  const std::int64_t n_prompts;  // the prompts the job decodes: the first data.max_prompts, or all
+  std::vector<ProvenanceRecord> records;  // every rank's, in rank order
+  OutputLock output_lock;                 // rank 0
+};
+
+// This rank's target: the factory on the job's backend (with the [parallel] section's CUDA launch
+// settings, before its first pass), the model sharded over the tp group (all its ranks call) and
+// its token decisions. Members are destroyed in reverse order: the factory last.
+struct JobTarget {
+  std::unique_ptr<ModelFactory> factory;
+  std::unique_ptr<LanguageModel> model;
+  std::unique_ptr<TokenOps> ops;
+};
+JobTarget load_target(const JobConfig& config, JobSetup& job, const Checkpoint& checkpoint);
+
+// The identity every output file of the job records: build, layout, job text and hash, prompt
+// file, every rank's provenance and their mismatches.
+// `models`: the models attribute when the caller computed it already (models_json), else it
+// is computed here.
+ResultHeader job_header(const JobConfig& config, const World& world,
+                        const std::string& prompts_hash,
+                        const std::vector<ProvenanceRecord>& records,
+                        const std::string* models = nullptr);
+
+// The models attribute of the job's files (JSON text): the target's and the draft's directory
+// fingerprinted by content (io/model_fingerprint.h), with their paths; `contents` false: the
+// weights by size and header only. `specrun run` records that at the start and the whole
+// contents when the job finishes.
+std::string models_json(const JobConfig& config, bool contents = true);
+
+// target.dtype against the checkpoint's stored type: "auto" accepts any; otherwise they must
+// match (weights are kept in their checkpoint dtype). Throws (exit code 2) with advice.
+void check_target_dtype(const JobConfig& config, const Checkpoint& checkpoint);
+
+}  // namespace specrun
