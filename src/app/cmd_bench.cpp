@@ -6,6 +6,7 @@
 #include <iostream>
 #include <sstream>
 
+#include "app/command_line.h"
 #include "app/commands.h"
 #include "common/atomic_output.h"
 #include "common/error.h"
@@ -30,9 +31,8 @@ int cmd_bench(CommandContext& ctx, const std::vector<std::string>& args) {
   s.max_pos = 2048;
   std::string dtype = "bf16", json_path, cases, backend = "cpu";
   int tp = 0;
-  po::options_description options("specrun bench [options]");
-  options.add_options()("help,h", "show this help")(
-      "hidden", po::value(&s.hidden)->default_value(s.hidden), "hidden size")(
+  CommandLine cli("specrun bench [options]");
+  cli.add_options()("hidden", po::value(&s.hidden)->default_value(s.hidden), "hidden size")(
       "layers", po::value(&s.layers)->default_value(s.layers), "decoder layers")(
       "heads", po::value(&s.heads)->default_value(s.heads), "attention heads")(
       "kv-heads", po::value(&s.kv_heads)->default_value(s.kv_heads), "key/value heads")(
@@ -61,22 +61,16 @@ int cmd_bench(CommandContext& ctx, const std::vector<std::string>& args) {
       "cases", po::value(&cases), "comma-separated subset of decode,verify,prefill,batch,timing")(
       "json", po::value(&json_path), "also write the figures as JSON to FILE (rank 0)")(
       "overwrite", "with --json: replace an existing FILE");
-  po::variables_map vm;
-  po::store(po::command_line_parser(args).options(options).run(), vm);
-  po::notify(vm);
-
-  const bool root = ctx.mpi.rank() == 0;
-  if (vm.count("help")) {
-    if (root)
-      std::cout << options
-                << "\nBuilds the synthetic model (make-model into a temporary directory unless\n"
-                   "--model-dir), then measures, round after round: a STREAM-like read of a\n"
-                   "buffer as large as the weights, decode (batch 1), verify (k+1 tokens),\n"
-                   "prefill and batched decode. Prints ms/step (median and min - max over the\n"
-                   "rounds), tokens/s, weight GB/s and % of the measured bandwidth.\n"
-                   "Under mpirun all ranks form one tp group and must share /tmp (one node).\n";
+  if (!cli.parse(ctx, args,
+                 "\nBuilds the synthetic model (make-model into a temporary directory unless\n"
+                 "--model-dir), then measures, round after round: a STREAM-like read of a\n"
+                 "buffer as large as the weights, decode (batch 1), verify (k+1 tokens),\n"
+                 "prefill and batched decode. Prints ms/step (median and min - max over the\n"
+                 "rounds), tokens/s, weight GB/s and % of the measured bandwidth.\n"
+                 "Under mpirun all ranks form one tp group and must share /tmp (one node).\n"))
     return 0;
-  }
+  const po::variables_map& vm = cli.values();
+  const bool root = ctx.mpi.rank() == 0;
   SPEC_INPUT_CHECK(dtype == "bf16" || dtype == "f32",
                    "--dtype " << dtype << " is not supported: use bf16 or f32");
   s.dtype = dtype == "f32" ? DType::kF32 : DType::kBF16;

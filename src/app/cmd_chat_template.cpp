@@ -8,6 +8,7 @@
 #include <nlohmann/json.hpp>
 #include <sstream>
 
+#include "app/command_line.h"
 #include "app/commands.h"
 #include "common/error.h"
 #include "common/json_depth.h"
@@ -38,34 +39,22 @@ nlohmann::ordered_json read_conversation(const std::string& path) {
 }  // namespace
 
 int cmd_chat_template(CommandContext& ctx, const std::vector<std::string>& args) {
-  po::options_description options(
-      "specrun chat-template (--model DIR | --template FILE) [--name N] IN.json");
-  options.add_options()("help,h", "show this help")(
+  CommandLine cli("specrun chat-template (--model DIR | --template FILE) [--name N] IN.json");
+  cli.add_options()(
       "model", po::value<std::string>(),
       "model folder: its chat template (chat_template.jinja or tokenizer_config.json) and tokens")(
       "template", po::value<std::string>(),
       "a Jinja template file to use instead of the folder's (bos/eos still come from --model)")(
       "name", po::value<std::string>()->default_value(""),
       "which of several named templates (tokenizer_config.json lists them; default: \"default\")");
-  po::options_description hidden;
-  hidden.add_options()("input", po::value<std::string>(), "conversation JSON");
-  po::options_description all;
-  all.add(options).add(hidden);
-  po::positional_options_description positional;
-  positional.add("input", 1);
-  po::variables_map vm;
-  po::store(po::command_line_parser(args).options(all).positional(positional).run(), vm);
-  po::notify(vm);
-
-  if (vm.count("help")) {
-    if (ctx.mpi.rank() == 0)
-      std::cout << options
-                << "\nIN.json: {\"messages\": [{\"role\": \"user\", \"content\": \"Hi\"}, ...], "
-                   "\"add_generation_prompt\": true, ...}\nEvery other key is a template variable "
-                   "(tools, enable_thinking, date_string, ...).\nThe rendered text goes to stdout "
-                   "byte for byte, with no newline added.\n";
+  cli.positional("input", po::value<std::string>());
+  if (!cli.parse(ctx, args,
+                 "\nIN.json: {\"messages\": [{\"role\": \"user\", \"content\": \"Hi\"}, ...], "
+                 "\"add_generation_prompt\": true, ...}\nEvery other key is a template variable "
+                 "(tools, enable_thinking, date_string, ...).\nThe rendered text goes to stdout "
+                 "byte for byte, with no newline added.\n"))
     return 0;
-  }
+  const po::variables_map& vm = cli.values();
   SPEC_INPUT_CHECK(vm.count("input") && (vm.count("model") || vm.count("template")),
                    "usage: specrun chat-template (--model DIR | --template FILE) [--name N] "
                    "IN.json");

@@ -1,12 +1,12 @@
-// `specrun compare BASE.h5 NEW.h5 [--threshold PCT] [--json]`: timing,
-// throughput and acceptance changes with bootstrap intervals, and provenance
-// differences (analysis/compare.h). Exit code 1 when a regression is flagged, 0
-// otherwise, 2 on bad input. A serial command.
+// `specrun compare BASE.h5 NEW.h5 [--threshold PCT] [--json]`: timing, throughput and acceptance
+// changes with bootstrap intervals, and provenance differences (analysis/compare.h). Exit code 1
+// when a regression is flagged, 0 otherwise, 2 on bad input. A serial command.
 #include <boost/program_options.hpp>
 #include <iostream>
 #include <nlohmann/json.hpp>
 
 #include "analysis/compare.h"
+#include "app/command_line.h"
 #include "app/commands.h"
 #include "common/error.h"
 #include "dist/mpi_comm.h"
@@ -17,54 +17,30 @@ namespace po = boost::program_options;
 
 namespace specrun {
 
-int cmd_compare(CommandContext &ctx, const std::vector<std::string> &args) {
+int cmd_compare(CommandContext& ctx, const std::vector<std::string>& args) {
   CompareOptions opts;
-  po::options_description options("specrun compare BASE.h5 NEW.h5 [options]");
-  options.add_options()("help,h", "show this help")(
-      "threshold",
-      po::value<double>(&opts.threshold_pct)->default_value(opts.threshold_pct),
-      "percent change that counts as a regression when the 95% interval lies "
-      "beyond it")(
-      "min-ms",
-      po::value<double>(&opts.min_abs_ms)->default_value(opts.min_abs_ms),
+  CommandLine cli("specrun compare BASE.h5 NEW.h5 [options]");
+  cli.add_options()(
+      "threshold", po::value<double>(&opts.threshold_pct)->default_value(opts.threshold_pct),
+      "percent change that counts as a regression when the 95% interval lies beyond it")(
+      "min-ms", po::value<double>(&opts.min_abs_ms)->default_value(opts.min_abs_ms),
       "a phase must also change its mean by more than this many ms per step")(
-      "resamples",
-      po::value<int>(&opts.resamples)->default_value(opts.resamples),
+      "resamples", po::value<int>(&opts.resamples)->default_value(opts.resamples),
       "bootstrap resamples per interval")(
-      "json",
-      "print the comparison as one JSON object (keys: docs/analysis.md)");
-  po::options_description hidden;
-  hidden.add_options()("base", po::value<std::string>(),
-                       "baseline result file")("new", po::value<std::string>(),
-                                               "new result file");
-  po::options_description all;
-  all.add(options).add(hidden);
-  po::positional_options_description positional;
-  positional.add("base", 1).add("new", 1);
-  po::variables_map vm;
-  po::store(
-      po::command_line_parser(args).options(all).positional(positional).run(),
-      vm);
-  po::notify(vm);
-  if (vm.count("help")) {
-    if (ctx.mpi.rank() == 0)
-      std::cout
-          << options
-          << "\nExit code: 0 no regression, 1 regression flagged, 2 bad input. "
-             "Definitions: docs/analysis.md.\n";
+      "json", "print the comparison as one JSON object (keys: docs/analysis.md)");
+  cli.positional("base", po::value<std::string>()).positional("new", po::value<std::string>());
+  if (!cli.parse(ctx, args,
+                 "\nExit code: 0 no regression, 1 regression flagged, 2 bad input. "
+                 "Definitions: docs/analysis.md.\n"))
     return 0;
-  }
-  SPEC_INPUT_CHECK(
-      vm.count("base") && vm.count("new"),
-      "usage: specrun compare BASE.h5 NEW.h5 [--threshold PCT] [--json]");
+  const po::variables_map& vm = cli.values();
+  SPEC_INPUT_CHECK(vm.count("base") && vm.count("new"),
+                   "usage: specrun compare BASE.h5 NEW.h5 [--threshold PCT] [--json]");
   SPEC_INPUT_CHECK(opts.threshold_pct >= 0,
-                   "--threshold " << opts.threshold_pct
-                                  << " is negative; give a percentage >= 0");
+                   "--threshold " << opts.threshold_pct << " is negative; give a percentage >= 0");
   SPEC_INPUT_CHECK(opts.resamples >= 100,
-                   "--resamples " << opts.resamples
-                                  << " is too few; use at least 100");
-  if (ctx.mpi.rank() != 0)
-    return 0;
+                   "--resamples " << opts.resamples << " is too few; use at least 100");
+  if (ctx.mpi.rank() != 0) return 0;
   // Each file first in a child process: a corrupted file fails clearly.
   check_result_file(vm["base"].as<std::string>());
   check_result_file(vm["new"].as<std::string>());
@@ -80,4 +56,4 @@ int cmd_compare(CommandContext &ctx, const std::vector<std::string> &args) {
   return c.exit_code();
 }
 
-} // namespace specrun
+}  // namespace specrun

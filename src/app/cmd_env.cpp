@@ -7,6 +7,7 @@
 #include <nlohmann/json.hpp>
 #include <sstream>
 
+#include "app/command_line.h"
 #include "app/commands.h"
 #include "common/log.h"
 #include "dist/mpi_comm.h"
@@ -17,26 +18,16 @@ namespace po = boost::program_options;
 namespace specrun {
 
 int cmd_env(CommandContext& ctx, const std::vector<std::string>& args) {
-  po::options_description options("specrun env [options]");
-  options.add_options()("help,h", "show this help")(
-      "json", "print JSON: every rank's record and the mismatches (rank 0, stdout)")(
+  CommandLine cli("specrun env [options]");
+  cli.add_options()("json", "print JSON: every rank's record and the mismatches (rank 0, stdout)")(
       "all-ranks", "text mode: print every rank's record, not only rank 0's");
-  po::variables_map vm;
-  po::store(po::command_line_parser(args).options(options).run(), vm);
-  po::notify(vm);
-
-  Logger log(ctx.mpi.rank(), ctx.mpi.size());
-  if (vm.count("help")) {
-    if (log.is_root()) {
-      std::ostringstream help;
-      help << options
-           << "\nUnder `mpirun -np N specrun env`, rank 0 gathers every rank's record and names\n"
-              "each NCCL_/CUDA_/OMPI_/UCX_/SLURM_/OMP_ variable or library version that differs\n"
-              "between ranks. Exit code 0 either way.";
-      log.info(help.str());
-    }
+  if (!cli.parse(ctx, args,
+                 "\nUnder `mpirun -np N specrun env`, rank 0 gathers every rank's record and "
+                 "names\neach NCCL_/CUDA_/OMPI_/UCX_/SLURM_/OMP_ variable or library version "
+                 "that differs\nbetween ranks. Exit code 0 either way.\n"))
     return 0;
-  }
+  const po::variables_map& vm = cli.values();
+  Logger log(ctx.mpi.rank(), ctx.mpi.size());
 
   MpiComm world(MPI_COMM_WORLD);
   ProvenanceRecord local = collect_local_provenance(ctx.mpi);

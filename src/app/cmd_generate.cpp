@@ -22,6 +22,7 @@
 #include <sstream>
 #include <thread>
 
+#include "app/command_line.h"
 #include "app/commands.h"
 #include "common/atomic_output.h"
 #include "common/error.h"
@@ -127,10 +128,9 @@ void write_dump(const std::string& path, const std::vector<float>& dumped, int v
 }  // namespace
 
 int cmd_generate(CommandContext& ctx, const std::vector<std::string>& args) {
-  po::options_description options(
-      "specrun generate MODEL_DIR (--tokens IDS | --text TEXT) [options]");
-  options.add_options()("help,h", "show this help")(
-      "tokens", po::value<std::string>(), "prompt token ids, comma-separated (e.g. 1,403,407)")(
+  CommandLine cli("specrun generate MODEL_DIR (--tokens IDS | --text TEXT) [options]");
+  cli.add_options()("tokens", po::value<std::string>(),
+                    "prompt token ids, comma-separated (e.g. 1,403,407)")(
       "text", po::value<std::string>(), "prompt text, encoded with MODEL_DIR's tokenizer")(
       "max-new-tokens", po::value<int>()->default_value(32), "tokens to generate")(
       "backend", po::value<std::string>()->default_value("cpu"),
@@ -139,21 +139,10 @@ int cmd_generate(CommandContext& ctx, const std::vector<std::string>& args) {
       "OpenMP threads per rank (0: the node's cores divided among its ranks)")(
       "dump-logits", po::value<std::string>(), "write float32 logits to FILE (format below)")(
       "overwrite", "with --dump-logits: replace an existing FILE");
-  po::options_description hidden;
-  hidden.add_options()("model-dir", po::value<std::string>());
-  po::options_description all;
-  all.add(options).add(hidden);
-  po::positional_options_description positional;
-  positional.add("model-dir", 1);
-  po::variables_map vm;
-  po::store(po::command_line_parser(args).options(all).positional(positional).run(), vm);
-  po::notify(vm);
-
+  cli.positional("model-dir", po::value<std::string>());
+  if (!cli.parse(ctx, args, kHelpTail)) return 0;
+  const po::variables_map& vm = cli.values();
   const bool root = ctx.mpi.rank() == 0;
-  if (vm.count("help")) {
-    if (root) std::cout << options << kHelpTail;
-    return 0;
-  }
   SPEC_INPUT_CHECK(vm.count("model-dir"), "specrun generate needs MODEL_DIR (see --help)");
   SPEC_INPUT_CHECK(vm.count("tokens") + vm.count("text") == 1,
                    "specrun generate needs --tokens or --text (see --help)");

@@ -4,6 +4,7 @@
 #include <boost/program_options.hpp>
 #include <sstream>
 
+#include "app/command_line.h"
 #include "app/commands.h"
 #include "common/atomic_output.h"
 #include "common/error.h"
@@ -16,33 +17,19 @@ namespace po = boost::program_options;
 namespace specrun {
 
 int cmd_import_llama2c(CommandContext& ctx, const std::vector<std::string>& args) {
-  po::options_description options("specrun import-llama2c MODEL.bin OUTDIR [options]");
+  CommandLine cli("specrun import-llama2c MODEL.bin OUTDIR [options]");
   std::string model_bin, outdir, tokenizer, dtype;
-  options.add_options()("help,h", "show this help")(
-      "tokenizer", po::value(&tokenizer),
-      "llama2.c tokenizer .bin (e.g. tok512.bin) to copy to OUTDIR/tokenizer.bin")(
+  cli.add_options()("tokenizer", po::value(&tokenizer),
+                    "llama2.c tokenizer .bin (e.g. tok512.bin) to copy to OUTDIR/tokenizer.bin")(
       "dtype", po::value(&dtype)->default_value("f32"), "weight dtype to write: f32 or bf16")(
       "overwrite", "replace the files of a model already in OUTDIR (otherwise an error)");
-  po::options_description hidden;
-  hidden.add_options()("model", po::value(&model_bin))("outdir", po::value(&outdir));
-  po::options_description all;
-  all.add(options).add(hidden);
-  po::positional_options_description positional;
-  positional.add("model", 1).add("outdir", 1);
-  po::variables_map vm;
-  po::store(po::command_line_parser(args).options(all).positional(positional).run(), vm);
-  po::notify(vm);
-
-  Logger log(ctx.mpi.rank(), ctx.mpi.size());
-  if (vm.count("help")) {
-    std::ostringstream help;
-    help << options
-         << "\nWrites OUTDIR/config.json, model.safetensors (wq/wk rows permuted into Hugging "
-            "Face\nrotary order) and generation_config.json; the classifier is tied when the "
-            "file shares it.";
-    log.info(help.str());
+  cli.positional("model", po::value(&model_bin)).positional("outdir", po::value(&outdir));
+  if (!cli.parse(ctx, args,
+                 "\nWrites OUTDIR/config.json, model.safetensors (wq/wk rows permuted into "
+                 "Hugging Face\nrotary order) and generation_config.json; the classifier is tied "
+                 "when the file shares it.\n"))
     return 0;
-  }
+  Logger log(ctx.mpi.rank(), ctx.mpi.size());
   SPEC_INPUT_CHECK(!model_bin.empty() && !outdir.empty(),
                    "usage: specrun import-llama2c MODEL.bin OUTDIR [--tokenizer tok.bin] "
                    "[--dtype f32|bf16]");
@@ -56,7 +43,7 @@ int cmd_import_llama2c(CommandContext& ctx, const std::vector<std::string>& args
   // Before converting: never over MODEL.bin or the tokenizer, nor an existing model unless told.
   for (const std::string& file : import_llama2c_outputs(outdir, opts))
     check_output_path(
-        file, OutputPolicy{vm.count("overwrite") > 0, {model_bin, tokenizer}, "model file", true});
+        file, OutputPolicy{cli.has("overwrite"), {model_bin, tokenizer}, "model file", true});
   ModelConfig c = import_llama2c(model_bin, outdir, opts);
   std::ostringstream msg;
   msg << "wrote " << outdir << ": LlamaForCausalLM, hidden " << c.hidden_size << ", layers "

@@ -4,6 +4,7 @@
 #include <boost/program_options.hpp>
 #include <sstream>
 
+#include "app/command_line.h"
 #include "app/commands.h"
 #include "common/atomic_output.h"
 #include "common/error.h"
@@ -18,8 +19,8 @@ namespace specrun {
 int cmd_make_model(CommandContext& ctx, const std::vector<std::string>& args) {
   SyntheticSpec s;
   std::string outdir, dtype;
-  po::options_description options("specrun make-model OUTDIR [options]");
-  options.add_options()("help,h", "show this help")(
+  CommandLine cli("specrun make-model OUTDIR [options]");
+  cli.add_options()(
       "arch", po::value(&s.architecture)->default_value(s.architecture),
       "architecture: llama (LlamaForCausalLM) or qwen3 (Qwen3ForCausalLM, q/k norms)")(
       "hidden", po::value(&s.hidden)->default_value(s.hidden), "hidden size")(
@@ -45,27 +46,16 @@ int cmd_make_model(CommandContext& ctx, const std::vector<std::string>& args) {
       "lm-head-std", po::value(&s.lm_head_std)->default_value(s.lm_head_std),
       "std of lm_head (larger: peakier next-token distributions)")(
       "overwrite", "replace the files of a model already in OUTDIR (otherwise an error)");
-  po::options_description hidden;
-  hidden.add_options()("outdir", po::value(&outdir));
-  po::options_description all;
-  all.add(options).add(hidden);
-  po::positional_options_description positional;
-  positional.add("outdir", 1);
-  po::variables_map vm;
-  po::store(po::command_line_parser(args).options(all).positional(positional).run(), vm);
-  po::notify(vm);
-
-  Logger log(ctx.mpi.rank(), ctx.mpi.size());
-  if (vm.count("help")) {
-    std::ostringstream help;
-    help << options
-         << "\nWrites OUTDIR/target and OUTDIR/draft (config.json, generation_config.json,\n"
-            "model.safetensors) and, for llama targets of 4+ layers, OUTDIR/eagle3: a hand-built\n"
-            "EAGLE-3 head for the target (draft.kind = \"eagle3\"). Weights are seeded and\n"
-            "identical on every machine.";
-    log.info(help.str());
+  cli.positional("outdir", po::value(&outdir));
+  if (!cli.parse(
+          ctx, args,
+          "\nWrites OUTDIR/target and OUTDIR/draft (config.json, generation_config.json,\n"
+          "model.safetensors) and, for llama targets of 4+ layers, OUTDIR/eagle3: a hand-built\n"
+          "EAGLE-3 head for the target (draft.kind = \"eagle3\"). Weights are seeded and\n"
+          "identical on every machine.\n"))
     return 0;
-  }
+  const po::variables_map& vm = cli.values();
+  Logger log(ctx.mpi.rank(), ctx.mpi.size());
   SPEC_INPUT_CHECK(!outdir.empty(), "usage: specrun make-model OUTDIR [options] (see --help)");
   SPEC_INPUT_CHECK(dtype == "bf16" || dtype == "f32",
                    "--dtype " << dtype << " is not supported: use bf16 or f32");

@@ -6,6 +6,7 @@
 #include <iostream>
 #include <sstream>
 
+#include "app/command_line.h"
 #include "app/commands.h"
 #include "common/error.h"
 #include "dist/mpi_comm.h"
@@ -17,10 +18,10 @@ namespace po = boost::program_options;
 namespace specrun {
 
 int cmd_prepare(CommandContext& ctx, const std::vector<std::string>& args) {
-  po::options_description options("specrun prepare IN.jsonl OUT.h5 [options]");
+  CommandLine cli("specrun prepare IN.jsonl OUT.h5 [options]");
   std::string format = "jsonl", chat = "auto", turns = "first";
   PrepareOptions prepare;
-  options.add_options()("help,h", "show this help")(
+  cli.add_options()(
       "model", po::value(&prepare.model_dir),
       "model folder whose tokenizer (tokenizer.json, tokenizer.model) encodes \"text\", "
       "\"messages\" and benchmark turns, and whose chat template renders them")(
@@ -39,39 +40,27 @@ int cmd_prepare(CommandContext& ctx, const std::vector<std::string>& args) {
       "system", po::value(&prepare.system_prompt),
       "a system message before every templated text or benchmark turn")(
       "overwrite", "replace OUT.h5 if it exists (otherwise an existing file is an error)");
-  po::options_description hidden;
-  hidden.add_options()("input", po::value<std::string>(), "JSONL input")(
-      "output", po::value<std::string>(), "HDF5 output");
-  po::options_description all;
-  all.add(options).add(hidden);
-  po::positional_options_description positional;
-  positional.add("input", 1).add("output", 1);
-  po::variables_map vm;
-  po::store(po::command_line_parser(args).options(all).positional(positional).run(), vm);
-  po::notify(vm);
-
-  if (vm.count("help")) {
-    if (ctx.mpi.rank() == 0)
-      std::cout << options
-                << "\nLayouts (--format):\n"
-                   "  jsonl        one prompt per line: {\"tokens\": [1, 15043]} | {\"text\": "
-                   "\"...\"} |\n"
-                   "               {\"messages\": [{\"role\": \"user\", \"content\": \"...\"}]}, "
-                   "optional \"id\" (string or\n"
-                   "               integer; all lines or none, unique) and \"category\"; "
-                   "\"text\" beside \"tokens\"\n"
-                   "               is stored as given\n"
-                   "  mt-bench     FastChat's question.jsonl: {\"question_id\", \"category\", "
-                   "\"turns\": [...]}\n"
-                   "  spec-bench   Spec-Bench's data/spec_bench/question.jsonl (the same "
-                   "layout)\n"
-                   "  speed-bench  SPEED-Bench rows as JSONL (question_id, category, "
-                   "sub_category, turns, ...)\n"
-                   "Text is encoded with special tokens (BOS); rendered chats without (the "
-                   "template writes\nthem). Bad lines are reported by number and nothing is "
-                   "written. Layout of OUT.h5:\ndocs/file-formats.md.\n";
+  cli.positional("input", po::value<std::string>()).positional("output", po::value<std::string>());
+  if (!cli.parse(ctx, args,
+                 "\nLayouts (--format):\n"
+                 "  jsonl        one prompt per line: {\"tokens\": [1, 15043]} | {\"text\": "
+                 "\"...\"} |\n"
+                 "               {\"messages\": [{\"role\": \"user\", \"content\": \"...\"}]}, "
+                 "optional \"id\" (string or\n"
+                 "               integer; all lines or none, unique) and \"category\"; "
+                 "\"text\" beside \"tokens\"\n"
+                 "               is stored as given\n"
+                 "  mt-bench     FastChat's question.jsonl: {\"question_id\", \"category\", "
+                 "\"turns\": [...]}\n"
+                 "  spec-bench   Spec-Bench's data/spec_bench/question.jsonl (the same "
+                 "layout)\n"
+                 "  speed-bench  SPEED-Bench rows as JSONL (question_id, category, "
+                 "sub_category, turns, ...)\n"
+                 "Text is encoded with special tokens (BOS); rendered chats without (the "
+                 "template writes\nthem). Bad lines are reported by number and nothing is "
+                 "written. Layout of OUT.h5:\ndocs/file-formats.md.\n"))
     return 0;
-  }
+  const po::variables_map& vm = cli.values();
   SPEC_INPUT_CHECK(
       vm.count("input") && vm.count("output"),
       "usage: specrun prepare IN.jsonl OUT.h5 [--model DIR] [--format F] [--overwrite]");

@@ -2,6 +2,7 @@
 #include <boost/program_options.hpp>
 #include <iostream>
 
+#include "app/command_line.h"
 #include "app/commands.h"
 #include "config/job_broadcast.h"
 #include "config/job_config.h"
@@ -14,30 +15,20 @@ namespace po = boost::program_options;
 namespace specrun {
 
 int cmd_run(CommandContext& ctx, const std::vector<std::string>& args) {
-  po::options_description options("specrun run JOB.toml [options]");
-  options.add_options()("help,h", "show this help and every job key")(
-      "set,s", po::value<std::vector<std::string>>()->composing(),
-      "override a job key: --set decode.draft_len=8 (repeatable)")(
+  CommandLine cli("specrun run JOB.toml [options]", "show this help and every job key");
+  cli.add_options()("set,s", po::value<std::vector<std::string>>()->composing(),
+                    "override a job key: --set decode.draft_len=8 (repeatable)")(
       "resume", "continue an interrupted job: skip batches already in job.output")(
       "print-config", "print the resolved configuration (TOML) and exit");
-  po::options_description hidden;
-  hidden.add_options()("job", po::value<std::string>(), "job file");
-  po::options_description all;
-  all.add(options).add(hidden);
-  po::positional_options_description positional;
-  positional.add("job", 1);
-  po::variables_map vm;
-  po::store(po::command_line_parser(args).options(all).positional(positional).run(), vm);
-  po::notify(vm);
-
-  if (vm.count("help")) {
-    if (ctx.mpi.rank() == 0) {
-      std::cout << options << "\nJob file keys:\n" << config_help() << "\nDrafters (draft.kind):\n";
-      for (const DrafterKind& k : drafter_kinds())
-        std::cout << "  " << k.name << ": " << k.summary << "\n";
-    }
+  cli.positional("job", po::value<std::string>());
+  if (!cli.parse(ctx, args, [] {
+        std::string tail = "\nJob file keys:\n" + config_help() + "\nDrafters (draft.kind):\n";
+        for (const DrafterKind& k : drafter_kinds())
+          tail += "  " + std::string(k.name) + ": " + std::string(k.summary) + "\n";
+        return tail;
+      }))
     return 0;
-  }
+  const po::variables_map& vm = cli.values();
   if (!vm.count("job")) throw po::error("missing the job file: specrun run JOB.toml");
   std::vector<std::string> overrides;
   if (vm.count("set")) overrides = vm["set"].as<std::vector<std::string>>();

@@ -8,6 +8,7 @@
 #include <iostream>
 #include <nlohmann/json.hpp>
 
+#include "app/command_line.h"
 #include "app/commands.h"
 #include "common/clock.h"
 #include "common/error.h"
@@ -74,34 +75,22 @@ std::vector<int> ids_of(const nlohmann::json& j, const std::string& source, long
 }  // namespace
 
 int cmd_tokenize(CommandContext& ctx, const std::vector<std::string>& args) {
-  po::options_description options(
+  CommandLine cli(
       "specrun tokenize (--model DIR | --tokenizer FILE) [--decode] [--no-special] [IN.jsonl]");
-  options.add_options()("help,h", "show this help")(
-      "model", po::value<std::string>(), "model folder (its tokenizer, as `run` picks it)")(
+  cli.add_options()("model", po::value<std::string>(),
+                    "model folder (its tokenizer, as `run` picks it)")(
       "tokenizer", po::value<std::string>(), "a tokenizer.json or sentencepiece *.model file")(
       "decode", "input lines are id lists; print the decoded text")(
       "no-special", "encode without the special tokens the tokenizer adds (BOS)")(
       "stats", "print load time and encoding speed to stderr");
-  po::options_description hidden;
-  hidden.add_options()("input", po::value<std::string>(), "JSONL input (default: stdin)");
-  po::options_description all;
-  all.add(options).add(hidden);
-  po::positional_options_description positional;
-  positional.add("input", 1);
-  po::variables_map vm;
-  po::store(po::command_line_parser(args).options(all).positional(positional).run(), vm);
-  po::notify(vm);
-
-  if (vm.count("help")) {
-    if (ctx.mpi.rank() == 0)
-      std::cout
-          << options
-          << "\nEncode: each line of IN.jsonl is a JSON string or {\"text\": \"...\"}; prints "
-             "{\"ids\": [...]} per line.\nDecode (--decode): each line is a list of ids or "
-             "{\"ids\": [...]}; prints the text as a JSON string\n(special tokens skipped, "
-             "as transformers' decode(skip_special_tokens=True)). Blank lines are skipped.\n";
+  cli.positional("input", po::value<std::string>());
+  if (!cli.parse(ctx, args,
+                 "\nEncode: each line of IN.jsonl is a JSON string or {\"text\": \"...\"}; prints "
+                 "{\"ids\": [...]} per line.\nDecode (--decode): each line is a list of ids or "
+                 "{\"ids\": [...]}; prints the text as a JSON string\n(special tokens skipped, "
+                 "as transformers' decode(skip_special_tokens=True)). Blank lines are skipped.\n"))
     return 0;
-  }
+  const po::variables_map& vm = cli.values();
   SPEC_INPUT_CHECK(vm.count("model") + vm.count("tokenizer") == 1,
                    "specrun tokenize: give one of --model DIR or --tokenizer FILE");
   if (ctx.mpi.rank() != 0) return 0;
