@@ -84,6 +84,20 @@ done
 cat verify-b8.txt
 "$SPECRUN_BIN" verify-data bf/data.h5 --sample 0 --tolerance 0 >verify-bf.txt ||
   fail "bf16 not exact after rounding: $(cat verify-bf.txt)"
+# verify-data builds its model through ModelFactory, as `run` does: --backend cuda re-runs the
+# target on a GPU (the CPU-made data must pass there within the default tolerance); without one,
+# the backend's own refusal, naming the option.
+if "$SPECRUN_BIN" env 2>/dev/null | grep -aq '^CUDA: *not built'; then
+  expect_exit 2 '^error: --backend = "cuda" but this specrun was built without CUDA' \
+    verify-cuda.txt -- "$SPECRUN_BIN" verify-data b8/data.h5 --backend cuda
+elif nvidia-smi -L 2>/dev/null | grep -q GPU; then
+  "$SPECRUN_BIN" verify-data b8/data.h5 --sample 0 --backend cuda >verify-cuda.txt ||
+    fail "verify-data --backend cuda: $(cat verify-cuda.txt)"
+  grep -q '^OK' verify-cuda.txt || fail "verify-data --backend cuda: $(cat verify-cuda.txt)"
+else
+  expect_exit 2 'the CUDA backend was asked for but rank 0 sees no CUDA device' verify-cuda.txt \
+    -- "$SPECRUN_BIN" verify-data b8/data.h5 --backend cuda
+fi
 
 # 3. An altered copy fails, naming the sequence.
 mkdir -p altered && cp b8/data*.h5 altered/
