@@ -5,6 +5,9 @@ file:line: <layer> includes <layer> (allowed: ...) and exits 1; exits 0 when the
 The layer table of docs/architecture.md must say the same as ALLOWED (a difference is printed
 and fails too), so that the page stays true.
 
+Besides, analysis, engine and app include no backend's own header (backend/cpu_*, backend/cuda_*,
+kernels/cuda/): they reach a backend through ModelFactory, make_token_ops, make_memory_probes.
+
 usage: scripts/check-layers.py [SOURCE_DIR]   (default: the repository this script is in)
        scripts/check-layers.py --self-test   (planted violations must be caught, a planted
                                               allowed include and the documented table must not)
@@ -31,7 +34,12 @@ ALLOWED = {
     "app": {"common", "text", "kernels", "dist", "io", "analysis", "backend", "model", "config",
             "spec", "engine"},
 }
-INCLUDE = re.compile(r'^\s*#\s*include\s+"([a-z_]+)/')
+INCLUDE = re.compile(r'^\s*#\s*include\s+"(([a-z_]+)/[^"]*)"')
+# One backend's own headers (its implementation, its device kernels): the runtime and the CLI
+# reach a backend only through ModelFactory, make_token_ops and make_memory_probes, so that no
+# command has a code path per backend.
+BACKEND_SPECIFIC = re.compile(r"^(backend/(cpu|cuda)_|kernels/cuda/)")
+BACKEND_BLIND = {"analysis", "engine", "app"}
 # A row of the layer table: | `src/io` | what it is | common, text, kernels, dist |
 TABLE_ROW = re.compile(r"^\|\s*`(?:src/)?([a-z_]+)/?`\s*\|[^|]*\|\s*([^|]*?)\s*\|\s*$")
 # Not a layer of the sources: the CPU kernels' generated dispatch tables (build/generated).
@@ -95,7 +103,13 @@ def self_test():
         "src/analysis/bad_model.cpp": ('#include "model/model_config.h"\n',
                                        "analysis includes model"),
         "src/analysis/good.h": ('#include "io/result_file.h"\n#include "text/tokenizer.h"\n', None),
-        "src/engine/good.cpp": ('#include "analysis/summary.h"\n', None),
+        "src/engine/good.cpp": ('#include "analysis/summary.h"\n#include "backend/backend.h"\n',
+                                None),
+        "src/engine/bad_backend.cpp": ('#include "backend/cuda_backend.h"\n',
+                                       "engine includes backend/cuda_backend.h"),
+        "src/app/bad_kernels.cpp": ('#include "kernels/cuda/sampling.h"\n',
+                                    "app includes kernels/cuda/sampling.h"),
+        "src/spec/good_cuda.cpp": ('#include "backend/cuda_backend.h"\n', None),
     }
     with tempfile.TemporaryDirectory() as d:
         root = pathlib.Path(d)
@@ -150,10 +164,14 @@ def check(root):
             m = INCLUDE.match(line)
             if not m:
                 continue
-            target = m.group(1)
+            header, target = m.group(1), m.group(2)
             if target != layer and target not in ALLOWED[layer]:
                 bad.append(f"{path.relative_to(root)}:{n}: {layer} includes {target} "
                            f"(allowed: {', '.join(sorted(ALLOWED[layer])) or 'nothing'})")
+            elif layer in BACKEND_BLIND and BACKEND_SPECIFIC.match(header):
+                bad.append(f"{path.relative_to(root)}:{n}: {layer} includes {header}, one "
+                           "backend's own header (reach the backend through ModelFactory, "
+                           "make_token_ops or make_memory_probes)")
     return bad
 
 

@@ -1,7 +1,5 @@
 #include "engine/bench.h"
 
-#include <omp.h>
-#include <sys/mman.h>
 #include <unistd.h>
 
 #include <algorithm>
@@ -19,6 +17,7 @@
 #include <nlohmann/json.hpp>
 #include <sstream>
 
+#include "backend/memory_probe.h"
 #include "common/clock.h"
 #include "common/error.h"
 #include "common/host_stats.h"
@@ -28,10 +27,6 @@
 #include "kernels/cpu/ops.h"
 #include "model/checkpoint.h"
 #include "model/model_factory.h"
-
-#ifdef SPECRUN_HAVE_CUDA
-#include "backend/cuda_backend.h"
-#endif
 
 namespace specrun {
 
@@ -98,40 +93,6 @@ double parameter_count(const Checkpoint& ckpt) {
   return n;
 }
 
-// float32 buffer in anonymous memory with the huge-page hint, filled with ones.
-class HugeBuffer {
- public:
-  explicit HugeBuffer(std::size_t n) : n_(n) {
-    void* p = ::mmap(nullptr, bytes(), PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
-    SPEC_CHECK(p != MAP_FAILED, "cannot allocate the "
-                                    << bytes() / (1 << 20)
-                                    << " MiB bandwidth buffer: " << std::strerror(errno));
-#ifdef MADV_HUGEPAGE
-    ::madvise(p, bytes(), MADV_HUGEPAGE);
-#endif
-    data_ = static_cast<float*>(p);
-    std::fill(data_, data_ + n_, 1.0f);
-  }
-  ~HugeBuffer() {
-    ::munmap(data_, bytes());
-  }
-  HugeBuffer(const HugeBuffer&) = delete;
-  HugeBuffer& operator=(const HugeBuffer&) = delete;
-  const float* data() const {
-    return data_;
-  }
-  std::size_t size() const {
-    return n_;
-  }
-
- private:
-  std::size_t bytes() const {
-    return std::max<std::size_t>(n_, 1) * sizeof(float);
-  }
-  std::size_t n_;
-  float* data_ = nullptr;
-};
-
 double median_of(std::vector<double> s) {
   std::sort(s.begin(), s.end());
   const std::size_t n = s.size();
@@ -185,86 +146,44 @@ bool wants(const BenchOptions& o, const char* name) {
   return std::find(o.cases.begin(), o.cases.end(), name) != o.cases.end();
 }
 
-// The reference a case's GB/s is judged against: on the CPU every read kernel of every kernel
-// variant this CPU runs, over a buffer as large as this rank's weights in the same kind of
-// memory (anonymous, huge pages where the kernel gives them), touched once before the first
-// timed read; on CUDA the device's copy bandwidth (2 x bytes / time of a device-to-device copy
-// as large as the weights, read + write).
+// The reference a case's GB/s is judged against: the backend's memory probes
+// (backend/memory_probe.h: on the CPU every read kernel of every kernel variant this CPU runs, on
+// CUDA the device's copy bandwidth), each timed per round across the ranks.
 class BandwidthProbes {
  public:
   BandwidthProbes(ModelFactory& factory, std::size_t bytes_per_rank, int threads)
-      : threads_(threads) {
-    if (factory.backend() == BackendKind::kCpu) {
-      buffer_ = std::make_unique<HugeBuffer>(bytes_per_rank / sizeof(float));
-      for (cpu::Isa isa : cpu::built_isas())
-        if (cpu::cpu_supports(isa))
-          for (int k = 0; k < cpu::kReadKernels; ++k) probes_.push_back({isa, k, {}});
-    } else {
-      device_bytes_ = std::max<std::size_t>(bytes_per_rank, std::size_t{1} << 26);
-#ifdef SPECRUN_HAVE_CUDA
-      device_ = std::make_unique<DeviceCopyProbe>(*factory.cuda_context(), device_bytes_);
-#endif
-      probes_.push_back({cpu::Isa::kBaseline, -1, {}});
-    }
-  }
+      : probes_(
+            make_memory_probes(factory.backend(), factory.cuda_context(), bytes_per_rank, threads)),
+        seconds_(probes_.size()) {}
 
   // One round of every probe (all ranks together).
   void round(Communicator& comm, bool record) {
-    for (Probe& p : probes_) {
+    for (std::size_t i = 0; i < probes_.size(); ++i) {
       comm.barrier();
       const auto t0 = Clock::now();
-      if (p.kernel >= 0) {
-        omp_set_num_threads(threads_);
-        volatile float sink =
-            cpu::kernels_for(p.isa)->stream_read(buffer_->data(), buffer_->size(), p.kernel);
-        (void)sink;
-      } else {
-        device_copy();
-      }
+      probes_[i]->pass();
       comm.barrier();
-      if (record) p.seconds.push_back(seconds_since(t0));
+      if (record) seconds_[i].push_back(seconds_since(t0));
     }
-  }
-
-  // Bytes one probe pass moves on all ranks (reads, plus writes for the device copy).
-  double bytes(int tp) const {
-    return buffer_ ? static_cast<double>(buffer_->size()) * sizeof(float) * tp
-                   : 2.0 * static_cast<double>(device_bytes_) * tp;
   }
 
   // Fills rep.probes and puts the best (by median) as the bandwidth case.
   void report(BenchReport& rep, int tp) const;
 
  private:
-  struct Probe {
-    cpu::Isa isa;
-    int kernel;  // cpu::stream_read kernel, or -1 for the device copy
-    std::vector<double> seconds;
-  };
-  void device_copy() {
-#ifdef SPECRUN_HAVE_CUDA
-    device_->pass();
-#endif
-  }
-
-  int threads_;
-#ifdef SPECRUN_HAVE_CUDA
-  std::unique_ptr<DeviceCopyProbe> device_;
-#endif
-  std::unique_ptr<HugeBuffer> buffer_;
-  std::size_t device_bytes_ = 0;
-  std::vector<Probe> probes_;
+  std::vector<std::unique_ptr<MemoryProbe>> probes_;
+  std::vector<std::vector<double>> seconds_;  // per probe, per recorded round
 };
 
 void BandwidthProbes::report(BenchReport& rep, int tp) const {
-  const double bw_bytes = bytes(tp);
+  // Bytes one probe pass moves on all ranks (every probe of a backend moves the same).
+  const double bw_bytes = probes_.front()->bytes() * tp;
   std::size_t best = 0;
   for (std::size_t i = 0; i < probes_.size(); ++i) {
-    const BenchCase c = summarize("bandwidth", 0, bw_bytes, probes_[i].seconds);
+    const BenchCase c = summarize("bandwidth", 0, bw_bytes, seconds_[i]);
     BandwidthProbe f;
-    f.isa = probes_[i].kernel >= 0 ? cpu::isa_name(probes_[i].isa) : "cuda";
-    f.kernel =
-        probes_[i].kernel >= 0 ? cpu::read_kernel_name(probes_[i].kernel) : "device-to-device copy";
+    f.isa = probes_[i]->isa();
+    f.kernel = probes_[i]->kernel();
     f.gb_per_s = c.gb_per_s;
     f.gb_per_s_min = bw_bytes / (c.ms_max / 1e3) / 1e9;
     f.gb_per_s_max = bw_bytes / (c.ms_min / 1e3) / 1e9;
@@ -273,7 +192,7 @@ void BandwidthProbes::report(BenchReport& rep, int tp) const {
   }
   // The bound is the fastest probe: decode streams the same bytes, so it should not exceed it
   // by more than the noise.
-  rep.cases.push_back(summarize("bandwidth", 0, bw_bytes, probes_[best].seconds));
+  rep.cases.push_back(summarize("bandwidth", 0, bw_bytes, seconds_[best]));
 }
 
 // Step times (seconds per step) and communication times of the model cases, over the rounds.
@@ -432,8 +351,7 @@ BenchReport run_bench(const BenchOptions& o, ModelFactory& factory, Communicator
 
   BenchReport rep;
   rep.cpu_model = cpu::cpu_model_name();
-  rep.kernels = factory.backend() == BackendKind::kCpu ? cpu::describe_kernel_choice()
-                                                       : factory.description();
+  rep.kernels = factory.kernel_description();
   rep.date = utc_timestamp();
   rep.dtype = dtype_name(ckpt.tensor("model.layers.0.mlp.up_proj.weight").dtype);
   rep.weight_bytes = decode_weight_bytes(ckpt);

@@ -3,9 +3,10 @@
 // One run builds a synthetic Llama model (make_model_pair into a temporary directory, or an
 // existing make-model directory), then, round after round so that a noisy machine affects every
 // case alike, measures:
-//   bandwidth  STREAM-like reads of a buffer as large as this rank's weights (cpu::stream_read):
-//              every read kernel of every kernel variant this CPU supports, the best of them
-//              being the bound that the other cases' "% bw" divide by;
+//   bandwidth  the backend's memory probes over a buffer as large as this rank's weights
+//              (backend/memory_probe.h: on the CPU every read kernel of every kernel variant this
+//              CPU supports, on CUDA a device-to-device copy), the best of them being the bound
+//              that the other cases' "% bw" divide by;
 //   decode     batch 1, one new token per forward;
 //   verify     batch 1, k+1 new tokens scored in one forward (all logits), then rolled back;
 //   prefill    batch 1, a prompt of `prefill` tokens from an empty cache;

@@ -3,6 +3,7 @@
 #include "backend/cuda_backend.h"
 #include "backend/cuda_timeline.h"
 #include "common/error.h"
+#include "kernels/cpu/dispatch.h"
 #include "model/checkpoint.h"
 
 #include <iomanip>
@@ -53,6 +54,10 @@ ModelFactory::ModelFactory(BackendKind backend, MpiComm& tp_comm, MpiComm& self_
 }
 
 ModelFactory::~ModelFactory() = default;
+
+std::string ModelFactory::kernel_description() const {
+  return backend_ == BackendKind::kCpu ? cpu::describe_kernel_choice() : description_;
+}
 
 void ModelFactory::sample_device(HostSnapshot& snapshot) {
 #ifdef SPECRUN_HAVE_CUDA

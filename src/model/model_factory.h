@@ -82,6 +82,10 @@ class ModelFactory {
   // "cpu, 4 threads" or "cuda device 0 (NVIDIA H200, GPU-<uuid>, sm_90, SASS sm_90)", plus a
   // note worth logging when there is one (per-task GPU binding).
   const std::string& description() const { return description_; }
+  // What computes the models, for reports: the CPU kernel variant in use
+  // (cpu::describe_kernel_choice, "avx512 (best for this CPU)") on the CPU backend, description()
+  // on a device.
+  std::string kernel_description() const;
 
  private:
   BackendKind backend_;
