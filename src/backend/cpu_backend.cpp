@@ -245,8 +245,8 @@ void CpuBackend::attend(int layer, CF q, int m, bool last_only, F out, int heads
     // last_only: one query, the last token's, at row b.
     const std::size_t row = last_only ? static_cast<std::size_t>(b) : off;
     cpu::attention(q.get() + row * q_width, last_only ? 1 : s.n_tokens, heads, kv_heads, head_dim,
-                   kv.keys(layer), kv.values(layer), last_only ? s.start + s.n_tokens - 1 : s.start,
-                   out.get() + row * q_width);
+                   head_dim, kv.keys(layer), kv.values(layer),
+                   last_only ? s.start + s.n_tokens - 1 : s.start, out.get() + row * q_width);
   };
   if (n_seqs == 1) {
     one(0);
@@ -285,8 +285,8 @@ void CpuBackend::attend_tree(int layer, const SeqSpan<KvBlock>& s, CF q, int las
     std::memcpy(values + static_cast<std::size_t>(s.start) * w, v_rows_ + off * w,
                 n_chain * w * sizeof(float));
     if (last_row < 0)
-      cpu::attention(q.get() + off * q_width, n_chain, heads, kv_heads, head_dim, keys, values,
-                     s.start, out.get() + off * q_width);
+      cpu::attention(q.get() + off * q_width, n_chain, heads, kv_heads, head_dim, head_dim, keys,
+                     values, s.start, out.get() + off * q_width);
   }
   // The whole region's rows, in slot order: earlier calls' nodes from the cache, this call's
   // from scratch.
@@ -320,7 +320,7 @@ void CpuBackend::attend_tree(int layer, const SeqSpan<KvBlock>& s, CF q, int las
       std::memcpy(values + to, tv.data() + from, w * sizeof(float));
     }
     const std::size_t row = last_row >= 0 ? static_cast<std::size_t>(last_row) : off + i;
-    cpu::attention(q.get() + row * q_width, 1, heads, kv_heads, head_dim, keys, values,
+    cpu::attention(q.get() + row * q_width, 1, heads, kv_heads, head_dim, head_dim, keys, values,
                    s.tree_base + depth, out.get() + row * q_width);
   }
   std::memcpy(keys + static_cast<std::size_t>(s.tree_base) * w, tk.data(),
