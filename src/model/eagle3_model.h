@@ -90,9 +90,9 @@ class Eagle3Model final : public DraftHead, private GraphBase<B> {
   static std::span<const TensorSpec> with_embedding() {
     static const std::vector<TensorSpec> table = [] {
       std::vector<TensorSpec> t(eagle3_schema().begin(), eagle3_schema().end());
-      t.push_back(TensorSpec{Role::kEmbed, "model.embed_tokens.weight (target)", false, Dim::kVocab,
-                             Dim::kHidden, Split::kReplicated, Part::kNone, Presence::kAlways,
-                             WeightUse::kEmbedding, false});
+      t.push_back(TensorSpec{Role::kEmbed, "model.embed_tokens.weight (target)", Scope::model(),
+                             Dim::kVocab, Dim::kHidden, Split::kReplicated, Part::kNone,
+                             Presence::kAlways, WeightUse::kEmbedding, false});
       return t;
     }();
     return table;

@@ -17,6 +17,9 @@
 // projection in the next norm's pass or in its own epilogue (backend/default_ops.h). With
 // nothing pending the CUDA backend normalises inside the projections' launch: a layer is then
 // four projections, RoPE with the KV append, and attention.
+// Each layer's kind (ModelConfig::layer_kind) picks its blocks; every layer of this family is
+// {kGqa attention, kDenseSwiGlu MLP} (gqa_attention_block, dense_swiglu_block), and the
+// constructor refuses a config.json whose table has any other.
 // When only each sequence's last logits are wanted, the last layer computes keys and values for
 // every token (the cache needs them) and everything else for the wanted rows only: rows are
 // independent and attention's result for a query does not depend on the window it is in, so the
@@ -59,6 +62,13 @@ class LlamaModel final : public LanguageModel, private GraphBase<B> {
         tp_(tp_comm.size()),
         inv_freq_(config_.rope_inv_freq()),
         residual_(b_) {
+    for (int layer = 0; layer < config_.num_layers; ++layer) {
+      const LayerKind kind = config_.layer_kind(layer);
+      SPEC_INPUT_CHECK(kind == kLlamaLayer,
+                       checkpoint.dir() << "/config.json: layer " << layer << " is "
+                                        << layer_kind_name(kind) << "; the Llama-family graph has "
+                                        << layer_kind_name(kLlamaLayer) << " layers only");
+    }
     SPEC_CHECK(static_cast<int>(inv_freq_.size()) == config_.head_dim / 2,
                "rope_inv_freq returned " << inv_freq_.size() << " values for head_dim "
                                          << config_.head_dim);
@@ -99,6 +109,8 @@ class LlamaModel final : public LanguageModel, private GraphBase<B> {
   }
 
  private:
+  // The layer kind of every layer of this family.
+  static constexpr LayerKind kLlamaLayer{AttentionKind::kGqa, MlpKind::kDenseSwiGlu};
   // This rank's attention heads (one head_dim for queries, keys and values).
   AttentionHeads attention_heads() const {
     return AttentionHeads{weights_.plan.q_heads, weights_.plan.kv_heads, config_.head_dim,
@@ -164,6 +176,8 @@ ForwardResult LlamaModel<B>::forward(std::span<const SeqChunk> batch,
       capture(capture_slot_[layer], n);
     }
     const bool trim = rows < n && layer + 1 == L;
+    // The blocks of the layer's kind (the one kind of this family, checked at load; a family
+    // with several switches on config_.layer_kind(layer) here).
     gqa_attention_block(layer, n, trim);
     dense_swiglu_block(layer, trim ? rows : n);
   }

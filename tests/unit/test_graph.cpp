@@ -3,6 +3,7 @@
 //    bitwise the logits of one with them, through prefill, batched decode and a token tree;
 //  - the CPU backend's KV blocks, attention, token trees, keep and read_kv with key and value
 //    widths that differ (MLA's shape), against a float64 reference;
+//  - per-layer kinds: the weight schema's per-layer rows are held by the layers of their kind;
 //  - the residual stream (model/graph_base.h): a projection's delta is added by settle or the
 //    next norm, and a norm over other rows than those pending is refused.
 #include <gtest/gtest.h>
@@ -266,6 +267,33 @@ TEST(CpuBackendAttention, KeyAndValueWidthsMayDiffer) {
             std::vector<float>(v3.begin() + 2 * vf, v3.end()));
   EXPECT_EQ(std::vector<float>(keys_kept.begin(), keys_kept.begin() + 5 * kf),
             std::vector<float>(k1.begin(), k1.begin() + 5 * kf));
+}
+
+TEST(LayerKinds, TheSchemasPerLayerRowsAreHeldByTheLayersOfTheirKind) {
+  const LayerKind llama{AttentionKind::kGqa, MlpKind::kDenseSwiGlu};
+  EXPECT_FALSE(Scope::model().holds(llama));
+  EXPECT_TRUE(Scope::every_layer().holds(llama));
+  EXPECT_TRUE(Scope::in(AttentionKind::kGqa).holds(llama));
+  EXPECT_TRUE(Scope::in(MlpKind::kDenseSwiGlu).holds(llama));
+
+  SyntheticSpec spec;
+  spec.architecture = "qwen3";
+  spec.head_dim = 32;
+  const ModelConfig c = synthetic_config(spec, false);
+  for (int layer = 0; layer < c.num_layers; ++layer) {
+    EXPECT_EQ(c.layer_kind(layer), llama) << "layer " << layer;
+    for (const TensorSpec& s : llama_schema()) {
+      if (!s.per_layer()) continue;
+      // Every layer holds every per-layer row of the family; of those Qwen3 has all but the
+      // biases (q/k norms included).
+      const bool bias = s.presence == Presence::kQkvBias || s.presence == Presence::kOBias;
+      EXPECT_EQ(present(s, c, layer), !bias) << s.name << " in layer " << layer;
+      EXPECT_FALSE(schema_shape(c, tensor_name(s, layer)).empty()) << s.name;
+    }
+  }
+  EXPECT_EQ(layer_kind_name(llama), "GQA attention + dense SwiGLU MLP");
+  EXPECT_THROW(c.layer_kind(c.num_layers), Error);
+  EXPECT_THROW(c.layer_kind(-1), Error);
 }
 
 TEST(ResidualStream, APendingProjectionIsAddedOnceAndOnlyToItsRows) {
