@@ -162,6 +162,40 @@ std::vector<float> read_rows(CpuBackend& b, CpuBackend::KvBlock& kv, int layer, 
   return host;
 }
 
+// A forward call of attention alone on layer `layer`: random keys and values for the n staged
+// tokens and queries for m rows (n, or one per sequence with last_only), appended and attended.
+struct AttendPass {
+  std::vector<float> k, v, q, out;
+  const float* key(int row, const AttentionHeads& h) const { return &k[row * h.key_floats()]; }
+  const float* value(int row, const AttentionHeads& h) const { return &v[row * h.value_floats()]; }
+};
+AttendPass attend_pass(CpuBackend& b, std::span<const SeqSpan<CpuBackend::KvBlock>> seqs,
+                       const std::vector<std::int32_t>& positions, int m, bool last_only, int layer,
+                       const AttentionHeads& h, std::mt19937& rng) {
+  const int n = static_cast<int>(positions.size());
+  const std::vector<std::int32_t> tokens(n, 0);
+  b.begin_forward(seqs, tokens.data(), positions.data(), n);
+  const CpuBackend::KvRows rows = b.kv_rows(layer, h);
+  AttendPass p{random_floats(static_cast<std::size_t>(n) * h.key_floats(), rng),
+               random_floats(static_cast<std::size_t>(n) * h.value_floats(), rng),
+               random_floats(static_cast<std::size_t>(m) * h.q_width(), rng),
+               std::vector<float>(static_cast<std::size_t>(m) * h.out_width())};
+  std::memcpy(rows.k.get(), p.k.data(), p.k.size() * sizeof(float));
+  std::memcpy(rows.v.get(), p.v.data(), p.v.size() * sizeof(float));
+  b.attend(layer, CpuBackend::CF(p.q.data()), m, last_only, CpuBackend::F(p.out.data()), h);
+  b.end_forward();
+  return p;
+}
+
+// The keys and values a query sees, in position order.
+struct Visible {
+  std::vector<const float*> keys, values;
+  void add(const AttendPass& p, int row, const AttentionHeads& h) {
+    keys.push_back(p.key(row, h));
+    values.push_back(p.value(row, h));
+  }
+};
+
 }  // namespace
 
 // Keys 24 floats per head, values 16 (MLA's shape, smaller): the KV blocks, the staged rows of
@@ -175,86 +209,51 @@ TEST(CpuBackendAttention, KeyAndValueWidthsMayDiffer) {
   CpuBackend::KvBlock A = b.new_kv_block(KvShape{layers, h.key_floats(), h.value_floats()}, cap);
   CpuBackend::KvBlock B = b.new_kv_block(KvShape{layers, h.key_floats(), h.value_floats()}, cap);
   ASSERT_EQ(A.data.size(), static_cast<std::size_t>(layers) * cap * (kf + vf));
-  std::vector<std::int32_t> tokens(8, 0), positions(8);
 
   // 1. Two sequences (their rows staged in scratch): A 5 tokens, B 3, from slot 0.
-  for (int i = 0; i < 8; ++i) positions[i] = i < 5 ? i : i - 5;
   const SeqSpan<CpuBackend::KvBlock> two[2] = {{&A, 0, 5, 0, 5, nullptr},
                                                {&B, 0, 3, 5, 3, nullptr}};
-  b.begin_forward(two, tokens.data(), positions.data(), 8);
-  CpuBackend::KvRows rows = b.kv_rows(layer, h);
-  const std::vector<float> k1 = random_floats(8 * kf, rng), v1 = random_floats(8 * vf, rng);
-  const std::vector<float> q1 = random_floats(8 * h.q_width(), rng);
-  std::memcpy(rows.k.get(), k1.data(), k1.size() * sizeof(float));
-  std::memcpy(rows.v.get(), v1.data(), v1.size() * sizeof(float));
-  std::vector<float> out1(8 * h.out_width());
-  b.attend(layer, CpuBackend::CF(q1.data()), 8, false, CpuBackend::F(out1.data()), h);
-  b.end_forward();
+  const AttendPass p1 = attend_pass(b, two, {0, 1, 2, 3, 4, 0, 1, 2}, 8, false, layer, h, rng);
   for (int t = 0; t < 8; ++t) {
-    const int first = t < 5 ? 0 : 5;  // the sequence's first row
-    std::vector<const float*> keys, values;
-    for (int r = first; r <= t; ++r) keys.push_back(&k1[r * kf]), values.push_back(&v1[r * vf]);
-    expect_near_reference(&out1[t * h.out_width()],
-                          reference(&q1[t * h.q_width()], keys, values, h),
+    Visible seen;
+    for (int r = t < 5 ? 0 : 5; r <= t; ++r) seen.add(p1, r, h);  // from the sequence's first row
+    expect_near_reference(&p1.out[t * h.out_width()],
+                          reference(&p1.q[t * h.q_width()], seen.keys, seen.values, h),
                           "two sequences, row " + std::to_string(t));
   }
-  EXPECT_EQ(read_rows(b, A, layer, 0, 5), std::vector<float>(k1.begin(), k1.begin() + 5 * kf));
-  EXPECT_EQ(read_rows(b, A, layer, 1, 5), std::vector<float>(v1.begin(), v1.begin() + 5 * vf));
-  EXPECT_EQ(read_rows(b, B, layer, 0, 3), std::vector<float>(k1.begin() + 5 * kf, k1.end()));
-  EXPECT_EQ(read_rows(b, B, layer, 1, 3), std::vector<float>(v1.begin() + 5 * vf, v1.end()));
+  EXPECT_EQ(read_rows(b, A, layer, 0, 5), std::vector<float>(p1.k.begin(), p1.k.begin() + 5 * kf));
+  EXPECT_EQ(read_rows(b, A, layer, 1, 5), std::vector<float>(p1.v.begin(), p1.v.begin() + 5 * vf));
+  EXPECT_EQ(read_rows(b, B, layer, 0, 3), std::vector<float>(p1.k.begin() + 5 * kf, p1.k.end()));
+  EXPECT_EQ(read_rows(b, B, layer, 1, 3), std::vector<float>(p1.v.begin() + 5 * vf, p1.v.end()));
   for (int which : {0, 1})  // the other layer untouched
     for (float x : read_rows(b, A, 0, which, cap)) ASSERT_EQ(x, 0.0f);
 
   // 2. A alone, one token at slot 5 (rows straight into the cache), last row only.
-  positions[0] = 5;
   const SeqSpan<CpuBackend::KvBlock> one{&A, 5, 1, 0, 6, nullptr};
-  b.begin_forward({&one, 1}, tokens.data(), positions.data(), 1);
-  rows = b.kv_rows(layer, h);
-  const std::vector<float> k2 = random_floats(kf, rng), v2 = random_floats(vf, rng);
-  const std::vector<float> q2 = random_floats(h.q_width(), rng);
-  std::memcpy(rows.k.get(), k2.data(), kf * sizeof(float));
-  std::memcpy(rows.v.get(), v2.data(), vf * sizeof(float));
-  std::vector<float> out2(h.out_width());
-  b.attend(layer, CpuBackend::CF(q2.data()), 1, true, CpuBackend::F(out2.data()), h);
-  b.end_forward();
-  {
-    std::vector<const float*> keys, values;
-    for (int r = 0; r < 5; ++r) keys.push_back(&k1[r * kf]), values.push_back(&v1[r * vf]);
-    keys.push_back(k2.data());
-    values.push_back(v2.data());
-    expect_near_reference(out2.data(), reference(q2.data(), keys, values, h), "direct append");
-  }
+  const AttendPass p2 = attend_pass(b, {&one, 1}, {5}, 1, true, layer, h, rng);
+  Visible chain;  // A's chain: slots 0..5
+  for (int r = 0; r < 5; ++r) chain.add(p1, r, h);
+  chain.add(p2, 0, h);
+  expect_near_reference(p2.out.data(), reference(p2.q.data(), chain.keys, chain.values, h),
+                        "direct append");
 
   // 3. A token tree under slot 5: nodes at slots 6, 7, 8 with parents 5, 6, 5.
   const std::int32_t parents[3] = {5, 6, 5};
-  for (int i = 0; i < 3; ++i) positions[i] = i == 1 ? 7 : 6;
   const SeqSpan<CpuBackend::KvBlock> tree{&A, 6, 3, 0, 6, parents};
-  b.begin_forward({&tree, 1}, tokens.data(), positions.data(), 3);
-  rows = b.kv_rows(layer, h);
-  const std::vector<float> k3 = random_floats(3 * kf, rng), v3 = random_floats(3 * vf, rng);
-  const std::vector<float> q3 = random_floats(3 * h.q_width(), rng);
-  std::memcpy(rows.k.get(), k3.data(), k3.size() * sizeof(float));
-  std::memcpy(rows.v.get(), v3.data(), v3.size() * sizeof(float));
-  std::vector<float> out3(3 * h.out_width());
-  b.attend(layer, CpuBackend::CF(q3.data()), 3, false, CpuBackend::F(out3.data()), h);
-  b.end_forward();
+  const AttendPass p3 = attend_pass(b, {&tree, 1}, {6, 7, 6}, 3, false, layer, h, rng);
   for (int node = 0; node < 3; ++node) {
-    std::vector<const float*> keys, values;  // the chain, then the node's ancestors and itself
-    for (int r = 0; r < 5; ++r) keys.push_back(&k1[r * kf]), values.push_back(&v1[r * vf]);
-    keys.push_back(k2.data());
-    values.push_back(v2.data());
-    if (node == 1) keys.push_back(&k3[0]), values.push_back(&v3[0]);
-    keys.push_back(&k3[node * kf]);
-    values.push_back(&v3[node * vf]);
-    expect_near_reference(&out3[node * h.out_width()],
-                          reference(&q3[node * h.q_width()], keys, values, h),
+    Visible seen = chain;  // then the node's ancestors and itself
+    if (node == 1) seen.add(p3, 0, h);
+    seen.add(p3, node, h);
+    expect_near_reference(&p3.out[node * h.out_width()],
+                          reference(&p3.q[node * h.q_width()], seen.keys, seen.values, h),
                           "tree node " + std::to_string(node));
   }
   // The region is back in slot order.
   const std::vector<float> keys_after = read_rows(b, A, layer, 0, 9);
   const std::vector<float> values_after = read_rows(b, A, layer, 1, 9);
-  EXPECT_EQ(std::vector<float>(keys_after.begin() + 6 * kf, keys_after.end()), k3);
-  EXPECT_EQ(std::vector<float>(values_after.begin() + 6 * vf, values_after.end()), v3);
+  EXPECT_EQ(std::vector<float>(keys_after.begin() + 6 * kf, keys_after.end()), p3.k);
+  EXPECT_EQ(std::vector<float>(values_after.begin() + 6 * vf, values_after.end()), p3.v);
 
   // 4. Keeping node 8 (region row 2) moves its key and value to slot 6, in every layer.
   const int kept[1] = {2};
@@ -262,11 +261,11 @@ TEST(CpuBackendAttention, KeyAndValueWidthsMayDiffer) {
   const std::vector<float> keys_kept = read_rows(b, A, layer, 0, 7);
   const std::vector<float> values_kept = read_rows(b, A, layer, 1, 7);
   EXPECT_EQ(std::vector<float>(keys_kept.begin() + 6 * kf, keys_kept.end()),
-            std::vector<float>(k3.begin() + 2 * kf, k3.end()));
+            std::vector<float>(p3.k.begin() + 2 * kf, p3.k.end()));
   EXPECT_EQ(std::vector<float>(values_kept.begin() + 6 * vf, values_kept.end()),
-            std::vector<float>(v3.begin() + 2 * vf, v3.end()));
+            std::vector<float>(p3.v.begin() + 2 * vf, p3.v.end()));
   EXPECT_EQ(std::vector<float>(keys_kept.begin(), keys_kept.begin() + 5 * kf),
-            std::vector<float>(k1.begin(), k1.begin() + 5 * kf));
+            std::vector<float>(p1.k.begin(), p1.k.begin() + 5 * kf));
 }
 
 TEST(LayerKinds, TheSchemasPerLayerRowsAreHeldByTheLayersOfTheirKind) {
