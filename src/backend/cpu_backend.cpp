@@ -39,6 +39,16 @@ const float* bias_of(const CpuBackend::Weight* bias) {
   return reinterpret_cast<const float*>(bias->data);
 }
 
+// Throws unless every staged sequence's block holds keys and values of these heads' widths.
+void check_widths(std::span<const SeqSpan<CpuBackend::KvBlock>> seqs, const AttentionHeads& h,
+                  const char* op) {
+  for (const SeqSpan<CpuBackend::KvBlock>& s : seqs)
+    SPEC_CHECK(s.kv->key_floats == h.key_floats() && s.kv->value_floats == h.value_floats(),
+               op << ": a cache of " << s.kv->key_floats << " + " << s.kv->value_floats
+                  << " floats per token for heads of " << h.key_floats() << " + "
+                  << h.value_floats());
+}
+
 }  // namespace
 
 CpuBackend::CpuBackend(int threads) : threads_(std::max(1, threads)) {}
@@ -192,16 +202,13 @@ void CpuBackend::add_bias(F y, const Weight& bias, int n, int dim) {
 }
 
 CpuBackend::KvRows CpuBackend::kv_rows(int layer, const AttentionHeads& heads) {
+  check_widths(seqs_, heads, "kv_rows");
   const std::size_t key_floats = static_cast<std::size_t>(heads.key_floats());
   const std::size_t value_floats = static_cast<std::size_t>(heads.value_floats());
   if (direct_kv_) {
     // One sequence (prefill, decode, verify): straight to its place in the cache (same
     // [token, floats] layout).
     KvBlock& kv = *seqs_.front().kv;
-    SPEC_CHECK(kv.key_floats == heads.key_floats() && kv.value_floats == heads.value_floats(),
-               "kv_rows: a cache of " << kv.key_floats << " + " << kv.value_floats
-                                      << " floats per token for heads of " << key_floats << " + "
-                                      << value_floats);
     const std::size_t slot = static_cast<std::size_t>(seqs_.front().start);
     return {F(kv.keys(layer) + slot * key_floats), F(kv.values(layer) + slot * value_floats)};
   }
@@ -220,6 +227,7 @@ void CpuBackend::attend(int layer, CF q, int m, bool last_only, F out,
   SPEC_CHECK(m == (last_only ? n_seqs : n_), "attend: " << m << " query rows for a batch of "
                                                         << n_seqs << " sequences, " << n_
                                                         << " tokens");
+  check_widths(seqs_, heads, "attend");  // here: a throw inside the parallel loop would abort
   // Sequences are independent: several of them (batched decode) run on different threads, each
   // attention call then single-threaded; one long sequence (prefill) splits its (token, head)
   // pairs instead.
@@ -230,10 +238,6 @@ void CpuBackend::attend(int layer, CF q, int m, bool last_only, F out,
       return;
     }
     KvBlock& kv = *s.kv;
-    SPEC_CHECK(kv.key_floats == heads.key_floats() && kv.value_floats == heads.value_floats(),
-               "attend: a cache of " << kv.key_floats << " + " << kv.value_floats
-                                     << " floats per token for heads of " << key_floats << " + "
-                                     << value_floats);
     const std::size_t off = static_cast<std::size_t>(s.first_row);
     if (!direct_kv_) {
       const std::size_t start = static_cast<std::size_t>(s.start);

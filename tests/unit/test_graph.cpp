@@ -266,6 +266,18 @@ TEST(CpuBackendAttention, KeyAndValueWidthsMayDiffer) {
             std::vector<float>(p3.v.begin() + 2 * vf, p3.v.end()));
   EXPECT_EQ(std::vector<float>(keys_kept.begin(), keys_kept.begin() + 5 * kf),
             std::vector<float>(p1.k.begin(), p1.k.begin() + 5 * kf));
+
+  // Heads of other widths than the cache's are refused, not read past its rows.
+  const AttentionHeads swapped{4, 2, 16, 24};
+  const std::int32_t zero = 0, at = 7;
+  const SeqSpan<CpuBackend::KvBlock> next{&A, 7, 1, 0, 8, nullptr};
+  b.begin_forward({&next, 1}, &zero, &at, 1);
+  EXPECT_THROW(b.kv_rows(layer, swapped), Error);
+  std::vector<float> q(swapped.q_width()), out(swapped.out_width());
+  EXPECT_THROW(
+      b.attend(layer, CpuBackend::CF(q.data()), 1, false, CpuBackend::F(out.data()), swapped),
+      Error);
+  b.end_forward();
 }
 
 TEST(LayerKinds, TheSchemasPerLayerRowsAreHeldByTheLayersOfTheirKind) {
