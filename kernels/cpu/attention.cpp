@@ -1,5 +1,7 @@
 // attention: causal grouped-query attention of a window of new tokens over a float32 KV cache.
-// Layout: q, out [n_tokens, n_heads*head_dim]; k, v [positions, n_kv_heads, head_dim]. Query i
+// Layout: q [n_tokens, n_heads*key_dim], out [n_tokens, n_heads*value_dim]; k [positions,
+// n_kv_heads, key_dim], v [positions, n_kv_heads, value_dim] (key_dim = value_dim in the Llama
+// family; MLA's differ). Query i
 // is at position start + i and attends to keys 0..start+i. Threads split (block of 4 consecutive
 // queries, head) units, whose queries share the loads of keys and values; scores live in a
 // per-thread buffer that only grows.
@@ -185,38 +187,59 @@ void weighted_sum_block(const float* w, std::int64_t w_stride, const int* n_keys
   }
 }
 
+// Where a head's queries, keys, values and outputs are: rows of key_dim (q, k) and value_dim
+// (v, out) floats at these strides.
+struct HeadRows {
+  std::int64_t q_stride, k_stride, v_stride, out_stride;
+  int key_dim, value_dim;
+};
+
 template <int QB>
-void attend_block(const float* q, std::int64_t q_stride, const float* k, const float* v,
-                  std::int64_t kv_stride, int head_dim, const int* n_keys, float scale,
-                  float* scores, std::int64_t s_stride, float* out) {
-  scores_block<QB>(q, q_stride, k, kv_stride, head_dim, n_keys[QB - 1], scale, scores, s_stride);
+void attend_block(const float* q, const float* k, const float* v, const HeadRows& r,
+                  const int* n_keys, float scale, float* scores, std::int64_t s_stride,
+                  float* out) {
+  scores_block<QB>(q, r.q_stride, k, r.k_stride, r.key_dim, n_keys[QB - 1], scale, scores,
+                   s_stride);
   softmax_rows<QB>(scores, s_stride, n_keys);
-  weighted_sum_block<QB>(scores, s_stride, n_keys, v, kv_stride, head_dim, out, q_stride);
+  weighted_sum_block<QB>(scores, s_stride, n_keys, v, r.v_stride, r.value_dim, out, r.out_stride);
 }
 #else
+// Where a head's queries, keys and values are (one query at a time: no query or output strides).
+struct HeadRows {
+  std::int64_t k_stride, v_stride;
+  int key_dim, value_dim;
+};
+
 // One query at a time: dot products, softmax (ops.h, a sequential sum), repeated axpy.
-void attend_one(const float* q, const float* k, const float* v, std::int64_t kv_stride,
-                int head_dim, int n_keys, float scale, float* scores, float* out) {
+void attend_one(const float* q, const float* k, const float* v, const HeadRows& r, int n_keys,
+                float scale, float* scores, float* out) {
   for (int p = 0; p < n_keys; ++p)
-    scores[p] = detail::dot_f32(q, k + p * kv_stride, head_dim) * scale;
+    scores[p] = detail::dot_f32(q, k + p * r.k_stride, r.key_dim) * scale;
   softmax(scores, n_keys);
-  for (int d = 0; d < head_dim; ++d) out[d] = 0.f;
-  for (int p = 0; p < n_keys; ++p) detail::axpy(scores[p], v + p * kv_stride, out, head_dim);
+  for (int d = 0; d < r.value_dim; ++d) out[d] = 0.f;
+  for (int p = 0; p < n_keys; ++p) detail::axpy(scores[p], v + p * r.v_stride, out, r.value_dim);
 }
 #endif
 
 }  // namespace
 
-void attention(const float* q, int n_tokens, int n_heads, int n_kv_heads, int head_dim,
-               const float* k, const float* v, int start, float* out) {
+void attention(const float* q, int n_tokens, int n_heads, int n_kv_heads, int key_dim,
+               int value_dim, const float* k, const float* v, int start, float* out) {
   const int group = n_heads / n_kv_heads;
-  const float scale = 1.0f / __builtin_sqrtf(static_cast<float>(head_dim));
-  const std::int64_t q_stride = static_cast<std::int64_t>(n_heads) * head_dim;
-  const std::int64_t kv_stride = static_cast<std::int64_t>(n_kv_heads) * head_dim;
+  const float scale = 1.0f / __builtin_sqrtf(static_cast<float>(key_dim));
+  const std::int64_t q_stride = static_cast<std::int64_t>(n_heads) * key_dim;
+  const std::int64_t out_stride = static_cast<std::int64_t>(n_heads) * value_dim;
+  const std::int64_t k_stride = static_cast<std::int64_t>(n_kv_heads) * key_dim;
+  const std::int64_t v_stride = static_cast<std::int64_t>(n_kv_heads) * value_dim;
   const int n_blocks = (n_tokens + kQueryBlock - 1) / kQueryBlock;
   const int n_units = n_blocks * n_heads;
-  const std::int64_t work =
-      static_cast<std::int64_t>(n_tokens) * n_heads * (start + n_tokens) * head_dim;
+  const std::int64_t work = static_cast<std::int64_t>(n_tokens) * n_heads * (start + n_tokens) *
+                            detail::max_of(key_dim, value_dim);
+#ifdef SPECRUN_CPU_AVX512
+  const HeadRows rows{q_stride, k_stride, v_stride, out_stride, key_dim, value_dim};
+#else
+  const HeadRows rows{k_stride, v_stride, key_dim, value_dim};
+#endif
 
   // Units: (head, block of kQueryBlock consecutive queries), head-major: the units a thread
   // takes one after the other mostly read the same head's keys and values.
@@ -232,33 +255,28 @@ void attention(const float* q, int n_tokens, int n_heads, int n_kv_heads, int he
     static thread_local detail::Scratch<float> scores_buffer;
     float* scores = scores_buffer.get(static_cast<std::size_t>(s_stride) * kQueryBlock);
 
-    const float* qh = q + t0 * q_stride + static_cast<std::int64_t>(h) * head_dim;
-    const float* kh = k + static_cast<std::int64_t>(kv) * head_dim;
-    const float* vh = v + static_cast<std::int64_t>(kv) * head_dim;
-    float* oh = out + t0 * q_stride + static_cast<std::int64_t>(h) * head_dim;
+    const float* qh = q + t0 * q_stride + static_cast<std::int64_t>(h) * key_dim;
+    const float* kh = k + static_cast<std::int64_t>(kv) * key_dim;
+    const float* vh = v + static_cast<std::int64_t>(kv) * value_dim;
+    float* oh = out + t0 * out_stride + static_cast<std::int64_t>(h) * value_dim;
 #ifdef SPECRUN_CPU_AVX512
     switch (nq) {
       case 4:
-        attend_block<4>(qh, q_stride, kh, vh, kv_stride, head_dim, n_keys, scale, scores, s_stride,
-                        oh);
+        attend_block<4>(qh, kh, vh, rows, n_keys, scale, scores, s_stride, oh);
         break;
       case 3:
-        attend_block<3>(qh, q_stride, kh, vh, kv_stride, head_dim, n_keys, scale, scores, s_stride,
-                        oh);
+        attend_block<3>(qh, kh, vh, rows, n_keys, scale, scores, s_stride, oh);
         break;
       case 2:
-        attend_block<2>(qh, q_stride, kh, vh, kv_stride, head_dim, n_keys, scale, scores, s_stride,
-                        oh);
+        attend_block<2>(qh, kh, vh, rows, n_keys, scale, scores, s_stride, oh);
         break;
       default:
-        attend_block<1>(qh, q_stride, kh, vh, kv_stride, head_dim, n_keys, scale, scores, s_stride,
-                        oh);
+        attend_block<1>(qh, kh, vh, rows, n_keys, scale, scores, s_stride, oh);
         break;
     }
 #else
     for (int i = 0; i < nq; ++i)
-      attend_one(qh + i * q_stride, kh, vh, kv_stride, head_dim, n_keys[i], scale, scores,
-                 oh + i * q_stride);
+      attend_one(qh + i * q_stride, kh, vh, rows, n_keys[i], scale, scores, oh + i * out_stride);
 #endif
   }
 }

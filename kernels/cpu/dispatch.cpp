@@ -141,9 +141,9 @@ void rope_apply(float* x, int n_tokens, int n_heads, int head_dim, std::int64_t 
   kernels().rope_apply(x, n_tokens, n_heads, head_dim, row_stride, cos_sin);
 }
 
-void attention(const float* q, int n_tokens, int n_heads, int n_kv_heads, int head_dim,
-               const float* k, const float* v, int start, float* out) {
-  kernels().attention(q, n_tokens, n_heads, n_kv_heads, head_dim, k, v, start, out);
+void attention(const float* q, int n_tokens, int n_heads, int n_kv_heads, int key_dim,
+               int value_dim, const float* k, const float* v, int start, float* out) {
+  kernels().attention(q, n_tokens, n_heads, n_kv_heads, key_dim, value_dim, k, v, start, out);
 }
 
 void silu_mul(const float* gate, const float* up, float* out, std::size_t n) {

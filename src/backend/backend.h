@@ -4,23 +4,26 @@
 // over it (model/llama_model.h), so every buffer, weight and KV block it touches has the
 // backend's own type: handing a CUDA weight or a device pointer to a CPU op is a compile error.
 // Only the engine, which picks the backend at run time, sees backend-neutral handles
-// (LanguageModel, KvCache, LogitsView), and those are checked at run time.
+// (LanguageModel, DraftHead, KvCache, and the RowsView of a forward call's logits and hidden
+// states: model/language_model.h), and those are checked at run time (a RowsView names its
+// backend).
 //
 // What a backend provides (the concept `Backend` below spells it out):
 //  - memory: typed pointers into float32 activation scratch (`F`, `CF`), weights prepared from
 //    host tensors once at load (`Weight`: matrices in the backend's layout, norm vectors,
 //    float32 biases; gate/up as one pair), one sequence's KV storage (`KvBlock`);
-//  - plain ops: embedding gather, linear layer, RMSNorm, residual add, RoPE table and rotation,
-//    KV append and causal attention over the staged batch, row moves, vocabulary unsharding,
-//    and the tensor-parallel collectives on its buffers (handed to the group's Communicator:
-//    MPI on host memory for the CPU, NCCL on device memory for CUDA, which records them into
-//    the pass's step graph with its kernels);
-//  - fused ops, each an optional capability with a default composition of the plain ops
-//    (backend/default_ops.h): add+RMSNorm, several linears over one input, SwiGLU in the
-//    matmul, (add+)RMSNorm with the linears or SwiGLU after it, a linear added to the residual
-//    stream (now, or by the norm after it), RoPE of q and k with the KV append and attention. A
-//    backend that has a faster kernel overrides the default; the result must be bitwise what the
-//    composition gives on that backend.
+//  - plain ops: embedding gather, linear layer, SwiGLU over a prepared gate/up pair, RMSNorm,
+//    residual add, RoPE table and rotation, KV append and causal attention over the staged
+//    batch, row moves, vocabulary unsharding, and the tensor-parallel collectives on its buffers
+//    (handed to the group's Communicator: MPI on host memory for the CPU, NCCL on device memory
+//    for CUDA, which records them into the pass's step graph with its kernels).
+// Fused ops are not part of the concept: each is an optional member with a default composition
+// of the plain ops (backend/default_ops.h: add+RMSNorm, several linears over one input,
+// (add+)RMSNorm with the linears or SwiGLU after it, a linear added to the residual stream (now,
+// or by the norm after it), RoPE of q and k with the KV append and attention). A graph calls
+// them through `fused::` (default_ops.h), which uses the backend's member when it has one and
+// the composition otherwise; a member must give bitwise what the composition gives on that
+// backend.
 #pragma once
 
 #include <concepts>
@@ -115,10 +118,27 @@ struct SeqSpan {
   bool has_tree() const { return tree_base < start + n_tokens; }
 };
 
-// The shape of every KV block of a model on one rank: [layers][K, V][capacity][row floats].
+// The heads of one attention layer on one rank. Query head h reads kv head h / (heads /
+// kv_heads) (grouped-query attention; heads a multiple of kv_heads). A query and a key have
+// key_dim floats per head (scores are scaled by 1/sqrt(key_dim)), a value and an output row
+// value_dim: the Llama family has key_dim = value_dim = head_dim; MLA (DeepSeek-V2/V3) has
+// key_dim 192 (128 without RoPE + 64 with it) and value_dim 128.
+struct AttentionHeads {
+  int heads = 0, kv_heads = 0;
+  int key_dim = 0, value_dim = 0;
+  // Floats per token: of q, of the attention output, of the keys and of the values of a token.
+  std::int64_t q_width() const { return static_cast<std::int64_t>(heads) * key_dim; }
+  std::int64_t out_width() const { return static_cast<std::int64_t>(heads) * value_dim; }
+  int key_floats() const { return kv_heads * key_dim; }
+  int value_floats() const { return kv_heads * value_dim; }
+};
+
+// The shape of every KV block of a model on one rank: per layer, the keys [capacity][key_floats]
+// then the values [capacity][value_floats].
 struct KvShape {
   int layers = 0;
-  int row_floats = 0;  // kv heads of this rank * head_dim
+  int key_floats = 0;    // kv heads of this rank * key_dim
+  int value_floats = 0;  // kv heads of this rank * value_dim
 };
 
 // The interface as a concept: a type is a backend when it has these members (CpuBackend and
@@ -126,13 +146,13 @@ struct KvShape {
 // CPU reference (kernels/cpu/ops.h) and are written at CpuBackend's declarations.
 template <class B>
 concept Backend = requires(B b, typename B::F f, typename B::CF cf, const typename B::Weight& w,
-                           typename B::KvBlock& kv, const typename B::KvRows& rows,
+                           typename B::KvBlock& kv, const AttentionHeads& heads,
                            const typename B::Floats& floats, const HostTensor& h,
-                           std::span<const typename B::LinearOut> outs,
                            std::span<const SeqSpan<typename B::KvBlock>> seqs,
                            std::span<const int> idx, const std::int32_t* ids, float* host, int i,
                            float eps, std::size_t z, Communicator& comm) {
   { B::kKind } -> std::convertible_to<BackendKind>;
+  typename B::LinearOut;  // {const Weight* w; const Weight* bias; F y}: an output of linear_multi
   // Weights and storage, at load.
   { b.weight_bytes(h, WeightUse::kLinear) } -> std::same_as<std::size_t>;
   b.reserve_weights(z);
@@ -147,11 +167,12 @@ concept Backend = requires(B b, typename B::F f, typename B::CF cf, const typena
   b.rope_table(floats, i, f);
   b.rope_apply(f, i, i, i, std::int64_t{}, cf);
   b.linear(cf, i, w, &w, f);
+  b.swiglu(cf, i, w, f);
   b.rmsnorm(cf, i, i, w, eps, f);
   b.add_inplace(f, cf, z);
   b.add_bias(f, w, i, i);
-  { b.kv_rows(i, i) } -> std::same_as<typename B::KvRows>;
-  b.attend(i, cf, i, false, f, i, i, i);
+  { b.kv_rows(i, heads) } -> std::same_as<typename B::KvRows>;
+  b.attend(i, cf, i, false, f, heads);
   b.keep_last_rows(f, z);
   b.gather_rows(cf, z, idx, f);
   b.copy_rows(f, z, cf, z, i, z);
@@ -159,14 +180,6 @@ concept Backend = requires(B b, typename B::F f, typename B::CF cf, const typena
   b.all_reduce_sum(comm, f, z);
   b.all_gather(comm, cf, f, z);
   b.end_forward();
-  // The fused ops (default compositions in backend/default_ops.h).
-  b.add_rmsnorm(f, cf, i, i, w, eps, f);
-  b.linear_multi(cf, i, outs);
-  b.swiglu(cf, i, w, f);
-  b.rope_attend(i, rows, f, i, cf, f, i, i, i);
-  { b.linear_residual(cf, i, w, &w, f, f) } -> std::same_as<typename B::CF>;
-  b.add_rmsnorm_linear_multi(f, cf, i, i, w, eps, f, outs);
-  b.add_rmsnorm_swiglu(f, cf, i, i, w, eps, f, w, f);
   // Outside a forward call.
   b.kv_keep(kv, i, i, idx);
   b.read(cf, z, host);

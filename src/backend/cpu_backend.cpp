@@ -7,13 +7,16 @@
 #include <cerrno>
 #include <cstring>
 
-#include "backend/default_ops.h"
+#include "backend/default_ops.h"  // the Fuses* concepts
 #include "common/error.h"
 #include "kernels/cpu/ops.h"
 
 namespace specrun {
 
 static_assert(Backend<CpuBackend>, "CpuBackend has every member the model graphs use");
+// Its fused kernels; the other fused ops are their default compositions.
+static_assert(FusesAddRmsnorm<CpuBackend> && FusesLinearMulti<CpuBackend>,
+              "CpuBackend's add_rmsnorm and linear_multi are the ones fused:: calls");
 
 namespace {
 
@@ -34,6 +37,16 @@ const float* bias_of(const CpuBackend::Weight* bias) {
   if (bias == nullptr) return nullptr;
   SPEC_CHECK(bias->dtype == DType::kF32, "biases are float32 on the CPU backend");
   return reinterpret_cast<const float*>(bias->data);
+}
+
+// Throws unless every staged sequence's block holds keys and values of these heads' widths.
+void check_widths(std::span<const SeqSpan<CpuBackend::KvBlock>> seqs, const AttentionHeads& h,
+                  const char* op) {
+  for (const SeqSpan<CpuBackend::KvBlock>& s : seqs)
+    SPEC_CHECK(s.kv->key_floats == h.key_floats() && s.kv->value_floats == h.value_floats(),
+               op << ": a cache of " << s.kv->key_floats << " + " << s.kv->value_floats
+                  << " floats per token for heads of " << h.key_floats() << " + "
+                  << h.value_floats());
 }
 
 }  // namespace
@@ -112,9 +125,10 @@ CpuBackend::KvBlock CpuBackend::new_kv_block(const KvShape& shape, int capacity)
   SPEC_CHECK(capacity > 0, "KV cache capacity must be positive, got " << capacity);
   KvBlock b;
   b.capacity = capacity;
-  b.row_floats = shape.row_floats;
-  b.data.resize(static_cast<std::size_t>(shape.layers) * 2 * static_cast<std::size_t>(capacity) *
-                static_cast<std::size_t>(shape.row_floats));
+  b.key_floats = shape.key_floats;
+  b.value_floats = shape.value_floats;
+  b.data.resize(static_cast<std::size_t>(shape.layers) * static_cast<std::size_t>(capacity) *
+                (static_cast<std::size_t>(shape.key_floats) + shape.value_floats));
   return b;
 }
 
@@ -178,21 +192,6 @@ void CpuBackend::add_rmsnorm(F x, CF delta, int n, int dim, const Weight& w, flo
   cpu::add_rmsnorm(x.get(), delta.get(), n, dim, w.data, w.dtype, eps, y.get());
 }
 
-CpuBackend::CF CpuBackend::linear_residual(CF in, int n, const Weight& w, const Weight* bias, F tmp,
-                                           F /*x: added to by the next add_rmsnorm op*/) {
-  return compose_linear_residual(*this, in, n, w, bias, tmp);
-}
-
-void CpuBackend::add_rmsnorm_linear_multi(F x, CF delta, int n, int dim, const Weight& norm,
-                                          float eps, F xn, std::span<const LinearOut> outs) {
-  compose_add_rmsnorm_linear_multi(*this, x, delta, n, dim, norm, eps, xn, outs);
-}
-
-void CpuBackend::add_rmsnorm_swiglu(F x, CF delta, int n, int dim, const Weight& norm, float eps,
-                                    F xn, const Weight& gate_up, F y) {
-  compose_add_rmsnorm_swiglu(*this, x, delta, n, dim, norm, eps, xn, gate_up, y);
-}
-
 void CpuBackend::add_inplace(F y, CF x, std::size_t n) {
   cpu::add_inplace(y.get(), x.get(), n);
 }
@@ -202,51 +201,57 @@ void CpuBackend::add_bias(F y, const Weight& bias, int n, int dim) {
   for (int t = 0; t < n; ++t) cpu::add_inplace(y.get() + static_cast<std::size_t>(t) * dim, b, dim);
 }
 
-CpuBackend::KvRows CpuBackend::kv_rows(int layer, int row_floats) {
+CpuBackend::KvRows CpuBackend::kv_rows(int layer, const AttentionHeads& heads) {
+  check_widths(seqs_, heads, "kv_rows");
+  const std::size_t key_floats = static_cast<std::size_t>(heads.key_floats());
+  const std::size_t value_floats = static_cast<std::size_t>(heads.value_floats());
   if (direct_kv_) {
     // One sequence (prefill, decode, verify): straight to its place in the cache (same
-    // [token, row_floats] layout).
+    // [token, floats] layout).
     KvBlock& kv = *seqs_.front().kv;
-    const std::size_t row = static_cast<std::size_t>(seqs_.front().start) * row_floats;
-    return {F(kv.keys(layer) + row), F(kv.values(layer) + row)};
+    const std::size_t slot = static_cast<std::size_t>(seqs_.front().start);
+    return {F(kv.keys(layer) + slot * key_floats), F(kv.values(layer) + slot * value_floats)};
   }
-  const std::size_t count = static_cast<std::size_t>(n_) * row_floats;
-  k_rows_ = k_.grow(count).get();
-  v_rows_ = v_.grow(count).get();
+  k_rows_ = k_.grow(static_cast<std::size_t>(n_) * key_floats).get();
+  v_rows_ = v_.grow(static_cast<std::size_t>(n_) * value_floats).get();
   return {F(k_rows_), F(v_rows_)};
 }
 
-void CpuBackend::attend(int layer, CF q, int m, bool last_only, F out, int heads, int kv_heads,
-                        int head_dim) {
-  const std::size_t q_width = static_cast<std::size_t>(heads) * head_dim;
-  const std::size_t kv_width = static_cast<std::size_t>(kv_heads) * head_dim;
+void CpuBackend::attend(int layer, CF q, int m, bool last_only, F out,
+                        const AttentionHeads& heads) {
+  const std::size_t q_width = static_cast<std::size_t>(heads.q_width());
+  const std::size_t out_width = static_cast<std::size_t>(heads.out_width());
+  const std::size_t key_floats = static_cast<std::size_t>(heads.key_floats());
+  const std::size_t value_floats = static_cast<std::size_t>(heads.value_floats());
   const int n_seqs = static_cast<int>(seqs_.size());
   SPEC_CHECK(m == (last_only ? n_seqs : n_), "attend: " << m << " query rows for a batch of "
                                                         << n_seqs << " sequences, " << n_
                                                         << " tokens");
+  check_widths(seqs_, heads, "attend");  // here: a throw inside the parallel loop would abort
   // Sequences are independent: several of them (batched decode) run on different threads, each
   // attention call then single-threaded; one long sequence (prefill) splits its (token, head)
   // pairs instead.
   auto one = [&](int b) {
     const SeqSpan<KvBlock>& s = seqs_[b];
     if (s.has_tree()) {
-      attend_tree(layer, s, q, last_only ? b : -1, out, heads, kv_heads, head_dim);
+      attend_tree(layer, s, q, last_only ? b : -1, out, heads);
       return;
     }
     KvBlock& kv = *s.kv;
     const std::size_t off = static_cast<std::size_t>(s.first_row);
     if (!direct_kv_) {
-      const std::size_t count = static_cast<std::size_t>(s.n_tokens) * kv_width;
-      std::memcpy(kv.keys(layer) + static_cast<std::size_t>(s.start) * kv_width,
-                  k_rows_ + off * kv_width, count * sizeof(float));
-      std::memcpy(kv.values(layer) + static_cast<std::size_t>(s.start) * kv_width,
-                  v_rows_ + off * kv_width, count * sizeof(float));
+      const std::size_t start = static_cast<std::size_t>(s.start);
+      const std::size_t tokens = static_cast<std::size_t>(s.n_tokens);
+      std::memcpy(kv.keys(layer) + start * key_floats, k_rows_ + off * key_floats,
+                  tokens * key_floats * sizeof(float));
+      std::memcpy(kv.values(layer) + start * value_floats, v_rows_ + off * value_floats,
+                  tokens * value_floats * sizeof(float));
     }
     // last_only: one query, the last token's, at row b.
     const std::size_t row = last_only ? static_cast<std::size_t>(b) : off;
-    cpu::attention(q.get() + row * q_width, last_only ? 1 : s.n_tokens, heads, kv_heads, head_dim,
-                   kv.keys(layer), kv.values(layer), last_only ? s.start + s.n_tokens - 1 : s.start,
-                   out.get() + row * q_width);
+    cpu::attention(q.get() + row * q_width, last_only ? 1 : s.n_tokens, heads.heads, heads.kv_heads,
+                   heads.key_dim, heads.value_dim, kv.keys(layer), kv.values(layer),
+                   last_only ? s.start + s.n_tokens - 1 : s.start, out.get() + row * out_width);
   };
   if (n_seqs == 1) {
     one(0);
@@ -254,11 +259,6 @@ void CpuBackend::attend(int layer, CF q, int m, bool last_only, F out, int heads
 #pragma omp parallel for schedule(dynamic, 1)
     for (int b = 0; b < n_seqs; ++b) one(b);
   }
-}
-
-void CpuBackend::rope_attend(int layer, const KvRows& kv, F q, int n, CF table, F out, int heads,
-                             int kv_heads, int head_dim) {
-  compose_rope_attend(*this, layer, kv, q, n, table, out, heads, kv_heads, head_dim);
 }
 
 // Tree attention by paths: a node's keys are the chain's (slots [0, tree_base)) followed by its
@@ -269,41 +269,44 @@ void CpuBackend::rope_attend(int layer, const KvRows& kv, F q, int n, CF table, 
 // that decode's (attention's result does not depend on the window). The tree region's rows are
 // kept aside meanwhile and written back in slot order at the end.
 void CpuBackend::attend_tree(int layer, const SeqSpan<KvBlock>& s, CF q, int last_row, F out,
-                             int heads, int kv_heads, int head_dim) {
+                             const AttentionHeads& heads) {
   KvBlock& kv = *s.kv;
-  const std::size_t w = static_cast<std::size_t>(kv_heads) * head_dim;
-  const std::size_t q_width = static_cast<std::size_t>(heads) * head_dim;
+  const std::size_t kw = static_cast<std::size_t>(heads.key_floats());
+  const std::size_t vw = static_cast<std::size_t>(heads.value_floats());
+  const std::size_t q_width = static_cast<std::size_t>(heads.q_width());
+  const std::size_t out_width = static_cast<std::size_t>(heads.out_width());
   const std::size_t off = static_cast<std::size_t>(s.first_row);
   float* keys = kv.keys(layer);
   float* values = kv.values(layer);
   const int end = s.start + s.n_tokens;
+  auto attention = [&](std::size_t q_row, int n_tokens, int start, std::size_t out_row) {
+    cpu::attention(q.get() + q_row * q_width, n_tokens, heads.heads, heads.kv_heads, heads.key_dim,
+                   heads.value_dim, keys, values, start, out.get() + out_row * out_width);
+  };
   // Chain tokens of this call come first: appended and attended as a chain.
   const int n_chain = std::max(0, s.tree_base - s.start);
   if (n_chain > 0) {
-    std::memcpy(keys + static_cast<std::size_t>(s.start) * w, k_rows_ + off * w,
-                n_chain * w * sizeof(float));
-    std::memcpy(values + static_cast<std::size_t>(s.start) * w, v_rows_ + off * w,
-                n_chain * w * sizeof(float));
-    if (last_row < 0)
-      cpu::attention(q.get() + off * q_width, n_chain, heads, kv_heads, head_dim, keys, values,
-                     s.start, out.get() + off * q_width);
+    std::memcpy(keys + static_cast<std::size_t>(s.start) * kw, k_rows_ + off * kw,
+                n_chain * kw * sizeof(float));
+    std::memcpy(values + static_cast<std::size_t>(s.start) * vw, v_rows_ + off * vw,
+                n_chain * vw * sizeof(float));
+    if (last_row < 0) attention(off, n_chain, s.start, off);
   }
   // The whole region's rows, in slot order: earlier calls' nodes from the cache, this call's
   // from scratch.
   const int region = end - s.tree_base;
   static thread_local std::vector<float> tk, tv;
   static thread_local std::vector<int> path;
-  if (tk.size() < static_cast<std::size_t>(region) * w) {
-    tk.resize(static_cast<std::size_t>(region) * w);
-    tv.resize(tk.size());
-  }
+  if (tk.size() < static_cast<std::size_t>(region) * kw)
+    tk.resize(static_cast<std::size_t>(region) * kw);
+  if (tv.size() < static_cast<std::size_t>(region) * vw)
+    tv.resize(static_cast<std::size_t>(region) * vw);
   for (int slot = s.tree_base; slot < end; ++slot) {
-    const std::size_t r = static_cast<std::size_t>(slot - s.tree_base) * w;
+    const std::size_t r = static_cast<std::size_t>(slot - s.tree_base);
     const bool fresh = slot >= s.start;
-    const float* ks = fresh ? k_rows_ + (off + (slot - s.start)) * w : keys + slot * w;
-    const float* vs = fresh ? v_rows_ + (off + (slot - s.start)) * w : values + slot * w;
-    std::memcpy(tk.data() + r, ks, w * sizeof(float));
-    std::memcpy(tv.data() + r, vs, w * sizeof(float));
+    const std::size_t from = fresh ? off + (slot - s.start) : static_cast<std::size_t>(slot);
+    std::memcpy(tk.data() + r * kw, (fresh ? k_rows_ : keys) + from * kw, kw * sizeof(float));
+    std::memcpy(tv.data() + r * vw, (fresh ? v_rows_ : values) + from * vw, vw * sizeof(float));
   }
   const int first_node = std::max(s.start, s.tree_base);
   for (int slot = first_node; slot < end; ++slot) {
@@ -314,28 +317,29 @@ void CpuBackend::attend_tree(int layer, const SeqSpan<KvBlock>& s, CF q, int las
       path.push_back(at - s.tree_base);
     const int depth = static_cast<int>(path.size()) - 1;
     for (int j = 0; j <= depth; ++j) {
-      const std::size_t from = static_cast<std::size_t>(path[depth - j]) * w;
-      const std::size_t to = static_cast<std::size_t>(s.tree_base + j) * w;
-      std::memcpy(keys + to, tk.data() + from, w * sizeof(float));
-      std::memcpy(values + to, tv.data() + from, w * sizeof(float));
+      const std::size_t from = static_cast<std::size_t>(path[depth - j]);
+      const std::size_t to = static_cast<std::size_t>(s.tree_base + j);
+      std::memcpy(keys + to * kw, tk.data() + from * kw, kw * sizeof(float));
+      std::memcpy(values + to * vw, tv.data() + from * vw, vw * sizeof(float));
     }
     const std::size_t row = last_row >= 0 ? static_cast<std::size_t>(last_row) : off + i;
-    cpu::attention(q.get() + row * q_width, 1, heads, kv_heads, head_dim, keys, values,
-                   s.tree_base + depth, out.get() + row * q_width);
+    attention(row, 1, s.tree_base + depth, row);
   }
-  std::memcpy(keys + static_cast<std::size_t>(s.tree_base) * w, tk.data(),
-              static_cast<std::size_t>(region) * w * sizeof(float));
-  std::memcpy(values + static_cast<std::size_t>(s.tree_base) * w, tv.data(),
-              static_cast<std::size_t>(region) * w * sizeof(float));
+  std::memcpy(keys + static_cast<std::size_t>(s.tree_base) * kw, tk.data(),
+              static_cast<std::size_t>(region) * kw * sizeof(float));
+  std::memcpy(values + static_cast<std::size_t>(s.tree_base) * vw, tv.data(),
+              static_cast<std::size_t>(region) * vw * sizeof(float));
 }
 
 void CpuBackend::kv_keep(KvBlock& kv, int layers, int first, std::span<const int> rows) const {
-  const std::size_t w = static_cast<std::size_t>(kv.row_floats);
   for (int layer = 0; layer < layers; ++layer)
-    for (float* base : {kv.keys(layer), kv.values(layer)})
+    for (int which : {0, 1}) {
+      float* base = which == 0 ? kv.keys(layer) : kv.values(layer);
+      const std::size_t w = static_cast<std::size_t>(kv.floats(which));
       for (std::size_t j = 0; j < rows.size(); ++j)  // rows ascending, rows[j] >= j: no overlap
         if (rows[j] != static_cast<int>(j))
           std::memcpy(base + (first + j) * w, base + (first + rows[j]) * w, w * sizeof(float));
+    }
 }
 
 void CpuBackend::keep_last_rows(F a, std::size_t width) {
@@ -376,7 +380,7 @@ void CpuBackend::read(CF src, std::size_t count, float* host) const {
 
 void CpuBackend::read_kv(KvBlock& kv, int layer, int which, int rows, float* host) const {
   const float* p = which == 0 ? kv.keys(layer) : kv.values(layer);
-  std::memcpy(host, p, static_cast<std::size_t>(rows) * kv.row_floats * sizeof(float));
+  std::memcpy(host, p, static_cast<std::size_t>(rows) * kv.floats(which) * sizeof(float));
 }
 
 }  // namespace specrun

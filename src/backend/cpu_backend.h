@@ -3,7 +3,9 @@
 // anonymous, huge-page-backed arena in the layout of cpu::matmul (packed 32-row blocks; gate and
 // up as block pairs for the fused SwiGLU matmul; a tied embedding reads lm_head's packed copy).
 // Every op's numerics are those of kernels/cpu/ops.h; the fused ops are bitwise their
-// compositions, so the one model graph computes bitwise what the CPU kernels define.
+// compositions, so the one model graph computes bitwise what the CPU kernels define. Of the
+// optional fused ops (backend/default_ops.h) it has add_rmsnorm, linear_multi (and swiglu's
+// kernel): the others are their compositions.
 //
 // One CpuBackend per model (it holds that model's weights and the staged state of its current
 // forward call). Not thread-safe: one forward at a time.
@@ -39,17 +41,21 @@ class CpuBackend {
     Layout layout = Layout::kRowMajor;
   };
 
-  // One sequence's keys and values: float32 [layers][K, V][capacity][row_floats].
+  // One sequence's keys and values, float32: per layer the keys [capacity][key_floats], then
+  // the values [capacity][value_floats].
   struct KvBlock {
     std::vector<float> data;
     int capacity = 0;
-    int row_floats = 0;
+    int key_floats = 0, value_floats = 0;
     float* keys(int layer) { return data.data() + offset(layer, 0); }
     float* values(int layer) { return data.data() + offset(layer, 1); }
     std::size_t offset(int layer, int which) const {
-      return (static_cast<std::size_t>(layer) * 2 + which) * static_cast<std::size_t>(capacity) *
-             static_cast<std::size_t>(row_floats);
+      const std::size_t layer_floats = static_cast<std::size_t>(key_floats) + value_floats;
+      return (static_cast<std::size_t>(layer) * layer_floats +
+              (which == 0 ? 0 : static_cast<std::size_t>(key_floats))) *
+             static_cast<std::size_t>(capacity);
     }
+    int floats(int which) const { return which == 0 ? key_floats : value_floats; }
   };
 
   // Growable float32 scratch (grows, never shrinks: no allocation per step once warm).
@@ -112,35 +118,27 @@ class CpuBackend {
     F y;
   };
   void linear_multi(CF x, int n, std::span<const LinearOut> outs);
-  // y = silu(x W_gate^T) * (x W_up^T), in the matmul's epilogue (bitwise the composition).
+  // y = silu(x W_gate^T) * (x W_up^T) of a gate/up pair, in the matmul's epilogue (bitwise two
+  // linears and cpu::silu_mul).
   void swiglu(CF x, int n, const Weight& gate_up, F y);
   void rmsnorm(CF x, int n, int dim, const Weight& w, float eps, F y);
+  // x += delta, y = rmsnorm(x) in one pass (bitwise add_inplace then rmsnorm).
   void add_rmsnorm(F x, CF delta, int n, int dim, const Weight& w, float eps, F y);
-  // The default compositions (backend/default_ops.h): linear_residual leaves its output in tmp
-  // for the add + RMSNorm pass of the op after it (one pass over the residual stream, as before
-  // the ops existed); xn holds the normalised rows.
-  CF linear_residual(CF in, int n, const Weight& w, const Weight* bias, F tmp, F x);
-  void add_rmsnorm_linear_multi(F x, CF delta, int n, int dim, const Weight& norm, float eps, F xn,
-                                std::span<const LinearOut> outs);
-  void add_rmsnorm_swiglu(F x, CF delta, int n, int dim, const Weight& norm, float eps, F xn,
-                          const Weight& gate_up, F y);
   void add_inplace(F y, CF x, std::size_t n);
   void add_bias(F y, const Weight& bias, int n, int dim);
 
-  // Where this forward's keys and values of `layer` go, [n, row_floats] each: straight into the
-  // cache rows when the batch is one sequence, else scratch that attend() appends per sequence.
+  // Where this forward's keys and values of `layer` go, [n, heads.key_floats()] and [n,
+  // heads.value_floats()]: straight into the cache rows when the batch is one sequence, else
+  // scratch that attend() appends per sequence.
   struct KvRows {
     F k, v;
   };
-  KvRows kv_rows(int layer, int row_floats);
+  KvRows kv_rows(int layer, const AttentionHeads& heads);
   // Appends the staged keys/values of `layer` to each sequence's cache (if kv_rows gave
-  // scratch), then causal attention of q [m, heads*hd] over the caches: m = all n rows, or
-  // (last_only) one row per sequence, its last token's, at row b.
-  void attend(int layer, CF q, int m, bool last_only, F out, int heads, int kv_heads, int head_dim);
-  // RoPE of kv.k and q with `table`, then attend (not last_only): the default composition
-  // (backend/default_ops.h); q and kv.k are left rotated.
-  void rope_attend(int layer, const KvRows& kv, F q, int n, CF table, F out, int heads,
-                   int kv_heads, int head_dim);
+  // scratch), then causal attention of q [m, heads.q_width()] over the caches into out [m,
+  // heads.out_width()]: m = all n rows, or (last_only) one row per sequence, its last token's, at
+  // row b. Key and value widths may differ (cpu::attention).
+  void attend(int layer, CF q, int m, bool last_only, F out, const AttentionHeads& heads);
   // Keeps slots [0, first) of `kv` and moves slot first + rows[j] to first + j, every layer
   // (LanguageModel::keep).
   void kv_keep(KvBlock& kv, int layers, int first, std::span<const int> rows) const;
@@ -170,8 +168,8 @@ class CpuBackend {
  private:
   std::byte* carve(std::size_t bytes);
   // attend() of a sequence with a token tree; last_row >= 0: only its last token, at that row.
-  void attend_tree(int layer, const SeqSpan<KvBlock>& s, CF q, int last_row, F out, int heads,
-                   int kv_heads, int head_dim);
+  void attend_tree(int layer, const SeqSpan<KvBlock>& s, CF q, int last_row, F out,
+                   const AttentionHeads& heads);
 
   int threads_;
   std::shared_ptr<std::byte> arena_;

@@ -12,6 +12,10 @@
 namespace specrun {
 
 static_assert(Backend<CudaBackend>, "CudaBackend has every member the model graphs use");
+static_assert(FusesAddRmsnorm<CudaBackend> && FusesLinearMulti<CudaBackend> &&
+                  FusesLinearResidual<CudaBackend> && FusesAddRmsnormLinearMulti<CudaBackend> &&
+                  FusesAddRmsnormSwiglu<CudaBackend> && FusesRopeAttend<CudaBackend>,
+              "CudaBackend has every fused op (the ones fused:: calls)");
 
 static_assert(kCudaBatchInvariantTokens == cuda::kMaxGemvTokens &&
                   kCudaTensorCoreBatchInvariantTokens == cuda::kMaxTensorCoreTokens &&
@@ -166,11 +170,16 @@ int CudaBackend::graph_tokens() const {
 
 CudaBackend::KvBlock CudaBackend::new_kv_block(const KvShape& shape, int capacity) const {
   SPEC_CHECK(capacity > 0, "KV cache capacity must be positive, got " << capacity);
+  SPEC_CHECK(shape.key_floats == shape.value_floats,
+             "the CUDA backend's KV cache holds keys and values of one width; this model's are "
+                 << shape.key_floats << " and " << shape.value_floats
+                 << " floats per token (separate key and value head sizes, as MLA's, run on the "
+                    "CPU backend only for now)");
   const std::size_t bytes = static_cast<std::size_t>(shape.layers) * 2 *
-                            static_cast<std::size_t>(capacity) * shape.row_floats * sizeof(float);
+                            static_cast<std::size_t>(capacity) * shape.key_floats * sizeof(float);
   KvBlock b;
   b.capacity = capacity;
-  b.row_floats = shape.row_floats;
+  b.row_floats = shape.key_floats;
   try {
     b.data.grow(bytes);
   } catch (const Error& e) {
@@ -425,14 +434,31 @@ void CudaBackend::add_bias(F y, const Weight& bias, int n, int dim) {
   launch(&cuda::add_bias, y.get(), static_cast<const float*>(bias.data), n, dim);
 }
 
-CudaBackend::KvRows CudaBackend::kv_rows(int, int row_floats) {
+namespace {
+
+// The CUDA attention kernels take one head_dim for queries, keys and values.
+int one_head_dim(const AttentionHeads& heads, const char* op) {
+  SPEC_CHECK(heads.key_dim == heads.value_dim,
+             op << ": key head size " << heads.key_dim << " differs from value head size "
+                << heads.value_dim
+                << "; the CUDA attention kernels take one head size (MLA runs on the CPU "
+                   "backend only for now)");
+  return heads.key_dim;
+}
+
+}  // namespace
+
+CudaBackend::KvRows CudaBackend::kv_rows(int, const AttentionHeads& heads) {
+  const int row_floats = heads.kv_heads * one_head_dim(heads, "kv_rows");
   kv_row_floats_ = row_floats;
   const std::size_t count = static_cast<std::size_t>(n_) * row_floats;
   return {k_.grow(count), v_.grow(count)};
 }
 
-void CudaBackend::attend(int layer, CF q, int m, bool last_only, F out, int heads, int kv_heads,
-                         int head_dim) {
+void CudaBackend::attend(int layer, CF q, int m, bool last_only, F out,
+                         const AttentionHeads& shape) {
+  const int heads = shape.heads, kv_heads = shape.kv_heads;
+  const int head_dim = one_head_dim(shape, "attend");
   SPEC_CHECK(m == (last_only ? n_seqs_ : n_), "attend: " << m << " query rows for a batch of "
                                                          << n_seqs_ << " sequences, " << n_
                                                          << " tokens");
@@ -444,13 +470,15 @@ void CudaBackend::attend(int layer, CF q, int m, bool last_only, F out, int head
          layer, out.get(), attention_split(m, heads, head_dim));
 }
 
-void CudaBackend::rope_attend(int layer, const KvRows& kv, F q, int n, CF table, F out, int heads,
-                              int kv_heads, int head_dim) {
+void CudaBackend::rope_attend(int layer, const KvRows& kv, F q, int n, CF table, F out,
+                              const AttentionHeads& shape) {
+  const int heads = shape.heads, kv_heads = shape.kv_heads;
+  const int head_dim = one_head_dim(shape, "rope_attend");
   SPEC_CHECK(n == n_, "rope_attend: " << n << " query rows for a pass of " << n_ << " tokens");
   SPEC_CHECK(kv_row_floats_ == kv_heads * head_dim,
              "rope_attend: kv_rows was not called for this layer");
   if (!ctx_->fused_ops()) {
-    compose_rope_attend(*this, layer, kv, q, n, table, out, heads, kv_heads, head_dim);
+    compose_rope_attend(*this, layer, kv, q, n, table, out, shape);
     return;
   }
   launch(&cuda::rope_kv_append, kv.k.get(), kv.v.get(), n_, kv_heads, head_dim, table.get(), slots_,

@@ -1,8 +1,10 @@
 // The CUDA backend: the backend interface (backend/backend.h) on one device. Ops launch
 // kernels/cuda on the rank's compute stream and never synchronise; weights stay in their
 // checkpoint dtype in one device allocation (gate and up concatenated as one [2I, H] matrix);
-// activations and KV caches are float32 in device memory. The fused ops use the default
-// compositions (backend/default_ops.h). Collectives of the graph run on NCCL on the same stream.
+// activations and KV caches are float32 in device memory. It has every optional fused op of
+// backend/default_ops.h, each falling back to the default composition where its kernel does not
+// apply. Keys and values have one width (AttentionHeads with key_dim != value_dim, MLA's, are
+// refused with an error for now). Collectives of the graph run on NCCL on the same stream.
 //
 // CudaContext is the rank's device state (device, stream, cuBLAS, the NCCL communicators) made
 // once per process by the model factory; every CudaBackend of the rank and the token decisions
@@ -122,6 +124,8 @@ class CudaBackend {
     bool pair = false;
   };
 
+  // [layers][K, V][capacity][row_floats] (keys and values of one width: KvShape's key_floats =
+  // value_floats).
   struct KvBlock {
     cuda::DeviceBuffer data;
     int capacity = 0;
@@ -213,13 +217,14 @@ class CudaBackend {
                           const Weight& gate_up, F y);
   void add_inplace(F y, CF x, std::size_t n);
   void add_bias(F y, const Weight& bias, int n, int dim);
-  KvRows kv_rows(int layer, int row_floats);
-  void attend(int layer, CF q, int m, bool last_only, F out, int heads, int kv_heads, int head_dim);
+  // heads.key_dim must equal heads.value_dim (the kernels take one head_dim).
+  KvRows kv_rows(int layer, const AttentionHeads& heads);
+  void attend(int layer, CF q, int m, bool last_only, F out, const AttentionHeads& heads);
   // RoPE of kv.k and q with `table`, the append and attention in two launches (the keys rotated
   // as they are appended, the queries as attention loads them): bitwise the composition
   // (backend/default_ops.h); q and kv.k are left as they were.
-  void rope_attend(int layer, const KvRows& kv, F q, int n, CF table, F out, int heads,
-                   int kv_heads, int head_dim);
+  void rope_attend(int layer, const KvRows& kv, F q, int n, CF table, F out,
+                   const AttentionHeads& heads);
   // LanguageModel::keep's move of the kept slots (kernels/cuda kv_keep).
   void kv_keep(KvBlock& kv, int layers, int first, std::span<const int> rows);
   void keep_last_rows(F a, std::size_t width);

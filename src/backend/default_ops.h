@@ -1,13 +1,59 @@
-// Default compositions of the backend interface's fused ops (backend/backend.h). A backend
-// without a fused kernel implements the op by calling these; a backend with one must produce
-// bitwise what the composition produces on it (the CPU backend's tests check that).
+// The fused ops of the backend interface (backend/backend.h): each an optional member of a
+// backend, with a default composition of the plain ops here.
+//
+// A graph calls a fused op through `fused::` (below): the backend's member when it has one
+// (detected by the Fuses* concept), else the composition `compose_*`. A backend's member must
+// give bitwise what the composition gives on that backend (the CPU backend's tests check its
+// kernels against the compositions; docs/gpu.md the CUDA ones), and may call the composition
+// itself for the cases its kernel does not cover. Each backend's .cpp states which members it has
+// (static_assert on the Fuses* concepts), so that a member whose signature drifts is an error,
+// not a silent fall-back to the composition.
 #pragma once
 
 #include <cstddef>
 #include <cstdint>
 #include <span>
 
+#include "backend/backend.h"
+
 namespace specrun {
+
+// ---- which fused ops a backend has (the member's signature, as the graphs call it).
+
+template <class B>
+concept FusesAddRmsnorm = requires(B b, typename B::F f, typename B::CF cf,
+                                   const typename B::Weight& w, int i, float eps) {
+  b.add_rmsnorm(f, cf, i, i, w, eps, f);
+};
+template <class B>
+concept FusesLinearMulti = requires(B b, typename B::CF cf, int i,
+                                    std::span<const typename B::LinearOut> outs) {
+  b.linear_multi(cf, i, outs);
+};
+template <class B>
+concept FusesLinearResidual = requires(B b, typename B::F f, typename B::CF cf,
+                                       const typename B::Weight& w, int i) {
+  { b.linear_residual(cf, i, w, &w, f, f) } -> std::same_as<typename B::CF>;
+};
+template <class B>
+concept FusesAddRmsnormLinearMulti = requires(B b, typename B::F f, typename B::CF cf,
+                                              const typename B::Weight& w, int i, float eps,
+                                              std::span<const typename B::LinearOut> outs) {
+  b.add_rmsnorm_linear_multi(f, cf, i, i, w, eps, f, outs);
+};
+template <class B>
+concept FusesAddRmsnormSwiglu = requires(B b, typename B::F f, typename B::CF cf,
+                                         const typename B::Weight& w, int i, float eps) {
+  b.add_rmsnorm_swiglu(f, cf, i, i, w, eps, f, w, f);
+};
+template <class B>
+concept FusesRopeAttend = requires(B b, typename B::F f, typename B::CF cf,
+                                   const typename B::KvRows& kv, const AttentionHeads& heads,
+                                   int i) {
+  b.rope_attend(i, kv, f, i, cf, f, heads);
+};
+
+// ---- the default compositions.
 
 // x += delta, then y = rmsnorm(x) with w.
 template <class B>
@@ -15,6 +61,13 @@ void compose_add_rmsnorm(B& b, typename B::F x, typename B::CF delta, int n, int
                          const typename B::Weight& w, float eps, typename B::F y) {
   b.add_inplace(x, delta, static_cast<std::size_t>(n) * dim);
   b.rmsnorm(x, n, dim, w, eps, y);
+}
+
+// Each output on its own.
+template <class B>
+void compose_linear_multi(B& b, typename B::CF x, int n,
+                          std::span<const typename B::LinearOut> outs) {
+  for (const typename B::LinearOut& o : outs) b.linear(x, n, *o.w, o.bias, o.y);
 }
 
 // A row-parallel projection added to the residual stream x (o_proj, down_proj with one rank):
@@ -29,6 +82,14 @@ typename B::CF compose_linear_residual(B& b, typename B::CF in, int n, const typ
   return tmp;
 }
 
+namespace fused {
+template <class B>
+void add_rmsnorm(B& b, typename B::F x, typename B::CF delta, int n, int dim,
+                 const typename B::Weight& w, float eps, typename B::F y);
+template <class B>
+void linear_multi(B& b, typename B::CF x, int n, std::span<const typename B::LinearOut> outs);
+}  // namespace fused
+
 // x += delta (delta may be a null pointer: nothing to add), xn = rmsnorm(x) with `norm` (x [n,
 // dim]), then linear_multi(xn, outs): q, k and v of a layer's input. Afterwards xn holds
 // unspecified values (a fused kernel normalises on the way).
@@ -37,10 +98,10 @@ void compose_add_rmsnorm_linear_multi(B& b, typename B::F x, typename B::CF delt
                                       const typename B::Weight& norm, float eps, typename B::F xn,
                                       std::span<const typename B::LinearOut> outs) {
   if (delta.get() != nullptr)
-    b.add_rmsnorm(x, delta, n, dim, norm, eps, xn);
+    fused::add_rmsnorm(b, x, delta, n, dim, norm, eps, xn);
   else
     b.rmsnorm(x, n, dim, norm, eps, xn);
-  b.linear_multi(xn, n, outs);
+  fused::linear_multi(b, xn, n, outs);
 }
 
 // The same with swiglu(xn) after the norm: the MLP's input. xn as above.
@@ -49,21 +110,27 @@ void compose_add_rmsnorm_swiglu(B& b, typename B::F x, typename B::CF delta, int
                                 const typename B::Weight& norm, float eps, typename B::F xn,
                                 const typename B::Weight& gate_up, typename B::F y) {
   if (delta.get() != nullptr)
-    b.add_rmsnorm(x, delta, n, dim, norm, eps, xn);
+    fused::add_rmsnorm(b, x, delta, n, dim, norm, eps, xn);
   else
     b.rmsnorm(x, n, dim, norm, eps, xn);
   b.swiglu(xn, n, gate_up, y);
 }
 
-// Each output on its own.
+// RoPE of the staged keys kv.k and of q (all n rows of the pass, table rows 0..n-1; key_dim
+// wide heads), then the append and attention (attend, not last_only). Afterwards q and kv.k hold
+// unspecified values: a fused kernel may rotate them on the way instead.
 template <class B>
-void compose_linear_multi(B& b, typename B::CF x, int n,
-                          std::span<const typename B::LinearOut> outs) {
-  for (const typename B::LinearOut& o : outs) b.linear(x, n, *o.w, o.bias, o.y);
+void compose_rope_attend(B& b, int layer, const typename B::KvRows& kv, typename B::F q, int n,
+                         typename B::CF table, typename B::F out, const AttentionHeads& heads) {
+  b.rope_apply(kv.k, n, heads.kv_heads, heads.key_dim, heads.key_floats(), table);
+  b.rope_apply(q, n, heads.heads, heads.key_dim, heads.q_width(), table);
+  b.attend(layer, q, n, false, out, heads);
 }
 
-// y = silu(x gate^T) * (x up^T) through two linears and silu_mul, gate and up products in the
-// scratch g and u ([n, rows] each).
+// A composition a backend may use inside its own swiglu (the plain op over a gate/up pair, whose
+// layout is the backend's): y = silu(x gate^T) * (x up^T) through two linears and the backend's
+// silu_mul, gate and up products in the scratch g and u ([n, rows] each). The CUDA backend's
+// prefill takes it.
 template <class B>
 void compose_swiglu(B& b, typename B::CF x, int n, const typename B::Weight& gate,
                     const typename B::Weight& up, typename B::F g, typename B::F u,
@@ -73,16 +140,65 @@ void compose_swiglu(B& b, typename B::CF x, int n, const typename B::Weight& gat
   b.silu_mul(g, u, y, static_cast<std::size_t>(n) * gate.rows);
 }
 
-// RoPE of the staged keys kv.k and of q (all n rows of the pass, table rows 0..n-1), then the
-// append and attention (attend, not last_only). Afterwards q and kv.k hold unspecified values:
-// a fused kernel may rotate them on the way instead.
+// ---- the fused ops as a graph calls them: the member, or the composition.
+namespace fused {
+
 template <class B>
-void compose_rope_attend(B& b, int layer, const typename B::KvRows& kv, typename B::F q, int n,
-                         typename B::CF table, typename B::F out, int heads, int kv_heads,
-                         int head_dim) {
-  b.rope_apply(kv.k, n, kv_heads, head_dim, static_cast<std::int64_t>(kv_heads) * head_dim, table);
-  b.rope_apply(q, n, heads, head_dim, static_cast<std::int64_t>(heads) * head_dim, table);
-  b.attend(layer, q, n, false, out, heads, kv_heads, head_dim);
+void add_rmsnorm(B& b, typename B::F x, typename B::CF delta, int n, int dim,
+                 const typename B::Weight& w, float eps, typename B::F y) {
+  if constexpr (FusesAddRmsnorm<B>)
+    b.add_rmsnorm(x, delta, n, dim, w, eps, y);
+  else
+    compose_add_rmsnorm(b, x, delta, n, dim, w, eps, y);
 }
+
+template <class B>
+void linear_multi(B& b, typename B::CF x, int n, std::span<const typename B::LinearOut> outs) {
+  if constexpr (FusesLinearMulti<B>)
+    b.linear_multi(x, n, outs);
+  else
+    compose_linear_multi(b, x, n, outs);
+}
+
+// x: the residual stream the projection goes into (a backend that adds in the epilogue).
+template <class B>
+typename B::CF linear_residual(B& b, typename B::CF in, int n, const typename B::Weight& w,
+                               const typename B::Weight* bias, typename B::F tmp, typename B::F x) {
+  if constexpr (FusesLinearResidual<B>)
+    return b.linear_residual(in, n, w, bias, tmp, x);
+  else
+    return compose_linear_residual(b, in, n, w, bias, tmp);
+}
+
+template <class B>
+void add_rmsnorm_linear_multi(B& b, typename B::F x, typename B::CF delta, int n, int dim,
+                              const typename B::Weight& norm, float eps, typename B::F xn,
+                              std::span<const typename B::LinearOut> outs) {
+  if constexpr (FusesAddRmsnormLinearMulti<B>)
+    b.add_rmsnorm_linear_multi(x, delta, n, dim, norm, eps, xn, outs);
+  else
+    compose_add_rmsnorm_linear_multi(b, x, delta, n, dim, norm, eps, xn, outs);
+}
+
+template <class B>
+void add_rmsnorm_swiglu(B& b, typename B::F x, typename B::CF delta, int n, int dim,
+                        const typename B::Weight& norm, float eps, typename B::F xn,
+                        const typename B::Weight& gate_up, typename B::F y) {
+  if constexpr (FusesAddRmsnormSwiglu<B>)
+    b.add_rmsnorm_swiglu(x, delta, n, dim, norm, eps, xn, gate_up, y);
+  else
+    compose_add_rmsnorm_swiglu(b, x, delta, n, dim, norm, eps, xn, gate_up, y);
+}
+
+template <class B>
+void rope_attend(B& b, int layer, const typename B::KvRows& kv, typename B::F q, int n,
+                 typename B::CF table, typename B::F out, const AttentionHeads& heads) {
+  if constexpr (FusesRopeAttend<B>)
+    b.rope_attend(layer, kv, q, n, table, out, heads);
+  else
+    compose_rope_attend(b, layer, kv, q, n, table, out, heads);
+}
+
+}  // namespace fused
 
 }  // namespace specrun

@@ -21,6 +21,7 @@
 
 #include <vector>
 
+#include "backend/default_ops.h"
 #include "dist/communicator.h"
 #include "model/checkpoint.h"
 #include "model/draft_head.h"
@@ -49,7 +50,8 @@ class Eagle3Model final : public DraftHead, private GraphBase<B> {
         config_(config),
         comm_(tp_comm),
         tp_(tp_comm != nullptr ? tp_comm->size() : 1),
-        inv_freq_(config.head.rope_inv_freq()) {
+        inv_freq_(config.head.rope_inv_freq()),
+        residual_(b_) {
     const ModelConfig& c = config_.head;
     HostWeights host =
         load_host_weights(head, tp_, tp_comm != nullptr ? tp_comm->rank() : 0, eagle3_schema());
@@ -71,9 +73,9 @@ class Eagle3Model final : public DraftHead, private GraphBase<B> {
   BackendKind backend() const override { return B::kKind; }
 
   std::unique_ptr<KvCache> new_cache(int capacity) override {
-    const ModelConfig& c = config_.head;
-    return Base::make_cache(capacity, KvShape{1, weights_.plan.kv_heads * c.head_dim},
-                            c.max_position_embeddings);
+    const AttentionHeads heads = attention_heads();
+    return Base::make_cache(capacity, KvShape{1, heads.key_floats(), heads.value_floats()},
+                            config_.head.max_position_embeddings);
   }
   void keep(KvCache& cache, int first, std::span<const int> rows) override {
     Base::keep_path(cache, 1, first, rows);
@@ -88,12 +90,18 @@ class Eagle3Model final : public DraftHead, private GraphBase<B> {
   static std::span<const TensorSpec> with_embedding() {
     static const std::vector<TensorSpec> table = [] {
       std::vector<TensorSpec> t(eagle3_schema().begin(), eagle3_schema().end());
-      t.push_back(TensorSpec{Role::kEmbed, "model.embed_tokens.weight (target)", false, Dim::kVocab,
-                             Dim::kHidden, Split::kReplicated, Part::kNone, Presence::kAlways,
-                             WeightUse::kEmbedding, false});
+      t.push_back(TensorSpec{Role::kEmbed, "model.embed_tokens.weight (target)", Scope::model(),
+                             Dim::kVocab, Dim::kHidden, Split::kReplicated, Part::kNone,
+                             Presence::kAlways, WeightUse::kEmbedding, false});
       return t;
     }();
     return table;
+  }
+
+  // This rank's attention heads (one head_dim for queries, keys and values).
+  AttentionHeads attention_heads() const {
+    return AttentionHeads{weights_.plan.q_heads, weights_.plan.kv_heads, config_.head.head_dim,
+                          config_.head.head_dim};
   }
 
   // d2t (I64 offsets) as target ids, checked; the identity without one.
@@ -130,8 +138,8 @@ class Eagle3Model final : public DraftHead, private GraphBase<B> {
   typename B::Floats inv_freq_dev_;
   ModelWeights<B> weights_;
   std::vector<std::int32_t> d2t_;
-  typename B::Scratch in_, hin_, e_, a_, tmp_, x_, q_, attn_, proj_, act_, xn_, logits_,
-      local_logits_;
+  ResidualStream<B> residual_;
+  typename B::Scratch in_, hin_, e_, a_, tmp_, q_, attn_, act_, xn_;
 };
 
 template <class B>
@@ -166,57 +174,40 @@ ForwardResult Eagle3Model<B>::forward(std::span<const SeqChunk> batch, const Row
   b_.copy_rows(a, 2 * H, tmp, H, n, H);
   b_.rmsnorm(hin, n, H, weights_.get(Role::kHiddenNorm), eps, tmp);
   b_.copy_rows(a + H, 2 * H, tmp, H, n, H);
-  // The residual stream starts as hin (or its norm).
-  F x = x_.grow(N * H);
+  // The residual stream starts as hin (or its norm). o_proj and down_proj go into it
+  // (ResidualStream::add_projection: when sharded, partial sums summed across the group).
+  Communicator* group = tp_ > 1 ? comm_ : nullptr;
+  F x = residual_.begin(n, H, eps, group);
   b_.copy_rows(x, H, config_.norm_before_residual ? CF(tmp) : CF(hin), H, n, H);
 
   // Attention over 2H inputs, one layer (layer 0 of the head's cache).
-  const std::int64_t q_width = static_cast<std::int64_t>(plan.q_heads) * hd;
-  const std::int64_t kv_width = static_cast<std::int64_t>(plan.kv_heads) * hd;
+  const AttentionHeads heads = attention_heads();
   F rope = tmp_.grow(std::max(N * H, N * hd));
   b_.rope_table(inv_freq_dev_, hd, rope);
-  F q = q_.grow(N * q_width);
-  const typename B::KvRows kv = b_.kv_rows(0, static_cast<int>(kv_width));
+  F q = q_.grow(N * heads.q_width());
+  const typename B::KvRows kv = b_.kv_rows(0, heads);
   const typename B::LinearOut qkv[3] = {{&weights_.get(Role::kQ), nullptr, q},
                                         {&weights_.get(Role::kK), nullptr, kv.k},
                                         {&weights_.get(Role::kV), nullptr, kv.v}};
-  b_.linear_multi(a, n, qkv);
-  F attn = attn_.grow(N * q_width);
-  b_.rope_attend(0, kv, q, n, rope, attn, plan.q_heads, plan.kv_heads, hd);
-  // o_proj and down_proj into the residual stream x (GraphBase::add_projection: when sharded,
-  // partial sums summed across the group); each delta added in the next norm's pass, or, where
-  // the backend can with one rank, in the projection's epilogue (the CUDA backend then
-  // normalises inside the gate/up projections' launch).
-  Communicator* group = tp_ > 1 ? comm_ : nullptr;
-  F proj = proj_.grow(N * H), xn = xn_.grow(N * H);
-  CF pending = Base::add_projection(group, attn, n, H, weights_.get(Role::kO), nullptr, proj, x);
-  F act = act_.grow(N * plan.intermediate);
-  b_.add_rmsnorm_swiglu(x, pending, n, H, weights_.get(Role::kPostAttentionNorm), eps, xn,
-                        weights_.get(Role::kGate), act);
-  pending = Base::add_projection(group, act, n, H, weights_.get(Role::kDown), nullptr, proj, x);
+  fused::linear_multi(b_, a, n, qkv);
+  F attn = attn_.grow(N * heads.out_width());
+  fused::rope_attend(b_, 0, kv, q, n, rope, attn, heads);
+  residual_.add_projection(attn, n, weights_.get(Role::kO), nullptr);
+  F xn = xn_.grow(N * H), act = act_.grow(N * plan.intermediate);
+  residual_.norm_swiglu(n, weights_.get(Role::kPostAttentionNorm), xn, weights_.get(Role::kGate),
+                        act);
+  residual_.add_projection(act, n, weights_.get(Role::kDown), nullptr);
   for (const SeqChunk& s : batch) s.cache->advance(s.n_tokens, s.parents);
 
   // Logits over the draft vocabulary: every token's, or each sequence's last (x, the head's
-  // output, complete once the last delta is added).
-  Base::norm_into(x, pending, n, H, weights_.get(Role::kFinalNorm), eps, xn);
+  // output, complete once the norm has added the last delta).
+  residual_.norm(n, weights_.get(Role::kFinalNorm), xn);
   if (!all_logits) b_.keep_last_rows(xn, H);
   const int out_rows = all_logits ? n : static_cast<int>(batch.size());
-  F logits = logits_.grow(static_cast<std::size_t>(out_rows) * c.vocab_size);
-  if (tp_ == 1) {
-    b_.linear(xn, out_rows, weights_.get(Role::kLmHead), nullptr, logits);
-  } else {
-    // Vocab-parallel lm_head, as the target's: local rows, gathered, reordered.
-    const std::size_t local = static_cast<std::size_t>(out_rows) * plan.vocab;
-    F mine = local_logits_.grow(local * (tp_ + 1));
-    F gathered = mine + static_cast<std::ptrdiff_t>(local);
-    b_.linear(xn, out_rows, weights_.get(Role::kLmHead), nullptr, mine);
-    b_.all_gather(*comm_, mine, gathered, local);
-    b_.unshard_vocab(gathered, out_rows, tp_, plan.vocab, logits);
-  }
-  b_.end_forward();
   ForwardResult result;
-  result.logits = RowsView{B::kKind, logits.get(), out_rows, c.vocab_size};
-  result.hidden = RowsView{B::kKind, x.get(), n, H};
+  result.logits = Base::logits(xn, out_rows, weights_.get(Role::kLmHead), c.vocab_size, group);
+  b_.end_forward();
+  result.hidden = RowsView{B::kKind, residual_.x().get(), n, H};
   return result;
 }
 

@@ -1,6 +1,8 @@
 // What every model graph on a backend shares (LlamaModel, Eagle3Model): the backend, the KV
-// storage behind the KvCache handles it gives out (KvStore), and the staging of a forward call
-// for the backend (tokens, positions, token-tree paths, per-sequence spans).
+// storage behind the KvCache handles it gives out (KvStore), the staging of a forward call for
+// the backend (tokens, positions, token-tree paths, per-sequence spans), and the blocks every
+// family has: the residual stream (ResidualStream: projections into it and the norms of it, the
+// fused ops' pending delta kept inside) and the vocab-parallel logits (GraphBase::logits).
 #pragma once
 
 #include <algorithm>
@@ -9,12 +11,124 @@
 #include <vector>
 
 #include "backend/backend.h"
+#include "backend/default_ops.h"
 #include "common/error.h"
 #include "dist/communicator.h"
 #include "model/kv_cache.h"
 #include "model/language_model.h"
 
 namespace specrun {
+
+// The residual stream x [rows, dim] of a forward pass, and the delta not yet added to it.
+//
+// A row-parallel projection (o_proj, down_proj) goes into the stream with add_projection; where
+// the backend can, it adds in the projection's epilogue (CUDA's GEMV path), else its output
+// stays pending (fused::linear_residual; with tp > 1 the projection summed across the group) and
+// the next norm of the stream adds it in the norm's pass (fused::add_rmsnorm_*). Blocks call
+// add_projection and the norms; none of them sees the pending delta. Reading x directly (a
+// captured hidden state, the stream as a head's output) needs settle() first.
+//
+// Owns the stream's storage and the projections' scratch (grown, never shrunk). Not thread-safe;
+// the backend must outlive it.
+template <class B>
+class ResidualStream {
+  using F = typename B::F;
+  using CF = typename B::CF;
+  using Weight = typename B::Weight;
+  using LinearOut = typename B::LinearOut;
+
+ public:
+  explicit ResidualStream(B& b) : b_(b) {}
+  ResidualStream(const ResidualStream&) = delete;
+  ResidualStream& operator=(const ResidualStream&) = delete;
+
+  // Starts a pass of `rows` rows of width dim (x and the projection scratch grown to them,
+  // nothing pending) and returns x for the caller to fill (the embedding). eps: the norms'
+  // epsilon; group: the tensor-parallel group that sums the projections' partial outputs, or
+  // nullptr (one rank, or a replicated graph).
+  F begin(int rows, int dim, float eps, Communicator* group) {
+    dim_ = dim;
+    eps_ = eps;
+    group_ = group;
+    pending_ = CF();
+    pending_rows_ = 0;
+    const std::size_t floats = static_cast<std::size_t>(rows) * dim;
+    proj_.grow(floats);  // grown before any pending delta points into it
+    return x_.grow(floats);
+  }
+
+  // x += in W^T (+ bias) for m rows: in [m, w's inputs] is this rank's share of the columns
+  // (with a group: partial sums, summed across it, the bias once after the sum). Adds what was
+  // pending first (a pending delta and this projection share the scratch).
+  void add_projection(CF in, int m, const Weight& w, const Weight* bias) {
+    settle(pending_rows_);
+    const F proj = proj_.grow(0);
+    if (group_ == nullptr) {
+      pending_ = fused::linear_residual(b_, in, m, w, bias, proj, x());
+    } else {
+      b_.linear(in, m, w, nullptr, proj);
+      b_.all_reduce_sum(*group_, proj, static_cast<std::size_t>(m) * dim_);
+      if (bias != nullptr) b_.add_bias(proj, *bias, m, dim_);
+      pending_ = proj;
+    }
+    pending_rows_ = m;
+  }
+
+  // x += pending, then xn = rmsnorm(x) with `norm`, for the first n rows.
+  void norm(int n, const Weight& norm, F xn) {
+    check_rows(n);
+    if (pending_.get() != nullptr)
+      fused::add_rmsnorm(b_, x(), pending_, n, dim_, norm, eps_, xn);
+    else
+      b_.rmsnorm(x(), n, dim_, norm, eps_, xn);
+    pending_ = CF();
+  }
+  // The same, then fused::linear_multi(xn, outs) (a layer's q, k and v). xn holds unspecified
+  // values afterwards (a fused kernel normalises on the way).
+  void norm_linear_multi(int n, const Weight& norm, F xn, std::span<const LinearOut> outs) {
+    check_rows(n);
+    fused::add_rmsnorm_linear_multi(b_, x(), pending_, n, dim_, norm, eps_, xn, outs);
+    pending_ = CF();
+  }
+  // The same with swiglu(xn) of a gate/up pair into y (an MLP's input).
+  void norm_swiglu(int n, const Weight& norm, F xn, const Weight& gate_up, F y) {
+    check_rows(n);
+    fused::add_rmsnorm_swiglu(b_, x(), pending_, n, dim_, norm, eps_, xn, gate_up, y);
+    pending_ = CF();
+  }
+
+  // Adds what is pending (n rows): x then holds the stream.
+  F settle(int n) {
+    if (pending_.get() != nullptr) {
+      check_rows(n);
+      b_.add_inplace(x(), pending_, static_cast<std::size_t>(n) * dim_);
+      pending_ = CF();
+    }
+    return x();
+  }
+  // Moves each sequence's last row to row b (backend keep_last_rows). Nothing may be pending.
+  void keep_last_rows() {
+    SPEC_CHECK(pending_.get() == nullptr, "keep_last_rows with a delta pending on the stream");
+    b_.keep_last_rows(x(), static_cast<std::size_t>(dim_));
+  }
+  // The stream's storage: complete only when nothing is pending (settle).
+  F x() { return x_.grow(0); }
+
+ private:
+  void check_rows(int n) const {
+    SPEC_CHECK(pending_.get() == nullptr || n == pending_rows_,
+               "a norm of " << n << " rows of the residual stream with " << pending_rows_
+                            << " rows pending");
+  }
+
+  B& b_;
+  typename B::Scratch x_, proj_;
+  CF pending_;  // null: nothing to add
+  int pending_rows_ = 0;
+  int dim_ = 0;
+  float eps_ = 0.0f;
+  Communicator* group_ = nullptr;
+};
 
 template <class B>
 class GraphBase : protected KvStore {
@@ -58,27 +172,25 @@ class GraphBase : protected KvStore {
     b_.read_kv(blocks_[cache.slot()], layer, which, cache.length(), host);
   }
 
-  // x += in W^T (+ bias) for m rows of width dim: a row-parallel projection into the residual
-  // stream (o_proj, down_proj). group: the tensor-parallel group when it has several ranks (`in`
-  // is this rank's share of the columns: partial sums, summed across it, the bias once after
-  // the sum), else nullptr. Returns the delta left pending: with one rank linear_residual's
-  // (null where the backend adds in the projection's epilogue), with several the summed
-  // projection. proj: its scratch.
-  CF add_projection(Communicator* group, CF in, int m, int dim, const Weight& w, const Weight* bias,
-                    F proj, F x) {
-    if (group == nullptr) return b_.linear_residual(in, m, w, bias, proj, x);
-    b_.linear(in, m, w, nullptr, proj);
-    b_.all_reduce_sum(*group, proj, static_cast<std::size_t>(m) * dim);
-    if (bias != nullptr) b_.add_bias(proj, *bias, m, dim);
-    return proj;
-  }
-
-  // x += pending (a null pointer: nothing to add), then xn = rmsnorm(x) with norm; x [n, dim].
-  void norm_into(F x, CF pending, int n, int dim, const Weight& norm, float eps, F xn) {
-    if (pending.get() != nullptr)
-      b_.add_rmsnorm(x, pending, n, dim, norm, eps, xn);
-    else
-      b_.rmsnorm(x, n, dim, norm, eps, xn);
+  // The logits block: xn [rows, *] (the final norm's output) through lm_head, this rank's
+  // vocab / tp rows of the vocabulary (vocab-parallel; group: the tensor-parallel group, or
+  // nullptr for a whole lm_head): the local logits, gathered across the group as [tp][rows][vocab
+  // / tp] and reordered to [rows, vocab]. The view is in this graph's scratch, valid until its
+  // next forward.
+  RowsView logits(CF xn, int rows, const Weight& lm_head, int vocab, Communicator* group) {
+    F out = logits_.grow(static_cast<std::size_t>(rows) * vocab);
+    if (group == nullptr || group->size() == 1) {
+      b_.linear(xn, rows, lm_head, nullptr, out);
+    } else {
+      const int tp = group->size(), v_local = vocab / tp;
+      const std::size_t local = static_cast<std::size_t>(rows) * v_local;
+      F mine = local_logits_.grow(local * (tp + 1));
+      F gathered = mine + static_cast<std::ptrdiff_t>(local);
+      b_.linear(xn, rows, lm_head, nullptr, mine);
+      b_.all_gather(*group, mine, gathered, local);
+      b_.unshard_vocab(gathered, rows, tp, v_local, out);
+    }
+    return RowsView{B::kKind, out.get(), rows, vocab};
   }
 
   // Tokens, positions and the backend's view of every sequence, then begin_forward. Chain
@@ -139,6 +251,7 @@ class GraphBase : protected KvStore {
     free_slots_.push_back(slot);
   }
 
+  typename B::Scratch logits_, local_logits_;
   std::vector<typename B::KvBlock> blocks_;  // by KvCache slot
   std::vector<int> free_slots_;
   std::vector<std::int32_t> tokens_, positions_, tree_parents_, tree_positions_;

@@ -11,13 +11,15 @@
 //              x += allreduce(attn Wo) (+ o bias)
 //              xn = rmsnorm(x, post-attention norm); x += allreduce(swiglu(xn Wgate, xn Wup) Wdown)
 //   logits = gather_vocab(rmsnorm(x, final norm) Wlm_head)
-// o_proj and down_proj go to the residual stream through linear_residual (one rank; with tp > 1
-// the all-reduce sits after the projection), which either adds to x at once (the CUDA backend,
-// in the GEMV's epilogue) or leaves its output as x's pending delta (the CPU backend); the next
-// op on x, a norm with the projections after it (add_rmsnorm_linear_multi, add_rmsnorm_swiglu;
-// the final add_rmsnorm), adds a pending delta in the norm's pass. With nothing pending the CUDA
-// backend normalises inside the projections' launch: a layer is then four projections, RoPE with
-// the KV append, and attention.
+// The residual stream x is GraphBase's ResidualStream: o_proj and down_proj go into it with
+// add_projection (with tp > 1 the all-reduce after the projection), the norms of it come with
+// the projections after them (q/k/v, gate/up), and a backend that fuses them adds each
+// projection in the next norm's pass or in its own epilogue (backend/default_ops.h). With
+// nothing pending the CUDA backend normalises inside the projections' launch: a layer is then
+// four projections, RoPE with the KV append, and attention.
+// Each layer's kind (ModelConfig::layer_kind) picks its blocks; every layer of this family is
+// {kGqa attention, kDenseSwiGlu MLP} (gqa_attention_block, dense_swiglu_block), and the
+// constructor refuses a config.json whose table has any other.
 // When only each sequence's last logits are wanted, the last layer computes keys and values for
 // every token (the cache needs them) and everything else for the wanted rows only: rows are
 // independent and attention's result for a query does not depend on the window it is in, so the
@@ -29,6 +31,7 @@
 #include <span>
 #include <vector>
 
+#include "backend/default_ops.h"
 #include "common/error.h"
 #include "dist/communicator.h"
 #include "model/checkpoint.h"
@@ -57,7 +60,15 @@ class LlamaModel final : public LanguageModel, private GraphBase<B> {
         config_(checkpoint.config()),
         comm_(tp_comm),
         tp_(tp_comm.size()),
-        inv_freq_(config_.rope_inv_freq()) {
+        inv_freq_(config_.rope_inv_freq()),
+        residual_(b_) {
+    for (int layer = 0; layer < config_.num_layers; ++layer) {
+      const LayerKind kind = config_.layer_kind(layer);
+      SPEC_INPUT_CHECK(kind == kLlamaLayer,
+                       checkpoint.dir() << "/config.json: layer " << layer << " is "
+                                        << layer_kind_name(kind) << "; the Llama-family graph has "
+                                        << layer_kind_name(kLlamaLayer) << " layers only");
+    }
     SPEC_CHECK(static_cast<int>(inv_freq_.size()) == config_.head_dim / 2,
                "rope_inv_freq returned " << inv_freq_.size() << " values for head_dim "
                                          << config_.head_dim);
@@ -76,12 +87,12 @@ class LlamaModel final : public LanguageModel, private GraphBase<B> {
   const ShardPlan& plan() const { return weights_.plan; }
   int vocab_size() const { return config_.vocab_size; }
   int kv_heads() const override { return weights_.plan.kv_heads; }
-  B& backend_ops() { return b_; }
   void synchronize() override { b_.synchronize(); }
 
   std::unique_ptr<KvCache> new_cache(int capacity) override {
+    const AttentionHeads heads = attention_heads();
     return Base::make_cache(capacity,
-                            KvShape{config_.num_layers, weights_.plan.kv_heads * config_.head_dim},
+                            KvShape{config_.num_layers, heads.key_floats(), heads.value_floats()},
                             config_.max_position_embeddings);
   }
 
@@ -98,18 +109,17 @@ class LlamaModel final : public LanguageModel, private GraphBase<B> {
   }
 
  private:
-  // Each block takes the residual stream's pending delta (a null pointer: none) and returns the
-  // one it leaves.
-  CF attention_block(int layer, int n, bool last_only, CF pending);
-  CF mlp_block(int layer, int n, CF pending);
-  // GraphBase::add_projection and norm_into on x_ with this model's group and sizes.
-  CF add_projection(CF in, int m, const Weight& w, const Weight* bias) {
-    return Base::add_projection(tp_ > 1 ? &comm_ : nullptr, in, m, config_.hidden_size, w, bias,
-                                proj_.grow(0), x_.grow(0));
+  // The layer kind of every layer of this family.
+  static constexpr LayerKind kLlamaLayer{AttentionKind::kGqa, MlpKind::kDenseSwiGlu};
+  // This rank's attention heads (one head_dim for queries, keys and values).
+  AttentionHeads attention_heads() const {
+    return AttentionHeads{weights_.plan.q_heads, weights_.plan.kv_heads, config_.head_dim,
+                          config_.head_dim};
   }
-  void norm_into(CF pending, int n, const Weight& norm, F xn) {
-    Base::norm_into(x_.grow(0), pending, n, config_.hidden_size, norm, config_.rms_norm_eps, xn);
-  }
+  // The blocks of a layer, on the residual stream residual_ (n rows, or each sequence's last).
+  void gqa_attention_block(int layer, int n, bool last_only);
+  void dense_swiglu_block(int layer, int n);
+  Communicator* group() { return tp_ > 1 ? &comm_ : nullptr; }
   void capture(int slot, int n);
 
   ModelConfig config_;
@@ -120,9 +130,10 @@ class LlamaModel final : public LanguageModel, private GraphBase<B> {
   typename B::Floats inv_freq_dev_;
 
   // Per-call state and scratch (grown, never shrunk: no allocation per step once warm).
+  ResidualStream<B> residual_;
   std::vector<int> capture_slot_;  // per layer id 0..num_layers: column block, or -1
   int n_capture_ = 0;
-  typename B::Scratch x_, xn_, q_, attn_, proj_, act_, rope_, logits_, local_logits_, hidden_;
+  typename B::Scratch xn_, q_, attn_, act_, rope_, hidden_;
 };
 
 template <class B>
@@ -148,57 +159,43 @@ ForwardResult LlamaModel<B>::forward(std::span<const SeqChunk> batch,
   b_.rope_table(inv_freq_dev_, config_.head_dim,
                 rope_.grow(static_cast<std::size_t>(n) * config_.head_dim));
 
-  F x = x_.grow(static_cast<std::size_t>(n) * H);
+  F x = residual_.begin(n, H, config_.rms_norm_eps, group());
   b_.embed(weights_.get(Role::kEmbed), plan.vocab_begin, x);
   if (tp_ > 1) b_.all_reduce_sum(comm_, x, static_cast<std::size_t>(n) * H);
   if (n_capture_ > 0) hidden_.grow(static_cast<std::size_t>(n) * n_capture_ * H);
 
-  // Scratch of every block: the normalised rows (xn), the row-parallel projections' output
-  // (proj, which may be the pending delta between blocks: grown here, before any points into it).
+  // The normalised rows of every block (xn).
   xn_.grow(static_cast<std::size_t>(n) * H);
-  proj_.grow(static_cast<std::size_t>(n) * H);
-  CF pending;
   // Rows whose logits are wanted: all, or each sequence's last token (the final norm's output
   // captured for every token needs all rows).
   const bool all_rows = request.all_logits || capture_slot_[L] >= 0;
   const int rows = all_rows ? n : static_cast<int>(batch.size());
   for (int layer = 0; layer < L; ++layer) {
     if (capture_slot_[layer] >= 0) {  // the residual stream as it enters the layer
-      if (pending.get() != nullptr) b_.add_inplace(x, pending, static_cast<std::size_t>(n) * H);
-      pending = CF();
+      residual_.settle(n);
       capture(capture_slot_[layer], n);
     }
     const bool trim = rows < n && layer + 1 == L;
-    pending = attention_block(layer, n, trim, pending);
-    pending = mlp_block(layer, trim ? rows : n, pending);
+    // The blocks of the layer's kind (the one kind of this family, checked at load; a family
+    // with several switches on config_.layer_kind(layer) here).
+    gqa_attention_block(layer, n, trim);
+    dense_swiglu_block(layer, trim ? rows : n);
   }
   for (const SeqChunk& s : batch) s.cache->advance(s.n_tokens, s.parents);
 
   // The residual stream now holds `rows` rows (and the last delta, if pending); normed into xn.
   F xn = xn_.grow(0);
-  norm_into(pending, rows, weights_.get(Role::kFinalNorm), xn);
+  residual_.norm(rows, weights_.get(Role::kFinalNorm), xn);
   if (capture_slot_[L] >= 0) {
     b_.copy_rows(hidden_.grow(0) + static_cast<std::ptrdiff_t>(capture_slot_[L]) * H,
                  static_cast<std::size_t>(n_capture_) * H, xn, H, n, H);
   }
   if (request.all_logits == false && all_rows) b_.keep_last_rows(xn, H);
   const int out_rows = request.all_logits ? n : static_cast<int>(batch.size());
-  const int V = config_.vocab_size, v_local = plan.vocab;
-  F logits = logits_.grow(static_cast<std::size_t>(out_rows) * V);
-  if (tp_ == 1) {
-    b_.linear(xn, out_rows, weights_.get(Role::kLmHead), nullptr, logits);
-  } else {
-    // Vocab-parallel lm_head: local [rows, V/tp], gathered to [tp][rows][V/tp], reordered.
-    const std::size_t local = static_cast<std::size_t>(out_rows) * v_local;
-    F mine = local_logits_.grow(local * (tp_ + 1));
-    F gathered = mine + static_cast<std::ptrdiff_t>(local);
-    b_.linear(xn, out_rows, weights_.get(Role::kLmHead), nullptr, mine);
-    b_.all_gather(comm_, mine, gathered, local);
-    b_.unshard_vocab(gathered, out_rows, tp_, v_local, logits);
-  }
-  b_.end_forward();
   ForwardResult result;
-  result.logits = RowsView{B::kKind, logits.get(), out_rows, V};
+  result.logits =
+      Base::logits(xn, out_rows, weights_.get(Role::kLmHead), config_.vocab_size, group());
+  b_.end_forward();
   if (n_capture_ > 0) result.hidden = RowsView{B::kKind, hidden_.grow(0).get(), n, n_capture_ * H};
   return result;
 }
@@ -207,24 +204,20 @@ template <class B>
 void LlamaModel<B>::capture(int slot, int n) {
   const int H = config_.hidden_size;
   b_.copy_rows(hidden_.grow(0) + static_cast<std::ptrdiff_t>(slot) * H,
-               static_cast<std::size_t>(n_capture_) * H, x_.grow(0), H, n, H);
+               static_cast<std::size_t>(n_capture_) * H, residual_.x(), H, n, H);
 }
 
 template <class B>
-typename LlamaModel<B>::CF LlamaModel<B>::attention_block(int layer, int n, bool last_only,
-                                                          CF pending) {
-  const ShardPlan& plan = weights_.plan;
+void LlamaModel<B>::gqa_attention_block(int layer, int n, bool last_only) {
   const int H = config_.hidden_size, hd = config_.head_dim;
-  const std::int64_t q_width = static_cast<std::int64_t>(plan.q_heads) * hd;
-  const std::int64_t kv_width = static_cast<std::int64_t>(plan.kv_heads) * hd;
+  const AttentionHeads heads = attention_heads();
   const float eps = config_.rms_norm_eps;
-  F x = x_.grow(0);
   F xn = xn_.grow(0);  // rmsnorm(x) with input_norm (the fused op may never write it)
   const Weight& input_norm = weights_.at(layer, Role::kInputNorm);
   const int n_seqs = static_cast<int>(seqs_.size());
-  F q = q_.grow(static_cast<std::size_t>(n) * q_width);
-  const typename B::KvRows kv = b_.kv_rows(layer, static_cast<int>(kv_width));
-  F attn = attn_.grow(static_cast<std::size_t>(n) * q_width);
+  F q = q_.grow(static_cast<std::size_t>(n) * heads.q_width());
+  const typename B::KvRows kv = b_.kv_rows(layer, heads);
+  F attn = attn_.grow(static_cast<std::size_t>(n) * heads.out_width());
   F rope = rope_.grow(0);
 
   // q, k and v in one pass over the three weight matrices. last_only: keys and values for all
@@ -237,44 +230,44 @@ typename LlamaModel<B>::CF LlamaModel<B>::attention_block(int layer, int n, bool
       {&weights_.at(layer, Role::kV), weights_.maybe(layer, Role::kVBias), kv.v}};
   const int m = last_only ? n_seqs : n;  // rows from q on
   if (!last_only) {
-    b_.add_rmsnorm_linear_multi(x, pending, n, H, input_norm, eps, xn, qkv);
+    residual_.norm_linear_multi(n, input_norm, xn, qkv);
   } else {  // xn is needed again below
-    norm_into(pending, n, input_norm, xn);
-    b_.linear_multi(xn, n, std::span<const typename B::LinearOut>(qkv).subspan(1, 2));
+    residual_.norm(n, input_norm, xn);
+    fused::linear_multi(b_, xn, n, std::span<const typename B::LinearOut>(qkv).subspan(1, 2));
   }
   const Weight* q_norm = weights_.maybe(layer, Role::kQNorm);  // Qwen3: per head
   if (const Weight* k_norm = weights_.maybe(layer, Role::kKNorm))
-    b_.rmsnorm(kv.k, n * plan.kv_heads, hd, *k_norm, eps, kv.k);
+    b_.rmsnorm(kv.k, n * heads.kv_heads, hd, *k_norm, eps, kv.k);
   if (!last_only) {
     // RoPE of q and k, the append of each sequence's keys and values to its cache, attention:
     // one fused op (the CUDA backend rotates on the way; backend/default_ops.h).
-    if (q_norm != nullptr) b_.rmsnorm(q, n * plan.q_heads, hd, *q_norm, eps, q);
-    b_.rope_attend(layer, kv, q, n, rope, attn, plan.q_heads, plan.kv_heads, hd);
+    if (q_norm != nullptr) b_.rmsnorm(q, n * heads.heads, hd, *q_norm, eps, q);
+    fused::rope_attend(b_, layer, kv, q, n, rope, attn, heads);
   } else {
     // The keys of all n rows are rotated before the table keeps the last rows only.
-    b_.rope_apply(kv.k, n, plan.kv_heads, hd, kv_width, rope);
+    b_.rope_apply(kv.k, n, heads.kv_heads, hd, heads.key_floats(), rope);
     b_.keep_last_rows(xn, H);
-    b_.keep_last_rows(x, H);
+    residual_.keep_last_rows();
     b_.keep_last_rows(rope, hd);
-    b_.linear_multi(xn, m, std::span<const typename B::LinearOut>(qkv, 1));
-    if (q_norm != nullptr) b_.rmsnorm(q, m * plan.q_heads, hd, *q_norm, eps, q);
-    b_.rope_apply(q, m, plan.q_heads, hd, q_width, rope);
-    b_.attend(layer, q, m, true, attn, plan.q_heads, plan.kv_heads, hd);
+    fused::linear_multi(b_, xn, m, std::span<const typename B::LinearOut>(qkv, 1));
+    if (q_norm != nullptr) b_.rmsnorm(q, m * heads.heads, hd, *q_norm, eps, q);
+    b_.rope_apply(q, m, heads.heads, hd, heads.q_width(), rope);
+    b_.attend(layer, q, m, true, attn, heads);
   }
 
-  return add_projection(attn, m, weights_.at(layer, Role::kO), weights_.maybe(layer, Role::kOBias));
+  residual_.add_projection(attn, m, weights_.at(layer, Role::kO),
+                           weights_.maybe(layer, Role::kOBias));
 }
 
 template <class B>
-typename LlamaModel<B>::CF LlamaModel<B>::mlp_block(int layer, int n, CF pending) {
-  const int H = config_.hidden_size, I = weights_.plan.intermediate;
-  F act = act_.grow(static_cast<std::size_t>(n) * I);
+void LlamaModel<B>::dense_swiglu_block(int layer, int n) {
+  F act = act_.grow(static_cast<std::size_t>(n) * weights_.plan.intermediate);
 
   // The pending delta added and the post-attention norm, then silu(gate) * up in one pass over
   // the paired gate/up weights where the backend fuses them.
-  b_.add_rmsnorm_swiglu(x_.grow(0), pending, n, H, weights_.at(layer, Role::kPostAttentionNorm),
-                        config_.rms_norm_eps, xn_.grow(0), weights_.at(layer, Role::kGate), act);
-  return add_projection(act, n, weights_.at(layer, Role::kDown), nullptr);
+  residual_.norm_swiglu(n, weights_.at(layer, Role::kPostAttentionNorm), xn_.grow(0),
+                        weights_.at(layer, Role::kGate), act);
+  residual_.add_projection(act, n, weights_.at(layer, Role::kDown), nullptr);
 }
 
 }  // namespace specrun

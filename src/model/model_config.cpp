@@ -373,6 +373,27 @@ std::vector<float> ModelConfig::rope_inv_freq() const {
   return out;
 }
 
+std::string layer_kind_name(LayerKind kind) {
+  std::string name;
+  switch (kind.attention) {
+    case AttentionKind::kGqa:
+      name = "GQA attention";
+      break;
+  }
+  switch (kind.mlp) {
+    case MlpKind::kDenseSwiGlu:
+      name += " + dense SwiGLU MLP";
+      break;
+  }
+  return name;
+}
+
+LayerKind ModelConfig::layer_kind(int layer) const {
+  SPEC_CHECK(layer >= 0 && layer < num_layers,
+             "layer_kind: layer " << layer << " of a model of " << num_layers << " layers");
+  return LayerKind{AttentionKind::kGqa, MlpKind::kDenseSwiGlu};
+}
+
 bool ModelConfig::is_eos(int token) const {
   return std::find(eos_token_ids.begin(), eos_token_ids.end(), token) != eos_token_ids.end();
 }

@@ -8,6 +8,28 @@
 
 namespace specrun {
 
+// What a layer's attention computes. The weight schema's per-layer rows and a graph's blocks are
+// chosen by it (weight_schema.h's Scope, llama_model.h).
+enum class AttentionKind : std::uint8_t {
+  // Grouped-query attention: q, k, v, o projections, RoPE over whole heads, one head_dim for
+  // queries, keys and values (AttentionHeads with key_dim = value_dim).
+  kGqa,
+};
+// What a layer's MLP computes.
+enum class MlpKind : std::uint8_t {
+  kDenseSwiGlu,  // down(silu(gate(x)) * up(x)), gate and up prepared as one pair
+};
+// A layer's kind: its attention and its MLP. A model is a table of them (ModelConfig::layer_kind),
+// so that a model whose first layers are dense and the rest mixture-of-experts, or whose
+// attention is MLA, is a table of kinds and not model-wide flags.
+struct LayerKind {
+  AttentionKind attention = AttentionKind::kGqa;
+  MlpKind mlp = MlpKind::kDenseSwiGlu;
+  friend bool operator==(const LayerKind&, const LayerKind&) = default;
+};
+// "GQA attention + dense SwiGLU MLP", for messages.
+std::string layer_kind_name(LayerKind kind);
+
 struct ModelConfig {
   // "LlamaForCausalLM", "MistralForCausalLM", "Qwen2ForCausalLM", "Qwen3ForCausalLM"
   std::string architecture;
@@ -47,6 +69,11 @@ struct ModelConfig {
   static void add_generation_eos(ModelConfig& c, const std::string& path);
   // Writes config.json text for this configuration (used by make-model and import-llama2c).
   std::string to_json_text() const;
+
+  // The kind of layer `layer` (0 <= layer < num_layers), derived from the fields above: every
+  // layer of the Llama family is {kGqa, kDenseSwiGlu} (config.json's layer_types must be all
+  // full_attention). A family with mixed layers derives its table here from its own fields.
+  LayerKind layer_kind(int layer) const;
 
   // RoPE inverse frequencies, head_dim/2 values, after rope scaling (computed in double).
   std::vector<float> rope_inv_freq() const;

@@ -16,17 +16,17 @@ struct ModelWeights {
   ShardPlan plan;
   std::array<typename B::Weight, kNumRoles> model{};
   std::vector<std::array<typename B::Weight, kNumRoles>> layers;
-  std::array<bool, kNumRoles> has{};  // which roles exist (per layer roles: in every layer)
+  std::vector<std::array<bool, kNumRoles>> layer_has;  // which roles each layer has
 
   const typename B::Weight& get(Role r) const { return model[static_cast<int>(r)]; }
   const typename B::Weight& at(int layer, Role r) const {
     return layers[layer][static_cast<int>(r)];
   }
-  // The weight, or nullptr when the model has no such tensor (biases, q/k norms).
+  // The weight, or nullptr when the layer has no such tensor (biases, q/k norms, a tensor of
+  // another layer kind).
   const typename B::Weight* maybe(int layer, Role r) const {
-    return has[static_cast<int>(r)] ? &layers[layer][static_cast<int>(r)] : nullptr;
+    return layer_has[layer][static_cast<int>(r)] ? &layers[layer][static_cast<int>(r)] : nullptr;
   }
-  bool contains(Role r) const { return has[static_cast<int>(r)]; }
 };
 
 // Prepares `host` on backend `b`. gate and up become one kGateUp weight stored under
@@ -37,14 +37,16 @@ ModelWeights<B> prepare_weights(B& b, const HostWeights& host, const ModelConfig
   ModelWeights<B> w;
   w.plan = host.plan;
   w.layers.resize(host.layers.size());
+  w.layer_has.resize(host.layers.size());
   auto tied = [&](const TensorSpec& s) {
     return s.role == Role::kEmbed && config.tie_word_embeddings;
   };
   auto each = [&](auto&& fn) {
     for (const TensorSpec& s : schema) {
-      if (!present(s, config) || s.role == Role::kUp) continue;  // up goes with gate
-      const int layers = s.per_layer ? static_cast<int>(host.layers.size()) : 1;
-      for (int layer = 0; layer < layers; ++layer) fn(s, layer);
+      if (s.role == Role::kUp) continue;  // up goes with gate
+      const int layers = s.per_layer() ? static_cast<int>(host.layers.size()) : 1;
+      for (int layer = 0; layer < layers; ++layer)
+        if (present(s, config, layer)) fn(s, layer);
     }
   };
   std::size_t bytes = 0;
@@ -54,13 +56,13 @@ ModelWeights<B> prepare_weights(B& b, const HostWeights& host, const ModelConfig
   b.reserve_weights(bytes);
   each([&](const TensorSpec& s, int layer) {
     const int r = static_cast<int>(s.role);
-    typename B::Weight& dst = s.per_layer ? w.layers[layer][r] : w.model[r];
-    w.has[r] = true;
+    typename B::Weight& dst = s.per_layer() ? w.layers[layer][r] : w.model[r];
+    if (s.per_layer()) w.layer_has[layer][r] = true;
     if (tied(s)) {
       dst = b.prepare_tied(w.get(Role::kLmHead));
     } else if (s.use == WeightUse::kGateUp) {
       const int up_role = static_cast<int>(Role::kUp);
-      const HostTensor& up = s.per_layer ? host.layers[layer][up_role] : host.model[up_role];
+      const HostTensor& up = s.per_layer() ? host.layers[layer][up_role] : host.model[up_role];
       dst = b.prepare_pair(host.get(s, layer), up);
     } else {
       dst = b.prepare(host.get(s, layer), s.use);

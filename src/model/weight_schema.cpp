@@ -14,43 +14,49 @@ namespace {
 
 constexpr std::string_view kLayerPrefix = "model.layers.";
 
+// The scopes of the tables' rows.
+constexpr Scope kModel = Scope::model();
+constexpr Scope kLayer = Scope::every_layer();
+constexpr Scope kGqa = Scope::in(AttentionKind::kGqa);
+constexpr Scope kSwiGlu = Scope::in(MlpKind::kDenseSwiGlu);
+
 // clang-format off
 constexpr TensorSpec kLlamaSchema[] = {
-  // role               name                                  layer  rows                 cols           split               part                 presence             use                   widen
-  {Role::kLmHead,       "lm_head.weight",                     false, Dim::kVocab,         Dim::kHidden,  Split::kRows,       Part::kVocab,        Presence::kAlways,   WeightUse::kLinear,    false,
+  // role               name                                  scope    rows                 cols           split               part                 presence             use                   widen
+  {Role::kLmHead,       "lm_head.weight",                     kModel,  Dim::kVocab,         Dim::kHidden,  Split::kRows,       Part::kVocab,        Presence::kAlways,   WeightUse::kLinear,    false,
    "model.embed_tokens.weight"},
-  {Role::kEmbed,        "model.embed_tokens.weight",          false, Dim::kVocab,         Dim::kHidden,  Split::kRows,       Part::kVocab,        Presence::kAlways,   WeightUse::kEmbedding, false},
-  {Role::kFinalNorm,    "model.norm.weight",                  false, Dim::kHidden,        Dim::kNone,    Split::kReplicated, Part::kNone,         Presence::kAlways,   WeightUse::kVector,    false},
-  {Role::kInputNorm,    "input_layernorm.weight",             true,  Dim::kHidden,        Dim::kNone,    Split::kReplicated, Part::kNone,         Presence::kAlways,   WeightUse::kVector,    false},
-  {Role::kPostAttentionNorm, "post_attention_layernorm.weight", true, Dim::kHidden,       Dim::kNone,    Split::kReplicated, Part::kNone,         Presence::kAlways,   WeightUse::kVector,    false},
-  {Role::kQ,            "self_attn.q_proj.weight",            true,  Dim::kQWidth,        Dim::kHidden,  Split::kRows,       Part::kQHeads,       Presence::kAlways,   WeightUse::kLinear,    false},
-  {Role::kK,            "self_attn.k_proj.weight",            true,  Dim::kKvWidth,       Dim::kHidden,  Split::kRows,       Part::kKvHeads,      Presence::kAlways,   WeightUse::kLinear,    false},
-  {Role::kV,            "self_attn.v_proj.weight",            true,  Dim::kKvWidth,       Dim::kHidden,  Split::kRows,       Part::kKvHeads,      Presence::kAlways,   WeightUse::kLinear,    false},
-  {Role::kO,            "self_attn.o_proj.weight",            true,  Dim::kHidden,        Dim::kQWidth,  Split::kCols,       Part::kQHeads,       Presence::kAlways,   WeightUse::kLinear,    false},
-  {Role::kQBias,        "self_attn.q_proj.bias",              true,  Dim::kQWidth,        Dim::kNone,    Split::kRows,       Part::kQHeads,       Presence::kQkvBias,  WeightUse::kVector,    true},
-  {Role::kKBias,        "self_attn.k_proj.bias",              true,  Dim::kKvWidth,       Dim::kNone,    Split::kRows,       Part::kKvHeads,      Presence::kQkvBias,  WeightUse::kVector,    true},
-  {Role::kVBias,        "self_attn.v_proj.bias",              true,  Dim::kKvWidth,       Dim::kNone,    Split::kRows,       Part::kKvHeads,      Presence::kQkvBias,  WeightUse::kVector,    true},
-  {Role::kOBias,        "self_attn.o_proj.bias",              true,  Dim::kHidden,        Dim::kNone,    Split::kReplicated, Part::kNone,         Presence::kOBias,    WeightUse::kVector,    true},
-  {Role::kQNorm,        "self_attn.q_norm.weight",            true,  Dim::kHeadDim,       Dim::kNone,    Split::kReplicated, Part::kNone,         Presence::kQkNorm,   WeightUse::kVector,    false},
-  {Role::kKNorm,        "self_attn.k_norm.weight",            true,  Dim::kHeadDim,       Dim::kNone,    Split::kReplicated, Part::kNone,         Presence::kQkNorm,   WeightUse::kVector,    false},
-  {Role::kGate,         "mlp.gate_proj.weight",               true,  Dim::kIntermediate,  Dim::kHidden,  Split::kRows,       Part::kIntermediate, Presence::kAlways,   WeightUse::kGateUp,    false},
-  {Role::kUp,           "mlp.up_proj.weight",                 true,  Dim::kIntermediate,  Dim::kHidden,  Split::kRows,       Part::kIntermediate, Presence::kAlways,   WeightUse::kGateUp,    false},
-  {Role::kDown,         "mlp.down_proj.weight",               true,  Dim::kHidden,        Dim::kIntermediate, Split::kCols,  Part::kIntermediate, Presence::kAlways,   WeightUse::kLinear,    false},
+  {Role::kEmbed,        "model.embed_tokens.weight",          kModel,  Dim::kVocab,         Dim::kHidden,  Split::kRows,       Part::kVocab,        Presence::kAlways,   WeightUse::kEmbedding, false},
+  {Role::kFinalNorm,    "model.norm.weight",                  kModel,  Dim::kHidden,        Dim::kNone,    Split::kReplicated, Part::kNone,         Presence::kAlways,   WeightUse::kVector,    false},
+  {Role::kInputNorm,    "input_layernorm.weight",             kLayer,  Dim::kHidden,        Dim::kNone,    Split::kReplicated, Part::kNone,         Presence::kAlways,   WeightUse::kVector,    false},
+  {Role::kPostAttentionNorm, "post_attention_layernorm.weight", kLayer,  Dim::kHidden,       Dim::kNone,    Split::kReplicated, Part::kNone,         Presence::kAlways,   WeightUse::kVector,    false},
+  {Role::kQ,            "self_attn.q_proj.weight",            kGqa,    Dim::kQWidth,        Dim::kHidden,  Split::kRows,       Part::kQHeads,       Presence::kAlways,   WeightUse::kLinear,    false},
+  {Role::kK,            "self_attn.k_proj.weight",            kGqa,    Dim::kKvWidth,       Dim::kHidden,  Split::kRows,       Part::kKvHeads,      Presence::kAlways,   WeightUse::kLinear,    false},
+  {Role::kV,            "self_attn.v_proj.weight",            kGqa,    Dim::kKvWidth,       Dim::kHidden,  Split::kRows,       Part::kKvHeads,      Presence::kAlways,   WeightUse::kLinear,    false},
+  {Role::kO,            "self_attn.o_proj.weight",            kGqa,    Dim::kHidden,        Dim::kQWidth,  Split::kCols,       Part::kQHeads,       Presence::kAlways,   WeightUse::kLinear,    false},
+  {Role::kQBias,        "self_attn.q_proj.bias",              kGqa,    Dim::kQWidth,        Dim::kNone,    Split::kRows,       Part::kQHeads,       Presence::kQkvBias,  WeightUse::kVector,    true},
+  {Role::kKBias,        "self_attn.k_proj.bias",              kGqa,    Dim::kKvWidth,       Dim::kNone,    Split::kRows,       Part::kKvHeads,      Presence::kQkvBias,  WeightUse::kVector,    true},
+  {Role::kVBias,        "self_attn.v_proj.bias",              kGqa,    Dim::kKvWidth,       Dim::kNone,    Split::kRows,       Part::kKvHeads,      Presence::kQkvBias,  WeightUse::kVector,    true},
+  {Role::kOBias,        "self_attn.o_proj.bias",              kGqa,    Dim::kHidden,        Dim::kNone,    Split::kReplicated, Part::kNone,         Presence::kOBias,    WeightUse::kVector,    true},
+  {Role::kQNorm,        "self_attn.q_norm.weight",            kGqa,    Dim::kHeadDim,       Dim::kNone,    Split::kReplicated, Part::kNone,         Presence::kQkNorm,   WeightUse::kVector,    false},
+  {Role::kKNorm,        "self_attn.k_norm.weight",            kGqa,    Dim::kHeadDim,       Dim::kNone,    Split::kReplicated, Part::kNone,         Presence::kQkNorm,   WeightUse::kVector,    false},
+  {Role::kGate,         "mlp.gate_proj.weight",               kSwiGlu, Dim::kIntermediate,  Dim::kHidden,  Split::kRows,       Part::kIntermediate, Presence::kAlways,   WeightUse::kGateUp,    false},
+  {Role::kUp,           "mlp.up_proj.weight",                 kSwiGlu, Dim::kIntermediate,  Dim::kHidden,  Split::kRows,       Part::kIntermediate, Presence::kAlways,   WeightUse::kGateUp,    false},
+  {Role::kDown,         "mlp.down_proj.weight",               kSwiGlu, Dim::kHidden,        Dim::kIntermediate, Split::kCols,  Part::kIntermediate, Presence::kAlways,   WeightUse::kLinear,    false},
 };
 constexpr TensorSpec kEagle3Schema[] = {
-  {Role::kFc,           "fc.weight",                          false, Dim::kHidden,        Dim::kFcIn,    Split::kReplicated, Part::kNone,         Presence::kAlways,   WeightUse::kLinear,    false},
-  {Role::kInputNorm,    "midlayer.input_layernorm.weight",    false, Dim::kHidden,        Dim::kNone,    Split::kReplicated, Part::kNone,         Presence::kAlways,   WeightUse::kVector,    false},
-  {Role::kHiddenNorm,   "midlayer.hidden_norm.weight",        false, Dim::kHidden,        Dim::kNone,    Split::kReplicated, Part::kNone,         Presence::kAlways,   WeightUse::kVector,    false},
-  {Role::kQ,            "midlayer.self_attn.q_proj.weight",   false, Dim::kQWidth,        Dim::kTwoHidden, Split::kRows,    Part::kQHeads,     Presence::kAlways,   WeightUse::kLinear,    false},
-  {Role::kK,            "midlayer.self_attn.k_proj.weight",   false, Dim::kKvWidth,       Dim::kTwoHidden, Split::kRows,    Part::kKvHeads,    Presence::kAlways,   WeightUse::kLinear,    false},
-  {Role::kV,            "midlayer.self_attn.v_proj.weight",   false, Dim::kKvWidth,       Dim::kTwoHidden, Split::kRows,    Part::kKvHeads,    Presence::kAlways,   WeightUse::kLinear,    false},
-  {Role::kO,            "midlayer.self_attn.o_proj.weight",   false, Dim::kHidden,        Dim::kQWidth,  Split::kCols,       Part::kQHeads,       Presence::kAlways,   WeightUse::kLinear,    false},
-  {Role::kPostAttentionNorm, "midlayer.post_attention_layernorm.weight", false, Dim::kHidden, Dim::kNone, Split::kReplicated, Part::kNone,        Presence::kAlways,   WeightUse::kVector,    false},
-  {Role::kGate,         "midlayer.mlp.gate_proj.weight",      false, Dim::kIntermediate,  Dim::kHidden,  Split::kRows,       Part::kIntermediate,  Presence::kAlways,   WeightUse::kGateUp,    false},
-  {Role::kUp,           "midlayer.mlp.up_proj.weight",        false, Dim::kIntermediate,  Dim::kHidden,  Split::kRows,       Part::kIntermediate,  Presence::kAlways,   WeightUse::kGateUp,    false},
-  {Role::kDown,         "midlayer.mlp.down_proj.weight",      false, Dim::kHidden,        Dim::kIntermediate, Split::kCols,  Part::kIntermediate,  Presence::kAlways,   WeightUse::kLinear,    false},
-  {Role::kFinalNorm,    "norm.weight",                        false, Dim::kHidden,        Dim::kNone,    Split::kReplicated, Part::kNone,         Presence::kAlways,   WeightUse::kVector,    false},
-  {Role::kLmHead,       "lm_head.weight",                     false, Dim::kVocab,         Dim::kHidden,  Split::kRows,       Part::kVocab,        Presence::kAlways,   WeightUse::kLinear,    false},
+  {Role::kFc,           "fc.weight",                          kModel,  Dim::kHidden,        Dim::kFcIn,    Split::kReplicated, Part::kNone,         Presence::kAlways,   WeightUse::kLinear,    false},
+  {Role::kInputNorm,    "midlayer.input_layernorm.weight",    kModel,  Dim::kHidden,        Dim::kNone,    Split::kReplicated, Part::kNone,         Presence::kAlways,   WeightUse::kVector,    false},
+  {Role::kHiddenNorm,   "midlayer.hidden_norm.weight",        kModel,  Dim::kHidden,        Dim::kNone,    Split::kReplicated, Part::kNone,         Presence::kAlways,   WeightUse::kVector,    false},
+  {Role::kQ,            "midlayer.self_attn.q_proj.weight",   kModel,  Dim::kQWidth,        Dim::kTwoHidden, Split::kRows,    Part::kQHeads,     Presence::kAlways,   WeightUse::kLinear,    false},
+  {Role::kK,            "midlayer.self_attn.k_proj.weight",   kModel,  Dim::kKvWidth,       Dim::kTwoHidden, Split::kRows,    Part::kKvHeads,    Presence::kAlways,   WeightUse::kLinear,    false},
+  {Role::kV,            "midlayer.self_attn.v_proj.weight",   kModel,  Dim::kKvWidth,       Dim::kTwoHidden, Split::kRows,    Part::kKvHeads,    Presence::kAlways,   WeightUse::kLinear,    false},
+  {Role::kO,            "midlayer.self_attn.o_proj.weight",   kModel,  Dim::kHidden,        Dim::kQWidth,  Split::kCols,       Part::kQHeads,       Presence::kAlways,   WeightUse::kLinear,    false},
+  {Role::kPostAttentionNorm, "midlayer.post_attention_layernorm.weight", kModel,  Dim::kHidden, Dim::kNone, Split::kReplicated, Part::kNone,        Presence::kAlways,   WeightUse::kVector,    false},
+  {Role::kGate,         "midlayer.mlp.gate_proj.weight",      kModel,  Dim::kIntermediate,  Dim::kHidden,  Split::kRows,       Part::kIntermediate,  Presence::kAlways,   WeightUse::kGateUp,    false},
+  {Role::kUp,           "midlayer.mlp.up_proj.weight",        kModel,  Dim::kIntermediate,  Dim::kHidden,  Split::kRows,       Part::kIntermediate,  Presence::kAlways,   WeightUse::kGateUp,    false},
+  {Role::kDown,         "midlayer.mlp.down_proj.weight",      kModel,  Dim::kHidden,        Dim::kIntermediate, Split::kCols,  Part::kIntermediate,  Presence::kAlways,   WeightUse::kLinear,    false},
+  {Role::kFinalNorm,    "norm.weight",                        kModel,  Dim::kHidden,        Dim::kNone,    Split::kReplicated, Part::kNone,         Presence::kAlways,   WeightUse::kVector,    false},
+  {Role::kLmHead,       "lm_head.weight",                     kModel,  Dim::kVocab,         Dim::kHidden,  Split::kRows,       Part::kVocab,        Presence::kAlways,   WeightUse::kLinear,    false},
 };
 // clang-format on
 
@@ -224,7 +230,22 @@ std::span<const TensorSpec> eagle3_schema() {
   return kEagle3Schema;
 }
 
-bool present(const TensorSpec& spec, const ModelConfig& c) {
+bool Scope::holds(LayerKind kind) const {
+  switch (of) {
+    case Of::kModel:
+      return false;
+    case Of::kEveryLayer:
+      return true;
+    case Of::kAttention:
+      return kind.attention == attention;
+    case Of::kMlp:
+      return kind.mlp == mlp;
+  }
+  return false;
+}
+
+bool present(const TensorSpec& spec, const ModelConfig& c, int layer) {
+  if (spec.per_layer() && !spec.scope.holds(c.layer_kind(layer))) return false;
   switch (spec.presence) {
     case Presence::kAlways:
       return true;
@@ -239,7 +260,7 @@ bool present(const TensorSpec& spec, const ModelConfig& c) {
 }
 
 std::string tensor_name(const TensorSpec& spec, int layer) {
-  if (!spec.per_layer) return std::string(spec.name);
+  if (!spec.per_layer()) return std::string(spec.name);
   return std::string(kLayerPrefix) + std::to_string(layer) + "." + std::string(spec.name);
 }
 
@@ -256,11 +277,12 @@ std::vector<std::int64_t> schema_shape(const ModelConfig& c, const std::string& 
         digits.size() > 6 || std::stoi(digits) >= c.num_layers)
       return {};
     const std::string suffix = rest.substr(dot + 1);
+    const LayerKind kind = c.layer_kind(std::stoi(digits));
     for (const TensorSpec& s : kLlamaSchema)
-      if (s.per_layer && s.name == suffix) found = &s;
+      if (s.per_layer() && s.scope.holds(kind) && s.name == suffix) found = &s;
   } else {
     for (const TensorSpec& s : kLlamaSchema)
-      if (!s.per_layer && s.name == name) found = &s;
+      if (!s.per_layer() && s.name == name) found = &s;
   }
   if (found == nullptr) return {};
   if (why != nullptr) {
@@ -294,18 +316,19 @@ HostWeights load_host_weights(const Checkpoint& ckpt, int tp, int tp_rank,
   // Every copy is made before any view into `owned` is taken: reserve so that it never moves.
   std::size_t copies = 0;
   for (const TensorSpec& s : schema)
-    if (present(s, c)) copies += (s.per_layer ? c.num_layers : 1) * 2;
+    for (int layer = 0; layer < (s.per_layer() ? c.num_layers : 1); ++layer)
+      if (present(s, c, layer)) copies += 2;
   w.owned.reserve(copies);
   for (const TensorSpec& s : schema) {
-    if (!present(s, c)) continue;
-    for (int layer = 0; layer < (s.per_layer ? c.num_layers : 1); ++layer) {
+    for (int layer = 0; layer < (s.per_layer() ? c.num_layers : 1); ++layer) {
+      if (!present(s, c, layer)) continue;
       const std::string name = c.tie_word_embeddings && !s.tied_source.empty()
                                    ? std::string(s.tied_source)
                                    : tensor_name(s, layer);
       const TensorView& t = ckpt.tensor(name, spec_shape(s, c));
       HostTensor h = cut(t, s, w.plan, c.head_dim, w);
-      (s.per_layer ? w.layers[layer][static_cast<int>(s.role)]
-                   : w.model[static_cast<int>(s.role)]) = h;
+      (s.per_layer() ? w.layers[layer][static_cast<int>(s.role)]
+                     : w.model[static_cast<int>(s.role)]) = h;
     }
   }
   return w;

@@ -3,7 +3,9 @@
 // tensor parallelism splits it and how a backend uses it. Loading and slicing a rank's shard
 // (load_host_weights), counting bytes, preparing the weights on a backend (model_weights.h),
 // the shapes in Checkpoint's error messages and `schema_shape` for tests are all driven by it:
-// a new tensor is one new row.
+// a new tensor is one new row. Which layers hold a per-layer tensor follows each layer's kind
+// (ModelConfig::layer_kind): attention tensors are in the layers whose attention is of their
+// kind, MLP tensors likewise, so a model with mixed layers is one table.
 //
 // Tensor parallelism (Megatron style): q/k/v and gate/up are column-parallel (a rank holds the
 // output rows of its heads / its slice of the intermediate dimension); o and down are
@@ -90,7 +92,24 @@ enum class Split : std::uint8_t {
 // Which range: the rank's query heads' rows, its kv heads', its intermediate slice, its vocab.
 enum class Part : std::uint8_t { kNone, kQHeads, kKvHeads, kIntermediate, kVocab };
 
-// When a tensor is in the checkpoint.
+// Which layers hold a tensor: none (a model-level tensor), every layer (a layer's own norms), or
+// the layers whose attention, or whose MLP, is of one kind (ModelConfig::layer_kind).
+struct Scope {
+  enum class Of : std::uint8_t { kModel, kEveryLayer, kAttention, kMlp };
+  Of of = Of::kModel;
+  AttentionKind attention = AttentionKind::kGqa;  // of == kAttention
+  MlpKind mlp = MlpKind::kDenseSwiGlu;            // of == kMlp
+
+  static constexpr Scope model() { return {Of::kModel}; }
+  static constexpr Scope every_layer() { return {Of::kEveryLayer}; }
+  static constexpr Scope in(AttentionKind kind) { return {Of::kAttention, kind}; }
+  static constexpr Scope in(MlpKind kind) { return {Of::kMlp, AttentionKind::kGqa, kind}; }
+  bool per_layer() const { return of != Of::kModel; }
+  // True when a layer of this kind holds the tensor (false for a model-level one).
+  bool holds(LayerKind kind) const;
+};
+
+// When a tensor is in the checkpoint (besides its scope).
 enum class Presence : std::uint8_t {
   kAlways,
   kQkvBias,  // Qwen2, or attention_bias = true
@@ -100,8 +119,8 @@ enum class Presence : std::uint8_t {
 
 struct TensorSpec {
   Role role;
-  std::string_view name;  // full name, or the suffix after "model.layers.{i}." when per_layer
-  bool per_layer;
+  std::string_view name;  // full name, or the suffix after "model.layers.{i}." when per-layer
+  Scope scope;
   Dim rows, cols;  // cols = kNone: a vector [rows]
   Split split;
   Part part;
@@ -110,6 +129,8 @@ struct TensorSpec {
   bool widen_f32;  // biases are widened to float32 at load
   // Read from this tensor instead when tie_word_embeddings is true (lm_head: the embedding).
   std::string_view tied_source = {};
+
+  bool per_layer() const { return scope.per_layer(); }
 };
 
 // The Llama family's table, model-level entries first; the lm_head entry precedes the embedding
@@ -122,13 +143,15 @@ std::span<const TensorSpec> llama_schema();
 // d2t / t2d are not float tensors: neither is in the table (eagle3_model.h loads them).
 std::span<const TensorSpec> eagle3_schema();
 
-// True when config.json implies the tensor.
-bool present(const TensorSpec& spec, const ModelConfig& config);
+// True when config.json implies the tensor: its presence rule holds and, for a per-layer one,
+// layer `layer`'s kind holds it (`layer` is ignored for a model-level tensor).
+bool present(const TensorSpec& spec, const ModelConfig& config, int layer);
 // The full checkpoint name of an entry ("model.layers.3.self_attn.k_proj.weight").
 std::string tensor_name(const TensorSpec& spec, int layer);
 
 // The shape config.json implies for a tensor name of the schema ({} for names it does not
-// know, or a layer past num_hidden_layers); `why` gets the fields, e.g.
+// know, a layer past num_hidden_layers, or a layer whose kind has no such tensor); `why` gets
+// the fields, e.g.
 // "[num_key_value_heads*head_dim = 4*32 = 128, hidden_size = 256]".
 std::vector<std::int64_t> schema_shape(const ModelConfig& config, const std::string& name,
                                        std::string* why = nullptr);
@@ -142,8 +165,8 @@ struct HostWeights {
   std::vector<std::vector<std::byte>> owned;              // the copies
 
   const HostTensor& get(const TensorSpec& spec, int layer) const {
-    return spec.per_layer ? layers[layer][static_cast<int>(spec.role)]
-                          : model[static_cast<int>(spec.role)];
+    return spec.per_layer() ? layers[layer][static_cast<int>(spec.role)]
+                            : model[static_cast<int>(spec.role)];
   }
   // Bytes of every tensor held (what a device upload needs).
   std::size_t bytes() const;

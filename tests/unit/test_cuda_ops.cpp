@@ -314,7 +314,7 @@ TEST(CudaOps, KvAppendAndAttentionMatchCpuForTwoSequences) {
                     v_new.data() + static_cast<std::size_t>(t0 + i) * row, row * sizeof(float));
       }
       cpu::attention(q.data() + static_cast<std::size_t>(t0) * heads * hd, fresh[s], heads,
-                     kv_heads, hd, k, v, cached[s],
+                     kv_heads, hd, hd, k, v, cached[s],
                      expected.data() + static_cast<std::size_t>(t0) * heads * hd);
       // The appended rows landed where the CPU layout puts them (exact copy).
       const auto dev = to_host<float>(dev_cache[s], host_cache[s].size());
@@ -365,8 +365,8 @@ TEST(CudaOps, TreeNodeAttentionEqualsItsPathAsAChain) {
   EXPECT_EQ(0, std::memcmp(ra.data(), rb.data(), ra.size() * sizeof(float)));
   // And against the CPU reference on the chain layout.
   std::vector<float> expected(q.size());
-  cpu::attention(q.data(), 1, heads, kv_heads, hd, chain_host.data(), chain_host.data() + cap * row,
-                 position, expected.data());
+  cpu::attention(q.data(), 1, heads, kv_heads, hd, hd, chain_host.data(),
+                 chain_host.data() + cap * row, position, expected.data());
   expect_close("tree attention", expected, ra, 2e-5f, 1e-4f);
 }
 

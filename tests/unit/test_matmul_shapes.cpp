@@ -181,15 +181,15 @@ TEST(Attention, QueryOutputIndependentOfWindow) {
   const auto q = random_vector(static_cast<std::size_t>(n_tokens) * q_stride, rng);
   std::vector<float> all(q.size());
   omp_set_num_threads(2);
-  cpu::attention(q.data(), n_tokens, n_heads, n_kv_heads, head_dim, k.data(), v.data(), start,
-                 all.data());
+  cpu::attention(q.data(), n_tokens, n_heads, n_kv_heads, head_dim, head_dim, k.data(), v.data(),
+                 start, all.data());
   for (int threads : {1, 2}) {
     omp_set_num_threads(threads);
     for (int len : {1, 2, 3, 5, 9}) {
       for (int s0 = 0; s0 + len <= n_tokens; ++s0) {
         std::vector<float> part(static_cast<std::size_t>(len) * q_stride);
-        cpu::attention(q.data() + s0 * q_stride, len, n_heads, n_kv_heads, head_dim, k.data(),
-                       v.data(), start + s0, part.data());
+        cpu::attention(q.data() + s0 * q_stride, len, n_heads, n_kv_heads, head_dim, head_dim,
+                       k.data(), v.data(), start + s0, part.data());
         const long d = first_difference(part.data(), all.data() + s0 * q_stride, part.size());
         ASSERT_EQ(d, -1) << "threads " << threads << " window [" << s0 << ", " << s0 + len
                          << "): query " << s0 + d / q_stride << " differs from the 11-query call";

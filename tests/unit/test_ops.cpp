@@ -242,11 +242,12 @@ TEST(Rope, MatchesRotateHalfReference) {
 
 namespace {
 
-// Naive causal GQA for one query window: query i at position start + i.
+// Naive causal GQA for one query window in float64: query i at position start + i; queries and
+// keys kd wide per head, values and outputs vd.
 std::vector<double> reference_attention(const std::vector<float>& q, int n_tokens, int n_heads,
-                                        int n_kv, int hd, const std::vector<float>& k,
+                                        int n_kv, int kd, int vd, const std::vector<float>& k,
                                         const std::vector<float>& v, int start) {
-  std::vector<double> out(static_cast<std::size_t>(n_tokens) * n_heads * hd, 0.0);
+  std::vector<double> out(static_cast<std::size_t>(n_tokens) * n_heads * vd, 0.0);
   for (int t = 0; t < n_tokens; ++t)
     for (int h = 0; h < n_heads; ++h) {
       const int g = h / (n_heads / n_kv);
@@ -255,15 +256,17 @@ std::vector<double> reference_attention(const std::vector<float>& q, int n_token
       double mx = -1e300, sum = 0;
       for (int p = 0; p < n_keys; ++p) {
         double d = 0;
-        for (int i = 0; i < hd; ++i)
-          d += static_cast<double>(q[(t * n_heads + h) * hd + i]) * k[(p * n_kv + g) * hd + i];
-        s[p] = d / std::sqrt(static_cast<double>(hd));
+        for (int i = 0; i < kd; ++i)
+          d += static_cast<double>(q[(static_cast<std::size_t>(t) * n_heads + h) * kd + i]) *
+               k[(static_cast<std::size_t>(p) * n_kv + g) * kd + i];
+        s[p] = d / std::sqrt(static_cast<double>(kd));
         mx = std::max(mx, s[p]);
       }
       for (double& e : s) sum += (e = std::exp(e - mx));
       for (int p = 0; p < n_keys; ++p)
-        for (int i = 0; i < hd; ++i)
-          out[(t * n_heads + h) * hd + i] += s[p] / sum * v[(p * n_kv + g) * hd + i];
+        for (int i = 0; i < vd; ++i)
+          out[(static_cast<std::size_t>(t) * n_heads + h) * vd + i] +=
+              s[p] / sum * v[(static_cast<std::size_t>(p) * n_kv + g) * vd + i];
     }
   return out;
 }
@@ -277,11 +280,42 @@ TEST(Attention, CausalGqaMatchesReference) {
   auto k = random_vector(len * n_kv * hd, rng);
   auto v = random_vector(len * n_kv * hd, rng);
   std::vector<float> out(q.size());
-  cpu::attention(q.data(), n_tokens, n_heads, n_kv, hd, k.data(), v.data(), start, out.data());
-  auto expected = reference_attention(q, n_tokens, n_heads, n_kv, hd, k, v, start);
+  cpu::attention(q.data(), n_tokens, n_heads, n_kv, hd, hd, k.data(), v.data(), start, out.data());
+  auto expected = reference_attention(q, n_tokens, n_heads, n_kv, hd, hd, k, v, start);
   // Outputs are convex combinations of v rows: magnitude max|v| bounds each.
   std::vector<double> magnitude(out.size(), 4.0);
   expect_close(out, expected, magnitude, 1e-5, 0, "attention");
+}
+
+// Keys (and queries) of one width, values (and outputs) of another, as MLA has (192 and 128):
+// each stride and the 1/sqrt(key width) scale must follow its own width. Far from position 0
+// (over a thousand keys per query: the scores and the weighted sum run in several chunks), with
+// key width above and below the value width, both off the 16-lane grid, and windows that fill
+// and do not fill a block of 4 queries.
+TEST(Attention, KeyAndValueWidthsMayDifferFarFromPositionZero) {
+  std::mt19937 rng(19);
+  struct Shape {
+    int kd, vd, start, n_tokens;
+  };
+  for (const Shape& sh : {Shape{48, 24, 1500, 6}, Shape{24, 40, 1203, 3}, Shape{40, 8, 999, 1}}) {
+    const int n_heads = 6, n_kv = 2, len = sh.start + sh.n_tokens;
+    auto q = random_vector(static_cast<std::size_t>(sh.n_tokens) * n_heads * sh.kd, rng);
+    auto k = random_vector(static_cast<std::size_t>(len) * n_kv * sh.kd, rng);
+    auto v = random_vector(static_cast<std::size_t>(len) * n_kv * sh.vd, rng);
+    // Canaries past the output rows: a wrong output stride writes into them.
+    std::vector<float> out(static_cast<std::size_t>(sh.n_tokens) * n_heads * sh.vd + 64, 7.0f);
+    cpu::attention(q.data(), sh.n_tokens, n_heads, n_kv, sh.kd, sh.vd, k.data(), v.data(), sh.start,
+                   out.data());
+    for (std::size_t i = out.size() - 64; i < out.size(); ++i)
+      ASSERT_EQ(out[i], 7.0f) << "kd " << sh.kd << " vd " << sh.vd << ": wrote past the output";
+    out.resize(out.size() - 64);
+    const auto expected =
+        reference_attention(q, sh.n_tokens, n_heads, n_kv, sh.kd, sh.vd, k, v, sh.start);
+    std::vector<double> magnitude(out.size(), 4.0);
+    const std::string what =
+        "attention kd " + std::to_string(sh.kd) + " vd " + std::to_string(sh.vd);
+    expect_close(out, expected, magnitude, 1e-5, 0, what.c_str());
+  }
 }
 
 TEST(Attention, FutureKeysAreIgnored) {
@@ -292,9 +326,9 @@ TEST(Attention, FutureKeysAreIgnored) {
   auto k = random_vector(cap * n_kv * hd, rng);
   auto v = random_vector(cap * n_kv * hd, rng);
   std::vector<float> a(q.size()), b(q.size());
-  cpu::attention(q.data(), n_tokens, n_heads, n_kv, hd, k.data(), v.data(), start, a.data());
+  cpu::attention(q.data(), n_tokens, n_heads, n_kv, hd, hd, k.data(), v.data(), start, a.data());
   for (std::size_t i = (start + n_tokens) * n_kv * hd; i < k.size(); ++i) k[i] = v[i] = 1e6f;
-  cpu::attention(q.data(), n_tokens, n_heads, n_kv, hd, k.data(), v.data(), start, b.data());
+  cpu::attention(q.data(), n_tokens, n_heads, n_kv, hd, hd, k.data(), v.data(), start, b.data());
   EXPECT_EQ(a, b);
 }
 
@@ -305,10 +339,11 @@ TEST(Attention, VerifyWindowEqualsTokenByToken) {
   auto k = random_vector(len * n_kv * hd, rng);
   auto v = random_vector(len * n_kv * hd, rng);
   std::vector<float> together(q.size()), one(n_heads * hd);
-  cpu::attention(q.data(), window, n_heads, n_kv, hd, k.data(), v.data(), start, together.data());
+  cpu::attention(q.data(), window, n_heads, n_kv, hd, hd, k.data(), v.data(), start,
+                 together.data());
   for (int i = 0; i < window; ++i) {
-    cpu::attention(q.data() + i * n_heads * hd, 1, n_heads, n_kv, hd, k.data(), v.data(), start + i,
-                   one.data());
+    cpu::attention(q.data() + i * n_heads * hd, 1, n_heads, n_kv, hd, hd, k.data(), v.data(),
+                   start + i, one.data());
     for (int j = 0; j < n_heads * hd; ++j)
       EXPECT_NEAR(together[i * n_heads * hd + j], one[j], 1e-6) << "token " << i << " elem " << j;
   }
