@@ -87,7 +87,10 @@ cat verify-b8.txt
 # verify-data builds its model through ModelFactory, as `run` does: --backend cuda re-runs the
 # target on a GPU (the CPU-made data must pass there within the default tolerance); without one,
 # the backend's own refusal, naming the option.
-if "$SPECRUN_BIN" env 2>/dev/null | grep -aq '^CUDA: *not built'; then
+# (env's whole output first: grep -q stops reading at its match, and under pipefail the writer's
+# SIGPIPE would fail the test.)
+env_out=$("$SPECRUN_BIN" env 2>/dev/null || true)
+if grep -aq '^CUDA: *not built' <<<"$env_out"; then
   expect_exit 2 '^error: --backend = "cuda" but this specrun was built without CUDA' \
     verify-cuda.txt -- "$SPECRUN_BIN" verify-data b8/data.h5 --backend cuda
 elif nvidia-smi -L 2>/dev/null | grep -q GPU; then

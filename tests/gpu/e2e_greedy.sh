@@ -38,7 +38,8 @@ if ! nvidia-smi -L 2>/dev/null | grep -q "GPU"; then
   echo "SKIPPED: no GPU visible (nvidia-smi -L)"
   exit 77
 fi
-if ! "$SPECRUN_BIN" env 2>/dev/null | grep -Eq "^NCCL: +[0-9]"; then
+env_out=$("$SPECRUN_BIN" env 2>/dev/null || true)
+if ! grep -Eq "^NCCL: +[0-9]" <<<"$env_out"; then
   echo "SKIPPED: $SPECRUN_BIN reports no CUDA in its provenance (built without CUDA?)"
   exit 77
 fi
