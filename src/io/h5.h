@@ -176,10 +176,6 @@ class Dataset : public Object {
   void append_typed(hid_t mem_type, const void* data, int64_t n_rows) {
     append_raw(mem_type, data, n_rows);
   }
-  // Reads rows [first, first + n_rows) converted to mem_type.
-  void read_typed(hid_t mem_type, int64_t first, int64_t n_rows, void* out) const {
-    read_raw(mem_type, first, n_rows, out);
-  }
 
   // Appends n_rows rows (n_rows * row_size() values) at the end along axis 0.
   template <typename T>
