@@ -1,5 +1,5 @@
-// Small RAII layer over the HDF5 C API (stack.md §3.7: the C++ API is not supported with
-// parallel builds and exposes no MPI-IO calls, so we wrap hid_t ourselves).
+// Small RAII layer over the HDF5 C API (the C++ API is not supported with parallel builds and
+// exposes no MPI-IO calls, docs/reference.md "HDF5", so we wrap hid_t ourselves).
 //
 // Every HDF5 call goes through H5_CHECK with a message that names the file and the object
 // ("result.h5:/baseline/sequences/prompt_index"). HDF5's own error-stack printing is turned off
@@ -316,8 +316,8 @@ Dataset create_virtual_rows(Group& parent, const std::string& name, hid_t file_t
 template <typename T>
 Dataset create_fixed(Group& parent, const std::string& name, const std::vector<hsize_t>& dims,
                      const T* data);
-// Scalar variable-length UTF-8 string dataset (large text: stack.md §3.3 says datasets, not
-// attributes, for items that may exceed 64 KiB).
+// Scalar variable-length UTF-8 string dataset (large text: docs/reference.md "HDF5" says datasets,
+// not attributes, for items that may exceed 64 KiB).
 Dataset create_string_scalar(Group& parent, const std::string& name, const std::string& value);
 
 // Files ------------------------------------------------------------------------------------------

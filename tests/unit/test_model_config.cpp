@@ -109,9 +109,9 @@ TEST(ModelConfig, DefaultInvFreqFollowsTheFormula) {
 }
 
 // Llama-3.1-8B: head_dim 128, theta 500000, factor 8, low 1, high 4, original context 8192.
-// Expected values worked out from the formula of model-formats.md section 2 separately (Python,
-// double precision, then rounded to float32): j=0..25 high band (unchanged), j=30 medium band
-// (interpolated, wavelength 2948.3), j>=35 low band (divided by 8).
+// Expected values worked out from the formula of docs/reference.md "Llama 3 RoPE scaling"
+// separately (Python, double precision, then rounded to float32): j=0..25 high band (unchanged),
+// j=30 medium band (interpolated, wavelength 2948.3), j>=35 low band (divided by 8).
 TEST(ModelConfig, Llama3InvFreqMatchesHandComputedValues) {
   const char* rope = R"(,"head_dim":128,"rope_theta":500000.0,"max_position_embeddings":131072,
       "rope_scaling":{"rope_type":"llama3","factor":8.0,"low_freq_factor":1.0,
