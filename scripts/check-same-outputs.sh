@@ -41,15 +41,20 @@ if [ ! -f "$SHARED/models/reference.json" ]; then
   exit 77
 fi
 
-# Kernel variants: what the caller asked for, else (golden/record) every one this CPU has.
+# Kernel variants: what the caller asked for, else (golden/record) every one this CPU runs: the
+# variants up to the best that NEW finds (`--version`: "in use: avx512 (best for this CPU)"), not
+# /proc/cpuinfo's flags, which need not match what the CPU and its OS support.
 if [ -n "${VARIANTS:-}" ]; then
   read -r -a variants <<<"$VARIANTS"
 elif [ "$MODE" = pair ]; then
   variants=(default)
 else
-  variants=(baseline)
-  grep -qw avx2 /proc/cpuinfo && grep -qw fma /proc/cpuinfo && variants+=(avx2)
-  grep -qw avx512f /proc/cpuinfo && grep -qw avx512bw /proc/cpuinfo && variants+=(avx512)
+  best=$(env -u SPECRUN_CPU_ISA "$NEW" --version | sed -n 's/.*in use: \([a-z0-9]*\) (best.*/\1/p')
+  case $best in
+    avx512) variants=(baseline avx2 avx512) ;;
+    avx2) variants=(baseline avx2) ;;
+    *) variants=(baseline) ;;
+  esac
 fi
 
 # Inputs made once, by NEW, read by every run.

@@ -113,7 +113,6 @@ std::array<double, 3> cpu_shares(const CpuTimes& before, const CpuTimes& after);
 class HostMonitor {
  public:
   explicit HostMonitor(std::set<long> job_pids = {});
-  void set_job_pids(std::set<long> job_pids) { job_pids_ = std::move(job_pids); }
   HostSnapshot sample();
 
  private:

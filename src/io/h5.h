@@ -1,5 +1,5 @@
-// Small RAII layer over the HDF5 C API (stack.md §3.7: the C++ API is not supported with
-// parallel builds and exposes no MPI-IO calls, so we wrap hid_t ourselves).
+// Small RAII layer over the HDF5 C API (the C++ API is not supported with parallel builds and
+// exposes no MPI-IO calls, docs/reference.md "HDF5", so we wrap hid_t ourselves).
 //
 // Every HDF5 call goes through H5_CHECK with a message that names the file and the object
 // ("result.h5:/baseline/sequences/prompt_index"). HDF5's own error-stack printing is turned off
@@ -176,10 +176,6 @@ class Dataset : public Object {
   void append_typed(hid_t mem_type, const void* data, int64_t n_rows) {
     append_raw(mem_type, data, n_rows);
   }
-  // Reads rows [first, first + n_rows) converted to mem_type.
-  void read_typed(hid_t mem_type, int64_t first, int64_t n_rows, void* out) const {
-    read_raw(mem_type, first, n_rows, out);
-  }
 
   // Appends n_rows rows (n_rows * row_size() values) at the end along axis 0.
   template <typename T>
@@ -320,8 +316,8 @@ Dataset create_virtual_rows(Group& parent, const std::string& name, hid_t file_t
 template <typename T>
 Dataset create_fixed(Group& parent, const std::string& name, const std::vector<hsize_t>& dims,
                      const T* data);
-// Scalar variable-length UTF-8 string dataset (large text: stack.md §3.3 says datasets, not
-// attributes, for items that may exceed 64 KiB).
+// Scalar variable-length UTF-8 string dataset (large text: docs/reference.md "HDF5" says datasets,
+// not attributes, for items that may exceed 64 KiB).
 Dataset create_string_scalar(Group& parent, const std::string& name, const std::string& value);
 
 // Files ------------------------------------------------------------------------------------------

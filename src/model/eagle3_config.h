@@ -1,7 +1,7 @@
-// An EAGLE-3 draft head's config.json (shared/reference/model-formats.md section 3 and its
-// addendum 6): the SafeAILab / SGLang layout, `architectures: ["LlamaForCausalLMEagle3"]`, or
-// the flat LlamaConfig of SafeAILab's training template with `draft_vocab_size`. Everything
-// that would change the numbers and is not implemented is refused naming the field.
+// An EAGLE-3 draft head's config.json (docs/reference.md, "EAGLE-3 draft heads"): the SafeAILab /
+// SGLang layout, `architectures: ["LlamaForCausalLMEagle3"]`, or the flat LlamaConfig of
+// SafeAILab's training template with `draft_vocab_size`. Everything that would change the numbers
+// and is not implemented is refused naming the field.
 #pragma once
 
 #include <string>

@@ -1,5 +1,6 @@
-// Import of llama2.c checkpoints (the "legacy v0" .bin that run.c reads, model-formats.md
-// section 5.1) into the Hugging Face layout: config.json + model.safetensors.
+// Import of llama2.c checkpoints (the "legacy v0" .bin that run.c reads, docs/reference.md,
+// "llama2.c checkpoints and tokenizer") into the Hugging Face layout: config.json +
+// model.safetensors.
 //
 // The .bin holds a 28-byte header (7 x int32: dim, hidden_dim, n_layers, n_heads, n_kv_heads,
 // vocab_size, seq_len; a negative vocab_size means a separate classifier), then float32 arrays

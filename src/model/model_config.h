@@ -1,5 +1,6 @@
 // Model hyperparameters from a Hugging Face config.json (Llama, Mistral, Qwen2, Qwen3).
-// See shared/reference/model-formats.md sections 1.1 and 2.
+// The fields and their defaults: docs/reference.md, "Hugging Face Llama-family checkpoints" and
+// "Llama 3 RoPE scaling".
 #pragma once
 
 #include <cstdint>

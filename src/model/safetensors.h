@@ -1,6 +1,6 @@
 // safetensors reader: memory-mapped, every offset and size checked against the file (a
 // checkpoint is untrusted input). Format: u64 little-endian header length N, N bytes of JSON,
-// then the data section. See shared/reference/model-formats.md section 1.7.
+// then the data section. See docs/reference.md, "safetensors files".
 #pragma once
 
 #include <cstddef>

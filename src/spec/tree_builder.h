@@ -1,4 +1,4 @@
-// The dynamic draft tree of EAGLE-2/3 (shared/reference/model-formats.md 3.4-3.5), for any
+// The dynamic draft tree of EAGLE-2/3 (docs/reference.md, "EAGLE-2 dynamic draft trees"), for any
 // drafter that can score continuations: the root's top-k children, then at every further depth
 // the top-k children of each of the k best nodes so far, all with cumulative log-probability
 // scores; at the end the `nodes` best candidates of all depths, in creation order (so parents

@@ -1,5 +1,5 @@
-// Verification of a chain of k draft tokens against the target, per
-// shared/reference/model-formats.md section 4.1 (Leviathan et al. 2023 / Chen et al. 2023).
+// Verification of a chain of k draft tokens against the target, per Leviathan et al. 2023 /
+// Chen et al. 2023 (docs/reference.md, "Chain speculative sampling").
 //
 // Greedy: accept while the draft token equals the target argmax; emit the target argmax at the
 // first mismatch (or after all k). Sampling: accept x_i with probability min(1, p_i(x_i)/q_i(x_i));
@@ -138,8 +138,8 @@ TreeVerdict verify_tree_greedy_with(const TreeView& tree, ArgmaxAt&& argmax_at) 
 // whose token is y if there is one, else emit y. Each emitted token is a sample of the target's
 // distribution given the tokens before it, so the output is distributed as target sampling
 // (lossless). This is SGLang's target-only tree sampling with its thresholds at 1 and, in
-// distribution, EAGLE's rule for deterministic drafts (model-formats.md 4.2-4.3): a child x is
-// accepted with probability p(x), whichever sibling order.
+// distribution, EAGLE's rule for deterministic drafts (docs/reference.md, "Verification rules"): a
+// child x is accepted with probability p(x), whichever sibling order.
 template <class SampleAt>
 TreeVerdict verify_tree_sampling_with(const TreeView& tree, SampleAt&& sample_at) {
   TreeVerdict v;

@@ -322,7 +322,6 @@ class SentencePieceTokenizer : public Tokenizer {
     check_id(id, vocab_size(), path_);
     return pieces_[static_cast<std::size_t>(id)].text;
   }
-  bool add_dummy_prefix() const { return add_dummy_prefix_; }
 
   std::string decode_after(const std::vector<int>& ids, int prev_token) const override {
     static const std::string kMetaSpace = "\xE2\x96\x81";  // U+2581

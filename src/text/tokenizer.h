@@ -7,8 +7,9 @@
 //    naming the field.
 //  - sentencepiece `tokenizer.model` (a protobuf ModelProto): encoded with libsentencepiece;
 //    decoded from the pieces (`▁` U+2581 is a space, `<0xHH>` the raw byte).
-//  - llama2.c's tokenizer .bin (model-formats.md section 5.2): u32 max_token_length, then per
-//    token f32 score, i32 length, bytes; the number of tokens comes from the model. Decode only.
+//  - llama2.c's tokenizer .bin (docs/reference.md, "llama2.c checkpoints and tokenizer"): u32
+//    max_token_length, then per token f32 score, i32 length, bytes; the number of tokens comes
+//    from the model. Decode only.
 #pragma once
 
 #include <memory>

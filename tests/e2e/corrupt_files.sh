@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Corrupted HDF5 inputs (issue 18, finding 7): files that crash libhdf5 (SIGSEGV) or hang it for
+# Corrupted HDF5 inputs (issue 18): files that crash libhdf5 (SIGSEGV) or hang it for
 # ever, made by corrupt_h5.py, fail the command within seconds with "... is corrupt or
 # unreadable", exit 2, on every rank, and the result file written before stays byte-identical;
 # so do corrupted result files (report, compare, --resume, job.overwrite, sweep's point files),

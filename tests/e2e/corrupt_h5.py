@@ -1,4 +1,4 @@
-"""Corrupts an HDF5 file the way that crashes or hangs libhdf5 1.10 (issue 18, finding 7).
+"""Corrupts an HDF5 file the way that crashes or hangs libhdf5 1.10 (for corrupt_files.sh).
 
     corrupt_h5.py IN OUT crash|hang
 

@@ -4,21 +4,18 @@
 # rank's provenance naming the variant), and the variants it lacks, an unknown name, or a bad
 # value are refused at start on every rank: exit 2 within the timeout, a message naming the
 # value and what is missing, and an existing result file left as it was. Which variants the CPU
-# supports is taken from /proc/cpuinfo's flags, independently of the program's own detection.
+# supports is read from CPUID by tests/cpuid_variants (tests/unit/cpuid_reading.h), independently
+# of the program's own detection (not from /proc/cpuinfo, whose flags a kernel may leave out).
 # `specrun compare` shows the variant when it differs between two runs.
 set -euo pipefail
 source "$(dirname "$0")/run_common.sh"
 rm -rf w && mkdir w && cd w
 unset SPECRUN_CPU_ISA
 
-has_flags() {
-  local f
-  for f in "$@"; do grep -qw "$f" /proc/cpuinfo || return 1; done
-}
-supported=(baseline)
-has_flags avx avx2 fma f16c bmi1 bmi2 abm movbe && supported+=(avx2)
-has_flags avx512f avx512bw avx512cd avx512dq avx512vl && [[ ${supported[*]} == *avx2* ]] &&
-  supported+=(avx512)
+CPUID_VARIANTS=$(dirname "$SPECRUN_BIN")/tests/cpuid_variants
+[[ -x $CPUID_VARIANTS ]] || fail "$CPUID_VARIANTS is missing (built with the tests)"
+read -r -a supported < <("$CPUID_VARIANTS")
+[[ ${supported[0]:-} == baseline ]] || fail "cpuid_variants printed '${supported[*]}'"
 best=${supported[-1]}
 supported_list=$(printf '%s, ' "${supported[@]}")
 supported_list=${supported_list%, }

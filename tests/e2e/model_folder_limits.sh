@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
-# Issue 40, from the command line: small model-folder files that asked for unbounded memory or
-# time now exit 2 with a message naming the file, the field or the template, and nothing hangs:
+# Small model-folder files that asked for unbounded memory or time (issue 40), from the command
+# line: each exits 2 with a message naming the file, the field or the template, and nothing hangs:
 #   - config.json with num_hidden_layers = 1000000000 (`generate` ended in std::bad_alloc);
 #   - config.json as a FIFO (blocked for ever) and tokenizer.json linked to /dev/zero (read
 #     until memory ran out);

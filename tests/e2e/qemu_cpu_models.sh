@@ -4,8 +4,10 @@
 # start with the missing features named; a Nehalem (SSE4.2, no AVX) picks the baseline kernels
 # and refuses SPECRUN_CPU_ISA=avx2; a Haswell picks avx2. On the Nehalem the kernel tests pass
 # (no AVX instruction reached in the baseline code) and a 4-rank job (dp 2 x tp 2) runs and
-# writes the same tokens as this machine's own run with SPECRUN_CPU_ISA=baseline. QEMU emulates
-# no AVX-512, so the avx512 variant is not covered here. Skipped (77) without qemu-x86_64.
+# writes the same tokens as this machine's own run with SPECRUN_CPU_ISA=baseline. The tests'
+# CPUID reading sees each emulated CPU as it is, and the CpuIsa unit tests pass on both. QEMU
+# emulates no AVX-512, so the avx512 variant is not covered here. Skipped (77) without
+# qemu-x86_64.
 set -euo pipefail
 source "$(dirname "$0")/run_common.sh"
 QEMU=$(command -v qemu-x86_64 || true)
@@ -32,6 +34,19 @@ for cpu in Nehalem Haswell; do
     fail "test_ops on $cpu: $(grep -E 'FAILED|Illegal' "test_ops-$cpu.log" | head -5)"
 done
 echo "kernel tests on Nehalem and Haswell: ok"
+
+# The tests' own CPUID reading (tests/unit/cpuid_reading.h) on CPUs whose features are known, and
+# the program's detection against it there: /proc/cpuinfo, still the host's under QEMU, would
+# contradict both.
+[[ $("$QEMU" -cpu Nehalem "$TESTS_DIR/cpuid_variants" 2>/dev/null) == "baseline" ]] ||
+  fail "cpuid_variants on Nehalem: $("$QEMU" -cpu Nehalem "$TESTS_DIR/cpuid_variants" 2>&1)"
+[[ $("$QEMU" -cpu Haswell "$TESTS_DIR/cpuid_variants" 2>/dev/null) == "baseline avx2" ]] ||
+  fail "cpuid_variants on Haswell: $("$QEMU" -cpu Haswell "$TESTS_DIR/cpuid_variants" 2>&1)"
+for cpu in Nehalem Haswell; do
+  "$QEMU" -cpu "$cpu" "$TESTS_DIR/test_cpu_dispatch" --gtest_filter='CpuIsa.*' \
+    >"cpu_isa-$cpu.log" 2>&1 || fail "CpuIsa tests on $cpu: $(grep -A3 Failure "cpu_isa-$cpu.log")"
+done
+echo "CPUID reading and CpuIsa tests on Nehalem and Haswell: ok"
 
 make_models models
 make_prompt_file prompts.h5 6

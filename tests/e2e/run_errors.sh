@@ -49,7 +49,7 @@ expect_exit 2 'malformed.toml:5' malformed.log -- \
   fail "the job file error is printed $(grep -c 'malformed.toml:5' malformed.log) times"
 
 # A 6 KB prompt file declaring one prompt of 500,000,000 tokens (unwritten chunks read as 0): refused
-# from its offsets before any token is read or hashed (issue 18, finding 5: it cost 4 GB).
+# from its offsets before any token is read or hashed (reading it cost 4 GB of memory; issue 18).
 "$PY" - <<'PY'
 import h5py, numpy as np
 with h5py.File("huge.h5", "w") as f:
@@ -79,8 +79,8 @@ expect_exit 2 "badtoken.h5: prompt 4" kept-badtoken.log -- "${RUN[@]}" --set job
 expect_exit 2 "model directory .*missing-model" kept-model.log -- "${RUN[@]}" \
   --set job.output=kept.h5 --set job.overwrite=true --set target.path=missing-model
 [[ $(md5sum <kept.h5) == "$before" ]] || fail "a failed job with overwrite = true changed kept.h5"
-# job.overwrite replaces only specrun result files, and never writes through a link (issue 18,
-# finding 6): a text file, a model's safetensors and a link to a result stay as they were.
+# job.overwrite replaces only specrun result files, and never writes through a link (it replaced
+# any file, issue 18): a text file, a model's safetensors and a link to a result stay as they were.
 echo "notes, not a result" >notes.txt
 cp models/target/model.safetensors weights.safetensors
 ln -sf kept.h5 link.h5

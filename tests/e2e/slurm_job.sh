@@ -10,7 +10,7 @@
 #   4. a 2-point sweep (array, the grid syntax of `specrun sweep`): one complete file per grid
 #      point with its draft_len, named as a local sweep names it, then one `specrun report` table
 #      over the folder.
-# Installs Slurm and MUNGE if missing (or prints SKIPPED and exits 0 where it cannot).
+# Installs Slurm and MUNGE if missing (where it cannot: skipped, exit 77; under CI=true: fails).
 set -euo pipefail
 : "${SPECRUN_BIN:?SPECRUN_BIN must point to the specrun executable}"
 : "${SPECRUN_SOURCE_DIR:?SPECRUN_SOURCE_DIR must point to the source tree}"

@@ -9,7 +9,7 @@
 #   C. USR1 as soon as srun starts (before specrun's handlers exist): the launcher drops it or
 #      it kills the ranks; either way the script must requeue (re-sending the stop every
 #      SPECRUN_STOP_RESEND_S, or requeueing a run the signal killed) and the job complete.
-# Installs Slurm and MUNGE if missing (or prints SKIPPED and exits 0 where it cannot).
+# Installs Slurm and MUNGE if missing (where it cannot: skipped, exit 77; under CI=true: fails).
 set -euo pipefail
 : "${SPECRUN_BIN:?SPECRUN_BIN must point to the specrun executable}"
 : "${SPECRUN_SOURCE_DIR:?SPECRUN_SOURCE_DIR must point to the source tree}"

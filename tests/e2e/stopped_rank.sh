@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
-# A stopped rank on the CPU backend (issue 18, finding 4; issue 40): rank 1 of a 2-rank job is
-# SIGSTOPped after its first batch, in three jobs:
+# A stopped rank on the CPU backend, which hung the job for ever (issues 18 and 40): rank 1 of a
+# 2-rank job is SIGSTOPped after its first batch, in three jobs:
 #   tp2      a tp-2 decoding job: rank 0 then waits in a tensor-parallel collective;
 #   dp2      a tp-1, dp-2 decoding job: rank 0 then waits at a batch boundary, in a collective on
 #            the world (the stop agreement or the gather of the batch's results);

@@ -359,8 +359,9 @@ TEST(Compare, MalformedProvenanceIsAnInputError) {
 
 }  // namespace
 
-// Issue 17: the verdict leads (speculative before baseline, "total" only when no phase explains
-// it), the speedup change comes with its interval, and per-token costs are filled in.
+// The verdict leads (speculative before baseline, "total" only when no phase explains it), the
+// speedup change comes with its interval, and per-token costs are filled in: a reader of the
+// first lines learns what got slower without reading the tables.
 TEST(Compare, VerdictLeadsWithTheSpeculativePhaseAndTheSpeedupChange) {
   Synthetic base_params, slow_params;
   slow_params.verify_ms = base_params.verify_ms * 1.3;

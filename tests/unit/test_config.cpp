@@ -415,9 +415,9 @@ TEST(JobConfig, CodePairJobParses) {
 }
 
 }  // namespace
-// Issue 18, findings 9 and 13: invalid UTF-8 in a --set value or in the job file is an input
-// error naming the key or the line (it was an uncaught exception in config_hash, and toml++
-// reached undefined behaviour on some bytes).
+// Invalid UTF-8 in a --set value or in the job file is an input error naming the key or the line.
+// Guards against an uncaught exception in config_hash and toml++ reaching undefined behaviour on
+// some bytes (issue 18).
 TEST(JobConfig, InvalidUtf8IsRefusedNamingWhere) {
   EXPECT_CONTAINS(parse_error(kMinimal, {"job.name=ab\xff"}),
                   "--set job.name=...: the value is not valid UTF-8 (at byte 2 of the value)");

@@ -1,19 +1,18 @@
 // The CPU kernel variants and their run-time choice (kernels/cpu/isa.h, dispatch.h): names, what
-// the CPU supports against /proc/cpuinfo's flags (an independent reading), the table in use,
-// and every variant this CPU runs, called through its own table in one process: each matches a
-// double-precision reference, and the two FMA variants (avx2, avx512) agree bitwise on matmul.
+// the CPU supports against CPUID and XGETBV read by the test itself (an independent reading,
+// cpuid_reading.h), the table in use, and every variant this CPU runs, called through its own
+// table in one process: each matches a double-precision reference, and the two FMA variants
+// (avx2, avx512) agree bitwise on matmul.
 #include <gtest/gtest.h>
 #include <omp.h>
 
 #include <cmath>
-#include <fstream>
 #include <random>
-#include <set>
-#include <sstream>
 #include <string>
 #include <vector>
 
 #include "cpu_test_data.h"
+#include "cpuid_reading.h"
 #include "kernels/cpu/dispatch.h"
 
 namespace cpu = specrun::cpu;
@@ -23,25 +22,6 @@ using specrun::test::pack;
 using specrun::test::random_vector;
 
 namespace {
-
-// The "flags" words of the first CPU in /proc/cpuinfo.
-std::set<std::string> cpuinfo_flags() {
-  std::ifstream in("/proc/cpuinfo");
-  std::set<std::string> flags;
-  for (std::string line; std::getline(in, line);) {
-    if (line.rfind("flags", 0) != 0) continue;
-    std::istringstream words(line.substr(line.find(':') + 1));
-    for (std::string w; words >> w;) flags.insert(w);
-    break;
-  }
-  return flags;
-}
-
-bool has_all(const std::set<std::string>& flags, std::initializer_list<const char*> names) {
-  for (const char* n : names)
-    if (!flags.count(n)) return false;
-  return true;
-}
 
 std::vector<cpu::Isa> runnable() {
   std::vector<cpu::Isa> v;
@@ -63,27 +43,24 @@ TEST(CpuIsa, NamesRoundTripAndOthersAreRejected) {
   EXPECT_EQ(cpu::built_isas().front(), cpu::Isa::kBaseline);
 }
 
-TEST(CpuIsa, SupportAgreesWithCpuinfo) {
-  const auto flags = cpuinfo_flags();
-  if (flags.empty()) GTEST_SKIP() << "/proc/cpuinfo has no flags line";
+TEST(CpuIsa, SupportAgreesWithCpuid) {
   EXPECT_TRUE(cpu::cpu_supports(cpu::Isa::kBaseline));
   EXPECT_EQ(cpu::missing_features(cpu::Isa::kBaseline), "");
 #if defined(__x86_64__)
-  const bool avx2 = has_all(flags, {"avx", "avx2", "fma", "f16c", "bmi1", "bmi2", "abm", "movbe"});
-  const bool avx512 =
-      avx2 && has_all(flags, {"avx512f", "avx512bw", "avx512cd", "avx512dq", "avx512vl"});
-  EXPECT_EQ(cpu::cpu_supports(cpu::Isa::kAvx2), avx2);
-  EXPECT_EQ(cpu::cpu_supports(cpu::Isa::kAvx512), avx512);
+  const specrun::test::CpuidReading cpuid = specrun::test::read_cpuid();
+  const std::string reading = "CPUID says: " + cpuid.describe();
+  EXPECT_EQ(cpu::cpu_supports(cpu::Isa::kAvx2), cpuid.avx2()) << reading;
+  EXPECT_EQ(cpu::cpu_supports(cpu::Isa::kAvx512), cpuid.avx512()) << reading;
   for (cpu::Isa isa : {cpu::Isa::kAvx2, cpu::Isa::kAvx512}) {
     EXPECT_EQ(cpu::missing_features(isa).empty(), cpu::cpu_supports(isa))
         << cpu::isa_name(isa) << ": missing '" << cpu::missing_features(isa) << "'";
   }
-  if (!avx512) {
-    EXPECT_NE(cpu::missing_features(cpu::Isa::kAvx512).find("avx512f"), std::string::npos);
-  }
-  EXPECT_EQ(cpu::best_isa(), avx512 ? cpu::Isa::kAvx512
-                             : avx2 ? cpu::Isa::kAvx2
-                                    : cpu::Isa::kBaseline);
+  // The message names what CPUID lacks (the AVX-512 features are spelled alike in both).
+  for (const std::string& f : cpuid.lacking_v4)
+    if (f.rfind("avx512", 0) == 0) {
+      EXPECT_NE(cpu::missing_features(cpu::Isa::kAvx512).find(f), std::string::npos) << f;
+    }
+  EXPECT_STREQ(cpu::isa_name(cpu::best_isa()), cpuid.best()) << reading;
 #endif
 }
 

@@ -1,5 +1,6 @@
 // The model-free parts of the drafters: the n-gram lookup and the EAGLE-2/3 dynamic tree
-// builder (its selection checked against a brute-force reading of model-formats.md 3.4-3.5).
+// builder (its selection checked against a brute-force reading of docs/reference.md, "EAGLE-2
+// dynamic draft trees").
 #include <gtest/gtest.h>
 
 #include <algorithm>

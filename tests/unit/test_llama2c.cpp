@@ -76,7 +76,7 @@ TEST(Llama2c, StoriesHeader) {
   EXPECT_TRUE(h.shared_classifier);
   EXPECT_EQ(h.head_size(), 8);
   EXPECT_EQ(h.kv_dim(), 32);
-  EXPECT_EQ(h.expected_file_size(), 1056540u);  // model-formats.md section 5.4
+  EXPECT_EQ(h.expected_file_size(), 1056540u);  // docs/reference.md, "stories260K"
 }
 
 TEST(Llama2c, PermutationIndexFormula) {

@@ -109,9 +109,9 @@ TEST(ModelConfig, DefaultInvFreqFollowsTheFormula) {
 }
 
 // Llama-3.1-8B: head_dim 128, theta 500000, factor 8, low 1, high 4, original context 8192.
-// Expected values worked out from the formula of model-formats.md section 2 separately (Python,
-// double precision, then rounded to float32): j=0..25 high band (unchanged), j=30 medium band
-// (interpolated, wavelength 2948.3), j>=35 low band (divided by 8).
+// Expected values worked out from the formula of docs/reference.md "Llama 3 RoPE scaling"
+// separately (Python, double precision, then rounded to float32): j=0..25 high band (unchanged),
+// j=30 medium band (interpolated, wavelength 2948.3), j>=35 low band (divided by 8).
 TEST(ModelConfig, Llama3InvFreqMatchesHandComputedValues) {
   const char* rope = R"(,"head_dim":128,"rope_theta":500000.0,"max_position_embeddings":131072,
       "rope_scaling":{"rope_type":"llama3","factor":8.0,"low_freq_factor":1.0,
@@ -222,8 +222,9 @@ TEST(ModelConfigErrors, MissingFileIsClear) {
 }
 
 }  // namespace
-// Issue 18, finding 2: a config.json value nested 100,000 deep is refused before parsing (it
-// crashed in the recursive dump() of the error message), and "[" inside strings do not count.
+// A config.json value nested 100,000 deep is refused before parsing, and "[" inside strings do
+// not count. Guards against the crash it caused (a stack overflow in the recursive dump() of the
+// error message; issue 18).
 TEST(ModelConfig, DeeplyNestedJsonIsRefused) {
   const std::string deep = std::string(100000, '[') + std::string(100000, ']');
   const std::string msg = error_of(
@@ -234,7 +235,8 @@ TEST(ModelConfig, DeeplyNestedJsonIsRefused) {
   EXPECT_EQ(json_too_deep_at(std::string(65, '[')), 64u);
 }
 
-// Issue 18, finding 12: absurd numeric values are refused, naming the field.
+// Absurd numeric values (rms_norm_eps 1e300, rope_theta 1e13, a billion layers) are refused,
+// naming the field, instead of reaching the model's arithmetic or its allocations (issue 18).
 TEST(ModelConfig, AbsurdNumbersAreRefused) {
   EXPECT_NE(error_of([&] {
               parse(llama(R"(,"rms_norm_eps":1e300)"));
@@ -247,9 +249,9 @@ TEST(ModelConfig, AbsurdNumbersAreRefused) {
   EXPECT_NE(error_of([&] { parse(llama(R"(,"rope_theta":1e13)")); }).find("rope_theta\" = 1e+13"),
             std::string::npos);
   EXPECT_EQ(error_of([&] { parse(llama(R"(,"rms_norm_eps":1e-5)")); }), "");
-  // Issue 40: num_hidden_layers = 1000000000 passed, and loading the model ended in
-  // std::bad_alloc naming nothing. Every size is bounded, far above any real model; the bound
-  // itself is accepted.
+  // num_hidden_layers = 1000000000 passed, and loading the model ended in std::bad_alloc naming
+  // nothing (issue 40). Every size is bounded, far above any real model; the bound itself is
+  // accepted.
   const std::vector<std::pair<std::string, long long>> sizes = {
       {"num_hidden_layers", 4096},
       {"hidden_size", 1 << 18},
@@ -291,8 +293,9 @@ TEST(ModelConfig, AbsurdNumbersAreRefused) {
 namespace specrun {
 namespace {
 
-// Issue 17: an instruct model's end-of-turn id lives in generation_config.json; it joins
-// config.json's ids (no duplicates); a malformed file is an error naming it.
+// An instruct model's end-of-turn id lives in generation_config.json: it joins config.json's ids
+// (no duplicates), else decoding runs past the end of the turn; a malformed file is an error
+// naming it.
 TEST(ModelConfig, GenerationConfigEosJoinsConfigEos) {
   const std::filesystem::path dir =
       std::filesystem::temp_directory_path() / ("specrun-gen-" + std::to_string(::getpid()));

@@ -742,8 +742,8 @@ TEST(H5Errors, NameTheFileQuoteHdf5AndKeepStderrQuiet) {
   EXPECT_EQ(d.read<int64_t>(0, 3), (std::vector<int64_t>{0, 1, 2}));
 }
 
-// Issue 18, finding 3: a negative output offset (a damaged or hostile file) is an error naming
-// the dataset, not an out-of-bounds read.
+// A negative output offset (a damaged or hostile file) is an error naming the dataset. Guards
+// against the out-of-bounds read it caused (issue 18).
 TEST(ResultFile, NegativeOutputOffsetIsRefused) {
   TempDir dir;
   std::string path = dir.file("neg.h5");

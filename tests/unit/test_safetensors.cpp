@@ -389,8 +389,8 @@ TEST(Checkpoint, ShardedIndex) {
 }
 
 }  // namespace
-// Issue 18, finding 2: 100,000 nested [] in a header crashed the process (stack overflow in the
-// recursive dump() of the error message). Now refused before parsing, naming the file.
+// A header of 100,000 nested [] is refused before parsing, naming the file. Guards against the
+// crash it caused (a stack overflow in the recursive dump() of the error message; issue 18).
 TEST(SafetensorsErrors, DeeplyNestedHeaderIsRefused) {
   TempDir tmp;
   const std::string path = tmp.file("deep.safetensors");
@@ -442,11 +442,12 @@ std::string entries_header(int n, const std::string& dims, int elements) {
   return header + "}";
 }
 
-// Issue 18, finding 11: a 98 MB header cost 2.8 GB of memory per rank (29x its size); a header of
-// 150,000 entries (~13 MB) costs a bounded multiple of its size (7x here, 29x before). Issue 40:
-// one entry with a shape of 6.5 million dimensions (a 13 MB header) cost 21.9x its size: shapes
-// of more than 32 dimensions are refused while they are parsed, naming the tensor, and a header
-// of entries that all have 32 dimensions, or one very long name, stays within the bound.
+// Parsing a header costs a bounded multiple of its size. Guards against a 98 MB header costing
+// 2.8 GB of memory per rank (29x its size; issue 18): a header of 150,000 entries (~13 MB) costs
+// 7x here. And against one entry with a shape of 6.5 million dimensions (a 13 MB header) costing
+// 21.9x its size (issue 40): shapes of more than 32 dimensions are refused while they are parsed,
+// naming the tensor, and a header of entries that all have 32 dimensions, or one very long name,
+// stays within the bound.
 TEST(Safetensors, HeaderMemoryIsABoundedMultipleOfItsSize) {
   const int n = 150000;
   const HeaderCost many =

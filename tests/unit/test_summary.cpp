@@ -186,8 +186,9 @@ TEST(Summary, BrokenIdentitiesAreErrors) {
   EXPECT_EQ(message(d), "no error");
 }
 
-// Issue 17: the stored per-position counts and the timing rows are checked against the step
-// rows too, and the message names the file and the identity.
+// The stored per-position counts and the timing rows are checked against the step rows too (a
+// file whose per-position counts disagree with its steps would report a wrong acceptance by
+// depth), and the message names the file and the identity.
 TEST(Summary, PerPositionCountsAndTimingRowsAreIdentities) {
   ModeData d = hand_made();
   d.source = "run.h5";

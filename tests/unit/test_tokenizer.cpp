@@ -30,7 +30,7 @@ std::string error_of(const std::function<void()>& f) {
   return "";
 }
 
-// Greedy ids from BOS of stories260K (model-formats.md section 5.4, first 60).
+// Greedy ids from BOS of stories260K (docs/reference.md, "stories260K", first 60).
 const std::vector<int> kStoriesIds = {403, 407, 261, 378, 432, 383, 286, 261, 376, 298, 315, 421,
                                       395, 317, 426, 338, 401, 396, 267, 337, 410, 408, 419, 292,
                                       411, 322, 265, 282, 295, 433, 426, 385, 328, 432, 358, 394,

@@ -166,7 +166,7 @@ TEST(TransformerReference, Stories260KGreedyFromBosMatchesLlama2c) {
   const fs::path stories = shared_dir() / "models" / "stories260K";
   if (!fs::exists(stories / "stories260K.bin"))
     GTEST_SKIP() << "stories260K not found at " << stories << " (set SPECRUN_SHARED_DIR)";
-  // Greedy ids from BOS that llama2.c's run.c produces (model-formats.md section 5.4).
+  // Greedy ids from BOS that llama2.c's run.c produces (docs/reference.md, "stories260K").
   const std::vector<std::int32_t> want = {
       403, 407, 261, 378, 432, 383, 286, 261, 376, 298, 315, 421, 395, 317, 426,
       338, 401, 396, 267, 337, 410, 408, 419, 292, 411, 322, 265, 282, 295, 433,
