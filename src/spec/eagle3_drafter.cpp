@@ -9,6 +9,7 @@ namespace specrun {
 Eagle3Drafter::Eagle3Drafter(std::unique_ptr<DraftHead> head, TokenOps& ops,
                              const DraftOptions& options)
     : head_(std::move(head)), ops_(ops), options_(options) {
+  SPEC_CHECK(head_->kind() == HeadKind::kEagle3, "the EAGLE-3 drafter was given another head");
   SPEC_CHECK(head_->backend() == ops.backend(), "the EAGLE-3 head and the token ops' backends");
 }
 

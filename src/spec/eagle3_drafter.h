@@ -1,6 +1,6 @@
 // draft.kind = "eagle3": an EAGLE-3 head (model/draft_head.h) drafts from the target's hidden
 // states, as the SafeAILab reference and SGLang do:
-//  - the target captures the head's three layers (Eagle3Config::capture) in its prefill and
+//  - the target captures the head's three layers (DraftHead::target_capture) in its prefill and
 //    verify passes;
 //  - "extend": the head runs over every position the target has committed, pairing the
 //    embedding of the next token with the target's features at the position (draft position i
@@ -33,7 +33,7 @@ class Eagle3Drafter final : public Drafter {
   // head: the loaded head (owned); ops: the decisions of its backend (outlives the drafter).
   Eagle3Drafter(std::unique_ptr<DraftHead> head, TokenOps& ops, const DraftOptions& options);
 
-  std::span<const int> target_capture() const override { return head_->config().capture; }
+  std::span<const int> target_capture() const override { return head_->target_capture(); }
   void begin_batch(std::span<const DraftSequence> seqs, const TargetFeatures* features) override;
   void propose(std::span<const int> active, std::span<const ProposalLimit> limits,
                std::span<DraftTree> out) override;
