@@ -2,7 +2,7 @@
 // declared once, in src/config/option_table.h (section, key, member, help, validation); TOML
 // reading, `--set section.key=value` overrides, the help text, the canonical TOML/JSON dumps
 // and the configuration hash are all derived from that one table. Defaults are the member
-// initializers below.
+// initializers below (the draft shape's: config/draft_shape.h).
 //
 // Precedence: defaults < job file < --set overrides (in command-line order). The merged result
 // is validated once. Every user error throws specrun::Error with exit code 2 (kExitUsage) and a
@@ -20,6 +20,8 @@
 #include <vector>
 
 #include <nlohmann/json.hpp>
+
+#include "config/draft_shape.h"
 
 namespace specrun {
 
@@ -71,10 +73,7 @@ struct DataSection {
 struct DecodeSection {
   std::vector<std::string> modes = {"baseline", "speculative"};  // run in this order
   int max_new_tokens = 64;
-  int draft_len = 4;         // tokens the draft proposes per speculative step (k), a chain
-  int tree_top_k = 1;        // draft trees: children per expanded node; 1 = a chain of draft_len
-  int tree_depth = 5;        // draft trees: most drafted tokens on one path
-  int tree_nodes = 15;       // draft trees: drafted nodes (root excluded)
+  DraftShape shape;          // draft_len, tree_top_k, tree_depth, tree_nodes (config/draft_shape.h)
   double temperature = 0.0;  // 0 = greedy
   int top_k = 0;             // 0 = off
   double top_p = 1.0;        // 1.0 = off

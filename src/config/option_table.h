@@ -1,5 +1,6 @@
 // The option table: every JobConfig option declared once, with its section, key, help text and
-// validation. Defaults are not repeated here; they are the member initializers in job_config.h.
+// validation. Defaults are not repeated here; they are the member initializers in job_config.h
+// (decode's draft shape: config/draft_shape.h).
 // TOML reading, --set, help, dumps and hashing all walk this table with for_each_option, so a
 // new option is one line here plus one member in job_config.h.
 #pragma once
@@ -186,19 +187,19 @@ void for_each_option(Config& config, Visitor&& visit) {
         config.decode.max_new_tokens);
   visit(
       S{"decode", "draft_len", "Tokens the draft proposes per speculative step (k)."}.range(1, 16),
-      config.decode.draft_len);
+      config.decode.shape.draft_len);
   visit(S{"decode", "tree_top_k",
           "Draft trees: children of each expanded node (EAGLE's top_k); 1 = a chain of draft_len."}
             .range(1, 64),
-        config.decode.tree_top_k);
+        config.decode.shape.tree_top_k);
   visit(S{"decode", "tree_depth",
           "Draft trees: most drafted tokens on one path (SGLang's num_steps; EAGLE's depth + 1)."}
             .range(1, 16),
-        config.decode.tree_depth);
+        config.decode.shape.tree_depth);
   visit(S{"decode", "tree_nodes",
           "Draft trees: drafted nodes, root excluded (SGLang's num_draft_tokens - 1)."}
             .range(1, 256),
-        config.decode.tree_nodes);
+        config.decode.shape.tree_nodes);
   visit(S{"decode", "temperature", "Sampling temperature; 0 = greedy (argmax)."}.range(0, 100),
         config.decode.temperature);
   visit(S{"decode", "top_k", "Keep only the k most likely tokens before sampling; 0 = off."}.range(

@@ -118,10 +118,7 @@ std::unique_ptr<ResultWriter> open_result(const JobConfig& config, const World& 
 DecodeOptions decode_options(const JobConfig& config) {
   DecodeOptions decode;
   decode.max_new_tokens = config.decode.max_new_tokens;
-  decode.draft_len = config.decode.draft_len;
-  decode.tree_top_k = config.decode.tree_top_k;
-  decode.tree_depth = config.decode.tree_depth;
-  decode.tree_nodes = config.decode.tree_nodes;
+  decode.shape = config.decode.shape;
   decode.sampling.temperature = static_cast<float>(config.decode.temperature);
   decode.sampling.top_k = config.decode.top_k;
   decode.sampling.top_p = static_cast<float>(config.decode.top_p);
@@ -230,10 +227,8 @@ RankModels load_models(const JobConfig& config, JobSetup& job) {
   m.target_weights = target_ckpt.tensor("model.embed_tokens.weight").dtype;
   m.target = load_target(config, job, target_ckpt);
   if (config.uses_mode(kModeSpeculative)) {
-    const DecodeOptions decode = decode_options(config);
-    DrafterContext context{
-        *m.target.factory,           *m.target.model,      target_ckpt, *m.target.ops,
-        m.target.factory->tp_comm(), draft_options(decode)};
+    DrafterContext context{*m.target.factory, *m.target.model, target_ckpt, *m.target.ops,
+                           decode_options(config).draft()};
     m.drafter = make_drafter(config, context);
   }
   return m;
@@ -308,8 +303,7 @@ std::string batch_variance_warning(const JobConfig& config, BackendKind backend,
   const bool eligible = tensor_core_projections(weights, target);
   const bool tensor_cores = config.parallel.cuda_tensor_cores && eligible;
   const int limit = tensor_cores ? kCudaTensorCoreBatchInvariantTokens : kCudaBatchInvariantTokens;
-  const int window =
-      1 + (config.decode.tree_top_k > 1 ? config.decode.tree_nodes : config.decode.draft_len);
+  const int window = 1 + config.decode.shape.max_nodes();  // the root and the proposal
   const std::int64_t tokens = static_cast<std::int64_t>(config.data.batch_size) * window;
   if (tokens <= limit) return "";
   std::ostringstream line;

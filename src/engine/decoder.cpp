@@ -99,16 +99,6 @@ ProposalShape shape_of(const DraftTree& tree, const TreeVerdict& v,
 
 }  // namespace
 
-DraftOptions draft_options(const DecodeOptions& d) {
-  DraftOptions o;
-  o.sampling = d.sampling;
-  o.draft_len = d.draft_len;
-  o.tree_top_k = d.tree_top_k;
-  o.tree_depth = d.tree_depth;
-  o.tree_nodes = d.tree_nodes;
-  return o;
-}
-
 BatchDecoder::BatchDecoder(LanguageModel& target, Drafter* drafter, TokenOps& ops,
                            Communicator& tp_comm, const DecodeOptions& options,
                            DeviceTimeline* device)
@@ -169,7 +159,7 @@ BatchResult BatchDecoder::run(const std::string& mode, std::int64_t batch,
   BatchResult result;
   result.batch = batch;
   result.n_ranks = 1;
-  if (speculative) result.accepted_per_position.assign(options_.max_depth(), 0);
+  if (speculative) result.accepted_per_position.assign(options_.shape.max_depth(), 0);
   // Records for the most steps the batch can take (one token each), so that no step allocates.
   const std::size_t max_steps = static_cast<std::size_t>(options_.max_new_tokens);
   result.steps.reserve(max_steps * prompts.size());
@@ -223,7 +213,7 @@ void BatchDecoder::start_batch(const std::vector<Prompt>& prompts) {
   const ModelConfig& config = target_.config();
   seqs_.clear();
   seqs_.resize(prompts.size());
-  const std::size_t room = static_cast<std::size_t>(options_.max_new_tokens + options_.draft_len);
+  const std::size_t room = static_cast<std::size_t>(options_.max_new_tokens);  // append_tokens'
   for (std::size_t i = 0; i < prompts.size(); ++i) {
     check_prompt_fits(prompts[i], config, options_.max_new_tokens);
     Sequence& s = seqs_[i];
@@ -234,7 +224,7 @@ void BatchDecoder::start_batch(const std::vector<Prompt>& prompts) {
     s.cache = target_.new_cache(capacity_of(s));
   }
   // Scratch for the largest step this batch can take.
-  const std::size_t B = prompts.size(), k = static_cast<std::size_t>(options_.max_nodes());
+  const std::size_t B = prompts.size(), k = static_cast<std::size_t>(options_.shape.max_nodes());
   active_.reserve(B);
   chunks_.reserve(B);
   decided_.reserve(2 * B);
@@ -256,7 +246,7 @@ RowsView BatchDecoder::first_tokens(std::span<const int> capture) {
 
 int BatchDecoder::capacity_of(const Sequence& s) const {
   // A verify pass appends a whole proposal before the accepted path is kept.
-  return s.prompt_len + options_.max_new_tokens + options_.max_nodes();
+  return s.prompt_len + options_.max_new_tokens + options_.shape.max_nodes();
 }
 
 void BatchDecoder::decide_next(const RowsView& logits) {
@@ -321,15 +311,12 @@ void BatchDecoder::speculative_step(std::int64_t batch, std::int32_t step, Batch
   // Draft: a tree (a chain when tree_top_k is 1) per sequence, fewer nodes near the end.
   timer.begin(kPhaseDraft);
   limits_.resize(n);
-  for (std::size_t r = 0; r < n; ++r) {
-    // At most the tokens still wanted minus the one every step emits anyway.
-    const int room = options_.max_new_tokens - seqs_[active_[r]].generated() - 1;
-    const int depth = std::min(options_.max_depth(), room);
-    limits_[r].depth = std::max(depth, 0);
-    limits_[r].nodes = depth <= 0 ? 0 : options_.tree() ? options_.max_nodes() : depth;
-  }
+  for (std::size_t r = 0; r < n; ++r)
+    limits_[r] = options_.shape.limit(options_.max_new_tokens - seqs_[active_[r]].generated() - 1);
   std::span<DraftTree> trees(trees_.data(), n);
   drafter_->propose(active_, limits_, trees);
+  check_proposals(trees);
+  agree_proposals(trees);
   inject("draft");
   timer.end();
 
@@ -355,6 +342,45 @@ void BatchDecoder::speculative_step(std::int64_t batch, std::int32_t step, Batch
   timer.finish(result.timings_ms, result.cpu_ms);
 }
 
+void BatchDecoder::check_proposals(std::span<const DraftTree> trees) const {
+  for (std::size_t r = 0; r < trees.size(); ++r) {
+    const DraftTree& tree = trees[r];
+    SPEC_CHECK(tree.size() <= limits_[r].nodes,
+               "the drafter proposed " << tree.size() << " tokens for prompt "
+                                       << seqs_[active_[r]].prompt->index << ", at most "
+                                       << limits_[r].nodes << " were asked for");
+    check_tree(TreeView{tree.tokens.data(), tree.parents.data(), tree.size()}, limits_[r].depth,
+               "the drafter");
+  }
+}
+
+// Every rank verifies tp rank 0's proposals (drafter.h): they are broadcast in one message of
+// fixed width per sequence (size, q_row, tokens, parents), which replaces the other ranks' own.
+void BatchDecoder::agree_proposals(std::span<DraftTree> trees) {
+  if (tp_comm_.size() <= 1) return;
+  const std::size_t n = trees.size(), most = static_cast<std::size_t>(options_.shape.max_nodes());
+  const std::size_t width = 2 + 2 * most;
+  proposals_.resize(n * width);
+  if (tp_comm_.rank() == 0) {
+    for (std::size_t r = 0; r < n; ++r) {
+      const DraftTree& tree = trees[r];  // check_proposals: at most limits_[r].nodes <= most
+      std::int32_t* w = &proposals_[r * width];
+      w[0] = tree.size();
+      w[1] = tree.q_row;
+      std::copy(tree.tokens.begin(), tree.tokens.end(), w + 2);
+      std::copy(tree.parents.begin(), tree.parents.end(), w + 2 + most);
+    }
+  }
+  agree(proposals_);
+  for (std::size_t r = 0; r < n; ++r) {
+    const std::int32_t* w = &proposals_[r * width];
+    DraftTree& tree = trees[r];
+    tree.tokens.assign(w + 2, w + 2 + w[0]);
+    tree.parents.assign(w + 2 + most, w + 2 + most + w[0]);
+    tree.q_row = w[1];
+  }
+}
+
 // The target scores each sequence's uncommitted tokens and its proposal in one pass: a chain of
 // the uncommitted tokens (the last is the tree's root), then the nodes with their parents'
 // slots (tree attention, kv_cache.h).
@@ -368,11 +394,6 @@ ForwardResult BatchDecoder::verify_forward(std::span<const DraftTree> trees) {
   for (std::size_t r = 0; r < n; ++r) {
     Sequence& s = seqs_[active_[r]];
     const DraftTree& tree = trees[r];
-    SPEC_CHECK(tree.size() <= limits_[r].nodes,
-               "the drafter proposed " << tree.size() << " tokens for prompt " << s.prompt->index
-                                       << ", at most " << limits_[r].nodes << " were asked for");
-    check_tree(TreeView{tree.tokens.data(), tree.parents.data(), tree.size()}, limits_[r].depth,
-               "the drafter");
     const int start = s.cache->length();
     const int uncommitted = static_cast<int>(s.tokens.size()) - start;
     const int root_slot = start + uncommitted - 1;

@@ -1,13 +1,21 @@
 // Decoding of one batch of prompts in one mode: `baseline` (target only) or `speculative`
-// (a Drafter proposes, the target verifies). All ranks of a tensor-parallel group call the same
-// functions with the same prompts; tp rank 0's token decisions are broadcast, so the ranks never
-// diverge even if their logits differed in the last bit.
+// (a Drafter proposes a token tree per sequence, the target verifies it). All ranks of a
+// tensor-parallel group call the same functions with the same prompts; tp rank 0's decisions
+// (each step's tokens, proposals and verdicts) are broadcast, so the ranks never diverge even if
+// their logits, or their drafters' proposals, differed.
 //
 // The speculative step, in the phases it is timed by:
-//   draft:  Drafter::propose (a chain of up to k tokens per sequence; fewer near max_new_tokens)
-//   verify: one target forward over every sequence's uncommitted tokens and its proposal
-//   sample: verification on the backend (TokenOps), rank 0's outcome broadcast
-//   other:  commit (append, roll the target cache back to the accepted prefix), tell the drafter
+//   draft:  Drafter::propose: a token tree per sequence (a chain being one path) within
+//           DraftShape::limit (fewer nodes near max_new_tokens), then tp rank 0's proposals
+//           broadcast to the group (spec/drafter.h: the rank-agreement rule)
+//   verify: one target forward over every sequence's uncommitted tokens and its tree (tree
+//           attention: each node sees the committed tokens and its ancestors)
+//   sample: verification on the backend (TokenOps: the accepted path through the tree and the
+//           token after it), rank 0's verdicts broadcast
+//   other:  commit: append the accepted path and that token, keep the path's keys and values in
+//           the target's cache (LanguageModel::keep: the rejected nodes leave nothing behind),
+//           record the step
+//   draft:  tell the drafter what was accepted (with the target's features when it asked)
 // The engine knows no drafter kind; a new one plugs in through spec/drafter_registry.h.
 #pragma once
 
@@ -33,32 +41,22 @@ namespace specrun {
 
 struct DecodeOptions {
   int max_new_tokens = 64;
-  int draft_len = 4;  // k: the chain's length when tree_top_k is 1
-  // Draft trees (tree_top_k > 1): children per node, most drafted tokens on one path, drafted
-  // nodes (root excluded).
-  int tree_top_k = 1;
-  int tree_depth = 4;
-  int tree_nodes = 8;
+  DraftShape shape;         // chain or tree, and their sizes (decode.draft_len, tree_*)
   SamplingParams sampling;  // temperature <= 0: greedy
   bool stop_at_eos = true;
   // Stop tokens besides the target's EOS ids (decode.stop_tokens, engine/stop_tokens.h).
   std::vector<int> extra_stop_ids;
   std::uint64_t seed = 0;
-
-  bool tree() const { return tree_top_k > 1; }
-  // The most nodes and the deepest path a proposal may have.
-  int max_nodes() const { return tree() ? tree_nodes : draft_len; }
-  int max_depth() const { return tree() ? tree_depth : draft_len; }
   // decode.acceptance: real, or a synthetic rule that overrides the verifier's verdicts.
   SyntheticAcceptance acceptance;
   // Test-only: spin (on the CPU, like slower code) this long in `inject_phase` ("draft",
   // "verify", "sample") every step.
   double inject_delay_ms = 0;
   std::string inject_phase = "none";
-};
 
-// The options a drafter shares with the decoder.
-DraftOptions draft_options(const DecodeOptions& decode);
+  // The options a drafter shares with the decoder.
+  DraftOptions draft() const { return DraftOptions{sampling, shape}; }
+};
 
 // Throws (exit code 2, naming the prompt's index and id) when the prompt is empty, holds a token
 // outside the vocabulary, or cannot grow by max_new_tokens within the model's context.
@@ -105,8 +103,10 @@ class BatchDecoder {
   void decide_next(const RowsView& logits);
   void baseline_step(std::int64_t batch, std::int32_t step, BatchResult& result);
   void speculative_step(std::int64_t batch, std::int32_t step, BatchResult& result);
-  // The speculative step's parts: the target's forward over the proposals, the verdicts
-  // (agreed through tp rank 0), the commit.
+  // The speculative step's parts: tp rank 0's proposals to every rank, the target's forward over
+  // them, the verdicts (agreed through tp rank 0), the commit.
+  void check_proposals(std::span<const DraftTree> trees) const;
+  void agree_proposals(std::span<DraftTree> trees);
   ForwardResult verify_forward(std::span<const DraftTree> trees);
   void decide_verdicts(const RowsView& logits, std::span<const DraftTree> trees);
   void apply_synthetic_acceptance(std::span<const DraftTree> trees);
@@ -136,7 +136,7 @@ class BatchDecoder {
   std::vector<int> active_, rows_;
   std::vector<ProposalLimit> limits_;
   std::vector<SeqChunk> chunks_;
-  std::vector<std::int32_t> decided_, verify_tokens_, verify_parents_, emitted_;
+  std::vector<std::int32_t> decided_, proposals_, verify_tokens_, verify_parents_, emitted_;
   std::vector<int> path_rows_, feature_rows_, verify_start_;
   std::vector<std::int32_t> node_depth_;  // commit(): each proposal node's depth
   std::vector<double> u_;

@@ -69,8 +69,10 @@ class Eagle3Model final : public DraftHead, private GraphBase<B> {
     check_config_.vocab_size = config_.target_vocab;  // inputs are target ids
   }
 
-  const Eagle3Config& config() const override { return config_; }
+  const Eagle3Config& config() const { return config_; }
+  HeadKind kind() const override { return HeadKind::kEagle3; }
   BackendKind backend() const override { return B::kKind; }
+  std::span<const int> target_capture() const override { return config_.capture; }
 
   std::unique_ptr<KvCache> new_cache(int capacity) override {
     const AttentionHeads heads = attention_heads();

@@ -1,6 +1,6 @@
 // The model graphs compiled for the CPU backend.
 #include "backend/cpu_backend.h"
-#include "model/eagle3_model.h"
+#include "model/head_graphs.h"
 #include "model/llama_model.h"
 #include "model/model_factory.h"
 
@@ -15,10 +15,9 @@ std::unique_ptr<LanguageModel> load_cpu_model(const Checkpoint& checkpoint, Comm
 }
 
 std::unique_ptr<DraftHead> load_cpu_head(const Checkpoint& head, const Checkpoint& target,
-                                         const Eagle3Config& config, int threads,
+                                         const HeadConfig& config, int threads,
                                          Communicator* tp_comm) {
-  return std::make_unique<Eagle3Model<CpuBackend>>(head, target, config, CpuBackend(threads),
-                                                   tp_comm);
+  return make_head(head, target, config, CpuBackend(threads), tp_comm);
 }
 
 }  // namespace specrun

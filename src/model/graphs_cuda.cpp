@@ -2,7 +2,7 @@
 #ifdef SPECRUN_HAVE_CUDA
 
 #include "backend/cuda_backend.h"
-#include "model/eagle3_model.h"
+#include "model/head_graphs.h"
 #include "model/llama_model.h"
 #include "model/model_factory.h"
 
@@ -21,14 +21,13 @@ std::unique_ptr<LanguageModel> load_cuda_model(const Checkpoint& checkpoint, Cud
 }
 
 std::unique_ptr<DraftHead> load_cuda_head(const Checkpoint& head, const Checkpoint& target,
-                                          const Eagle3Config& config, CudaContext& context,
+                                          const HeadConfig& config, CudaContext& context,
                                           NcclComm* tp_comm) {
-  SPEC_INPUT_CHECK(config.head.head_dim <= cuda::kMaxHeadDim,
-                   head.dir() << "/config.json: head_dim " << config.head.head_dim
+  SPEC_INPUT_CHECK(config.layers().head_dim <= cuda::kMaxHeadDim,
+                   head.dir() << "/config.json: head_dim " << config.layers().head_dim
                               << " exceeds the CUDA attention kernel's limit of "
                               << cuda::kMaxHeadDim);
-  return std::make_unique<Eagle3Model<CudaBackend>>(head, target, config, CudaBackend(context),
-                                                    tp_comm);
+  return make_head(head, target, config, CudaBackend(context), tp_comm);
 }
 
 }  // namespace specrun

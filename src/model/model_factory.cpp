@@ -130,8 +130,8 @@ std::unique_ptr<LanguageModel> ModelFactory::load(const Checkpoint& checkpoint, 
 
 std::unique_ptr<DraftHead> ModelFactory::load_head(const std::string& dir, const Checkpoint& target,
                                                    bool sharded) {
-  const Eagle3Config config = Eagle3Config::from_file(dir + "/config.json", target.config());
-  const Checkpoint head(dir, [&](const std::string&) { return config.head; });
+  const HeadConfig config = HeadConfig::from_dir(dir, target.config());
+  const Checkpoint head(dir, [&](const std::string&) { return config.layers(); });
 #ifdef SPECRUN_HAVE_CUDA
   if (cuda_) return load_cuda_head(head, target, config, *cuda_, sharded ? &cuda_->tp() : nullptr);
 #endif

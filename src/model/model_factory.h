@@ -52,8 +52,9 @@ class ModelFactory {
   // Loads a model: sharded over the tp group (all its ranks call), or replicated (a whole copy
   // on this rank, no communication). The checkpoint is not needed afterwards.
   std::unique_ptr<LanguageModel> load(const Checkpoint& checkpoint, bool sharded);
-  // Loads an EAGLE-3 head from `dir` for the target in `target`: sharded over the tp group like
-  // the target (all its ranks call), or replicated (a whole copy on this rank).
+  // Loads the draft head in `dir` (its kind read from its config.json: HeadConfig::from_dir) for
+  // the target in `target`: sharded over the tp group like the target (all its ranks call), or
+  // replicated (a whole copy on this rank).
   std::unique_ptr<DraftHead> load_head(const std::string& dir, const Checkpoint& target,
                                        bool sharded);
 
@@ -103,10 +104,10 @@ class ModelFactory {
 // A CPU model outside a job (tests, tools): this rank's shard for the group `tp_comm`.
 std::unique_ptr<LanguageModel> load_cpu_model(const Checkpoint& checkpoint, Communicator& tp_comm,
                                               int threads);
-// An EAGLE-3 head on the CPU (config: Eagle3Config::from_file of the head for this target),
-// sharded over tp_comm, or whole when it is nullptr.
+// A draft head on the CPU (config: HeadConfig::from_dir of the head for this target, or a kind's
+// own config), sharded over tp_comm, or whole when it is nullptr.
 std::unique_ptr<DraftHead> load_cpu_head(const Checkpoint& head, const Checkpoint& target,
-                                         const Eagle3Config& config, int threads,
+                                         const HeadConfig& config, int threads,
                                          Communicator* tp_comm = nullptr);
 
 #ifdef SPECRUN_HAVE_CUDA
@@ -115,7 +116,7 @@ class NcclComm;
 std::unique_ptr<LanguageModel> load_cuda_model(const Checkpoint& checkpoint, CudaContext& context,
                                                NcclComm& comm);
 std::unique_ptr<DraftHead> load_cuda_head(const Checkpoint& head, const Checkpoint& target,
-                                          const Eagle3Config& config, CudaContext& context,
+                                          const HeadConfig& config, CudaContext& context,
                                           NcclComm* tp_comm = nullptr);
 #endif
 

@@ -8,6 +8,16 @@
 // node was drawn from in the TokenOps draft store (TokenOps::sample_and_keep) and says where
 // (DraftTree::q_row), so that verification stays lossless. A deterministic drafter (top-k tree,
 // n-gram) keeps none (q_row = -1) and needs a verification rule that does not use q.
+//
+// Tensor parallelism, the rank-agreement rule: every rank of a tp group runs the drafter, and the
+// engine calls each method with the same arguments on every rank. The engine verifies tp rank
+// 0's proposals: right after propose it broadcasts them (tokens, parents, q_row) over the group,
+// replacing the other ranks' `out`. So a drafter's proposals need not be bitwise equal across
+// ranks, and a drafter never communicates to agree on them; what the other ranks proposed is
+// dropped, and `accepted` tells every rank the verdicts on rank 0's trees. (A drafter split over
+// the group, a sharded draft model or head, communicates inside its own forward passes: its
+// logits are gathered, the same bytes on every rank.) tests/mpi/test_decoder.cpp's
+// Decoder.RanksVerifyRankZerosProposals holds the engine to this.
 #pragma once
 
 #include <cstdint>
@@ -15,6 +25,7 @@
 #include <span>
 #include <vector>
 
+#include "config/draft_shape.h"
 #include "model/language_model.h"
 #include "spec/rng.h"
 #include "spec/sampling.h"
@@ -70,20 +81,10 @@ struct TargetFeatures {
   std::span<const SeqFeatures> seqs;  // parallel to the call's sequences
 };
 
-// The decode options every drafter may need (decode.*).
+// The decode options every drafter may need (decode.*). ProposalLimit is in draft_shape.h.
 struct DraftOptions {
   SamplingParams sampling;  // temperature <= 0: greedy
-  int draft_len = 4;        // a chain's length (tree_top_k == 1)
-  int tree_top_k = 1;       // children per expanded node; 1: a chain
-  int tree_depth = 4;       // most tokens on one path
-  int tree_nodes = 8;       // drafted nodes, root excluded
-  bool tree() const { return tree_top_k > 1; }
-};
-
-// How large a proposal may be.
-struct ProposalLimit {
-  int nodes = 0;  // drafted nodes (root excluded)
-  int depth = 0;  // tokens on the longest path
+  DraftShape shape;         // chain or tree, and their sizes
 };
 
 class Drafter {
@@ -97,13 +98,13 @@ class Drafter {
 
   // A new batch: its sequences, in batch order (the index of a sequence in `seqs` names it in
   // the calls below). Called after the target's prefill and its first token, before the first
-  // propose; features: the prompts' positions (nullptr when none were asked for). All ranks of
-  // the tp group call every method with the same arguments.
+  // propose; features: the prompts' positions (nullptr when none were asked for).
   virtual void begin_batch(std::span<const DraftSequence> seqs, const TargetFeatures* features) = 0;
 
   // Proposes for the sequences `active` (indices into the batch): for active[i] at most
   // limits[i].nodes nodes on paths of at most limits[i].depth tokens, into out[i] (cleared by
-  // the drafter). Limits may be 0 (near max_new_tokens).
+  // the drafter). Limits may be 0 (near max_new_tokens). On tp ranks other than 0, out is then
+  // replaced by rank 0's proposals (the rank-agreement rule above).
   virtual void propose(std::span<const int> active, std::span<const ProposalLimit> limits,
                        std::span<DraftTree> out) = 0;
 

@@ -43,8 +43,7 @@ std::unique_ptr<Drafter> make_model(const JobConfig& c, DrafterContext& ctx) {
   const bool sharded = c.draft.placement == "sharded";
   Checkpoint checkpoint(c.draft.path.resolved);
   return std::make_unique<ModelDrafter>(ctx.factory.load(checkpoint, sharded),
-                                        ctx.target.config().vocab_size, ctx.ops,
-                                        sharded ? &ctx.tp_comm : nullptr, ctx.options);
+                                        ctx.target.config().vocab_size, ctx.ops, ctx.options);
 }
 
 // ---- eagle3: an EAGLE-3 head over the target's hidden states -----------------------------
@@ -73,14 +72,15 @@ void validate_ngram(const JobConfig& c) {
       "draft.ngram_min = " << c.draft.ngram_min << " (" << c.origin("draft.ngram_min")
                            << ") is larger than draft.ngram_max = " << c.draft.ngram_max << " ("
                            << c.origin("draft.ngram_max") << ")");
-  SPEC_INPUT_CHECK(c.decode.tree_top_k == 1,
+  SPEC_INPUT_CHECK(!c.decode.shape.tree(),
                    "draft.kind = \"ngram\" proposes chains but decode.tree_top_k = "
-                       << c.decode.tree_top_k << " (" << c.origin("decode.tree_top_k")
+                       << c.decode.shape.tree_top_k << " (" << c.origin("decode.tree_top_k")
                        << "): set decode.tree_top_k = 1 (the chain's length is decode.draft_len)");
 }
 
 std::unique_ptr<Drafter> make_ngram(const JobConfig& c, DrafterContext&) {
-  return std::make_unique<NgramDrafter>(c.draft.ngram_min, c.draft.ngram_max, c.decode.draft_len);
+  return std::make_unique<NgramDrafter>(c.draft.ngram_min, c.draft.ngram_max,
+                                        c.decode.shape.draft_len);
 }
 
 constexpr DrafterKind kKinds[] = {

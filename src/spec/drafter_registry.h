@@ -8,7 +8,6 @@
 #include <string_view>
 
 #include "config/job_config.h"
-#include "dist/communicator.h"
 #include "model/language_model.h"
 #include "spec/drafter.h"
 #include "spec/sampling.h"
@@ -25,8 +24,7 @@ struct DrafterContext {
   const LanguageModel& target;          // the target (its vocabulary, config)
   const Checkpoint& target_checkpoint;  // its files (an EAGLE-3 head reads its embedding)
   TokenOps& ops;                        // token decisions on the backend
-  Communicator& tp_comm;                // the tensor-parallel group (for sharded drafters)
-  DraftOptions options;                 // the decode options drafters share (sampling, chain, tree)
+  DraftOptions options;                 // the decode options drafters share (sampling, shape)
 };
 
 struct DrafterKind {

@@ -9,6 +9,7 @@ namespace specrun {
 Eagle3Drafter::Eagle3Drafter(std::unique_ptr<DraftHead> head, TokenOps& ops,
                              const DraftOptions& options)
     : head_(std::move(head)), ops_(ops), options_(options) {
+  SPEC_CHECK(head_->kind() == HeadKind::kEagle3, "the EAGLE-3 drafter was given another head");
   SPEC_CHECK(head_->backend() == ops.backend(), "the EAGLE-3 head and the token ops' backends");
 }
 
@@ -17,9 +18,8 @@ void Eagle3Drafter::begin_batch(std::span<const DraftSequence> seqs,
   SPEC_CHECK(features != nullptr && features->seqs.size() == seqs.size(),
              "the EAGLE-3 drafter needs the target's features of the prompts");
   seqs_.resize(seqs.size());
-  // A drafting step appends every frontier: up to top_k nodes per depth.
-  const int room = std::max(options_.tree_top_k, 1) *
-                   std::max(options_.tree() ? options_.tree_depth : options_.draft_len, 1);
+  // A drafting step appends every frontier.
+  const int room = options_.shape.grown_nodes();
   which_.clear();
   for (std::size_t i = 0; i < seqs.size(); ++i) {
     Seq& s = seqs_[i];
@@ -65,86 +65,33 @@ void Eagle3Drafter::extend(std::span<const int> which, const TargetFeatures& fea
   }
 }
 
-void Eagle3Drafter::top_k(const RowsView& logits, std::span<const int> rows, int k) {
-  topk_ids_.resize(rows.size() * k);
-  topk_lp_.resize(topk_ids_.size());
-  ops_.top_k(logits, rows, k, topk_ids_, topk_lp_);
-  const std::span<const std::int32_t> d2t = head_->draft_to_target();
-  for (std::int32_t& id : topk_ids_) id = d2t[id];
-}
-
-// Level by level for every sequence at once: the root's children from the last extend's
-// logits, then one head forward of all frontiers (each node: its token and its parent's
-// output; tree attention over the committed positions and its ancestors) and their children.
 void Eagle3Drafter::propose(std::span<const int> active, std::span<const ProposalLimit> limits,
                             std::span<DraftTree> out) {
-  const int k = options_.tree() ? options_.tree_top_k : 1;
-  which_.clear();
-  rows_.clear();
-  for (std::size_t i = 0; i < active.size(); ++i) {
-    Seq& s = seqs_[active[i]];
-    out[i].clear();
-    s.builder.start(k, limits[i].depth, limits[i].nodes);
-    s.slot_of.clear();
-    s.row_of.clear();
-    if (limits[i].depth <= 0 || limits[i].nodes <= 0 || s.root_logits < 0) continue;
-    which_.push_back(static_cast<int>(i));
-    rows_.push_back(s.root_logits);
+  active_ = active;
+  caches_.clear();
+  for (int b : active)  // a sequence with nothing extended has no root to draft from
+    caches_.push_back(seqs_[b].root_logits < 0 ? nullptr : seqs_[b].cache.get());
+  grower_.grow(ops_, options_.shape.tree_top_k, caches_, limits, *this, head_->draft_to_target(),
+               out);
+}
+
+RowsView Eagle3Drafter::score_roots(std::span<const int> growing, std::vector<int>& rows) {
+  // The logits of the last head forward (an extend) are still valid: nothing ran since.
+  for (int i : growing) rows.push_back(seqs_[active_[i]].root_logits);
+  return last_logits_;
+}
+
+RowsView Eagle3Drafter::score_level(const TreeLevel& level) {
+  // Each node's input: its parent's output (the root's: the last extend's output row).
+  input_rows_.clear();
+  for (std::size_t r = 0, at = 0; r < level.seqs.size(); ++r) {
+    const Seq& s = seqs_[active_[level.seqs[r]]];
+    for (int j = 0; j < level.chunks[r].n_tokens; ++j, ++at)
+      input_rows_.push_back(level.parent_rows[at] < 0 ? s.root_hidden : level.parent_rows[at]);
   }
-  if (!which_.empty()) {
-    // The logits of the last head forward (an extend) are still valid: nothing ran since.
-    const RowsView logits = last_logits_;
-    top_k(logits, rows_, k);
-    for (std::size_t r = 0; r < which_.size(); ++r)
-      seqs_[active[which_[r]]].builder.root(std::span(topk_ids_).subspan(r * k, k),
-                                            std::span(topk_lp_).subspan(r * k, k));
-  }
-  while (true) {
-    chunks_.clear();
-    node_tokens_.clear();
-    node_parents_.clear();
-    input_rows_.clear();
-    which_.clear();
-    for (std::size_t i = 0; i < active.size(); ++i) {
-      Seq& s = seqs_[active[i]];
-      if (s.builder.frontier().empty()) continue;
-      which_.push_back(static_cast<int>(i));
-      int j = 0;  // the node's place in this sequence's chunk
-      for (int c : s.builder.frontier()) {
-        if (s.slot_of.size() <= static_cast<std::size_t>(c)) {
-          s.slot_of.resize(c + 1, -1);
-          s.row_of.resize(c + 1, -1);
-        }
-        const int parent = s.builder.parent(c);
-        s.slot_of[c] = s.cache->length() + j++;
-        node_tokens_.push_back(s.builder.token(c));
-        node_parents_.push_back(parent < 0 ? s.cache->length() - 1 : s.slot_of[parent]);
-        input_rows_.push_back(parent < 0 ? s.root_hidden : s.row_of[parent]);
-      }
-    }
-    if (which_.empty()) break;
-    for (std::size_t r = 0, at = 0; r < which_.size(); ++r) {
-      Seq& s = seqs_[active[which_[r]]];
-      const int count = static_cast<int>(s.builder.frontier().size());
-      chunks_.push_back(
-          SeqChunk{s.cache.get(), node_tokens_.data() + at, count, node_parents_.data() + at});
-      at += count;
-    }
-    const ForwardResult fwd = head_->forward(chunks_, last_hidden_, input_rows_, true);
-    last_hidden_ = fwd.hidden;
-    rows_.resize(node_tokens_.size());
-    for (std::size_t r = 0; r < rows_.size(); ++r) rows_[r] = static_cast<int>(r);
-    top_k(fwd.logits, rows_, k);
-    for (std::size_t r = 0, at = 0; r < which_.size(); ++r) {
-      Seq& s = seqs_[active[which_[r]]];
-      const std::size_t count = s.builder.frontier().size();
-      for (std::size_t j = 0; j < count; ++j) s.row_of[s.builder.frontier()[j]] = at + j;
-      s.builder.expand(std::span(topk_ids_).subspan(at * k, count * k),
-                       std::span(topk_lp_).subspan(at * k, count * k));
-      at += count;
-    }
-  }
-  for (std::size_t i = 0; i < active.size(); ++i) seqs_[active[i]].builder.finish(out[i]);
+  const ForwardResult fwd = head_->forward(level.chunks, last_hidden_, input_rows_, true);
+  last_hidden_ = fwd.hidden;
+  return fwd.logits;
 }
 
 void Eagle3Drafter::accepted(std::span<const int> active, std::span<const TreeVerdict>,

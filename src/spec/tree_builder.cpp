@@ -82,4 +82,89 @@ void TreeBuilder::finish(DraftTree& out, std::vector<int>* node_of) {
   }
 }
 
+void TreeGrower::top_k(TokenOps& ops, const RowsView& logits, std::span<const int> rows, int k,
+                       std::span<const std::int32_t> to_target) {
+  ids_.resize(rows.size() * k);
+  logprobs_.resize(ids_.size());
+  ops.top_k(logits, rows, k, ids_, logprobs_);
+  if (!to_target.empty())
+    for (std::int32_t& id : ids_) id = to_target[id];
+}
+
+void TreeGrower::grow(TokenOps& ops, int k, std::span<KvCache* const> caches,
+                      std::span<const ProposalLimit> limits, LevelScorer& scorer,
+                      std::span<const std::int32_t> to_target, std::span<DraftTree> out) {
+  const std::size_t n = caches.size();
+  if (trees_.size() < n) trees_.resize(n);
+  growing_.clear();
+  for (std::size_t i = 0; i < n; ++i) {
+    Tree& t = trees_[i];
+    t.builder.start(k, limits[i].depth, limits[i].nodes);
+    t.slot_of.clear();
+    t.row_of.clear();
+    if (caches[i] != nullptr && limits[i].depth > 0 && limits[i].nodes > 0)
+      growing_.push_back(static_cast<int>(i));
+  }
+  // The roots' children.
+  if (!growing_.empty()) {
+    rows_.clear();
+    const RowsView logits = scorer.score_roots(growing_, rows_);
+    SPEC_CHECK(rows_.size() == growing_.size(),
+               "tree grower: " << rows_.size() << " root rows for " << growing_.size() << " trees");
+    top_k(ops, logits, rows_, k, to_target);
+    for (std::size_t r = 0; r < growing_.size(); ++r) {
+      Tree& t = trees_[growing_[r]];
+      t.root_slot = caches[growing_[r]]->length() - 1;
+      t.builder.root(std::span(ids_).subspan(r * k, k), std::span(logprobs_).subspan(r * k, k));
+    }
+  }
+  // Level by level: every frontier in one scorer call, then their children.
+  while (true) {
+    chunks_.clear();
+    tokens_.clear();
+    parents_.clear();
+    parent_rows_.clear();
+    growing_.clear();
+    for (std::size_t i = 0; i < n; ++i) {
+      Tree& t = trees_[i];
+      if (t.builder.frontier().empty()) continue;
+      growing_.push_back(static_cast<int>(i));
+      const int length = caches[i]->length();
+      int j = 0;  // the node's place in this sequence's chunk
+      for (int c : t.builder.frontier()) {
+        if (t.slot_of.size() <= static_cast<std::size_t>(c)) {
+          t.slot_of.resize(c + 1, -1);
+          t.row_of.resize(c + 1, -1);
+        }
+        const int parent = t.builder.parent(c);
+        t.slot_of[c] = length + j++;
+        tokens_.push_back(t.builder.token(c));
+        parents_.push_back(parent < 0 ? t.root_slot : t.slot_of[parent]);
+        parent_rows_.push_back(parent < 0 ? -1 : t.row_of[parent]);
+      }
+    }
+    if (growing_.empty()) break;
+    for (std::size_t r = 0, at = 0; r < growing_.size(); ++r) {
+      const int i = growing_[r];
+      const int count = static_cast<int>(trees_[i].builder.frontier().size());
+      chunks_.push_back(SeqChunk{caches[i], tokens_.data() + at, count, parents_.data() + at});
+      at += count;
+    }
+    const RowsView logits = scorer.score_level(TreeLevel{growing_, chunks_, parent_rows_});
+    rows_.resize(tokens_.size());
+    for (std::size_t r = 0; r < rows_.size(); ++r) rows_[r] = static_cast<int>(r);
+    top_k(ops, logits, rows_, k, to_target);
+    for (std::size_t r = 0, at = 0; r < growing_.size(); ++r) {
+      Tree& t = trees_[growing_[r]];
+      const std::size_t count = t.builder.frontier().size();
+      for (std::size_t j = 0; j < count; ++j)
+        t.row_of[t.builder.frontier()[j]] = static_cast<int>(at + j);
+      t.builder.expand(std::span(ids_).subspan(at * k, count * k),
+                       std::span(logprobs_).subspan(at * k, count * k));
+      at += count;
+    }
+  }
+  for (std::size_t i = 0; i < n; ++i) trees_[i].builder.finish(out[i]);
+}
+
 }  // namespace specrun

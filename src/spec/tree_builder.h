@@ -10,13 +10,18 @@
 //
 // Use per sequence and step: start(), then root(children of the root), then, while
 // frontier() is not empty and depth remains, expand(the frontier's children); then finish().
+// TreeGrower (below) does that for a batch of sequences, level by level, for any drafter that
+// scores a level with one forward pass (a LevelScorer).
 #pragma once
 
 #include <cstdint>
 #include <span>
 #include <vector>
 
+#include "model/kv_cache.h"
+#include "model/language_model.h"
 #include "spec/drafter.h"
+#include "spec/token_ops.h"
 
 namespace specrun {
 
@@ -54,6 +59,62 @@ class TreeBuilder {
   int top_k_ = 1, depth_ = 1, nodes_ = 1;
   std::vector<Candidate> cand_;
   std::vector<int> frontier_, order_, index_;
+};
+
+// One level of every growing tree, as the grower hands it to the scorer: the frontier nodes of
+// each sequence still growing, to be appended to that sequence's cache as tree nodes.
+struct TreeLevel {
+  std::span<const int> seqs;         // the sequences (indices into the grown batch)
+  std::span<const SeqChunk> chunks;  // per sequence: its nodes' tokens and parent slots
+  // Per node, in batch order: the row of the previous level's logits (and outputs) its parent
+  // was scored at, or -1 for a child of the root (scored by score_roots).
+  std::span<const int> parent_rows;
+};
+
+// What a tree-growing drafter supplies: the logits that score a level (ranked by top-k
+// log-probability; ids mapped by the grower's `to_target`).
+class LevelScorer {
+ public:
+  virtual ~LevelScorer() = default;
+  // The logits of the roots' children for the sequences `growing` (indices into the batch); the
+  // row of each, in order, into `rows`. May append to the sequences' caches (tokens fed before
+  // the root): the root is the last slot of each cache afterwards.
+  virtual RowsView score_roots(std::span<const int> growing, std::vector<int>& rows) = 0;
+  // Appends the level's nodes to their caches (one tree-attention forward) and returns their
+  // logits, one row per node in batch order (the rows TreeLevel::parent_rows refers to next).
+  virtual RowsView score_level(const TreeLevel& level) = 0;
+};
+
+// EAGLE-2's dynamic trees for a batch of sequences, grown level by level, the same for every
+// drafter (model_drafter, eagle3_drafter, and the next head-based ones): the roots' top-k
+// children, then one scorer call per level with every sequence's frontier (each node's parent
+// slot in its cache, for tree attention), their top-k children, until no frontier is left; then
+// each sequence's best `limits[i].nodes` candidates.
+class TreeGrower {
+ public:
+  // caches[i]: the drafter's cache of sequence i (the levels are appended to it; the drafter
+  // rolls it back afterwards), or nullptr when it proposes nothing; limits[i] its limits. The
+  // trees go to out[i] (cleared). Top-k over the scorer's logits on `ops`; to_target maps its
+  // ids to target ids (empty: the identity).
+  void grow(TokenOps& ops, int top_k, std::span<KvCache* const> caches,
+            std::span<const ProposalLimit> limits, LevelScorer& scorer,
+            std::span<const std::int32_t> to_target, std::span<DraftTree> out);
+
+ private:
+  struct Tree {
+    TreeBuilder builder;
+    std::vector<int> slot_of, row_of;  // per forwarded candidate: cache slot, logits row
+    int root_slot = 0;
+  };
+  void top_k(TokenOps& ops, const RowsView& logits, std::span<const int> rows, int k,
+             std::span<const std::int32_t> to_target);
+
+  // Per sequence of the batch (grown, never shrunk) and per-level scratch.
+  std::vector<Tree> trees_;
+  std::vector<int> growing_, rows_, parent_rows_;
+  std::vector<SeqChunk> chunks_;
+  std::vector<std::int32_t> tokens_, parents_, ids_;
+  std::vector<float> logprobs_;
 };
 
 }  // namespace specrun

@@ -103,7 +103,7 @@ TEST(ConfigBroadcast, EveryRankGetsRankZerosJobWithTheSameHash) {
   JobFile file(comm, kJob);
   JobConfig c = load_job_on_all_ranks(file.path(), {}, comm);
   EXPECT_EQ(c.job.name, "bcast");
-  EXPECT_EQ(c.decode.draft_len, 3);
+  EXPECT_EQ(c.decode.shape.draft_len, 3);
   EXPECT_DOUBLE_EQ(c.decode.temperature, 0.25);
   EXPECT_EQ(c.job_text, kJob);
   // Paths resolve against rank 0's job file directory on every rank.
@@ -125,7 +125,7 @@ TEST(ConfigBroadcast, RankZerosOverridesApplyOnEveryRank) {
   if (comm.rank() == 0) overrides = {"decode.draft_len=7", "decode.modes=speculative"};
   if (comm.rank() == 1) overrides = {"decode.draft_len=2"};
   JobConfig c = load_job_on_all_ranks(file.path(), overrides, comm);
-  EXPECT_EQ(c.decode.draft_len, 7);
+  EXPECT_EQ(c.decode.shape.draft_len, 7);
   EXPECT_EQ(c.decode.modes, std::vector<std::string>{"speculative"});
   EXPECT_EQ(c.overrides,
             (std::vector<std::string>{"decode.draft_len=7", "decode.modes=speculative"}));
@@ -166,7 +166,7 @@ TEST(ConfigBroadcast, DisagreementNamesTheRanksThatDiffer) {
   JobConfig c = parse_job_config(kJob, "job.toml", {}, "/jobs");
   EXPECT_NO_THROW(check_config_agreement(c, comm));
   // Odd ranks see another draft length, as if their job file or build differed.
-  if (comm.rank() % 2 == 1) c.decode.draft_len = 5;
+  if (comm.rank() % 2 == 1) c.decode.shape.draft_len = 5;
   Error e = error_of([&] { check_config_agreement(c, comm); });
   std::string odd_ranks;
   for (int r = 1; r < comm.size(); r += 2)

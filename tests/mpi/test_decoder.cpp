@@ -67,16 +67,14 @@ struct Rig {
   std::unique_ptr<Checkpoint> target_ckpt, draft_ckpt;
   std::unique_ptr<LanguageModel> target;
   std::shared_ptr<LanguageModel> draft;
-  bool draft_sharded = false;
   std::unique_ptr<TokenOps> ops = make_token_ops(BackendKind::kCpu, nullptr);
 };
 
-// The decoder of a rig for `opt`: the draft model as a drafter (drafts agreed through the tp
-// group when sharded). The drafter outlives the decoder through `drafter`.
+// The decoder of a rig for `opt`: the draft model (sharded or replicated) as a drafter. The
+// drafter outlives the decoder through `drafter`.
 BatchDecoder make_decoder(Rig& s, const DecodeOptions& opt, std::unique_ptr<Drafter>& drafter) {
   drafter =
-      std::make_unique<ModelDrafter>(s.draft, s.target->config().vocab_size, *s.ops,
-                                     s.draft_sharded ? s.comm.get() : nullptr, draft_options(opt));
+      std::make_unique<ModelDrafter>(s.draft, s.target->config().vocab_size, *s.ops, opt.draft());
   return BatchDecoder(*s.target, drafter.get(), *s.ops, *s.comm, opt);
 }
 
@@ -91,7 +89,6 @@ Rig make_setup(const std::string& target_dir, const std::string& draft_dir, bool
   s.target = load_cpu_model(*s.target_ckpt, *s.comm, 1);
   s.draft =
       load_cpu_model(*s.draft_ckpt, draft_sharded ? static_cast<Communicator&>(*s.comm) : self, 1);
-  s.draft_sharded = draft_sharded;
   return s;
 }
 
@@ -122,7 +119,7 @@ TEST(Decoder, GreedySpeculativeEqualsBaselineForAnyDraft) {
     std::vector<int> ks = {1, 3, 8};
     if (&c == &cases[0]) ks = {1, 2, 3, 4, 5, 6, 7, 8};
     for (int k : ks) {
-      opt.draft_len = k;
+      opt.shape.draft_len = k;
       std::unique_ptr<Drafter> drafter;
       BatchDecoder decoder = make_decoder(s, opt, drafter);
       for (int batch : {1, 3}) {
@@ -163,9 +160,9 @@ TEST(Decoder, GreedyTreesEqualBaseline) {
       opt.max_new_tokens = 20;
       opt.stop_at_eos = false;
       opt.sampling.temperature = 0;
-      opt.tree_top_k = shape.top_k;
-      opt.tree_depth = shape.depth;
-      opt.tree_nodes = shape.nodes;
+      opt.shape.tree_top_k = shape.top_k;
+      opt.shape.tree_depth = shape.depth;
+      opt.shape.tree_nodes = shape.nodes;
       std::unique_ptr<Drafter> drafter;
       BatchDecoder decoder = make_decoder(s, opt, drafter);
       for (int batch : {1, 3}) {
@@ -187,7 +184,7 @@ TEST(Decoder, SampledTokensDoNotDependOnTpOrBatchSize) {
   auto prompts = make_prompts(4, 256, 3);
   DecodeOptions opt;
   opt.max_new_tokens = 16;
-  opt.draft_len = 3;
+  opt.shape.draft_len = 3;
   opt.sampling.temperature = 0.9f;
   opt.sampling.top_k = 40;
   opt.sampling.top_p = 0.95f;
@@ -211,6 +208,85 @@ TEST(Decoder, SampledTokensDoNotDependOnTpOrBatchSize) {
   for (std::size_t i = 0; i < greedy.size(); ++i)
     differ += greedy[i].output_tokens != base1[i].output_tokens;
   EXPECT_GT(differ, 0);
+}
+
+namespace {
+
+// A drafter whose proposals depend on the tp rank: the draft model's on tp rank 0; on the others
+// trees of the same shape with other tokens (and, when sampling, no kept distributions).
+class RankDependentDrafter final : public Drafter {
+ public:
+  RankDependentDrafter(std::unique_ptr<Drafter> inner, int tp_rank, int vocab)
+      : inner_(std::move(inner)), tp_rank_(tp_rank), vocab_(vocab) {}
+  void begin_batch(std::span<const DraftSequence> seqs, const TargetFeatures* f) override {
+    inner_->begin_batch(seqs, f);
+  }
+  void propose(std::span<const int> active, std::span<const ProposalLimit> limits,
+               std::span<DraftTree> out) override {
+    inner_->propose(active, limits, out);
+    if (tp_rank_ == 0) return;
+    for (DraftTree& tree : out.first(active.size())) {
+      for (std::int32_t& t : tree.tokens) t = (t + 1 + tp_rank_) % vocab_;
+      tree.q_row = -1;
+    }
+  }
+  void accepted(std::span<const int> active, std::span<const TreeVerdict> verdicts,
+                const TargetFeatures* f) override {
+    inner_->accepted(active, verdicts, f);
+  }
+  void end_batch() override { inner_->end_batch(); }
+
+ private:
+  std::unique_ptr<Drafter> inner_;
+  int tp_rank_, vocab_;
+};
+
+}  // namespace
+
+// The rank-agreement rule (spec/drafter.h): every rank verifies tp rank 0's proposals, whatever
+// its own drafter proposed. With a drafter that proposes other tokens on the other ranks, every
+// rank's outputs and acceptance are those of the honest drafter (rank 0's), for chains and trees,
+// greedy and sampled; were each rank to verify its own proposals, the ranks would commit
+// different tokens.
+TEST(Decoder, RanksVerifyRankZerosProposals) {
+  const std::string pair = g_models->dir + "/pair";
+  auto prompts = make_prompts(4, 256, 23);
+  Rig s = make_setup(pair + "/target", pair + "/draft", true, false);
+  const int vocab = s.target->config().vocab_size;
+  for (const bool tree : {false, true}) {
+    for (const float temperature : {0.0f, 0.9f}) {
+      DecodeOptions opt;
+      opt.max_new_tokens = 20;
+      opt.stop_at_eos = false;
+      opt.sampling.temperature = temperature;
+      opt.seed = 5;
+      if (tree) opt.shape = DraftShape{4, 3, 4, 8};
+      const std::string what = std::string(tree ? "tree" : "chain") +
+                               ", T = " + std::to_string(temperature) + ", tp " +
+                               std::to_string(s.comm->size());
+      std::unique_ptr<Drafter> honest;
+      BatchDecoder decoder = make_decoder(s, opt, honest);
+      const auto want = decode_all(decoder, kModeSpeculative, prompts, 2);
+      RankDependentDrafter skewed(
+          std::make_unique<ModelDrafter>(s.draft, vocab, *s.ops, opt.draft()), s.comm->rank(),
+          vocab);
+      BatchDecoder skewed_decoder(*s.target, &skewed, *s.ops, *s.comm, opt);
+      const auto got = decode_all(skewed_decoder, kModeSpeculative, prompts, 2);
+      expect_same_outputs(want, got, what + ", rank " + std::to_string(s.comm->rank()));
+      ASSERT_EQ(want.size(), got.size());
+      std::int64_t accepted = 0;
+      for (std::size_t i = 0; i < want.size(); ++i) {
+        EXPECT_EQ(want[i].accepted, got[i].accepted) << what << ": prompt " << i;
+        EXPECT_EQ(want[i].verify_steps, got[i].verify_steps) << what << ": prompt " << i;
+        accepted += got[i].accepted;
+      }
+      EXPECT_GT(accepted, 0) << what << ": the draft was never accepted, nothing was tested";
+      if (temperature == 0) {
+        auto base = decode_all(decoder, kModeBaseline, prompts, 2);
+        expect_same_outputs(base, got, what + ": greedy speculative against baseline");
+      }
+    }
+  }
 }
 
 TEST(Decoder, DraftWithAnotherVocabularyIsRejected) {

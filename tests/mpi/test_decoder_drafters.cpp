@@ -78,7 +78,7 @@ struct Eagle3Rig {
   std::unique_ptr<Drafter> eagle3(const DecodeOptions& opt, bool sharded = false) {
     return std::make_unique<Eagle3Drafter>(
         load_cpu_head(head_ckpt, target_ckpt, head_config, 1, sharded ? &comm : nullptr), *ops,
-        draft_options(opt));
+        opt.draft());
   }
 };
 
@@ -91,9 +91,9 @@ DecodeOptions greedy(int max_new) {
 }
 
 std::string shape_name(const DecodeOptions& o) {
-  if (!o.tree()) return "chain k=" + std::to_string(o.draft_len);
-  return "tree " + std::to_string(o.tree_top_k) + "/" + std::to_string(o.tree_depth) + "/" +
-         std::to_string(o.tree_nodes);
+  if (!o.shape.tree()) return "chain k=" + std::to_string(o.shape.draft_len);
+  return "tree " + std::to_string(o.shape.tree_top_k) + "/" + std::to_string(o.shape.tree_depth) +
+         "/" + std::to_string(o.shape.tree_nodes);
 }
 
 // tau = generated tokens / verify steps, over all sequences.
@@ -123,7 +123,7 @@ TEST(Eagle3Decoder, GreedyChainsAndTreesEqualBaseline) {
   std::vector<DecodeOptions> shapes;
   for (int k = 1; k <= 8; ++k) {
     DecodeOptions o = greedy(max_new);
-    o.draft_len = k;
+    o.shape.draft_len = k;
     shapes.push_back(o);
   }
   struct Tree {
@@ -132,9 +132,9 @@ TEST(Eagle3Decoder, GreedyChainsAndTreesEqualBaseline) {
   for (const Tree t : {Tree{4, 5, 15}, Tree{8, 6, 31}, Tree{2, 3, 4}, Tree{3, 1, 3}, Tree{2, 8, 8},
                        Tree{6, 4, 60}}) {
     DecodeOptions o = greedy(max_new);
-    o.tree_top_k = t.top_k;
-    o.tree_depth = t.depth;
-    o.tree_nodes = t.nodes;
+    o.shape.tree_top_k = t.top_k;
+    o.shape.tree_depth = t.depth;
+    o.shape.tree_nodes = t.nodes;
     shapes.push_back(o);
   }
   for (const DecodeOptions& opt : shapes) {
@@ -151,7 +151,7 @@ TEST(Eagle3Decoder, GreedyChainsAndTreesEqualBaseline) {
       }
       // The head is trained for this target: its README reports tau 1.57 for k = 1 and 2.93
       // for the 4/5/15 tree on the code prompts; far above a head that never agrees (1.0).
-      if (opt.draft_len >= 2 || opt.tree()) {
+      if (opt.shape.draft_len >= 2 || opt.shape.tree()) {
         EXPECT_GT(tau(spec), 1.5) << what;
       }
     }
@@ -170,10 +170,10 @@ TEST(Eagle3Decoder, ShardedHeadGivesTheSameTokens) {
   BatchDecoder base_decoder(*rig.target, nullptr, *rig.ops, rig.comm, base_opt);
   const auto base = decode_all(base_decoder, kModeBaseline, prompts, 3);
   DecodeOptions chain = greedy(max_new), tree = greedy(max_new);
-  chain.draft_len = 4;
-  tree.tree_top_k = 4;
-  tree.tree_depth = 5;
-  tree.tree_nodes = 15;
+  chain.shape.draft_len = 4;
+  tree.shape.tree_top_k = 4;
+  tree.shape.tree_depth = 5;
+  tree.shape.tree_nodes = 15;
   for (const DecodeOptions& opt : {chain, tree}) {
     std::unique_ptr<Drafter> whole = rig.eagle3(opt, false), split = rig.eagle3(opt, true);
     BatchDecoder dw(*rig.target, whole.get(), *rig.ops, rig.comm, opt);
@@ -206,7 +206,7 @@ TEST(NgramDecoder, GreedyEqualsBaseline) {
   };
   std::int64_t accepted_total = 0;
   for (const Case c : {Case{1, 4, 4}, Case{2, 3, 1}, Case{1, 2, 8}, Case{3, 5, 6}}) {
-    opt.draft_len = c.k;
+    opt.shape.draft_len = c.k;
     NgramDrafter drafter(c.min_n, c.max_n, c.k);
     BatchDecoder decoder(*target, &drafter, *ops, comm, opt);
     for (int batch : {1, 3}) {

@@ -56,8 +56,8 @@ std::string parse_error(const std::string& text, const std::vector<std::string>&
 TEST(JobConfig, DefaultsComeFromTheStructInitializers) {
   JobConfig c = parse(kMinimal);
   const JobConfig d;
-  EXPECT_EQ(c.decode.draft_len, d.decode.draft_len);
-  EXPECT_EQ(c.decode.draft_len, 4);
+  EXPECT_EQ(c.decode.shape.draft_len, d.decode.shape.draft_len);
+  EXPECT_EQ(c.decode.shape.draft_len, 4);
   EXPECT_EQ(c.decode.modes, (std::vector<std::string>{"baseline", "speculative"}));
   EXPECT_EQ(c.decode.temperature, 0.0);
   EXPECT_EQ(c.decode.top_p, 1.0);
@@ -109,7 +109,7 @@ stop_at_eos = false
   EXPECT_TRUE(c.parallel.cuda_tensor_cores);
   EXPECT_FALSE(c.parallel.cuda_fused_ops);
   EXPECT_EQ(c.decode.modes, std::vector<std::string>{"speculative"});
-  EXPECT_EQ(c.decode.draft_len, 8);
+  EXPECT_EQ(c.decode.shape.draft_len, 8);
   EXPECT_DOUBLE_EQ(c.decode.temperature, 0.7);
   EXPECT_DOUBLE_EQ(c.decode.top_p, 0.9);
   EXPECT_FALSE(c.decode.stop_at_eos);
@@ -137,13 +137,13 @@ prompts = "./data/p.h5"
 TEST(JobConfig, SetOverridesTheFileWhichOverridesDefaults) {
   const std::string text = std::string(kMinimal) + "[decode]\ndraft_len = 3\ntop_k = 5\n";
   JobConfig file_only = parse(text);
-  EXPECT_EQ(file_only.decode.draft_len, 3);
+  EXPECT_EQ(file_only.decode.shape.draft_len, 3);
   EXPECT_EQ(file_only.decode.top_k, 5);
   JobConfig c =
       parse(text, {"decode.draft_len=8", "decode.temperature = 0.5", "decode.stop_at_eos=false",
                    "job.name=\"quoted name\"", "decode.draft_len=9"});
-  EXPECT_EQ(c.decode.draft_len, 9);  // the last --set wins
-  EXPECT_EQ(c.decode.top_k, 5);      // untouched by --set: the file's value
+  EXPECT_EQ(c.decode.shape.draft_len, 9);  // the last --set wins
+  EXPECT_EQ(c.decode.top_k, 5);            // untouched by --set: the file's value
   EXPECT_DOUBLE_EQ(c.decode.temperature, 0.5);
   EXPECT_FALSE(c.decode.stop_at_eos);
   EXPECT_EQ(c.job.name, "quoted name");
@@ -298,7 +298,7 @@ TEST(JobConfig, RequiredPathsAndRulesBetweenOptions) {
 TEST(JobConfig, ValidateCatchesChangesMadeInCode) {
   JobConfig c = parse(kMinimal);
   EXPECT_NO_THROW(validate_job_config(c));
-  c.decode.draft_len = 17;
+  c.decode.shape.draft_len = 17;
   std::string msg = input_error([&] { validate_job_config(c); });
   EXPECT_CONTAINS(msg, "decode.draft_len = 17 is out of range (default): allowed 1..16");
 }
@@ -394,7 +394,7 @@ void check_example_job(const std::string& file, const std::string& name,
   JobConfig c = load_job_config(path, {"decode.draft_len=6"});
   const std::filesystem::path jobs = std::filesystem::path(SPECRUN_SOURCE_DIR) / "jobs";
   EXPECT_EQ(c.job.name, name);
-  EXPECT_EQ(c.decode.draft_len, 6);
+  EXPECT_EQ(c.decode.shape.draft_len, 6);
   EXPECT_EQ(c.decode.modes, (std::vector<std::string>{"baseline", "speculative"}));
   EXPECT_EQ(c.target.path.text, target_text);
   EXPECT_EQ(c.target.path.resolved, (jobs / target_text).lexically_normal().string());

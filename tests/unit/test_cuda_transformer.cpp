@@ -446,10 +446,9 @@ std::string shared_models() {
 // step, a 4-node tree, and rollbacks; every pass's logits read back, in order.
 std::vector<float> head_workload(LanguageModel& target, DraftHead& head) {
   std::vector<float> all;
-  const int V = head.config().head.vocab_size;
   auto keep = [&](const ForwardResult& r) {
     const std::size_t at = all.size();
-    all.resize(at + static_cast<std::size_t>(r.logits.rows) * V);
+    all.resize(at + static_cast<std::size_t>(r.logits.rows) * r.logits.width);
     target.read(r.logits, 0, r.logits.rows, all.data() + at);
   };
   const std::vector<std::int32_t> tokens = {1, 822, 903, 1012, 309, 421, 288, 1300, 77, 9, 640, 12};
@@ -460,7 +459,7 @@ std::vector<float> head_workload(LanguageModel& target, DraftHead& head) {
     auto tcache = target.new_cache(64);
     const SeqChunk tchunk{tcache.get(), tokens.data(), n + 1};
     const ForwardResult t =
-        target.forward({&tchunk, 1}, ForwardRequest{false, head.config().capture});
+        target.forward({&tchunk, 1}, ForwardRequest{false, head.target_capture()});
     for (auto& c : caches) c->truncate(0);
     std::vector<int> rows(n);
     for (int i = 0; i < n; ++i) rows[i] = i;

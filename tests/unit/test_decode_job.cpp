@@ -17,7 +17,7 @@ JobConfig greedy_job(int batch_size, int draft_len, bool tensor_cores) {
   JobConfig c;
   c.decode.modes = {"baseline", "speculative"};
   c.decode.temperature = 0.0;
-  c.decode.draft_len = draft_len;
+  c.decode.shape.draft_len = draft_len;
   c.data.batch_size = batch_size;
   c.parallel.backend = "cuda";
   c.parallel.cuda_tensor_cores = tensor_cores;
@@ -60,8 +60,8 @@ TEST(BatchVarianceWarning, SilentWithinTheLimitOnTheCpuOrWhenSampling) {
 TEST(BatchVarianceWarning, NamesTheBatchSizeAndTheTensorCoreSetting) {
   // A batch of 6 trees of 32 nodes: 198 tokens per verify pass (the H200's second run).
   JobConfig trees = greedy_job(6, 4, false);
-  trees.decode.tree_top_k = 8;
-  trees.decode.tree_nodes = 32;
+  trees.decode.shape.tree_top_k = 8;
+  trees.decode.shape.tree_nodes = 32;
   const std::string w = warning(trees, BackendKind::kCuda);
   EXPECT_TRUE(contains(w, "data.batch_size 6 x 33 tokens per verify window exceeds the 64")) << w;
   EXPECT_TRUE(contains(w, "data.batch_size <= 1 keeps them identical")) << w;

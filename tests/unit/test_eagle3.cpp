@@ -234,11 +234,12 @@ TEST(Eagle3Head, F32Bf16AndF16WeightsDraftAlike) {
   auto tcache = model->new_cache(64);
   const SeqChunk tchunk{tcache.get(), prompt.data(), static_cast<int>(prompt.size())};
   const ForwardResult t =
-      model->forward({&tchunk, 1}, ForwardRequest{false, f32->config().capture});
+      model->forward({&tchunk, 1}, ForwardRequest{false, f32->target_capture()});
   const int n = static_cast<int>(prompt.size()) - 1;
   std::vector<int> rows(n);
   for (int i = 0; i < n; ++i) rows[i] = i;
-  const int V = f32->config().head.vocab_size;
+  const int V =
+      Eagle3Config::from_file(models + "/code-eagle3/config.json", target.config()).head.vocab_size;
   std::vector<std::vector<float>> logits;
   for (DraftHead* h : {f32.get(), bf16.get(), f16.get()}) {
     auto cache = h->new_cache(64);

@@ -66,10 +66,10 @@ TEST(StepAllocations, AWarmStepAllocatesNothing) {
         for (int run = 0; run < 2; ++run) {
           DecodeOptions opt;
           opt.max_new_tokens = run == 0 ? 12 : 24;
-          opt.draft_len = 3;
+          opt.shape.draft_len = 3;
           opt.stop_at_eos = false;
           opt.sampling.temperature = temperature;
-          ModelDrafter drafter(draft, spec.vocab, *ops, nullptr, draft_options(opt));
+          ModelDrafter drafter(draft, spec.vocab, *ops, opt.draft());
           BatchDecoder decoder(*target, &drafter, *ops, comm, opt);
           decoder.run(mode, 0, prompts);  // warm-up: scratch grows to its size
           const long before = g_allocations.load();
