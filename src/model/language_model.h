@@ -15,6 +15,7 @@
 #include <vector>
 
 #include "backend/backend.h"
+#include "model/expert_routing.h"
 #include "model/kv_cache.h"
 #include "model/model_config.h"
 
@@ -87,6 +88,10 @@ class LanguageModel {
   // Waits until every forward call made so far has finished on the device (a no-op on the CPU;
   // on CUDA with the communicator's deadline). For timing; decisions synchronise by themselves.
   virtual void synchronize() = 0;
+
+  // Mixture-of-experts models: the routing of the last forward call (every token's experts in
+  // every MoE layer), on the host, valid until the next forward call; nullptr for a dense model.
+  virtual const ExpertRouting* routing() const { return nullptr; }
 
   // forward() with the logits copied to `logits` (resized): [rows, vocab_size].
   void forward(std::span<const SeqChunk> batch, bool all_logits, std::vector<float>& logits);
