@@ -168,6 +168,14 @@ ResultHeader job_header(const JobConfig& config, const World& world,
   return header;
 }
 
+SamplingParams sampling_params(const JobConfig& config) {
+  SamplingParams sampling;
+  sampling.temperature = static_cast<float>(config.decode.temperature);
+  sampling.top_k = config.decode.top_k;
+  sampling.top_p = static_cast<float>(config.decode.top_p);
+  return sampling;
+}
+
 void check_target_dtype(const JobConfig& config, const Checkpoint& ckpt) {
   const std::string& want = config.target.dtype;
   if (want == "auto") return;

@@ -19,6 +19,7 @@
 #include "io/provenance.h"
 #include "io/result_file.h"
 #include "model/language_model.h"
+#include "spec/sampling.h"
 #include "spec/token_ops.h"
 
 namespace specrun {
@@ -91,6 +92,9 @@ ResultHeader job_header(const JobConfig& config, const World& world,
 // weights by size and header only. `specrun run` records that at the start and the whole
 // contents when the job finishes.
 std::string models_json(const JobConfig& config, bool contents = true);
+
+// The job's [decode] sampling settings (temperature, top_k, top_p) as the samplers take them.
+SamplingParams sampling_params(const JobConfig& config);
 
 // target.dtype against the checkpoint's stored type: "auto" accepts any; otherwise they must
 // match (weights are kept in their checkpoint dtype). Throws (exit code 2) with advice.
