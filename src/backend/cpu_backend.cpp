@@ -363,6 +363,15 @@ void CpuBackend::copy_rows(F dst, std::size_t dst_stride, CF src, std::size_t sr
     std::memcpy(dst.get() + r * dst_stride, src.get() + r * src_stride, width * sizeof(float));
 }
 
+void CpuBackend::combine_rows(F y, int rows, std::size_t width, CF x, std::span<const int> first,
+                              std::span<const int> src, std::span<const float> scale) {
+  SPEC_CHECK(first.size() == static_cast<std::size_t>(rows) + 1 &&
+                 src.size() == static_cast<std::size_t>(first[rows]) && scale.size() == src.size(),
+             "combine_rows: " << first.size() << " row offsets for " << rows << " rows, "
+                              << src.size() << " sources, " << scale.size() << " scales");
+  cpu::combine_rows(y.get(), rows, width, x.get(), first.data(), src.data(), scale.data());
+}
+
 void CpuBackend::unshard_vocab(CF gathered, int rows, int tp, int v_local, F out) {
   const std::size_t local = static_cast<std::size_t>(rows) * v_local;
   const std::size_t V = static_cast<std::size_t>(tp) * v_local;

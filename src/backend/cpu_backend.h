@@ -149,6 +149,12 @@ class CpuBackend {
   // dst[r, :width] = src[r, :width] for r < rows, with row strides.
   void copy_rows(F dst, std::size_t dst_stride, CF src, std::size_t src_stride, int rows,
                  std::size_t width);
+  // Weighted row sums (cpu::combine_rows): y[t, :] = sum of scale[i] * x[src[i], :] over i in
+  // [first[t], first[t + 1]), in ascending i from zero; zeros for a row without terms. first
+  // [rows + 1], src and scale [first[rows]]: host arrays. A mixture-of-experts layer's
+  // combination of its experts' outputs.
+  void combine_rows(F y, int rows, std::size_t width, CF x, std::span<const int> first,
+                    std::span<const int> src, std::span<const float> scale);
   // Vocab-parallel logits gathered as [tp][rows][v_local] -> [rows][tp * v_local].
   void unshard_vocab(CF gathered, int rows, int tp, int v_local, F out);
   // The tensor-parallel group's collectives on this backend's buffers (here: the Communicator's

@@ -1,0 +1,199 @@
+#!/usr/bin/python3
+"""An independent mixture-of-experts forward pass in numpy (float64) for Qwen3MoeForCausalLM and
+MixtralForCausalLM, written from the architectures' description (Hugging Face transformers'
+modeling_qwen3_moe and modeling_mixtral: RMSNorm, Qwen3's per-head q_norm / k_norm before rotary
+embeddings, rotate_half RoPE, grouped-query causal attention; the sparse MoE block: router logits
+of `gate`, softmax over all experts, the top num_experts_per_tok by probability, their weights
+renormalised to sum 1 when norm_topk_prob (Mixtral: always), each selected expert's SwiGLU
+down(silu(gate x) * up x) weighted and summed; a Qwen3-MoE layer is MoE when it is not in
+mlp_only_layers, num_experts > 0 and (layer + 1) % decoder_sparse_step == 0, else a dense SwiGLU
+MLP of intermediate_size), not from specrun's graph. It reads config.json and
+model.safetensors itself.
+
+usage: moe_reference.py MODEL_DIR LOGITS_DUMP TOKENS [--tolerance T] [--min-margin M]
+  LOGITS_DUMP: a `specrun generate --dump-logits` file (format in src/app/cmd_generate.cpp),
+  TOKENS: the prompt and the generated ids, comma-separated, as generate ran them.
+Computes the logits of every position of TOKENS[:-1] (the dump's rows) and compares each row:
+the relative L2 error ||specrun - reference|| / ||reference|| must be below the tolerance and
+every row's argmax must agree. The comparison is only meaningful when no routing decision is a
+near tie (float32 round-off could then pick the other expert): the smallest gap between a
+token's k-th and (k+1)-th router logit, over every token and MoE layer, must exceed
+--min-margin (default 1e-3; float32 round-off of the logits is ~1e-6). Exit 0/1.
+"""
+import json
+import struct
+import sys
+
+import numpy as np
+
+
+def read_safetensors(path):
+    with open(path, "rb") as f:
+        n = struct.unpack("<Q", f.read(8))[0]
+        header = json.loads(f.read(n))
+        data = f.read()
+    out = {}
+    for name, info in header.items():
+        if name == "__metadata__":
+            continue
+        begin, end = info["data_offsets"]
+        raw = data[begin:end]
+        if info["dtype"] == "F32":
+            a = np.frombuffer(raw, dtype="<f4")
+        elif info["dtype"] == "BF16":
+            a = (np.frombuffer(raw, dtype="<u2").astype(np.uint32) << 16).view("<f4")
+        else:
+            raise SystemExit(f"{name}: dtype {info['dtype']} not handled by the reference")
+        out[name] = a.reshape(info["shape"]).astype(np.float64)
+    return out
+
+
+def rms_norm(x, w, eps):
+    return x / np.sqrt(np.mean(x * x, axis=-1, keepdims=True) + eps) * w
+
+
+def rotate_half(x):
+    half = x.shape[-1] // 2
+    return np.concatenate([-x[..., half:], x[..., :half]], axis=-1)
+
+
+def swiglu(x, gate, up, down):
+    g = x @ gate.T
+    return (g / (1.0 + np.exp(-g)) * (x @ up.T)) @ down.T
+
+
+class Family:
+    """Where a family keeps its MoE tensors and which layers are MoE."""
+
+    def __init__(self, cfg):
+        arch = cfg["architectures"][0]
+        self.mixtral = arch == "MixtralForCausalLM"
+        assert self.mixtral or arch == "Qwen3MoeForCausalLM", arch
+        self.qk_norm = not self.mixtral
+        if self.mixtral:
+            self.n_experts = cfg["num_local_experts"]
+            self.norm_topk = True
+        else:
+            self.n_experts = cfg["num_experts"]
+            self.norm_topk = cfg.get("norm_topk_prob", False)
+        self.top_k = cfg["num_experts_per_tok"]
+        self.step = cfg.get("decoder_sparse_step", 1)
+        self.dense = cfg.get("mlp_only_layers") or []
+
+    def is_moe(self, layer):
+        if self.mixtral:
+            return True
+        return layer not in self.dense and self.n_experts > 0 and (layer + 1) % self.step == 0
+
+    def router(self, p):
+        return p + ("block_sparse_moe.gate.weight" if self.mixtral else "mlp.gate.weight")
+
+    def expert(self, p, e):
+        if self.mixtral:
+            x = f"{p}block_sparse_moe.experts.{e}."
+            return x + "w1.weight", x + "w3.weight", x + "w2.weight"
+        x = f"{p}mlp.experts.{e}."
+        return x + "gate_proj.weight", x + "up_proj.weight", x + "down_proj.weight"
+
+
+def moe_block(fam, w, p, h, margins):
+    logits = h @ w[fam.router(p)].T  # [T, E]
+    prob = np.exp(logits - logits.max(axis=-1, keepdims=True))
+    prob /= prob.sum(axis=-1, keepdims=True)
+    order = np.argsort(-prob, axis=-1, kind="stable")  # ties: the lower index first
+    top = order[:, : fam.top_k]
+    if fam.top_k < fam.n_experts:
+        ranked = np.take_along_axis(logits, order, axis=-1)
+        margins.append(float((ranked[:, fam.top_k - 1] - ranked[:, fam.top_k]).min()))
+    weight = np.take_along_axis(prob, top, axis=-1)
+    if fam.norm_topk:
+        weight /= weight.sum(axis=-1, keepdims=True)
+    out = np.zeros_like(h)
+    for e in range(fam.n_experts):
+        rows, slot = np.nonzero(top == e)
+        if len(rows) == 0:
+            continue
+        gate, up, down = (w[n] for n in fam.expert(p, e))
+        out[rows] += weight[rows, slot][:, None] * swiglu(h[rows], gate, up, down)
+    return out
+
+
+def forward(cfg, w, tokens, margins):
+    fam = Family(cfg)
+    H, nq, nkv = cfg["hidden_size"], cfg["num_attention_heads"], cfg["num_key_value_heads"]
+    hd = cfg.get("head_dim") or H // nq
+    eps, T = cfg["rms_norm_eps"], len(tokens)
+    theta = cfg.get("rope_theta", 10000.0)
+    inv_freq = 1.0 / theta ** (np.arange(0, hd, 2, dtype=np.float64) / hd)
+    angles = np.outer(np.arange(T, dtype=np.float64), inv_freq)  # [T, hd/2]
+    cos = np.cos(np.concatenate([angles, angles], axis=-1))[:, None, :]
+    sin = np.sin(np.concatenate([angles, angles], axis=-1))[:, None, :]
+    mask = np.triu(np.full((T, T), -np.inf), k=1)
+    x = w["model.embed_tokens.weight"][tokens]  # [T, H]
+    for layer in range(cfg["num_hidden_layers"]):
+        p = f"model.layers.{layer}."
+        h = rms_norm(x, w[p + "input_layernorm.weight"], eps)
+        q = (h @ w[p + "self_attn.q_proj.weight"].T).reshape(T, nq, hd)
+        k = (h @ w[p + "self_attn.k_proj.weight"].T).reshape(T, nkv, hd)
+        v = (h @ w[p + "self_attn.v_proj.weight"].T).reshape(T, nkv, hd)
+        if fam.qk_norm:
+            q = rms_norm(q, w[p + "self_attn.q_norm.weight"], eps)
+            k = rms_norm(k, w[p + "self_attn.k_norm.weight"], eps)
+        q = q * cos + rotate_half(q) * sin
+        k = k * cos + rotate_half(k) * sin
+        group = nq // nkv
+        out = np.empty((T, nq, hd))
+        for head in range(nq):
+            kh, vh = k[:, head // group, :], v[:, head // group, :]
+            scores = q[:, head, :] @ kh.T / np.sqrt(hd) + mask
+            scores = np.exp(scores - scores.max(axis=-1, keepdims=True))
+            out[:, head, :] = (scores / scores.sum(axis=-1, keepdims=True)) @ vh
+        x = x + out.reshape(T, nq * hd) @ w[p + "self_attn.o_proj.weight"].T
+        h = rms_norm(x, w[p + "post_attention_layernorm.weight"], eps)
+        if fam.is_moe(layer):
+            x = x + moe_block(fam, w, p, h, margins)
+        else:
+            x = x + swiglu(h, w[p + "mlp.gate_proj.weight"], w[p + "mlp.up_proj.weight"],
+                           w[p + "mlp.down_proj.weight"])
+    x = rms_norm(x, w["model.norm.weight"], eps)
+    head = w["model.embed_tokens.weight"] if cfg.get("tie_word_embeddings") else w["lm_head.weight"]
+    return x @ head.T
+
+
+def read_dump(path):
+    with open(path, "rb") as f:
+        magic, version, rows, vocab = struct.unpack("<4sIII", f.read(16))
+        assert magic == b"SRLG" and version == 1, "not a --dump-logits file"
+        return np.frombuffer(f.read(), dtype="<f4").reshape(rows, vocab).astype(np.float64)
+
+
+def option(name, default):
+    return float(sys.argv[sys.argv.index(name) + 1]) if name in sys.argv else default
+
+
+def main():
+    model_dir, dump_path, tokens_text = sys.argv[1:4]
+    tolerance = option("--tolerance", 1e-5)
+    min_margin = option("--min-margin", 1e-3)
+    cfg = json.load(open(f"{model_dir}/config.json"))
+    tokens = [int(t) for t in tokens_text.split(",")]
+    margins = []
+    want = forward(cfg, read_safetensors(f"{model_dir}/model.safetensors"), tokens[:-1], margins)
+    got = read_dump(dump_path)
+    assert got.shape == want.shape, f"dump {got.shape} vs reference {want.shape}"
+    rel = np.linalg.norm(got - want, axis=1) / np.linalg.norm(want, axis=1)
+    worst = int(np.argmax(rel))
+    flips = int(np.sum(np.argmax(got, axis=1) != np.argmax(want, axis=1)))
+    margin = min(margins) if margins else float("inf")
+    print(f"{cfg['architectures'][0]} reference: {got.shape[0]} positions x {got.shape[1]} "
+          f"logits, worst relative L2 {rel[worst]:.3g} at position {worst} (tolerance "
+          f"{tolerance:g}); argmax differs in {flips} rows; smallest top-k router margin "
+          f"{margin:.3g} (needs > {min_margin:g})")
+    if margin <= min_margin:
+        print("a routing decision is a near tie: choose another seed or a larger --router-std")
+        return 1
+    return 0 if rel.max() < tolerance and flips == 0 else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())
