@@ -115,14 +115,23 @@ JobSetup::JobSetup(const JobConfig& config, MpiSession& mpi)
       output_lock(claim_output(config, world)) {}
 
 std::string weight_memory_line(const LanguageModel& model, const World& world) {
+  auto size = [](double bytes) {
+    std::ostringstream out;
+    out << std::fixed << std::setprecision(1);
+    if (bytes >= (1 << 20))
+      out << bytes / (1 << 20) << " MiB";
+    else
+      out << bytes / 1024 << " KiB";
+    return out.str();
+  };
   std::ostringstream line;
-  line << "target weights: " << std::fixed << std::setprecision(1)
-       << static_cast<double>(model.weight_bytes()) / (1 << 20) << " MiB per rank (tp " << world.tp;
+  line << "target weights: " << size(static_cast<double>(model.weight_bytes())) << " per rank (tp "
+       << world.tp;
   if (const ExpertRouting* r = model.routing()) {
     const int per_rank = r->n_experts / r->ep;
     line << ", ep " << r->ep << ": " << per_rank << " of " << r->n_experts << " experts per rank"
          << (r->ep == 1 && world.tp > 1 ? ", each cut by tp" : "") << ", "
-         << static_cast<double>(r->expert_bytes) / (1 << 20) << " MiB per expert";
+         << size(static_cast<double>(r->expert_bytes)) << " per expert";
   }
   line << ")";
   return line.str();
