@@ -21,40 +21,15 @@ token's k-th and (k+1)-th router logit, over every token and MoE layer, must exc
 --min-margin (default 1e-3; float32 round-off of the logits is ~1e-6). Exit 0/1.
 """
 import json
-import struct
+import os
 import sys
 
 import numpy as np
 
-
-def read_safetensors(path):
-    with open(path, "rb") as f:
-        n = struct.unpack("<Q", f.read(8))[0]
-        header = json.loads(f.read(n))
-        data = f.read()
-    out = {}
-    for name, info in header.items():
-        if name == "__metadata__":
-            continue
-        begin, end = info["data_offsets"]
-        raw = data[begin:end]
-        if info["dtype"] == "F32":
-            a = np.frombuffer(raw, dtype="<f4")
-        elif info["dtype"] == "BF16":
-            a = (np.frombuffer(raw, dtype="<u2").astype(np.uint32) << 16).view("<f4")
-        else:
-            raise SystemExit(f"{name}: dtype {info['dtype']} not handled by the reference")
-        out[name] = a.reshape(info["shape"]).astype(np.float64)
-    return out
-
-
-def rms_norm(x, w, eps):
-    return x / np.sqrt(np.mean(x * x, axis=-1, keepdims=True) + eps) * w
-
-
-def rotate_half(x):
-    half = x.shape[-1] // 2
-    return np.concatenate([-x[..., half:], x[..., :half]], axis=-1)
+# The checkpoint reader, RMSNorm, rotate_half and the logits dump reader are the Qwen3
+# reference's (independent of specrun's code like the rest of this file).
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from qwen3_reference import read_dump, read_safetensors, rms_norm, rotate_half  # noqa: E402
 
 
 def swiglu(x, gate, up, down):
@@ -160,13 +135,6 @@ def forward(cfg, w, tokens, margins):
     return x @ head.T
 
 
-def read_dump(path):
-    with open(path, "rb") as f:
-        magic, version, rows, vocab = struct.unpack("<4sIII", f.read(16))
-        assert magic == b"SRLG" and version == 1, "not a --dump-logits file"
-        return np.frombuffer(f.read(), dtype="<f4").reshape(rows, vocab).astype(np.float64)
-
-
 def option(name, default):
     return float(sys.argv[sys.argv.index(name) + 1]) if name in sys.argv else default
 
@@ -179,7 +147,7 @@ def main():
     tokens = [int(t) for t in tokens_text.split(",")]
     margins = []
     want = forward(cfg, read_safetensors(f"{model_dir}/model.safetensors"), tokens[:-1], margins)
-    got = read_dump(dump_path)
+    got = read_dump(dump_path).astype(np.float64)
     assert got.shape == want.shape, f"dump {got.shape} vs reference {want.shape}"
     rel = np.linalg.norm(got - want, axis=1) / np.linalg.norm(want, axis=1)
     worst = int(np.argmax(rel))
