@@ -72,6 +72,13 @@ struct MatmulOutput {
   bool swiglu = false;
 };
 
+// One product of matmul_grouped: an output over its own input rows x [n_tokens, out.w.in].
+struct MatmulGroup {
+  const float* x;
+  int n_tokens;
+  MatmulOutput out;
+};
+
 // Read kernels of the bandwidth probe (stream_read).
 inline constexpr int kReadKernels = 3;
 

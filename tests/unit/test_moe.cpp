@@ -236,6 +236,62 @@ TEST(MoeRouting, TokensAreGroupedByExpertAndCombinedInExpertOrder) {
   }
 }
 
+// cpu::matmul_grouped (the CPU's moe_experts: every expert's projection over its own tokens in
+// one parallel region) gives each group bitwise what matmul_multi gives it alone, for group
+// sizes on every tile path (1, 3-6, 7-12 tokens, and the prefill tiles above 12), plain and
+// SwiGLU outputs, F32 and BF16 weights.
+TEST(MoeRouting, GroupedMatmulIsBitwiseEachGroupAlone) {
+  const int in = 160, out = 72;
+  const std::vector<int> sizes = {1, 5, 9, 13, 30, 2};
+  for (DType dtype : {DType::kF32, DType::kBF16}) {
+    for (bool swiglu : {false, true}) {
+      std::vector<std::vector<std::byte>> packed;
+      std::vector<std::vector<float>> xs, want, got;
+      std::vector<cpu::MatmulGroup> groups;
+      for (std::size_t g = 0; g < sizes.size(); ++g) {
+        const int n = sizes[g];
+        std::vector<float> w(static_cast<std::size_t>(out) * in * 2);
+        for (std::size_t i = 0; i < w.size(); ++i)
+          w[i] = static_cast<float>(((i * 2654435761u + g * 97) % 2001) / 1000.0 - 1.0);
+        std::vector<std::byte> raw(w.size() * dtype_size(dtype));
+        for (std::size_t i = 0; i < w.size(); ++i) {
+          if (dtype == DType::kF32) {
+            std::memcpy(raw.data() + 4 * i, &w[i], 4);
+          } else {
+            const std::uint16_t h = f32_to_bf16(w[i]);
+            std::memcpy(raw.data() + 2 * i, &h, 2);
+          }
+        }
+        const std::size_t half = raw.size() / 2;
+        packed.emplace_back(2 * cpu::packed_weight_bytes(dtype, out, in));
+        if (swiglu)
+          cpu::pack_weight_pairs(raw.data(), raw.data() + half, dtype, out, in,
+                                 packed.back().data());
+        else
+          cpu::pack_weights(raw.data(), dtype, out, in, packed.back().data());
+        xs.emplace_back(static_cast<std::size_t>(n) * in);
+        for (std::size_t i = 0; i < xs.back().size(); ++i)
+          xs.back()[i] = static_cast<float>(((i * 40503u + g) % 1001) / 500.0 - 1.0);
+        want.emplace_back(static_cast<std::size_t>(n) * out);
+        got.emplace_back(static_cast<std::size_t>(n) * out, -1.0f);
+      }
+      for (std::size_t g = 0; g < sizes.size(); ++g) {
+        cpu::MatmulOutput alone{{packed[g].data(), dtype, out, in}, nullptr, want[g].data()};
+        alone.swiglu = swiglu;
+        cpu::matmul_multi(xs[g].data(), sizes[g], &alone, 1);
+        cpu::MatmulOutput o{{packed[g].data(), dtype, out, in}, nullptr, got[g].data()};
+        o.swiglu = swiglu;
+        groups.push_back({xs[g].data(), sizes[g], o});
+      }
+      cpu::matmul_grouped(groups.data(), static_cast<int>(groups.size()));
+      for (std::size_t g = 0; g < sizes.size(); ++g)
+        EXPECT_EQ(std::memcmp(got[g].data(), want[g].data(), want[g].size() * sizeof(float)), 0)
+            << dtype_name(dtype) << (swiglu ? " swiglu" : "") << ": group of " << sizes[g]
+            << " tokens";
+    }
+  }
+}
+
 TEST(MoeSchema, ExpertTensorsHaveTheirShapesAndTheShardPlanSplitsExperts) {
   const ModelConfig c = parse(qwen3_moe(R"(,"mlp_only_layers":[1])"));
   std::string why;
