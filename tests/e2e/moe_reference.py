@@ -7,8 +7,8 @@ of `gate`, softmax over all experts, the top num_experts_per_tok by probability,
 renormalised to sum 1 when norm_topk_prob (Mixtral: always), each selected expert's SwiGLU
 down(silu(gate x) * up x) weighted and summed; a Qwen3-MoE layer is MoE when it is not in
 mlp_only_layers, num_experts > 0 and (layer + 1) % decoder_sparse_step == 0, else a dense SwiGLU
-MLP of intermediate_size), not from specrun's graph. It reads config.json and
-model.safetensors itself.
+MLP of intermediate_size), not from specrun's graph; the attention block is qwen3_reference.py's
+(Mixtral's is Qwen3's without the q/k norms). It reads config.json and model.safetensors itself.
 
 usage: moe_reference.py MODEL_DIR LOGITS_DUMP TOKENS [--tolerance T] [--min-margin M]
   LOGITS_DUMP: a `specrun generate --dump-logits` file (format in src/app/cmd_generate.cpp),
@@ -26,10 +26,10 @@ import sys
 
 import numpy as np
 
-# The checkpoint reader, RMSNorm, rotate_half and the logits dump reader are the Qwen3
-# reference's (independent of specrun's code like the rest of this file).
+# The checkpoint reader, RMSNorm, the attention block (RoPE, Qwen3's q/k norms, GQA) and the
+# logits dump reader are the Qwen3 reference's (independent of specrun's code like this file).
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from qwen3_reference import read_dump, read_safetensors, rms_norm, rotate_half  # noqa: E402
+from qwen3_reference import attention, read_dump, read_safetensors, rms_norm, rope_tables  # noqa: E402
 
 
 def swiglu(x, gate, up, down):
@@ -95,35 +95,11 @@ def moe_block(fam, w, p, h, margins):
 
 def forward(cfg, w, tokens, margins):
     fam = Family(cfg)
-    H, nq, nkv = cfg["hidden_size"], cfg["num_attention_heads"], cfg["num_key_value_heads"]
-    hd = cfg.get("head_dim") or H // nq
-    eps, T = cfg["rms_norm_eps"], len(tokens)
-    theta = cfg.get("rope_theta", 10000.0)
-    inv_freq = 1.0 / theta ** (np.arange(0, hd, 2, dtype=np.float64) / hd)
-    angles = np.outer(np.arange(T, dtype=np.float64), inv_freq)  # [T, hd/2]
-    cos = np.cos(np.concatenate([angles, angles], axis=-1))[:, None, :]
-    sin = np.sin(np.concatenate([angles, angles], axis=-1))[:, None, :]
-    mask = np.triu(np.full((T, T), -np.inf), k=1)
+    eps, tables = cfg["rms_norm_eps"], rope_tables(cfg, len(tokens))
     x = w["model.embed_tokens.weight"][tokens]  # [T, H]
     for layer in range(cfg["num_hidden_layers"]):
         p = f"model.layers.{layer}."
-        h = rms_norm(x, w[p + "input_layernorm.weight"], eps)
-        q = (h @ w[p + "self_attn.q_proj.weight"].T).reshape(T, nq, hd)
-        k = (h @ w[p + "self_attn.k_proj.weight"].T).reshape(T, nkv, hd)
-        v = (h @ w[p + "self_attn.v_proj.weight"].T).reshape(T, nkv, hd)
-        if fam.qk_norm:
-            q = rms_norm(q, w[p + "self_attn.q_norm.weight"], eps)
-            k = rms_norm(k, w[p + "self_attn.k_norm.weight"], eps)
-        q = q * cos + rotate_half(q) * sin
-        k = k * cos + rotate_half(k) * sin
-        group = nq // nkv
-        out = np.empty((T, nq, hd))
-        for head in range(nq):
-            kh, vh = k[:, head // group, :], v[:, head // group, :]
-            scores = q[:, head, :] @ kh.T / np.sqrt(hd) + mask
-            scores = np.exp(scores - scores.max(axis=-1, keepdims=True))
-            out[:, head, :] = (scores / scores.sum(axis=-1, keepdims=True)) @ vh
-        x = x + out.reshape(T, nq * hd) @ w[p + "self_attn.o_proj.weight"].T
+        x = attention(cfg, w, p, x, tables, qk_norm=fam.qk_norm)
         h = rms_norm(x, w[p + "post_attention_layernorm.weight"], eps)
         if fam.is_moe(layer):
             x = x + moe_block(fam, w, p, h, margins)
