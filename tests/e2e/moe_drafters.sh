@@ -5,7 +5,8 @@
 # first layer, Mixtral's an MoE layer with the target's experts), the EAGLE-3 head make-model
 # writes for the target (chains and 4/5/15 trees) and n-gram chains; with the experts split over
 # the ranks (parallel.ep = tp, the default) and with every expert on every rank (ep = 1). The job
-# log gives the weights per rank and the experts each rank holds. parallel.ep values other than 1
+# log gives the weights per rank and the experts each rank holds; `specrun bench` runs on an MoE
+# target. parallel.ep values other than 1
 # and tp, and expert counts the ranks cannot split, exit 2 naming the key or the config.json
 # field, with no rank left waiting.
 set -euo pipefail
@@ -56,6 +57,11 @@ grep -q 'ep 1: 8 of 8 experts per rank, each cut by tp' q_eagle3_tree_ep1.log ||
 # The expert-parallel run and the ep = 1 run agree on every token and step.
 "$PY" "$E2E_DIR/same_results.py" q_eagle3_tree.h5 q_eagle3_tree_ep1.h5 ||
   fail "parallel.ep = tp and ep = 1 give different outputs"
+
+# bench runs on an MoE target (its figures count every expert's bytes as read: the accounting
+# of the experts a pass reads is bench's to add).
+"$SPECRUN_BIN" bench --model-dir mixtral/target --cases decode,verify --repeats 1 --steps 2 \
+  --threads 1 >bench.log 2>&1 || fail "bench on an MoE target: $(tail -3 bench.log)"
 
 # Bad expert parallelism: the key or the field named, exit 2, no rank waiting.
 expect_exit 2 'parallel\.ep = 3 .* is not supported with parallel\.tp = 2' e1.log -- \
