@@ -114,6 +114,29 @@ JobSetup::JobSetup(const JobConfig& config, MpiSession& mpi)
       records(gather_provenance(world_comm, collect_local_provenance(mpi))),
       output_lock(claim_output(config, world)) {}
 
+std::string weight_memory_line(const LanguageModel& model, const World& world) {
+  auto size = [](double bytes) {
+    std::ostringstream out;
+    out << std::fixed << std::setprecision(1);
+    if (bytes >= (1 << 20))
+      out << bytes / (1 << 20) << " MiB";
+    else
+      out << bytes / 1024 << " KiB";
+    return out.str();
+  };
+  std::ostringstream line;
+  line << "target weights: " << size(static_cast<double>(model.weight_bytes())) << " per rank (tp "
+       << world.tp;
+  if (const ExpertRouting* r = model.routing()) {
+    const int per_rank = r->n_experts / r->ep;
+    line << ", ep " << r->ep << ": " << per_rank << " of " << r->n_experts << " experts per rank"
+         << (r->ep == 1 && world.tp > 1 ? ", each cut by tp" : "") << ", "
+         << size(static_cast<double>(r->expert_bytes)) << " per expert";
+  }
+  line << ")";
+  return line.str();
+}
+
 JobTarget load_target(const JobConfig& config, JobSetup& job, const Checkpoint& checkpoint) {
   JobTarget t;
   t.factory = std::make_unique<ModelFactory>(job.backend, job.tp_comm, job.self_comm, job.world,
@@ -121,7 +144,9 @@ JobTarget load_target(const JobConfig& config, JobSetup& job, const Checkpoint& 
   t.factory->set_cuda_launch(
       CudaLaunchOptions{config.parallel.cuda_graphs, config.parallel.cuda_pdl,
                         config.parallel.cuda_tensor_cores, config.parallel.cuda_fused_ops});
+  t.factory->set_expert_parallel(config.parallel.ep);
   t.model = t.factory->load(checkpoint, /*sharded=*/true);
+  job.log.info(weight_memory_line(*t.model, job.world));
   t.ops = make_token_ops(job.backend, t.factory->cuda_context());
   return t;
 }

@@ -77,6 +77,9 @@ struct JobTarget {
   std::unique_ptr<TokenOps> ops;
 };
 JobTarget load_target(const JobConfig& config, JobSetup& job, const Checkpoint& checkpoint);
+// "target weights: 812.3 MiB per rank (tp 2, ep 2: 8 of 16 experts per rank, 6.0 MiB per
+// expert)": the line load_target logs (rank 0; every rank of a group holds an equal share).
+std::string weight_memory_line(const LanguageModel& model, const World& world);
 
 // The identity every output file of the job records: build, layout, job text and hash, prompt
 // file, every rank's provenance and their mismatches.

@@ -93,6 +93,10 @@ class LanguageModel {
   // every MoE layer), on the host, valid until the next forward call; nullptr for a dense model.
   virtual const ExpertRouting* routing() const { return nullptr; }
 
+  // Bytes of this rank's share of the weights as loaded from the checkpoint (its shard, in the
+  // stored dtype; a tied lm_head counted once): what the job log reports per rank.
+  virtual std::size_t weight_bytes() const { return 0; }
+
   // forward() with the logits copied to `logits` (resized): [rows, vocab_size].
   void forward(std::span<const SeqChunk> batch, bool all_logits, std::vector<float>& logits);
 };
