@@ -365,23 +365,6 @@ def write_safetensors(path, tensors, dtype):
             f.write(b)
 
 
-def read_f32_safetensors(path):
-    with open(path, "rb") as f:
-        n = struct.unpack("<Q", f.read(8))[0]
-        header = json.loads(f.read(n))
-        data = f.read()
-    out = {}
-    for name, meta in header.items():
-        if name == "__metadata__":
-            continue
-        if meta["dtype"] != "F32":
-            sys.exit(f"train_moe: {path}: {name} is {meta['dtype']}; --init takes the float32 "
-                     "checkpoint (--f32-out of the earlier run)")
-        a, b = meta["data_offsets"]
-        out[name] = np.frombuffer(data[a:b], np.float32).reshape(meta["shape"]).copy()
-    return out
-
-
 def write_checkpoint(out, model, cfg, dtype):
     os.makedirs(out, exist_ok=True)
     sd = [(n, p.detach().float().numpy()) for n, p in model.state_dict().items()]
@@ -556,8 +539,14 @@ def main():
     init_weights(model, cfg)
     earlier = []
     if a.init:
-        w = read_f32_safetensors(os.path.join(a.init, "model.safetensors"))
-        model.load_state_dict({n: torch.from_numpy(w[n]) for n in model.state_dict()})
+        from check_moe_numpy import read_safetensors
+        path = os.path.join(a.init, "model.safetensors")
+        w, dtypes = read_safetensors(path)
+        if dtypes != {"F32"}:
+            sys.exit(f"train_moe: {path} holds {sorted(dtypes)}; --init takes the float32 "
+                     "checkpoint (the --f32-out of the earlier run)")
+        model.load_state_dict({n: torch.from_numpy(w[n].astype(np.float32))
+                               for n in model.state_dict()})
         prev = os.path.join(a.init, "metrics.json")
         if os.path.exists(prev):
             m = json.load(open(prev))
