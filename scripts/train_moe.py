@@ -541,11 +541,11 @@ def main():
     if a.init:
         from check_moe_numpy import read_safetensors
         path = os.path.join(a.init, "model.safetensors")
-        w, dtypes = read_safetensors(path)
+        weights, dtypes = read_safetensors(path)
         if dtypes != {"F32"}:
             sys.exit(f"train_moe: {path} holds {sorted(dtypes)}; --init takes the float32 "
                      "checkpoint (the --f32-out of the earlier run)")
-        model.load_state_dict({n: torch.from_numpy(w[n].astype(np.float32))
+        model.load_state_dict({n: torch.from_numpy(weights[n].astype(np.float32))
                                for n in model.state_dict()})
         prev = os.path.join(a.init, "metrics.json")
         if os.path.exists(prev):
