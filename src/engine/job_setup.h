@@ -70,12 +70,18 @@ struct JobSetup {
 // This rank's target: the factory on the job's backend (with the [parallel] section's CUDA launch
 // settings, before its first pass), the model sharded over the tp group (all its ranks call) and
 // its token decisions. Members are destroyed in reverse order: the factory last.
+// load_target gathers every rank's weight memory (LanguageModel::weight_bytes) over the world and
+// logs it on rank 0 ("target weights in memory: ..."); job files record it (ResultHeader).
 struct JobTarget {
   std::unique_ptr<ModelFactory> factory;
   std::unique_ptr<LanguageModel> model;
   std::unique_ptr<TokenOps> ops;
+  std::vector<std::int64_t> weight_bytes;  // per world rank, bytes of the target's weights
 };
 JobTarget load_target(const JobConfig& config, JobSetup& job, const Checkpoint& checkpoint);
+
+// "12.35 MB on ranks 0-1, 10.20 MB on ranks 2-3" (MB = 1e6 bytes; equal values grouped).
+std::string describe_weight_memory(const std::vector<std::int64_t>& bytes_per_rank);
 
 // The identity every output file of the job records: build, layout, job text and hash, prompt
 // file, every rank's provenance and their mismatches.

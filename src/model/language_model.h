@@ -93,6 +93,10 @@ class LanguageModel {
   // every MoE layer), on the host, valid until the next forward call; nullptr for a dense model.
   virtual const ExpertRouting* routing() const { return nullptr; }
 
+  // This rank's weights in the backend's memory, bytes (its shard; a tied embedding once); 0
+  // where a model does not say. The job log and the result file record the target's per rank.
+  virtual std::int64_t weight_bytes() const { return 0; }
+
   // forward() with the logits copied to `logits` (resized): [rows, vocab_size].
   void forward(std::span<const SeqChunk> batch, bool all_logits, std::vector<float>& logits);
 };

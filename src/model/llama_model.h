@@ -88,6 +88,7 @@ class LlamaModel final : public LanguageModel, private GraphBase<B> {
   int vocab_size() const { return config_.vocab_size; }
   int kv_heads() const override { return weights_.plan.kv_heads; }
   void synchronize() override { b_.synchronize(); }
+  std::int64_t weight_bytes() const override { return static_cast<std::int64_t>(weights_.bytes); }
 
   std::unique_ptr<KvCache> new_cache(int capacity) override {
     const AttentionHeads heads = attention_heads();

@@ -17,6 +17,7 @@ struct ModelWeights {
   std::array<typename B::Weight, kNumRoles> model{};
   std::vector<std::array<typename B::Weight, kNumRoles>> layers;
   std::vector<std::array<bool, kNumRoles>> layer_has;  // which roles each layer has
+  std::size_t bytes = 0;  // the backend's weight memory for them (what reserve_weights took)
 
   const typename B::Weight& get(Role r) const { return model[static_cast<int>(r)]; }
   const typename B::Weight& at(int layer, Role r) const {
@@ -54,6 +55,7 @@ ModelWeights<B> prepare_weights(B& b, const HostWeights& host, const ModelConfig
     if (!tied(s)) bytes += b.weight_bytes(host.get(s, layer), s.use);
   });
   b.reserve_weights(bytes);
+  w.bytes = bytes;
   each([&](const TensorSpec& s, int layer) {
     const int r = static_cast<int>(s.role);
     typename B::Weight& dst = s.per_layer() ? w.layers[layer][r] : w.model[r];

@@ -79,7 +79,12 @@ def check_layout(f, world, draft_len):
         if check(name in f.attrs, f"root attribute {name} missing"):
             check(attr_dtype_ok(f, name, want), f"root attribute {name}: not {want}")
     check(f.attrs.get("schema") == "specrun.result", "schema is not specrun.result")
-    check(int(f.attrs.get("schema_version", 0)) == 6, "schema_version is not 6")
+    check(int(f.attrs.get("schema_version", 0)) == 7, "schema_version is not 7")
+    # Schema 7: each rank's target weights in memory (bytes); a dense target has no experts.
+    if check("provenance/target_weight_bytes" in f, "provenance/target_weight_bytes missing"):
+        w = f["provenance/target_weight_bytes"]
+        check(w.dtype == np.int64 and w.shape == (world,) and (w[:] > 0).all(),
+              f"provenance/target_weight_bytes {w.dtype} {w.shape} {w[:]}")
     for name in JOB_ATTRS:
         if check(name in f["job"].attrs, f"/job attribute {name} missing"):
             check(attr_dtype_ok(f["job"], name, "str"), f"/job attribute {name}: not a string")
@@ -98,6 +103,7 @@ def check_layout(f, world, draft_len):
 
     for mode, k in (("baseline", 0), ("speculative", draft_len)):
         g = f[mode]
+        check("experts" not in g, f"{mode}: a dense run has expert tables")
         check(int(g.attrs["draft_len"]) == k, f"{mode} draft_len {g.attrs['draft_len']} != {k}")
         for a, want in (("draft_len", "int32"), ("batches_committed", "int64"),
                         ("sequences_committed", "int64")):

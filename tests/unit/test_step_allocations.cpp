@@ -1,7 +1,8 @@
 // A warm decoding step allocates nothing: BatchDecoder::run on the same prompts with twice the
 // new tokens (twice the steps) makes exactly as many heap allocations, in baseline mode and in
-// speculative mode (greedy and sampled) with the model drafter. Every operator new of the
-// program is counted (this file replaces the global one).
+// speculative mode (greedy and sampled) with the model drafter, and so it does with the expert
+// accounting of a mixture-of-experts target and draft model (tests/unit/routed_model.h). Every
+// operator new of the program is counted (this file replaces the global one).
 #include <gtest/gtest.h>
 #include <unistd.h>
 
@@ -13,7 +14,9 @@
 #include "engine/decoder.h"
 #include "model/checkpoint.h"
 #include "model/model_factory.h"
+#include "model/routing_observer.h"
 #include "model/synthetic.h"
+#include "routed_model.h"
 #include "single_rank_comm.h"
 #include "spec/model_drafter.h"
 #include "spec/token_ops.h"
@@ -21,6 +24,12 @@
 namespace {
 std::atomic<long> g_allocations{0};
 }  // namespace
+
+// The replacements below pair malloc with free on purpose; GCC 12 takes a vector's inlined
+// operator new and delete for a mismatched pair when it sees both.
+#if defined(__GNUC__) && !defined(__clang__)
+#pragma GCC diagnostic ignored "-Wmismatched-new-delete"
+#endif
 
 void* operator new(std::size_t n) {
   ++g_allocations;
@@ -80,6 +89,66 @@ TEST(StepAllocations, AWarmStepAllocatesNothing) {
         EXPECT_EQ(counted[0], counted[1])
             << mode << ", T = " << temperature << ": " << counted[0] << " allocations for 12 "
             << "new tokens, " << counted[1] << " for 24: some step allocates";
+      }
+    }
+  }
+  fs::remove_all(dir);
+}
+
+// The same with the target's and the draft model's passes counted for the expert accounting
+// (BatchResult::target_experts, draft_experts): their records are reserved once per batch.
+TEST(StepAllocations, AWarmStepOfAnExpertModelAllocatesNothing) {
+  const fs::path dir =
+      fs::temp_directory_path() / ("specrun_test_alloc_moe_" + std::to_string(::getpid()));
+  SyntheticSpec spec;
+  spec.hidden = 64;
+  spec.layers = 2;
+  spec.heads = 4;
+  spec.kv_heads = 2;
+  spec.intermediate = 128;
+  spec.vocab = 256;
+  make_model_pair(spec, dir.string());
+  {
+    test::SingleRankComm comm;
+    Checkpoint target_ckpt((dir / "target").string()), draft_ckpt((dir / "draft").string());
+    std::shared_ptr<LanguageModel> dense_target = load_cpu_model(target_ckpt, comm, 1);
+    std::shared_ptr<LanguageModel> dense_draft = load_cpu_model(draft_ckpt, comm, 1);
+    test::RoutedModel target(dense_target, {0, 1}, 16, 2, 2, 1000);
+    auto routed_draft =
+        std::make_shared<test::RoutedModel>(dense_draft, std::vector<int>{0}, 8, 2, 1, 100);
+    auto ops = make_token_ops(BackendKind::kCpu, nullptr);
+    std::vector<Prompt> prompts(3);
+    for (int i = 0; i < 3; ++i) {
+      prompts[i].index = i;
+      prompts[i].id = std::to_string(i);
+      for (int t = 0; t < 5 + 3 * i; ++t) prompts[i].tokens.push_back(3 + (7 * t + i) % 250);
+    }
+    for (int tree : {0, 1}) {
+      for (const char* mode : {kModeBaseline, kModeSpeculative}) {
+        long counted[2] = {0, 0};
+        for (int run = 0; run < 2; ++run) {
+          DecodeOptions opt;
+          opt.max_new_tokens = run == 0 ? 12 : 24;
+          opt.shape.draft_len = 3;
+          if (tree) {
+            opt.shape.tree_top_k = 2;
+            opt.shape.tree_depth = 3;
+            opt.shape.tree_nodes = 6;
+          }
+          opt.stop_at_eos = false;
+          DraftExpertLog log;
+          ModelDrafter drafter(observe_routing(routed_draft, log), spec.vocab, *ops, opt.draft());
+          BatchDecoder decoder(target, &drafter, *ops, comm, opt, nullptr, &log);
+          decoder.run(mode, 0, prompts);  // warm-up: scratch grows to its size
+          const long before = g_allocations.load();
+          BatchResult r = decoder.run(mode, 0, prompts);
+          counted[run] = g_allocations.load() - before;
+          ASSERT_EQ(r.target_experts.passes(), r.n_steps + 1);
+          ASSERT_EQ(r.draft_experts.empty(), std::string(mode) == kModeBaseline);
+        }
+        EXPECT_EQ(counted[0], counted[1])
+            << mode << (tree ? ", tree" : ", chain") << ": " << counted[0]
+            << " allocations for 12 new tokens, " << counted[1] << " for 24: some step allocates";
       }
     }
   }
