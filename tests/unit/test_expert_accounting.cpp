@@ -12,6 +12,7 @@
 
 #include "common/error.h"
 #include "engine/batch_codec.h"
+#include "engine/bench.h"
 #include "engine/decoder.h"
 #include "engine/expert_accounting.h"
 #include "model/checkpoint.h"
@@ -397,4 +398,37 @@ TEST_F(DecoderExperts, SpeculativeRecordsVerifiesAndTheDraftApart) {
       EXPECT_TRUE(k == kPassDraftPrefill || k == kPassPropose || k == kPassAccepted);
     EXPECT_EQ(d.passes(), routed_draft->forward_calls());
   }
+}
+
+// bench's experts case: a verify pass of w = 1 .. k+1 tokens beside its unique experts, which are
+// those of the first w benchmark tokens; T_verify(1) / T_decode is 1 by definition. A dense
+// model has no experts case.
+TEST_F(DecoderExperts, BenchSweepsVerifyWidthsBesideTheirExperts) {
+  BenchOptions o;
+  o.repeats = 2;
+  o.warmup = 0;
+  o.steps = 2;
+  o.context = 4;
+  o.verify_k = 3;
+  o.prefill = 8;
+  const std::vector<ExpertSweepPoint> points = run_expert_sweep(o, *target_, comm_);
+  ASSERT_EQ(points.size(), 4u);
+  // The benchmark's verify tokens: bench_tokens(k + 1, vocab, 3), as engine/bench.cpp makes them.
+  std::vector<std::int32_t> ids(4);
+  std::uint32_t x = 3u * 2654435761u + 12345u;
+  for (std::int32_t& id : ids) {
+    x = x * 1664525u + 1013904223u;
+    id = 3 + static_cast<std::int32_t>((x >> 8) % 253u);
+  }
+  for (int w = 1; w <= 4; ++w) {
+    const ExpertSweepPoint& p = points[static_cast<std::size_t>(w - 1)];
+    EXPECT_EQ(p.w, w);
+    const std::vector<std::int32_t> fed(ids.begin(), ids.begin() + w);
+    const double unique = 0.5 * (target_->unique_of(fed, 0) + target_->unique_of(fed, 1));
+    EXPECT_DOUBLE_EQ(p.unique_per_layer, unique) << "w = " << w;
+    EXPECT_DOUBLE_EQ(p.expert_mb, 2 * unique * 3000 / 1e6);
+    EXPECT_GT(p.ms_median, 0);
+  }
+  EXPECT_DOUBLE_EQ(points[0].over_decode, 1.0);
+  EXPECT_TRUE(run_expert_sweep(o, *dense_target_, comm_).empty());
 }
