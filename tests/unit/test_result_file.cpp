@@ -22,6 +22,7 @@
 #include <thread>
 
 #include "common/error.h"
+#include "analysis/summary.h"
 #include "engine/expert_accounting.h"
 #include "io/h5.h"
 #include "io/result_file.h"
@@ -873,10 +874,37 @@ with h5py.File(sys.argv[1], "r") as f:
         assert g["passes/unique"].attrs["description"], model
         assert set(kinds[i] for i in p["kind"]) == (
             {"prefill", "verify"} if model == "target" else {"draft_prefill", "propose"})
+    # docs/file-formats.md's example: expert MB per emitted token of the step passes.
+    mode = "speculative"
+    g, e = f[mode], f[mode]["experts/target"]
+    nb = min([int(g.attrs["batches_committed"])] + [len(d) for d in g["batches"].values()]
+             + [len(d) for d in e["commits"].values()])
+    P = int(e["commits/passes_end"][nb - 1]) if nb else 0
+    kinds = list(e.attrs["kinds"])
+    kind = np.array(kinds)[e["passes/kind"][:P]]
+    unique, nbytes = e["passes/unique"][:P], e["passes/bytes"][:P]
+    step = (kind == "decode") | (kind == "verify")
+    ns = int(g["batches/steps_end"][nb - 1]) if nb else 0
+    key = lambda b, s: (int(b), int(s))
+    emitted = {}
+    for b, s, n in zip(g["steps/batch"][:ns], g["steps/step"][:ns], g["steps/emitted"][:ns]):
+        emitted[key(b, s)] = emitted.get(key(b, s), 0) + int(n)
+    toks = sum(emitted[key(b, s)] for b, s in zip(e["passes/batch"][:P][step],
+                                                 e["passes/step"][:P][step]))
+    got = (unique[step].mean(), nbytes[step].sum() / 1e6 / toks)
+    want = (float(sys.argv[2]), float(sys.argv[3]))
+    assert abs(got[0] - want[0]) < 1e-9 and abs(got[1] - want[1]) < 1e-9, (got, want)
 )PY";
   const std::string script = dir.file("check.py");
   std::ofstream(script) << py;
-  EXPECT_EQ(std::system(("/usr/bin/python3 " + script + " " + path).c_str()), 0);
+  const ExpertSummary summary =
+      summarize_experts(want_target, r.steps(kModeSpeculative), 0);
+  const ExpertPassSummary* verify = summary.kind("verify");
+  ASSERT_NE(verify, nullptr);
+  char figures[128];
+  std::snprintf(figures, sizeof figures, " %.17g %.17g", verify->unique_per_layer,
+                verify->mb_per_emitted_token);
+  EXPECT_EQ(std::system(("/usr/bin/python3 " + script + " " + path + figures).c_str()), 0);
 }
 
 // A kill between an expert table's rows and the batch's commit: the reader reads up to the last
