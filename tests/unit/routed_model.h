@@ -10,15 +10,15 @@
 #include <utility>
 #include <vector>
 
-#include "model/language_model.h"
+#include "model/forwarding_model.h"
 
 namespace specrun::test {
 
-class RoutedModel final : public LanguageModel {
+class RoutedModel final : public ForwardingModel {
  public:
   RoutedModel(std::shared_ptr<LanguageModel> model, std::vector<int> layers, int n_experts,
               int top_k, int ep, std::int64_t expert_bytes)
-      : model_(std::move(model)) {
+      : ForwardingModel(std::move(model)) {
     routing_.layers = std::move(layers);
     routing_.n_experts = n_experts;
     routing_.top_k = top_k;
@@ -37,14 +37,10 @@ class RoutedModel final : public LanguageModel {
       for (int j = 0; j < routing_.top_k; ++j) seen.insert(expert_of(t, l, j, routing_.n_experts));
     return static_cast<int>(seen.size());
   }
-  const ExpertRouting& shape() const { return routing_; }
   int forward_calls() const { return calls_; }
 
-  const ModelConfig& config() const override { return model_->config(); }
-  BackendKind backend() const override { return model_->backend(); }
-  std::unique_ptr<KvCache> new_cache(int capacity) override { return model_->new_cache(capacity); }
   ForwardResult forward(std::span<const SeqChunk> batch, const ForwardRequest& request) override {
-    const ForwardResult out = model_->forward(batch, request);
+    const ForwardResult out = inner().forward(batch, request);
     ++calls_;
     int n = 0;
     for (const SeqChunk& c : batch) n += c.n_tokens;
@@ -61,21 +57,9 @@ class RoutedModel final : public LanguageModel {
     }
     return out;
   }
-  void keep(KvCache& cache, int first, std::span<const int> rows) override {
-    model_->keep(cache, first, rows);
-  }
-  void read(const RowsView& view, int first, int count, float* host) override {
-    model_->read(view, first, count, host);
-  }
-  void read_kv(const KvCache& cache, int layer, int which, float* host) override {
-    model_->read_kv(cache, layer, which, host);
-  }
-  int kv_heads() const override { return model_->kv_heads(); }
-  void synchronize() override { model_->synchronize(); }
   const ExpertRouting* routing() const override { return &routing_; }
 
  private:
-  std::shared_ptr<LanguageModel> model_;
   ExpertRouting routing_;
   int calls_ = 0;
 };

@@ -4,9 +4,6 @@
 // verify) and of a draft model's passes apart, checked against the experts the fed tokens must
 // have read (tests/unit/routed_model.h routes a dense model's tokens by their ids).
 #include <gtest/gtest.h>
-#include <unistd.h>
-
-#include <filesystem>
 #include <map>
 #include <set>
 
@@ -21,11 +18,11 @@
 #include "model/synthetic.h"
 #include "routed_model.h"
 #include "single_rank_comm.h"
+#include "small_pair.h"
 #include "spec/model_drafter.h"
 #include "spec/token_ops.h"
 
 using namespace specrun;
-namespace fs = std::filesystem;
 
 namespace {
 
@@ -209,19 +206,10 @@ TEST(ExpertAccounting, ObservedModelReportsEachRoutedPass) {
       EXPECT_EQ(batch.size(), 1u);
     }
   };
-  const fs::path dir =
-      fs::temp_directory_path() / ("specrun_test_obs_" + std::to_string(::getpid()));
-  SyntheticSpec spec;
-  spec.hidden = 32;
-  spec.layers = 1;
-  spec.heads = 2;
-  spec.kv_heads = 1;
-  spec.intermediate = 64;
-  spec.vocab = 64;
-  make_model_pair(spec, dir.string());
+  const test::SmallPair pair("observed");
   {
     test::SingleRankComm comm;
-    Checkpoint ckpt((dir / "target").string());
+    Checkpoint ckpt(pair.target());
     std::shared_ptr<LanguageModel> dense = load_cpu_model(ckpt, comm, 1);
     Count seen_dense, seen_routed;
     auto watched_dense = observe_routing(dense, seen_dense);
@@ -233,7 +221,7 @@ TEST(ExpertAccounting, ObservedModelReportsEachRoutedPass) {
       const SeqChunk c{cache.get(), tokens.data(), 3};
       std::vector<float> logits;
       m->forward({&c, 1}, true, logits);
-      EXPECT_EQ(logits.size(), 3u * 64u);
+      EXPECT_EQ(logits.size(), 3u * 256u);
     }
     EXPECT_EQ(seen_dense.passes, 0);
     EXPECT_EQ(seen_routed.passes, 1);
@@ -242,37 +230,20 @@ TEST(ExpertAccounting, ObservedModelReportsEachRoutedPass) {
     EXPECT_EQ(watched_dense->weight_bytes(), dense->weight_bytes());
     EXPECT_GT(dense->weight_bytes(), 0);
   }
-  fs::remove_all(dir);
 }
 
 // The decoder's records against what the fed tokens must have read.
 class DecoderExperts : public ::testing::Test {
  protected:
   void SetUp() override {
-    dir_ = fs::temp_directory_path() / ("specrun_test_experts_" + std::to_string(::getpid()));
-    SyntheticSpec spec;
-    spec.hidden = 64;
-    spec.layers = 2;
-    spec.heads = 4;
-    spec.kv_heads = 2;
-    spec.intermediate = 128;
-    spec.vocab = 256;
-    make_model_pair(spec, dir_.string());
-    Checkpoint target((dir_ / "target").string()), draft((dir_ / "draft").string());
+    Checkpoint target(pair_.target()), draft(pair_.draft());
     dense_target_ = load_cpu_model(target, comm_, 1);
     dense_draft_ = load_cpu_model(draft, comm_, 1);
     target_ =
         std::make_unique<test::RoutedModel>(dense_target_, std::vector<int>{0, 1}, 16, 2, 2, 3000);
     ops_ = make_token_ops(BackendKind::kCpu, nullptr);
-    for (int i = 0; i < 3; ++i) {
-      Prompt p;
-      p.index = 10 + i;
-      p.id = std::to_string(i);
-      for (int t = 0; t < 4 + 3 * i; ++t) p.tokens.push_back(3 + (7 * t + 5 * i) % 250);
-      prompts_.push_back(p);
-    }
+    prompts_ = test::small_prompts(3, 10);
   }
-  void TearDown() override { fs::remove_all(dir_); }
 
   // Each sequence's prompt + output tokens.
   std::map<std::int64_t, std::vector<std::int32_t>> full_tokens(const BatchResult& r) const {
@@ -286,7 +257,7 @@ class DecoderExperts : public ::testing::Test {
     return out;
   }
 
-  fs::path dir_;
+  const test::SmallPair pair_{"experts"};
   test::SingleRankComm comm_;
   std::shared_ptr<LanguageModel> dense_target_, dense_draft_;
   std::unique_ptr<test::RoutedModel> target_;
