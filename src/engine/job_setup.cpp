@@ -130,22 +130,6 @@ JobTarget load_target(const JobConfig& config, JobSetup& job, const Checkpoint& 
   return t;
 }
 
-std::string describe_weight_memory(const std::vector<std::int64_t>& bytes) {
-  std::vector<std::pair<std::int64_t, std::vector<int>>> groups;  // value, ranks; first seen first
-  for (std::size_t r = 0; r < bytes.size(); ++r) {
-    auto it = std::find_if(groups.begin(), groups.end(),
-                           [&](const auto& g) { return g.first == bytes[r]; });
-    if (it == groups.end()) it = groups.insert(groups.end(), {bytes[r], {}});
-    it->second.push_back(static_cast<int>(r));
-  }
-  std::ostringstream out;
-  out << std::fixed << std::setprecision(2);
-  for (std::size_t i = 0; i < groups.size(); ++i)
-    out << (i ? ", " : "") << static_cast<double>(groups[i].first) / 1e6 << " MB on rank"
-        << (groups[i].second.size() > 1 ? "s " : " ") << format_rank_ranges(groups[i].second);
-  return out.str();
-}
-
 std::string models_json(const JobConfig& config, bool contents) {
   nlohmann::json models = nlohmann::json::object();
   auto add_model = [&](const char* role, const std::string& dir) {

@@ -80,9 +80,6 @@ struct JobTarget {
 };
 JobTarget load_target(const JobConfig& config, JobSetup& job, const Checkpoint& checkpoint);
 
-// "12.35 MB on ranks 0-1, 10.20 MB on ranks 2-3" (MB = 1e6 bytes; equal values grouped).
-std::string describe_weight_memory(const std::vector<std::int64_t>& bytes_per_rank);
-
 // The identity every output file of the job records: build, layout, job text and hash, prompt
 // file, every rank's provenance and their mismatches.
 // `models`: the models attribute when the caller computed it already (models_json), else it

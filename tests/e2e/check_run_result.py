@@ -348,6 +348,12 @@ def expected_mode(d):
 
 def check_report(rep, data, unfinished):
     check(rep["job_finished"] == (not unfinished), f"report job_finished {rep['job_finished']}")
+    check(isinstance(rep.get("target_weight_bytes"), list) and all(
+        w > 0 for w in rep["target_weight_bytes"]), f"report target_weight_bytes {rep.get('target_weight_bytes')}")
+    check(rep.get("experts_verify_over_decode", 0) is None, "a dense run's report has expert ratios")
+    for mode in data:
+        check(rep["modes"][mode]["experts"] == {"target": None, "draft": None},
+              f"a dense run's report has {mode} experts")
     for mode, d in data.items():
         exp, got = expected_mode(d), rep["modes"][mode]
         for key in ("prompts", "generated", "batches", "verify_steps", "drafted", "accepted"):
