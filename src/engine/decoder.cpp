@@ -573,7 +573,7 @@ void BatchDecoder::tell_drafter(const RowsView& hidden) {
 void BatchDecoder::record_target_pass(std::int64_t batch, std::int32_t step, PassKind kind,
                                       std::span<const DraftTree> trees, BatchResult& result) {
   const ExpertRouting* routing = target_.routing();
-  if (routing == nullptr) return;
+  if (routing == nullptr || routing->layers.empty()) return;  // dense (or no MoE layer)
   if (result.target_experts.empty())  // the prefill: room for every step of the batch
     reserve_passes(result.target_experts, *routing,
                    static_cast<std::size_t>(options_.max_new_tokens) + 1, seqs_.size());

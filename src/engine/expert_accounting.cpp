@@ -195,6 +195,7 @@ void DraftExpertLog::plan(std::size_t passes, std::size_t sequences) {
 }
 
 void DraftExpertLog::observe(std::span<const SeqChunk> batch, const ExpertRouting& routing) {
+  if (routing.layers.empty()) return;  // a model without MoE layers reads no experts
   if (records_.empty() && plan_passes_ > 0)
     reserve_passes(records_, routing, plan_passes_, std::max(plan_sequences_, batch.size()));
   tokens_.clear();

@@ -314,6 +314,25 @@ TEST_F(DecoderExperts, BaselineRecordsThePrefillAndEveryDecode) {
   }
 }
 
+// A model that routes but has no MoE layer (every layer dense) reads no experts: nothing is
+// recorded (an empty layer list would be an impossible shape in the result file).
+TEST_F(DecoderExperts, AModelWithoutMoeLayersRecordsNothing) {
+  test::RoutedModel no_moe(dense_target_, {}, 16, 2, 1, 3000);
+  DecodeOptions opt;
+  opt.max_new_tokens = 4;
+  opt.stop_at_eos = false;
+  opt.shape.draft_len = 2;
+  DraftExpertLog log;
+  auto draft = std::make_shared<test::RoutedModel>(dense_draft_, std::vector<int>{}, 4, 1, 1, 7);
+  ModelDrafter drafter(observe_routing(draft, log), 256, *ops_, opt.draft());
+  BatchDecoder decoder(no_moe, &drafter, *ops_, comm_, opt, nullptr, &log);
+  for (const char* mode : {kModeBaseline, kModeSpeculative}) {
+    const BatchResult r = decoder.run(mode, 0, prompts_);
+    EXPECT_TRUE(r.target_experts.empty() && r.target_experts.layers.empty()) << mode;
+    EXPECT_TRUE(r.draft_experts.empty()) << mode;
+  }
+}
+
 // Speculative, chain and tree: one prefill and one verify per step (the draft model's passes are
 // never among the target's), each sequence's verify holds its root and the proposal (drafted),
 // its kept tokens the root and the accepted path; the draft model's passes are recorded apart.
