@@ -21,8 +21,8 @@
 #include <regex>
 #include <thread>
 
-#include "common/error.h"
 #include "analysis/summary.h"
+#include "common/error.h"
 #include "engine/expert_accounting.h"
 #include "io/h5.h"
 #include "io/result_file.h"
@@ -897,8 +897,7 @@ with h5py.File(sys.argv[1], "r") as f:
 )PY";
   const std::string script = dir.file("check.py");
   std::ofstream(script) << py;
-  const ExpertSummary summary =
-      summarize_experts(want_target, r.steps(kModeSpeculative), 0);
+  const ExpertSummary summary = summarize_experts(want_target, r.steps(kModeSpeculative), 0);
   const ExpertPassSummary* verify = summary.kind("verify");
   ASSERT_NE(verify, nullptr);
   char figures[128];
