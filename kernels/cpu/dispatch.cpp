@@ -106,6 +106,10 @@ void matmul_multi(const float* x, int n_tokens, const MatmulOutput* outputs, int
   kernels().matmul_multi(x, n_tokens, outputs, n_outputs);
 }
 
+void matmul_grouped(const MatmulGroup* groups, int n_groups) {
+  kernels().matmul_grouped(groups, n_groups);
+}
+
 void gather_rows(const void* table, DType dtype, std::int64_t row_begin, std::int64_t n_rows,
                  int dim, const std::int32_t* ids, int n_tokens, float* out) {
   kernels().gather_rows(table, dtype, row_begin, n_rows, dim, ids, n_tokens, out);

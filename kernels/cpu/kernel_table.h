@@ -13,6 +13,7 @@ namespace specrun::cpu {
 #define SPECRUN_CPU_KERNELS(X) \
   X(matmul) \
   X(matmul_multi) \
+  X(matmul_grouped) \
   X(gather_rows) \
   X(gather_rows_packed) \
   X(rmsnorm) \

@@ -508,28 +508,18 @@ struct alignas(64) WorkRange {
 
 }  // namespace
 
-void matmul_multi(const float* x, int n_tokens, const MatmulOutput* outputs, int n_outputs) {
-  int n_blocks = 0;
-  std::int64_t rows = 0;
-  for (int j = 0; j < n_outputs; ++j) {
-    n_blocks += packed_blocks(outputs[j].w.out);
-    rows += outputs[j].w.out * (outputs[j].swiglu ? 2 : 1);
-  }
-  const std::int64_t work = static_cast<std::int64_t>(n_tokens) * outputs[0].w.in * rows;
-  // Blocks [u0, u1) of the concatenation of the outputs' blocks.
-  auto run_units = [&](int u0, int u1) {
-    for (int j = 0, first = 0; j < n_outputs && first < u1;
-         first += packed_blocks(outputs[j++].w.out)) {
-      const int b0 = max_of(u0 - first, 0),
-                b1 = min_of(u1 - first, packed_blocks(outputs[j].w.out));
-      if (b0 < b1) run_blocks(x, n_tokens, outputs[j], b0, b1);
-    }
-  };
+namespace {
+
+// The parallel schedule of matmul_multi and matmul_grouped over n_blocks units (the blocks of
+// all their outputs, concatenated): run_units(u0, u1) computes units [u0, u1). `work` (multiply-
+// adds) decides whether to fork at all; chunk: units a thread takes at a time.
+template <class RunUnits>
+void schedule(int n_blocks, std::int64_t work, int chunk, const RunUnits& run_units) {
   if (work < kParallelMinWork || omp_get_max_threads() == 1) {
     run_units(0, n_blocks);
     return;
   }
-  // Each thread a contiguous range of blocks, taken kStealChunk blocks at a time from its front
+  // Each thread a contiguous range of blocks, taken `chunk` blocks at a time from its front
   // (one stream through memory: a dynamic schedule interleaving the threads' blocks streamed a
   // third slower); a thread done early takes chunks from the back of the others' ranges, so a
   // core slowed by other load does not hold up the call.
@@ -542,11 +532,56 @@ void matmul_multi(const float* x, int n_tokens, const MatmulOutput* outputs, int
                static_cast<int>(static_cast<std::int64_t>(n_blocks) * (tid + 1) / nt));
 #pragma omp barrier
     int u0, u1;
-    const int chunk = n_tokens > kMaxTileTokens ? kSuperBlocks : kStealChunk;
     while (r[tid].take_front(chunk, u0, u1)) run_units(u0, u1);
     for (int v = 1; v < nt; ++v)
       while (r[(tid + v) % nt].take_back(chunk, u0, u1)) run_units(u0, u1);
   }
+}
+
+// Calls fn(j, b0, b1) for the blocks [b0, b1) of output j that units [u0, u1) cover, units
+// being the outputs' blocks concatenated (blocks(j): output j's).
+template <class Blocks, class Fn>
+void for_units(int u0, int u1, int n_outputs, const Blocks& blocks, const Fn& fn) {
+  for (int j = 0, first = 0; j < n_outputs && first < u1; first += blocks(j++)) {
+    const int b0 = max_of(u0 - first, 0), b1 = min_of(u1 - first, blocks(j));
+    if (b0 < b1) fn(j, b0, b1);
+  }
+}
+
+}  // namespace
+
+void matmul_multi(const float* x, int n_tokens, const MatmulOutput* outputs, int n_outputs) {
+  int n_blocks = 0;
+  std::int64_t rows = 0;
+  for (int j = 0; j < n_outputs; ++j) {
+    n_blocks += packed_blocks(outputs[j].w.out);
+    rows += outputs[j].w.out * (outputs[j].swiglu ? 2 : 1);
+  }
+  const std::int64_t work = static_cast<std::int64_t>(n_tokens) * outputs[0].w.in * rows;
+  const auto blocks = [&](int j) { return packed_blocks(outputs[j].w.out); };
+  schedule(n_blocks, work, n_tokens > kMaxTileTokens ? kSuperBlocks : kStealChunk,
+           [&](int u0, int u1) {
+             for_units(u0, u1, n_outputs, blocks,
+                       [&](int j, int b0, int b1) { run_blocks(x, n_tokens, outputs[j], b0, b1); });
+           });
+}
+
+void matmul_grouped(const MatmulGroup* groups, int n_groups) {
+  int n_blocks = 0, most_tokens = 0;
+  std::int64_t work = 0;
+  for (int j = 0; j < n_groups; ++j) {
+    const MatmulOutput& o = groups[j].out;
+    n_blocks += packed_blocks(o.w.out);
+    work += static_cast<std::int64_t>(groups[j].n_tokens) * o.w.in * o.w.out * (o.swiglu ? 2 : 1);
+    most_tokens = max_of(most_tokens, groups[j].n_tokens);
+  }
+  const auto blocks = [&](int j) { return packed_blocks(groups[j].out.w.out); };
+  schedule(n_blocks, work, most_tokens > kMaxTileTokens ? kSuperBlocks : kStealChunk,
+           [&](int u0, int u1) {
+             for_units(u0, u1, n_groups, blocks, [&](int j, int b0, int b1) {
+               run_blocks(groups[j].x, groups[j].n_tokens, groups[j].out, b0, b1);
+             });
+           });
 }
 
 void matmul(const float* x, int n_tokens, const PackedWeights& w, const float* bias, float* y) {

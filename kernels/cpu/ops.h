@@ -72,11 +72,37 @@ struct MatmulOutput {
   bool swiglu = false;
 };
 
+// One product of matmul_grouped: an output over its own input rows x [n_tokens, out.w.in].
+struct MatmulGroup {
+  const float* x;
+  int n_tokens;
+  MatmulOutput out;
+};
+
 // Read kernels of the bandwidth probe (stream_read).
 inline constexpr int kReadKernels = 3;
 
 // The compute kernels, dispatched to the variant chosen at start-up (dispatch.h).
 #include "kernels/cpu/kernel_api.inc"
+
+// Mixture-of-experts routing (kernels/cpu/moe.cpp; the same for every kernel variant, compiled
+// once): for each of n rows of router logits [n, n_experts] (float32), the softmax in float32
+// (the row's max subtracted, exp, the sum in ascending index order, each term divided by it),
+// then the top_k experts by probability in descending order, the lower index first among equal
+// probabilities, and their weights: the probabilities, divided by their sum (in that order) when
+// renormalise. experts, weights: [n, top_k]. 1 <= top_k <= n_experts. A row is decided by its
+// own logits only (batch-invariant).
+void route_top_k(const float* logits, int n, int n_experts, int top_k, bool renormalise,
+                 std::int32_t* experts, float* weights);
+
+// Weighted row sums (kernels/cpu/moe.cpp, compiled once): for t < rows,
+//   y[t, :] = sum over i in [first[t], first[t + 1]) of scale[i] * x[src[i], :]
+// accumulated in float32 in ascending i from zero, each term a product then an add (no fused
+// multiply-add), so a row depends on its own terms only; a row without terms is zeros.
+// x [*, width], y [rows, width] float32, y must not alias x; first [rows + 1], src and scale
+// [first[rows]]. Threads split the rows.
+void combine_rows(float* y, int rows, std::size_t width, const float* x, const int* first,
+                  const int* src, const float* scale);
 
 // Names of the bandwidth probe's read kernels (stream_read's `kernel`, 0 <= kernel <
 // kReadKernels): "wide", "wide+prefetch", "4 streams+prefetch".

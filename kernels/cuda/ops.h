@@ -115,6 +115,12 @@ void swiglu_gemv(cudaStream_t stream, const float* x, int n_tokens, int in, cons
 void gather_rows(cudaStream_t stream, const void* table, DType dtype, std::int64_t row_begin,
                  std::int64_t n_rows, int dim, const std::int32_t* ids, int n_tokens, float* out);
 
+// y[t, :] = sum over i in [first[t], first[t + 1]) of scale[i] * x[src[i], :] for t < rows, in
+// ascending i from zero, products and adds rounded separately (cpu::combine_rows's numerics);
+// zeros for a row without terms. first, src, scale: device memory. y must not alias x.
+void combine_rows(cudaStream_t stream, float* y, int rows, std::size_t width, const float* x,
+                  const std::int32_t* first, const std::int32_t* src, const float* scale);
+
 // out[r, :] = x[rows[r], :] for r < n_rows (rows: device int32). x, out [*, dim] float32.
 void select_rows(cudaStream_t stream, const float* x, int dim, const std::int32_t* rows, int n_rows,
                  float* out);

@@ -137,6 +137,9 @@ int cmd_generate(CommandContext& ctx, const std::vector<std::string>& args) {
       "cpu, or cuda (one GPU per rank; needs a CUDA build)")(
       "threads", po::value<int>()->default_value(0),
       "OpenMP threads per rank (0: the node's cores divided among its ranks)")(
+      "ep", po::value<int>()->default_value(0),
+      "mixture-of-experts models: expert-parallel ranks, 0 (= the ranks: experts split over "
+      "them) or 1 (every expert on every rank, each cut by the ranks)")(
       "dump-logits", po::value<std::string>(), "write float32 logits to FILE (format below)")(
       "overwrite", "with --dump-logits: replace an existing FILE");
   cli.positional("model-dir", po::value<std::string>());
@@ -185,6 +188,7 @@ int cmd_generate(CommandContext& ctx, const std::vector<std::string>& args) {
                                    << " positions (max_position_embeddings): generate fewer "
                                       "tokens or shorten the prompt");
   ModelFactory factory(backend, tp_comm, self_comm, world, threads, /*comm_timeout_s=*/600);
+  factory.set_expert_parallel(vm["ep"].as<int>());
   std::unique_ptr<LanguageModel> model = factory.load(checkpoint, /*sharded=*/true);
   std::unique_ptr<TokenOps> ops = make_token_ops(backend, factory.cuda_context());
 

@@ -1,6 +1,7 @@
 // `specrun make-model OUTDIR [options]`: a synthetic Llama target (OUTDIR/target) and draft
 // (OUTDIR/draft) in Hugging Face layout; see src/model/synthetic.h for the construction. Runs on
 // rank 0 only when started under mpirun.
+#include <algorithm>
 #include <boost/program_options.hpp>
 #include <sstream>
 
@@ -18,11 +19,12 @@ namespace specrun {
 
 int cmd_make_model(CommandContext& ctx, const std::vector<std::string>& args) {
   SyntheticSpec s;
-  std::string outdir, dtype;
+  std::string outdir, dtype, mlp_only_layers;
   CommandLine cli("specrun make-model OUTDIR [options]");
   cli.add_options()(
       "arch", po::value(&s.architecture)->default_value(s.architecture),
-      "architecture: llama (LlamaForCausalLM) or qwen3 (Qwen3ForCausalLM, q/k norms)")(
+      "architecture: llama (LlamaForCausalLM), qwen3 (Qwen3ForCausalLM, q/k norms), or the "
+      "mixtures of experts qwen3_moe (Qwen3MoeForCausalLM) and mixtral (MixtralForCausalLM)")(
       "hidden", po::value(&s.hidden)->default_value(s.hidden), "hidden size")(
       "head-dim", po::value(&s.head_dim)->default_value(s.head_dim),
       "attention head size (0: hidden / heads)")(
@@ -45,14 +47,30 @@ int cmd_make_model(CommandContext& ctx, const std::vector<std::string>& args) {
                                    "std of the token embeddings")(
       "lm-head-std", po::value(&s.lm_head_std)->default_value(s.lm_head_std),
       "std of lm_head (larger: peakier next-token distributions)")(
+      "experts", po::value(&s.experts)->default_value(s.experts),
+      "qwen3_moe, mixtral: routed experts per MoE layer")(
+      "experts-per-tok", po::value(&s.experts_per_tok)->default_value(s.experts_per_tok),
+      "qwen3_moe, mixtral: experts each token is routed to (top-k)")(
+      "moe-intermediate", po::value(&s.moe_intermediate)->default_value(s.moe_intermediate),
+      "qwen3_moe: each expert's intermediate size (0: --intermediate; mixtral: --intermediate)")(
+      "norm-topk-prob", po::value(&s.norm_topk_prob)->default_value(s.norm_topk_prob),
+      "qwen3_moe: renormalise the top-k router weights (mixtral always does)")(
+      "decoder-sparse-step",
+      po::value(&s.decoder_sparse_step)->default_value(s.decoder_sparse_step),
+      "qwen3_moe: layer l is MoE when (l + 1) % step == 0 (and not in --mlp-only-layers)")(
+      "mlp-only-layers", po::value(&mlp_only_layers)->default_value(""),
+      "qwen3_moe: comma-separated ids of dense layers, e.g. 0,3")(
+      "router-std", po::value(&s.router_std)->default_value(s.router_std),
+      "qwen3_moe, mixtral: std of the router weights (larger: a more decided routing)")(
       "overwrite", "replace the files of a model already in OUTDIR (otherwise an error)");
   cli.positional("outdir", po::value(&outdir));
   if (!cli.parse(
           ctx, args,
           "\nWrites OUTDIR/target and OUTDIR/draft (config.json, generation_config.json,\n"
-          "model.safetensors) and, for llama targets of 4+ layers, OUTDIR/eagle3: a hand-built\n"
-          "EAGLE-3 head for the target (draft.kind = \"eagle3\"). Weights are seeded and\n"
-          "identical on every machine.\n"))
+          "model.safetensors) and, for llama, qwen3_moe and mixtral targets of 4+ layers,\n"
+          "OUTDIR/eagle3: a hand-built EAGLE-3 head for the target (draft.kind = \"eagle3\").\n"
+          "The draft is the target truncated to --draft-layers (an MoE target's draft keeps its\n"
+          "routers and experts). Weights are seeded and identical on every machine.\n"))
     return 0;
   const po::variables_map& vm = cli.values();
   Logger log(ctx.mpi.rank(), ctx.mpi.size());
@@ -60,6 +78,16 @@ int cmd_make_model(CommandContext& ctx, const std::vector<std::string>& args) {
   SPEC_INPUT_CHECK(dtype == "bf16" || dtype == "f32",
                    "--dtype " << dtype << " is not supported: use bf16 or f32");
   s.dtype = dtype == "f32" ? DType::kF32 : DType::kBF16;
+  for (std::size_t at = 0; at < mlp_only_layers.size();) {
+    const std::size_t comma = std::min(mlp_only_layers.find(',', at), mlp_only_layers.size());
+    const std::string item = mlp_only_layers.substr(at, comma - at);
+    SPEC_INPUT_CHECK(!item.empty() && item.size() <= 6 &&
+                         item.find_first_not_of("0123456789") == std::string::npos,
+                     "--mlp-only-layers \"" << mlp_only_layers << "\": '" << item
+                                            << "' is not a layer id (write e.g. 0,3)");
+    s.mlp_only_layers.push_back(std::stoi(item));
+    at = comma + 1;
+  }
   validate(s);
   if (!log.is_root()) return 0;
   // Every file is checked before any is written: a model already there is not half replaced.

@@ -273,7 +273,7 @@ int cmd_report(CommandContext& ctx, const std::vector<std::string>& args) {
   }
   for (const std::string& line : model_lines(info.header.models)) std::cout << line << "\n";
   if (!info.header.target_weight_bytes.empty())
-    std::cout << "target weights in memory: "
+    std::cout << "target weights per rank (as loaded): "
               << describe_weight_memory(info.header.target_weight_bytes) << "\n";
   std::cout << format_summary(summary);
   std::cout << format_hosts(modes);

@@ -14,13 +14,15 @@
 //    float32 biases; gate/up as one pair), one sequence's KV storage (`KvBlock`);
 //  - plain ops: embedding gather, linear layer, SwiGLU over a prepared gate/up pair, RMSNorm,
 //    residual add, RoPE table and rotation, KV append and causal attention over the staged
-//    batch, row moves, vocabulary unsharding, and the tensor-parallel collectives on its buffers
+//    batch, row moves, weighted row sums (a mixture-of-experts layer's combination of its
+//    experts' outputs), vocabulary unsharding, and the tensor-parallel collectives on its buffers
 //    (handed to the group's Communicator: MPI on host memory for the CPU, NCCL on device memory
 //    for CUDA, which records them into the pass's step graph with its kernels).
 // Fused ops are not part of the concept: each is an optional member with a default composition
 // of the plain ops (backend/default_ops.h: add+RMSNorm, several linears over one input,
 // (add+)RMSNorm with the linears or SwiGLU after it, a linear added to the residual stream (now,
-// or by the norm after it), RoPE of q and k with the KV append and attention). A graph calls
+// or by the norm after it), RoPE of q and k with the KV append and attention, a
+// mixture-of-experts layer's router and its routed experts). A graph calls
 // them through `fused::` (default_ops.h), which uses the backend's member when it has one and
 // the composition otherwise; a member must give bitwise what the composition gives on that
 // backend.
@@ -133,6 +135,24 @@ struct AttentionHeads {
   int value_floats() const { return kv_heads * value_dim; }
 };
 
+// The routed (token, expert) pairs of one mixture-of-experts layer on one rank, grouped for its
+// experts (model/moe_block.h builds them from the router's choices). Host memory, valid during
+// the call that takes them.
+//  - pairs [first[e], first[e + 1]) go to the rank's local expert e (first: [local experts + 1]);
+//    token[p] is the row of the layer's input that pair p reads (ascending within an expert);
+//  - output row t is the weighted sum of its pairs' expert outputs: pairs by_token[i] with
+//    weights weight[i] for i in [token_first[t], token_first[t + 1]) (token_first: [rows + 1]),
+//    in ascending expert order (Hugging Face's order of adding the experts).
+struct ExpertGroups {
+  std::span<const int> first;
+  std::span<const int> token;
+  std::span<const int> token_first;
+  std::span<const int> by_token;
+  std::span<const float> weight;
+  int pairs() const { return static_cast<int>(token.size()); }
+  int local_experts() const { return static_cast<int>(first.size()) - 1; }
+};
+
 // The shape of every KV block of a model on one rank: per layer, the keys [capacity][key_floats]
 // then the values [capacity][value_floats].
 struct KvShape {
@@ -176,6 +196,7 @@ concept Backend = requires(B b, typename B::F f, typename B::CF cf, const typena
   b.keep_last_rows(f, z);
   b.gather_rows(cf, z, idx, f);
   b.copy_rows(f, z, cf, z, i, z);
+  b.combine_rows(f, i, z, cf, idx, idx, std::span<const float>{});
   b.unshard_vocab(cf, i, i, i, f);
   b.all_reduce_sum(comm, f, z);
   b.all_gather(comm, cf, f, z);

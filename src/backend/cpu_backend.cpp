@@ -15,8 +15,9 @@ namespace specrun {
 
 static_assert(Backend<CpuBackend>, "CpuBackend has every member the model graphs use");
 // Its fused kernels; the other fused ops are their default compositions.
-static_assert(FusesAddRmsnorm<CpuBackend> && FusesLinearMulti<CpuBackend>,
-              "CpuBackend's add_rmsnorm and linear_multi are the ones fused:: calls");
+static_assert(FusesAddRmsnorm<CpuBackend> && FusesLinearMulti<CpuBackend> &&
+                  FusesMoeExperts<CpuBackend>,
+              "CpuBackend's add_rmsnorm, linear_multi and moe_experts are the ones fused:: calls");
 
 namespace {
 
@@ -361,6 +362,46 @@ void CpuBackend::copy_rows(F dst, std::size_t dst_stride, CF src, std::size_t sr
                            std::size_t width) {
   for (int r = 0; r < rows; ++r)
     std::memcpy(dst.get() + r * dst_stride, src.get() + r * src_stride, width * sizeof(float));
+}
+
+void CpuBackend::moe_experts(CF xn, int n, int dim, std::span<const Weight> gate_up,
+                             std::span<const Weight> down, const ExpertGroups& g, F xg, F act, F ye,
+                             F out) {
+  if (g.pairs() > 0) gather_rows(xn, static_cast<std::size_t>(dim), g.token, xg);
+  // The SwiGLU of every expert with tokens, then their down projections: one region each.
+  for (int stage = 0; stage < 2; ++stage) {
+    expert_groups_.clear();
+    for (int e = 0; e < g.local_experts(); ++e) {
+      const int first = g.first[e], m = g.first[e + 1] - first;
+      if (m == 0) continue;
+      const std::size_t width = static_cast<std::size_t>(gate_up[e].rows);
+      const std::size_t rows = static_cast<std::size_t>(first);
+      if (stage == 0) {
+        SPEC_CHECK(gate_up[e].layout == Weight::Layout::kPackedPair,
+                   "moe_experts needs gate/up pairs");
+        cpu::MatmulOutput o{{gate_up[e].data, gate_up[e].dtype, gate_up[e].rows, gate_up[e].cols},
+                            nullptr,
+                            act.get() + rows * width};
+        o.swiglu = true;
+        expert_groups_.push_back({xg.get() + rows * dim, m, o});
+      } else {
+        expert_groups_.push_back(
+            {act.get() + rows * width, m, {packed(down[e]), nullptr, ye.get() + rows * dim}});
+      }
+    }
+    if (!expert_groups_.empty())
+      cpu::matmul_grouped(expert_groups_.data(), static_cast<int>(expert_groups_.size()));
+  }
+  combine_rows(out, n, static_cast<std::size_t>(dim), ye, g.token_first, g.by_token, g.weight);
+}
+
+void CpuBackend::combine_rows(F y, int rows, std::size_t width, CF x, std::span<const int> first,
+                              std::span<const int> src, std::span<const float> scale) {
+  SPEC_CHECK(first.size() == static_cast<std::size_t>(rows) + 1 &&
+                 src.size() == static_cast<std::size_t>(first[rows]) && scale.size() == src.size(),
+             "combine_rows: " << first.size() << " row offsets for " << rows << " rows, "
+                              << src.size() << " sources, " << scale.size() << " scales");
+  cpu::combine_rows(y.get(), rows, width, x.get(), first.data(), src.data(), scale.data());
 }
 
 void CpuBackend::unshard_vocab(CF gathered, int rows, int tp, int v_local, F out) {

@@ -4,8 +4,8 @@
 // up as block pairs for the fused SwiGLU matmul; a tied embedding reads lm_head's packed copy).
 // Every op's numerics are those of kernels/cpu/ops.h; the fused ops are bitwise their
 // compositions, so the one model graph computes bitwise what the CPU kernels define. Of the
-// optional fused ops (backend/default_ops.h) it has add_rmsnorm, linear_multi (and swiglu's
-// kernel): the others are their compositions.
+// optional fused ops (backend/default_ops.h) it has add_rmsnorm, linear_multi, moe_experts (and
+// swiglu's kernel): the others are their compositions.
 //
 // One CpuBackend per model (it holds that model's weights and the staged state of its current
 // forward call). Not thread-safe: one forward at a time.
@@ -19,6 +19,7 @@
 #include <vector>
 
 #include "backend/backend.h"
+#include "kernels/cpu/ops.h"
 
 namespace specrun {
 
@@ -149,6 +150,19 @@ class CpuBackend {
   // dst[r, :width] = src[r, :width] for r < rows, with row strides.
   void copy_rows(F dst, std::size_t dst_stride, CF src, std::size_t src_stride, int rows,
                  std::size_t width);
+  // A mixture-of-experts layer's routed experts (fused::moe_experts; default_ops.h has the
+  // contract): the pairs' rows gathered, every selected expert's SwiGLU in one parallel region
+  // and their down projections in another (cpu::matmul_grouped, bitwise each expert's own
+  // swiglu / linear), then combine_rows. Bitwise the default composition.
+  void moe_experts(CF xn, int n, int dim, std::span<const Weight> gate_up,
+                   std::span<const Weight> down, const ExpertGroups& groups, F xg, F act, F ye,
+                   F out);
+  // Weighted row sums (cpu::combine_rows): y[t, :] = sum of scale[i] * x[src[i], :] over i in
+  // [first[t], first[t + 1]), in ascending i from zero; zeros for a row without terms. first
+  // [rows + 1], src and scale [first[rows]]: host arrays. A mixture-of-experts layer's
+  // combination of its experts' outputs.
+  void combine_rows(F y, int rows, std::size_t width, CF x, std::span<const int> first,
+                    std::span<const int> src, std::span<const float> scale);
   // Vocab-parallel logits gathered as [tp][rows][v_local] -> [rows][tp * v_local].
   void unshard_vocab(CF gathered, int rows, int tp, int v_local, F out);
   // The tensor-parallel group's collectives on this backend's buffers (here: the Communicator's
@@ -185,6 +199,7 @@ class CpuBackend {
   float* k_rows_ = nullptr;  // kv_rows' scratch (several sequences)
   float* v_rows_ = nullptr;
   bool direct_kv_ = false;
+  std::vector<cpu::MatmulGroup> expert_groups_;  // moe_experts' products
 };
 
 }  // namespace specrun

@@ -574,6 +574,31 @@ void CudaBackend::all_gather(Communicator& comm, CF send, F recv, std::size_t fl
                   floats * sizeof(float));
 }
 
+void CudaBackend::combine_rows(F y, int rows, std::size_t width, CF x, std::span<const int> first,
+                               std::span<const int> src, std::span<const float> scale) {
+  SPEC_CHECK(first.size() == static_cast<std::size_t>(rows) + 1 &&
+                 src.size() == static_cast<std::size_t>(first[rows]) && scale.size() == src.size(),
+             "combine_rows: " << first.size() << " row offsets for " << rows << " rows, "
+                              << src.size() << " sources, " << scale.size() << " scales");
+  SPEC_CHECK(!graphs_->recording(),
+             "combine_rows inside a forward pass recorded as a step graph (its host arrays are "
+             "copied from pageable memory)");
+  // One copy: [first][src][scale bits].
+  combine_host_.assign(first.begin(), first.end());
+  combine_host_.insert(combine_host_.end(), src.begin(), src.end());
+  const std::size_t scales_at = combine_host_.size();
+  combine_host_.resize(scales_at + scale.size());
+  if (!scale.empty())
+    std::memcpy(combine_host_.data() + scales_at, scale.data(), scale.size() * sizeof(float));
+  combine_dev_.grow(combine_host_.size() * sizeof(std::int32_t));
+  CUDA_CHECK(cudaMemcpyAsync(combine_dev_.get(), combine_host_.data(),
+                             combine_host_.size() * sizeof(std::int32_t), cudaMemcpyHostToDevice,
+                             stream_));
+  const std::int32_t* dev = combine_dev_.as<std::int32_t>();
+  launch(&cuda::combine_rows, y.get(), rows, width, x.get(), dev, dev + first.size(),
+         reinterpret_cast<const float*>(dev + scales_at));
+}
+
 void CudaBackend::read(CF src, std::size_t count, float* host) {
   SPEC_CHECK(!graphs_->recording(), "read inside a forward pass recorded as a step graph");
   CUDA_CHECK(

@@ -231,6 +231,11 @@ class CudaBackend {
   void gather_rows(CF src, std::size_t width, std::span<const int> rows, F dst);
   void copy_rows(F dst, std::size_t dst_stride, CF src, std::size_t src_stride, int rows,
                  std::size_t width);
+  // Weighted row sums (cuda::combine_rows): the host offsets, sources and scales are copied to
+  // the device first (pageable memory), so not inside a pass recorded as a step graph (MoE
+  // models are refused on CUDA for now: model/graphs_cuda.cpp).
+  void combine_rows(F y, int rows, std::size_t width, CF x, std::span<const int> first,
+                    std::span<const int> src, std::span<const float> scale);
   void unshard_vocab(CF gathered, int rows, int tp, int v_local, F out);
   // NCCL on the stream; in a recorded pass, launches of the step graph (comm must be an
   // NcclComm on this stream, the same for the whole pass).
@@ -313,6 +318,8 @@ class CudaBackend {
   std::vector<std::int32_t> paths_, keep_rows_;  // token-tree paths; kv_keep's / gather's rows
   std::vector<int> path_at_;                     // per token: its path's first entry, or -1
   cuda::DeviceBuffer keep_rows_dev_;
+  std::vector<std::int32_t> combine_host_;  // combine_rows' offsets, sources and scales' bits
+  cuda::DeviceBuffer combine_dev_;
   Scratch k_, v_, g_, u_, moved_;
   cuda::DeviceBuffer gemm_scratch_;
   int kv_row_floats_ = 0;

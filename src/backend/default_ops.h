@@ -15,6 +15,7 @@
 #include <span>
 
 #include "backend/backend.h"
+#include "kernels/cpu/ops.h"  // cpu::route_top_k: the router's top-k, decided on the host
 
 namespace specrun {
 
@@ -51,6 +52,19 @@ concept FusesRopeAttend = requires(B b, typename B::F f, typename B::CF cf,
                                    const typename B::KvRows& kv, const AttentionHeads& heads,
                                    int i) {
   b.rope_attend(i, kv, f, i, cf, f, heads);
+};
+
+template <class B>
+concept FusesMoeRoute = requires(B b, typename B::F f, typename B::CF cf,
+                                 const typename B::Weight& w, int i, bool flag, float* host,
+                                 std::int32_t* ids) {
+  b.moe_route(cf, i, w, i, flag, f, host, ids, host);
+};
+template <class B>
+concept FusesMoeExperts = requires(B b, typename B::F f, typename B::CF cf, int i,
+                                   std::span<const typename B::Weight> ws,
+                                   const ExpertGroups& groups) {
+  b.moe_experts(cf, i, i, ws, ws, groups, f, f, f, f);
 };
 
 // ---- the default compositions.
@@ -140,6 +154,44 @@ void compose_swiglu(B& b, typename B::CF x, int n, const typename B::Weight& gat
   b.silu_mul(g, u, y, static_cast<std::size_t>(n) * gate.rows);
 }
 
+// A mixture-of-experts layer's router over n rows of its input xn [n, dim]: the logits xn
+// router^T ([n, router.rows] float32, in the scratch `logits`, copied to host_logits), then per
+// row the softmax, the top_k experts and their weights (renormalised to sum 1 when asked):
+// cpu::route_top_k's rule (ties: the lower expert index first), on the host. experts, weights:
+// host [n, top_k]. The routing is needed on the host (the grouping of tokens by expert, the
+// expert accounting), so the composition decides it there.
+template <class B>
+void compose_moe_route(B& b, typename B::CF xn, int n, const typename B::Weight& router, int top_k,
+                       bool renormalise, typename B::F logits, float* host_logits,
+                       std::int32_t* experts, float* weights) {
+  b.linear(xn, n, router, nullptr, logits);
+  b.read(logits, static_cast<std::size_t>(n) * router.rows, host_logits);
+  cpu::route_top_k(host_logits, n, router.rows, top_k, renormalise, experts, weights);
+}
+
+// A mixture-of-experts layer's routed experts over its normalised input xn [n, dim]: the pairs'
+// rows gathered by expert into xg [pairs, dim], each local expert's SwiGLU (gate_up[e], into
+// act [pairs, gate_up[e].rows]) and down projection (down[e], into ye [pairs, dim]) run once
+// over its own rows, then out [n, dim] = each row's weighted sum of its pairs' outputs
+// (combine_rows; rows without a pair on this rank are zeros). With tp > 1 out is this rank's
+// partial sum.
+template <class B>
+void compose_moe_experts(B& b, typename B::CF xn, int n, int dim,
+                         std::span<const typename B::Weight> gate_up,
+                         std::span<const typename B::Weight> down, const ExpertGroups& g,
+                         typename B::F xg, typename B::F act, typename B::F ye, typename B::F out) {
+  if (g.pairs() > 0) b.gather_rows(xn, static_cast<std::size_t>(dim), g.token, xg);
+  for (int e = 0; e < g.local_experts(); ++e) {
+    const int first = g.first[e], m = g.first[e + 1] - first;
+    if (m == 0) continue;
+    const std::ptrdiff_t rows = first;
+    const int width = gate_up[e].rows;
+    b.swiglu(xg + rows * dim, m, gate_up[e], act + rows * width);
+    b.linear(act + rows * width, m, down[e], nullptr, ye + rows * dim);
+  }
+  b.combine_rows(out, n, static_cast<std::size_t>(dim), ye, g.token_first, g.by_token, g.weight);
+}
+
 // ---- the fused ops as a graph calls them: the member, or the composition.
 namespace fused {
 
@@ -197,6 +249,27 @@ void rope_attend(B& b, int layer, const typename B::KvRows& kv, typename B::F q,
     b.rope_attend(layer, kv, q, n, table, out, heads);
   else
     compose_rope_attend(b, layer, kv, q, n, table, out, heads);
+}
+
+template <class B>
+void moe_route(B& b, typename B::CF xn, int n, const typename B::Weight& router, int top_k,
+               bool renormalise, typename B::F logits, float* host_logits, std::int32_t* experts,
+               float* weights) {
+  if constexpr (FusesMoeRoute<B>)
+    b.moe_route(xn, n, router, top_k, renormalise, logits, host_logits, experts, weights);
+  else
+    compose_moe_route(b, xn, n, router, top_k, renormalise, logits, host_logits, experts, weights);
+}
+
+template <class B>
+void moe_experts(B& b, typename B::CF xn, int n, int dim,
+                 std::span<const typename B::Weight> gate_up,
+                 std::span<const typename B::Weight> down, const ExpertGroups& groups,
+                 typename B::F xg, typename B::F act, typename B::F ye, typename B::F out) {
+  if constexpr (FusesMoeExperts<B>)
+    b.moe_experts(xn, n, dim, gate_up, down, groups, xg, act, ye, out);
+  else
+    compose_moe_experts(b, xn, n, dim, gate_up, down, groups, xg, act, ye, out);
 }
 
 }  // namespace fused

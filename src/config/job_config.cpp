@@ -326,6 +326,11 @@ void validate_cross_rules(const JobConfig& c, const Origins& origins) {
       at = comma + 1;
     }
   }
+  SPEC_INPUT_CHECK(c.parallel.ep == 0 || c.parallel.ep == 1 || c.parallel.ep == c.parallel.tp,
+                   "parallel.ep = " << c.parallel.ep << " (" << origin_of(origins, "parallel.ep")
+                                    << ") is not supported with parallel.tp = " << c.parallel.tp
+                                    << ": use 1 (every expert on every rank) or " << c.parallel.tp
+                                    << " (= tp: the experts split over the ranks; the default)");
   SPEC_INPUT_CHECK(c.debug.inject_delay_ms == 0 || c.debug.inject_phase != "none",
                    "debug.inject_delay_ms = " << format_number(c.debug.inject_delay_ms) << " ("
                                               << origin_of(origins, "debug.inject_delay_ms")

@@ -54,6 +54,7 @@ struct DraftSection {
 
 struct ParallelSection {
   int tp = 1;                   // tensor-parallel degree; world size must be divisible by it
+  int ep = 0;                   // expert parallelism of mixture-of-experts models: 0 = tp, 1, or tp
   std::string backend = "cpu";  // cpu | cuda
   int threads = 0;              // CPU threads per rank; 0 = automatic
   double comm_timeout_s = 600;  // a collective that takes longer is an error

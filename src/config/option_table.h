@@ -132,6 +132,13 @@ void for_each_option(Config& config, Visitor&& visit) {
   visit(S{"parallel", "tp", "Tensor-parallel degree; the number of ranks must be a multiple of it."}
             .range(1, 1024),
         config.parallel.tp);
+  visit(S{"parallel", "ep",
+          "Mixture-of-experts models: expert-parallel ranks. 0 = tp (the routed experts split "
+          "over the tensor-parallel ranks, each rank computing its own experts); 1 = every expert "
+          "on every rank, each expert's intermediate dimension split by tp. Other values are "
+          "refused."}
+            .range(0, 1024),
+        config.parallel.ep);
   visit(S{"parallel", "backend", "cpu = MPI on host buffers; cuda = NCCL on GPUs (CUDA build)."}
             .one_of({"cpu", "cuda"}),
         config.parallel.backend);

@@ -438,12 +438,8 @@ BenchReport run_bench(const BenchOptions& o, ModelFactory& factory, Communicator
   rep.cpu_model = cpu::cpu_model_name();
   rep.kernels = factory.kernel_description();
   rep.date = utc_timestamp();
-  // A dense layer's projection (a mixture-of-experts checkpoint has none in layer 0: its
-  // embedding).
-  const std::string typed = ckpt.has("model.layers.0.mlp.up_proj.weight")
-                                ? "model.layers.0.mlp.up_proj.weight"
-                                : "model.embed_tokens.weight";
-  rep.dtype = dtype_name(ckpt.tensor(typed).dtype);
+  // The layers' dtype (a mixture-of-experts layer 0 has no mlp.up_proj).
+  rep.dtype = dtype_name(ckpt.tensor("model.layers.0.self_attn.q_proj.weight").dtype);
   rep.weight_bytes = decode_weight_bytes(ckpt);
   rep.parameters = parameter_count(ckpt);
   rep.tp = tp;

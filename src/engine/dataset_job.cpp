@@ -266,9 +266,7 @@ int run_dataset_job(const JobConfig& config, const RunOptions& options, JobSetup
   GenerateOptions gen;
   gen.slots = config.data.batch_size;
   gen.max_new_tokens = config.decode.max_new_tokens;
-  gen.sampling.temperature = static_cast<float>(config.decode.temperature);
-  gen.sampling.top_k = config.decode.top_k;
-  gen.sampling.top_p = static_cast<float>(config.decode.top_p);
+  gen.sampling = sampling_params(config);
   gen.stop_at_eos = config.decode.stop_at_eos;
   gen.extra_stop_ids = extra_stop_ids(config, target.model->config());
   gen.seed = static_cast<std::uint64_t>(config.job.seed);

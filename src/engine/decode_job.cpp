@@ -119,9 +119,7 @@ DecodeOptions decode_options(const JobConfig& config) {
   DecodeOptions decode;
   decode.max_new_tokens = config.decode.max_new_tokens;
   decode.shape = config.decode.shape;
-  decode.sampling.temperature = static_cast<float>(config.decode.temperature);
-  decode.sampling.top_k = config.decode.top_k;
-  decode.sampling.top_p = static_cast<float>(config.decode.top_p);
+  decode.sampling = sampling_params(config);
   decode.stop_at_eos = config.decode.stop_at_eos;
   decode.seed = static_cast<std::uint64_t>(config.job.seed);
   decode.acceptance = parse_synthetic_acceptance(config.decode.acceptance);

@@ -4,6 +4,7 @@
 
 #include <algorithm>
 #include <filesystem>
+#include <functional>
 #include <iomanip>
 #include <nlohmann/json.hpp>
 #include <sstream>
@@ -114,6 +115,29 @@ JobSetup::JobSetup(const JobConfig& config, MpiSession& mpi)
       records(gather_provenance(world_comm, collect_local_provenance(mpi))),
       output_lock(claim_output(config, world)) {}
 
+std::string weight_memory_line(const LanguageModel& model, const World& world) {
+  auto size = [](double bytes) {
+    std::ostringstream out;
+    out << std::fixed << std::setprecision(1);
+    if (bytes >= (1 << 20))
+      out << bytes / (1 << 20) << " MiB";
+    else
+      out << bytes / 1024 << " KiB";
+    return out.str();
+  };
+  std::ostringstream line;
+  line << "target weights: " << size(static_cast<double>(model.weight_bytes())) << " per rank (tp "
+       << world.tp;
+  if (const ExpertRouting* r = model.routing()) {
+    const int per_rank = r->n_experts / r->ep;
+    line << ", ep " << r->ep << ": " << per_rank << " of " << r->n_experts << " experts per rank"
+         << (r->ep == 1 && world.tp > 1 ? ", each cut by tp" : "") << ", "
+         << size(static_cast<double>(r->expert_bytes)) << " per expert";
+  }
+  line << ")";
+  return line.str();
+}
+
 JobTarget load_target(const JobConfig& config, JobSetup& job, const Checkpoint& checkpoint) {
   JobTarget t;
   t.factory = std::make_unique<ModelFactory>(job.backend, job.tp_comm, job.self_comm, job.world,
@@ -121,12 +145,17 @@ JobTarget load_target(const JobConfig& config, JobSetup& job, const Checkpoint& 
   t.factory->set_cuda_launch(
       CudaLaunchOptions{config.parallel.cuda_graphs, config.parallel.cuda_pdl,
                         config.parallel.cuda_tensor_cores, config.parallel.cuda_fused_ops});
+  t.factory->set_expert_parallel(config.parallel.ep);
   t.model = t.factory->load(checkpoint, /*sharded=*/true);
+  job.log.info(weight_memory_line(*t.model, job.world));
   t.ops = make_token_ops(job.backend, t.factory->cuda_context());
-  const std::int64_t mine = t.model->weight_bytes();
+  // Every rank's, for the result file; the line above is rank 0's.
+  const std::int64_t mine = static_cast<std::int64_t>(t.model->weight_bytes());
   t.weight_bytes.resize(static_cast<std::size_t>(job.world_comm.size()));
   job.world_comm.all_gather(&mine, t.weight_bytes.data(), sizeof mine);
-  job.log.info("target weights in memory: " + describe_weight_memory(t.weight_bytes));
+  if (std::adjacent_find(t.weight_bytes.begin(), t.weight_bytes.end(), std::not_equal_to<>()) !=
+      t.weight_bytes.end())
+    job.log.info("target weights differ between ranks: " + describe_weight_memory(t.weight_bytes));
   return t;
 }
 
@@ -170,6 +199,14 @@ ResultHeader job_header(const JobConfig& config, const World& world,
                                                                  "/config.json")))
           .dump();
   return header;
+}
+
+SamplingParams sampling_params(const JobConfig& config) {
+  SamplingParams sampling;
+  sampling.temperature = static_cast<float>(config.decode.temperature);
+  sampling.top_k = config.decode.top_k;
+  sampling.top_p = static_cast<float>(config.decode.top_p);
+  return sampling;
 }
 
 void check_target_dtype(const JobConfig& config, const Checkpoint& ckpt) {

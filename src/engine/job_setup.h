@@ -19,6 +19,7 @@
 #include "io/provenance.h"
 #include "io/result_file.h"
 #include "model/language_model.h"
+#include "spec/sampling.h"
 #include "spec/token_ops.h"
 
 namespace specrun {
@@ -70,15 +71,19 @@ struct JobSetup {
 // This rank's target: the factory on the job's backend (with the [parallel] section's CUDA launch
 // settings, before its first pass), the model sharded over the tp group (all its ranks call) and
 // its token decisions. Members are destroyed in reverse order: the factory last.
-// load_target gathers every rank's weight memory (LanguageModel::weight_bytes) over the world and
-// logs it on rank 0 ("target weights in memory: ..."); job files record it (ResultHeader).
+// load_target logs rank 0's weight memory (weight_memory_line) and gathers every rank's
+// (LanguageModel::weight_bytes) over the world for the result file (ResultHeader), logging them
+// too when they differ.
 struct JobTarget {
   std::unique_ptr<ModelFactory> factory;
   std::unique_ptr<LanguageModel> model;
   std::unique_ptr<TokenOps> ops;
-  std::vector<std::int64_t> weight_bytes;  // per world rank, bytes of the target's weights
+  std::vector<std::int64_t> weight_bytes;  // per world rank: LanguageModel::weight_bytes
 };
 JobTarget load_target(const JobConfig& config, JobSetup& job, const Checkpoint& checkpoint);
+// "target weights: 812.3 MiB per rank (tp 2, ep 2: 8 of 16 experts per rank, 6.0 MiB per
+// expert)": the line load_target logs (rank 0; every rank of a group holds an equal share).
+std::string weight_memory_line(const LanguageModel& model, const World& world);
 
 // The identity every output file of the job records: build, layout, job text and hash, prompt
 // file, every rank's provenance and their mismatches.
@@ -94,6 +99,9 @@ ResultHeader job_header(const JobConfig& config, const World& world,
 // weights by size and header only. `specrun run` records that at the start and the whole
 // contents when the job finishes.
 std::string models_json(const JobConfig& config, bool contents = true);
+
+// The job's [decode] sampling settings (temperature, top_k, top_p) as the samplers take them.
+SamplingParams sampling_params(const JobConfig& config);
 
 // target.dtype against the checkpoint's stored type: "auto" accepts any; otherwise they must
 // match (weights are kept in their checkpoint dtype). Throws (exit code 2) with advice.

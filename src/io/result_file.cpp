@@ -348,7 +348,8 @@ void write_job_identity(h5::File& f, const ResultHeader& h) {
         prov, "target_weight_bytes", {h.target_weight_bytes.size()}, h.target_weight_bytes.data());
     w.set_attr_string("unit", "bytes");
     w.set_attr_string("description",
-                      "per world rank: the target's weights in the rank's backend memory");
+                      "per world rank: its share of the target's weights as loaded from the "
+                      "checkpoint (stored dtype; a tied lm_head once)");
   }
 }
 

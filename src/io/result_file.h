@@ -44,8 +44,8 @@ struct ResultHeader {
   // JSON list of the token ids that finish a sequence: the target's EOS ids (config.json and
   // generation_config.json) and decode.stop_tokens; "[]" in files written before it was recorded.
   std::string stop_token_ids = "[]";
-  // Each world rank's target weights in its backend's memory, bytes (LanguageModel::weight_bytes);
-  // empty in files written before it was recorded (schema 7).
+  // Each world rank's share of the target's weights as loaded from the checkpoint, bytes
+  // (LanguageModel::weight_bytes); empty in files written before it was recorded (schema 7).
   std::vector<int64_t> target_weight_bytes;
 };
 

@@ -32,7 +32,7 @@ class ForwardingModel : public LanguageModel {
   int kv_heads() const override { return model_->kv_heads(); }
   void synchronize() override { model_->synchronize(); }
   const ExpertRouting* routing() const override { return model_->routing(); }
-  std::int64_t weight_bytes() const override { return model_->weight_bytes(); }
+  std::size_t weight_bytes() const override { return model_->weight_bytes(); }
 
  protected:
   LanguageModel& inner() { return *model_; }

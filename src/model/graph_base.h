@@ -21,7 +21,9 @@ namespace specrun {
 
 // The residual stream x [rows, dim] of a forward pass, and the delta not yet added to it.
 //
-// A row-parallel projection (o_proj, down_proj) goes into the stream with add_projection; where
+// A row-parallel projection (o_proj, down_proj) goes into the stream with add_projection, a
+// block's own output (a mixture-of-experts layer's weighted sum of its experts) with delta +
+// add_delta; where
 // the backend can, it adds in the projection's epilogue (CUDA's GEMV path), else its output
 // stays pending (fused::linear_residual; with tp > 1 the projection summed across the group) and
 // the next norm of the stream adds it in the norm's pass (fused::add_rmsnorm_*). Blocks call
@@ -71,6 +73,21 @@ class ResidualStream {
       if (bias != nullptr) b_.add_bias(proj, *bias, m, dim_);
       pending_ = proj;
     }
+    pending_rows_ = m;
+  }
+
+  // A block's own delta: delta() gives the scratch to write its rows into (as many as the
+  // stream has; what was pending is added to x first), then add_delta(m) puts m rows of it into
+  // the stream like a projection (with a group: each rank's partial delta summed across it),
+  // pending until the next norm or settle.
+  F delta() {
+    settle(pending_rows_);
+    return proj_.grow(0);
+  }
+  void add_delta(int m) {
+    const F proj = proj_.grow(0);
+    if (group_ != nullptr) b_.all_reduce_sum(*group_, proj, static_cast<std::size_t>(m) * dim_);
+    pending_ = proj;
     pending_rows_ = m;
   }
 

@@ -10,8 +10,8 @@ template class LlamaModel<CpuBackend>;
 template class Eagle3Model<CpuBackend>;
 
 std::unique_ptr<LanguageModel> load_cpu_model(const Checkpoint& checkpoint, Communicator& tp_comm,
-                                              int threads) {
-  return std::make_unique<LlamaModel<CpuBackend>>(checkpoint, CpuBackend(threads), tp_comm);
+                                              int threads, int ep) {
+  return std::make_unique<LlamaModel<CpuBackend>>(checkpoint, CpuBackend(threads), tp_comm, ep);
 }
 
 std::unique_ptr<DraftHead> load_cpu_head(const Checkpoint& head, const Checkpoint& target,

@@ -12,12 +12,20 @@ template class LlamaModel<CudaBackend>;
 template class Eagle3Model<CudaBackend>;
 
 std::unique_ptr<LanguageModel> load_cuda_model(const Checkpoint& checkpoint, CudaContext& context,
-                                               NcclComm& comm) {
+                                               NcclComm& comm, int ep) {
   SPEC_INPUT_CHECK(checkpoint.config().head_dim <= cuda::kMaxHeadDim,
                    checkpoint.dir()
                        << "/config.json: head_dim " << checkpoint.config().head_dim
                        << " exceeds the CUDA attention kernel's limit of " << cuda::kMaxHeadDim);
-  return std::make_unique<LlamaModel<CudaBackend>>(checkpoint, CudaBackend(context), comm);
+  // The MoE block's router decides on the host (fused::moe_route reads the logits back), which
+  // a pass recorded as a step graph cannot do; until the router and the per-expert token counts
+  // stay on the device, mixture-of-experts models run on the CPU backend only.
+  SPEC_INPUT_CHECK(!checkpoint.config().has_moe_layers(),
+                   checkpoint.dir()
+                       << "/config.json: " << checkpoint.config().architecture
+                       << " has mixture-of-experts layers, which the CUDA backend does not run "
+                          "yet: use parallel.backend = \"cpu\" (or --backend cpu)");
+  return std::make_unique<LlamaModel<CudaBackend>>(checkpoint, CudaBackend(context), comm, ep);
 }
 
 std::unique_ptr<DraftHead> load_cuda_head(const Checkpoint& head, const Checkpoint& target,

@@ -93,9 +93,9 @@ class LanguageModel {
   // every MoE layer), on the host, valid until the next forward call; nullptr for a dense model.
   virtual const ExpertRouting* routing() const { return nullptr; }
 
-  // This rank's weights in the backend's memory, bytes (its shard; a tied embedding once); 0
-  // where a model does not say. The job log and the result file record the target's per rank.
-  virtual std::int64_t weight_bytes() const { return 0; }
+  // Bytes of this rank's share of the weights as loaded from the checkpoint (its shard, in the
+  // stored dtype; a tied lm_head counted once): what the job log reports per rank.
+  virtual std::size_t weight_bytes() const { return 0; }
 
   // forward() with the logits copied to `logits` (resized): [rows, vocab_size].
   void forward(std::span<const SeqChunk> batch, bool all_logits, std::vector<float>& logits);

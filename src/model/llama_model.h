@@ -1,8 +1,9 @@
-// The Llama-family decoder (Llama, Mistral, Qwen2, Qwen3), one tensor-parallel rank's share of
-// it, written once against the backend interface (backend/backend.h) and compiled for every
-// backend: embedding, per layer RMSNorm -> attention (RoPE, GQA, KV cache; Qwen3: per-head
-// RMSNorm of q and k before RoPE) -> residual -> RMSNorm -> SwiGLU MLP -> residual, final norm,
-// lm_head. The sharding is the weight schema's (weight_schema.h).
+// The Llama-family decoder (Llama, Mistral, Qwen2, Qwen3, and with mixture-of-experts MLPs
+// Qwen3-MoE and Mixtral), one tensor-parallel rank's share of it, written once against the
+// backend interface (backend/backend.h) and compiled for every backend: embedding, per layer
+// RMSNorm -> attention (RoPE, GQA, KV cache; Qwen3: per-head RMSNorm of q and k before RoPE) ->
+// residual -> RMSNorm -> SwiGLU MLP or mixture of experts -> residual, final norm, lm_head. The
+// sharding is the weight schema's (weight_schema.h).
 //
 // The graph in brief (n new tokens of all sequences, H hidden, one rank's heads):
 //   x = embed(tokens)                         [n, H]  (vocab-parallel: summed over the group)
@@ -17,13 +18,15 @@
 // projection in the next norm's pass or in its own epilogue (backend/default_ops.h). With
 // nothing pending the CUDA backend normalises inside the projections' launch: a layer is then
 // four projections, RoPE with the KV append, and attention.
-// Each layer's kind (ModelConfig::layer_kind) picks its blocks; every layer of this family is
-// {kGqa attention, kDenseSwiGlu MLP} (gqa_attention_block, dense_swiglu_block), and the
-// constructor refuses a config.json whose table has any other.
+// Each layer's kind (ModelConfig::layer_kind) picks its blocks: GQA attention
+// (gqa_attention_block), then a dense SwiGLU MLP (dense_swiglu_block) or a mixture of experts
+// (MoeBlock, model/moe_block.h); the constructor refuses a config.json whose table has any
+// other kind.
 // When only each sequence's last logits are wanted, the last layer computes keys and values for
 // every token (the cache needs them) and everything else for the wanted rows only: rows are
 // independent and attention's result for a query does not depend on the window it is in, so the
-// logits are bitwise those of the full computation.
+// logits are bitwise those of the full computation. (Not when the last layer is MoE: its routing
+// of every token is part of the pass's ExpertRouting, so it runs on all rows.)
 #pragma once
 
 #include <algorithm>
@@ -38,6 +41,7 @@
 #include "model/graph_base.h"
 #include "model/language_model.h"
 #include "model/model_weights.h"
+#include "model/moe_block.h"
 
 namespace specrun {
 
@@ -54,8 +58,10 @@ class LlamaModel final : public LanguageModel, private GraphBase<B> {
   // Loads this rank's shard of `checkpoint` onto `backend` (the checkpoint is not needed
   // afterwards). tp_comm: the tensor-parallel group (size tp, this rank's index in it), which
   // must outlive the model and take the backend's buffers (MPI on host memory, NCCL on device
-  // memory). Throws naming the config.json field when tp does not fit the model's shapes.
-  LlamaModel(const Checkpoint& checkpoint, B backend, Communicator& tp_comm)
+  // memory). ep: expert parallelism of MoE layers (0: the default, tp; or 1 or tp:
+  // weight_schema.h). Throws naming the config.json field when tp or ep does not fit the
+  // model's shapes.
+  LlamaModel(const Checkpoint& checkpoint, B backend, Communicator& tp_comm, int ep = 0)
       : Base(std::move(backend)),
         config_(checkpoint.config()),
         comm_(tp_comm),
@@ -64,22 +70,38 @@ class LlamaModel final : public LanguageModel, private GraphBase<B> {
         residual_(b_) {
     for (int layer = 0; layer < config_.num_layers; ++layer) {
       const LayerKind kind = config_.layer_kind(layer);
-      SPEC_INPUT_CHECK(kind == kLlamaLayer,
-                       checkpoint.dir() << "/config.json: layer " << layer << " is "
-                                        << layer_kind_name(kind) << "; the Llama-family graph has "
-                                        << layer_kind_name(kLlamaLayer) << " layers only");
+      SPEC_INPUT_CHECK(kind == kLlamaLayer || kind == kMoeLayer,
+                       checkpoint.dir()
+                           << "/config.json: layer " << layer << " is " << layer_kind_name(kind)
+                           << "; the Llama-family graph has " << layer_kind_name(kLlamaLayer)
+                           << " and " << layer_kind_name(kMoeLayer) << " layers only");
+      if (kind == kMoeLayer) routing_.layers.push_back(layer);
     }
     SPEC_CHECK(static_cast<int>(inv_freq_.size()) == config_.head_dim / 2,
                "rope_inv_freq returned " << inv_freq_.size() << " values for head_dim "
                                          << config_.head_dim);
-    const HostWeights host = load_host_weights(checkpoint, tp_, tp_comm.rank());
+    const HostWeights host = load_host_weights(checkpoint, tp_, tp_comm.rank(), llama_schema(), ep);
     // A tied lm_head is the embedding's rows: counted once.
-    const std::size_t bytes =
+    weight_bytes_ =
         host.bytes() -
         (config_.tie_word_embeddings ? host.model[static_cast<int>(Role::kEmbed)].bytes() : 0);
-    b_.check_fits(bytes, host.plan.tp_rank, host.plan.tp, checkpoint.dir());
+    b_.check_fits(weight_bytes_, host.plan.tp_rank, host.plan.tp, checkpoint.dir());
     weights_ = prepare_weights(b_, host, config_);
     inv_freq_dev_ = b_.upload_floats(inv_freq_);
+    if (!routing_.layers.empty()) {
+      const ShardPlan& p = host.plan;
+      moe_ = std::make_unique<MoeBlock<B>>(b_, config_.num_experts, config_.num_experts_per_tok,
+                                           config_.norm_topk_prob, p.expert_begin, p.experts);
+      routing_.top_k = config_.num_experts_per_tok;
+      routing_.n_experts = config_.num_experts;
+      routing_.ep = p.ep;
+      // One expert's gate, up and down, whole, in the checkpoint's dtype.
+      const HostTensor& gate =
+          host.experts[routing_.layers.front()][static_cast<int>(Role::kExpertGate)].front();
+      routing_.expert_bytes = 3 * static_cast<std::int64_t>(config_.hidden_size) *
+                              config_.moe_intermediate_size *
+                              static_cast<std::int64_t>(dtype_size(gate.dtype));
+    }
   }
 
   const ModelConfig& config() const override { return config_; }
@@ -88,7 +110,11 @@ class LlamaModel final : public LanguageModel, private GraphBase<B> {
   int vocab_size() const { return config_.vocab_size; }
   int kv_heads() const override { return weights_.plan.kv_heads; }
   void synchronize() override { b_.synchronize(); }
-  std::int64_t weight_bytes() const override { return static_cast<std::int64_t>(weights_.bytes); }
+
+  const ExpertRouting* routing() const override {
+    return routing_.layers.empty() ? nullptr : &routing_;
+  }
+  std::size_t weight_bytes() const override { return weight_bytes_; }
 
   std::unique_ptr<KvCache> new_cache(int capacity) override {
     const AttentionHeads heads = attention_heads();
@@ -110,8 +136,9 @@ class LlamaModel final : public LanguageModel, private GraphBase<B> {
   }
 
  private:
-  // The layer kind of every layer of this family.
+  // The layer kinds of this family: GQA attention with a dense or a mixture-of-experts MLP.
   static constexpr LayerKind kLlamaLayer{AttentionKind::kGqa, MlpKind::kDenseSwiGlu};
+  static constexpr LayerKind kMoeLayer{AttentionKind::kGqa, MlpKind::kMoe};
   // This rank's attention heads (one head_dim for queries, keys and values).
   AttentionHeads attention_heads() const {
     return AttentionHeads{weights_.plan.q_heads, weights_.plan.kv_heads, config_.head_dim,
@@ -120,6 +147,8 @@ class LlamaModel final : public LanguageModel, private GraphBase<B> {
   // The blocks of a layer, on the residual stream residual_ (n rows, or each sequence's last).
   void gqa_attention_block(int layer, int n, bool last_only);
   void dense_swiglu_block(int layer, int n);
+  // moe_index: the layer's place among the MoE layers (its rows of routing_).
+  void moe_block(int layer, int moe_index, int n);
   Communicator* group() { return tp_ > 1 ? &comm_ : nullptr; }
   void capture(int slot, int n);
 
@@ -129,6 +158,9 @@ class LlamaModel final : public LanguageModel, private GraphBase<B> {
   ModelWeights<B> weights_;
   std::vector<float> inv_freq_;
   typename B::Floats inv_freq_dev_;
+  std::size_t weight_bytes_ = 0;
+  std::unique_ptr<MoeBlock<B>> moe_;  // MoE layers only
+  ExpertRouting routing_;             // the last forward's (layers empty: a dense model)
 
   // Per-call state and scratch (grown, never shrunk: no allocation per step once warm).
   ResidualStream<B> residual_;
@@ -168,19 +200,27 @@ ForwardResult LlamaModel<B>::forward(std::span<const SeqChunk> batch,
   // The normalised rows of every block (xn).
   xn_.grow(static_cast<std::size_t>(n) * H);
   // Rows whose logits are wanted: all, or each sequence's last token (the final norm's output
-  // captured for every token needs all rows).
-  const bool all_rows = request.all_logits || capture_slot_[L] >= 0;
+  // captured for every token, or a last layer whose MoE routing is recorded for every token,
+  // needs all rows).
+  const bool last_moe = !routing_.layers.empty() && routing_.layers.back() == L - 1;
+  const bool all_rows = request.all_logits || capture_slot_[L] >= 0 || last_moe;
   const int rows = all_rows ? n : static_cast<int>(batch.size());
-  for (int layer = 0; layer < L; ++layer) {
+  if (!routing_.layers.empty()) {
+    routing_.n_tokens = n;
+    routing_.experts.resize(routing_.layers.size() * static_cast<std::size_t>(n) * routing_.top_k);
+  }
+  for (int layer = 0, moe_index = 0; layer < L; ++layer) {
     if (capture_slot_[layer] >= 0) {  // the residual stream as it enters the layer
       residual_.settle(n);
       capture(capture_slot_[layer], n);
     }
     const bool trim = rows < n && layer + 1 == L;
-    // The blocks of the layer's kind (the one kind of this family, checked at load; a family
-    // with several switches on config_.layer_kind(layer) here).
+    // The blocks of the layer's kind.
     gqa_attention_block(layer, n, trim);
-    dense_swiglu_block(layer, trim ? rows : n);
+    if (moe_index < static_cast<int>(routing_.layers.size()) && routing_.layers[moe_index] == layer)
+      moe_block(layer, moe_index++, n);  // (never trimmed: see last_moe)
+    else
+      dense_swiglu_block(layer, trim ? rows : n);
   }
   for (const SeqChunk& s : batch) s.cache->advance(s.n_tokens, s.parents);
 
@@ -258,6 +298,15 @@ void LlamaModel<B>::gqa_attention_block(int layer, int n, bool last_only) {
 
   residual_.add_projection(attn, m, weights_.at(layer, Role::kO),
                            weights_.maybe(layer, Role::kOBias));
+}
+
+template <class B>
+void LlamaModel<B>::moe_block(int layer, int moe_index, int n) {
+  std::int32_t* chosen =
+      routing_.experts.data() + static_cast<std::size_t>(moe_index) * n * routing_.top_k;
+  moe_->run(residual_, n, config_.hidden_size, weights_.at(layer, Role::kPostAttentionNorm),
+            weights_.at(layer, Role::kRouter), weights_.stack(layer, Role::kExpertGate),
+            weights_.stack(layer, Role::kExpertDown), xn_.grow(0), chosen);
 }
 
 template <class B>

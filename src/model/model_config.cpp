@@ -27,6 +27,7 @@ constexpr int kMaxHeads = 4096;                // attention and key-value heads 
 constexpr int kMaxHeadDim = 8192;              // head_dim (256)
 constexpr int kMaxVocabSize = 1 << 24;         // vocab_size (262144: Gemma 3)
 constexpr int kMaxPositions = 1 << 28;         // max_position_embeddings (10485760: Llama 4)
+constexpr int kMaxExperts = 1 << 14;           // num_experts (384: Kimi K2)
 constexpr int kMaxInt = 1'000'000'000;         // any other integer field
 
 struct Reader {
@@ -130,6 +131,61 @@ void add_eos_ids(ModelConfig& c, const json& e, const std::string& source_name) 
   }
 }
 
+// The mixture-of-experts fields of Qwen3-MoE and Mixtral (as Hugging Face's Qwen3MoeConfig and
+// MixtralConfig name them). What would change the numbers and is not implemented is refused by
+// name; fields that only matter for training (output_router_logits, router_aux_loss_coef,
+// router_jitter_noise: applied in training mode only) are accepted.
+void parse_moe(const Reader& rd, ModelConfig& c) {
+  const std::string& src = rd.src;
+  // Shared experts (Qwen2-MoE, DeepSeek) are not part of these architectures: a config.json that
+  // has them describes another model.
+  for (const char* field :
+       {"shared_expert_intermediate_size", "n_shared_experts", "num_shared_experts"}) {
+    if (!rd.present(field)) continue;
+    SPEC_INPUT_CHECK(rd.j[field].is_number() && rd.j[field].get<double>() == 0,
+                     src << ": \"" << field << "\" = " << rd.j[field].dump()
+                         << ": shared experts are not part of " << c.architecture
+                         << " and are not supported");
+  }
+  if (c.model_type == "mixtral") {
+    c.num_experts = rd.get_int("num_local_experts", true, 0, 1, kMaxExperts);
+    c.moe_intermediate_size = c.intermediate_size;  // Mixtral's experts are intermediate_size wide
+    c.norm_topk_prob = true;                        // always renormalised
+    c.moe_naming = ModelConfig::MoeNaming::kBlockSparseMoe;
+  } else if (c.model_type == "qwen3_moe") {
+    c.num_experts = rd.get_int("num_experts", true, 0, 0, kMaxExperts);
+    c.moe_intermediate_size =
+        rd.get_int("moe_intermediate_size", c.num_experts > 0, 0, 1, kMaxIntermediateSize);
+    c.norm_topk_prob = rd.get_bool("norm_topk_prob", false);
+    c.decoder_sparse_step = rd.get_int("decoder_sparse_step", false, 1, 1, kMaxLayers);
+    if (rd.present("mlp_only_layers")) {
+      const json& m = rd.j["mlp_only_layers"];
+      SPEC_INPUT_CHECK(
+          m.is_array(),
+          src << ": \"mlp_only_layers\" must be a list of layer ids, got " << m.dump());
+      for (const json& id : m) {
+        SPEC_INPUT_CHECK(id.is_number_integer() && id.get<std::int64_t>() >= 0 &&
+                             id.get<std::int64_t>() < c.num_layers,
+                         src << ": \"mlp_only_layers\" entry " << id.dump()
+                             << " is not a layer id in [0, num_hidden_layers=" << c.num_layers
+                             << ")");
+        c.mlp_only_layers.push_back(id.get<int>());
+      }
+    }
+    c.moe_naming = ModelConfig::MoeNaming::kMlpExperts;
+  } else {
+    return;  // a dense architecture: its MoE-looking fields, if any, mean nothing to it
+  }
+  if (c.num_experts == 0) return;
+  c.num_experts_per_tok = rd.get_int("num_experts_per_tok", true, 0, 1, c.num_experts);
+  if (rd.present("topk_method") || rd.present("scoring_func")) {
+    SPEC_INPUT_FAIL(src << ": \"" << (rd.present("topk_method") ? "topk_method" : "scoring_func")
+                        << "\" is not a field of " << c.architecture
+                        << ": its router is a softmax over all experts, then the top-k (DeepSeek's "
+                           "routers are not supported)");
+  }
+}
+
 }  // namespace
 
 ModelConfig ModelConfig::from_file(const std::string& config_json_path) {
@@ -175,10 +231,9 @@ ModelConfig ModelConfig::from_json_text(const std::string& text, const std::stri
 
   // Architecture: from "architectures", else from "model_type".
   static const std::vector<std::pair<std::string, std::string>> kArch = {
-      {"LlamaForCausalLM", "llama"},
-      {"MistralForCausalLM", "mistral"},
-      {"Qwen2ForCausalLM", "qwen2"},
-      {"Qwen3ForCausalLM", "qwen3"}};
+      {"LlamaForCausalLM", "llama"},        {"MistralForCausalLM", "mistral"},
+      {"Qwen2ForCausalLM", "qwen2"},        {"Qwen3ForCausalLM", "qwen3"},
+      {"Qwen3MoeForCausalLM", "qwen3_moe"}, {"MixtralForCausalLM", "mixtral"}};
   if (rd.present("architectures")) {
     const json& a = j["architectures"];
     SPEC_INPUT_CHECK(
@@ -190,7 +245,8 @@ ModelConfig ModelConfig::from_json_text(const std::string& text, const std::stri
     SPEC_INPUT_CHECK(!c.model_type.empty(),
                      source_name << ": architecture \"" << c.architecture
                                  << "\" is not supported (supported: LlamaForCausalLM, "
-                                    "MistralForCausalLM, Qwen2ForCausalLM, Qwen3ForCausalLM)");
+                                    "MistralForCausalLM, Qwen2ForCausalLM, Qwen3ForCausalLM, "
+                                    "Qwen3MoeForCausalLM, MixtralForCausalLM)");
   } else {
     SPEC_INPUT_CHECK(rd.present("model_type") && j["model_type"].is_string(),
                      source_name << ": neither \"architectures\" nor \"model_type\" is given");
@@ -199,7 +255,8 @@ ModelConfig ModelConfig::from_json_text(const std::string& text, const std::stri
       if (t == type) c.architecture = arch, c.model_type = t;
     SPEC_INPUT_CHECK(!c.model_type.empty(), source_name << ": model_type \"" << type
                                                         << "\" is not supported (supported: "
-                                                           "llama, mistral, qwen2, qwen3)");
+                                                           "llama, mistral, qwen2, qwen3, "
+                                                           "qwen3_moe, mixtral)");
   }
   if (rd.present("model_type")) {
     SPEC_INPUT_CHECK(
@@ -274,12 +331,12 @@ ModelConfig ModelConfig::from_json_text(const std::string& text, const std::stri
   SPEC_INPUT_CHECK(c.rope_theta > 0, source_name << ": rope_theta must be positive");
 
   // Sliding-window attention is not implemented: reject it when it would actually apply.
-  if (c.model_type == "qwen2" || c.model_type == "qwen3") {
+  if (c.model_type == "qwen2" || c.model_type == "qwen3" || c.model_type == "qwen3_moe") {
     SPEC_INPUT_CHECK(!rd.get_bool("use_sliding_window", false),
                      source_name << ": \"use_sliding_window\": true is not supported "
                                     "(only full attention)");
   }
-  if (c.model_type == "mistral" && rd.present("sliding_window")) {
+  if ((c.model_type == "mistral" || c.model_type == "mixtral") && rd.present("sliding_window")) {
     int w = rd.get_int("sliding_window", true, 0, 0);
     SPEC_INPUT_CHECK(w >= c.max_position_embeddings,
                      source_name << ": \"sliding_window\" = " << w << " is smaller than "
@@ -300,8 +357,10 @@ ModelConfig ModelConfig::from_json_text(const std::string& text, const std::stri
   c.o_bias = rd.get_bool("attention_bias", false);
   c.qkv_bias = c.o_bias;
   if (c.model_type == "qwen2") c.qkv_bias = true, c.o_bias = false;
-  // Qwen3: RMSNorm over each head of q and k (q_norm, k_norm, [head_dim]) before RoPE.
-  c.qk_norm = c.model_type == "qwen3";
+  // Qwen3 (and Qwen3-MoE): RMSNorm over each head of q and k (q_norm, k_norm, [head_dim]) before
+  // RoPE.
+  c.qk_norm = c.model_type == "qwen3" || c.model_type == "qwen3_moe";
+  parse_moe(rd, c);
 
   c.tie_word_embeddings = rd.get_bool("tie_word_embeddings", false);
   c.bos_token_id = rd.get_int("bos_token_id", false, 1, 0);
@@ -344,7 +403,26 @@ std::string ModelConfig::to_json_text() const {
     j["eos_token_id"] = nullptr;
   else
     j["eos_token_id"] = eos_token_ids;
-  if (model_type == "qwen2" || model_type == "qwen3") j["use_sliding_window"] = false;
+  if (model_type == "qwen2" || model_type == "qwen3" || model_type == "qwen3_moe")
+    j["use_sliding_window"] = false;
+  // The mixture-of-experts fields as Hugging Face's Qwen3MoeConfig and MixtralConfig write them.
+  if (model_type == "qwen3_moe") {
+    j["num_experts"] = num_experts;
+    j["num_experts_per_tok"] = num_experts_per_tok;
+    j["moe_intermediate_size"] = moe_intermediate_size;
+    j["norm_topk_prob"] = norm_topk_prob;
+    j["decoder_sparse_step"] = decoder_sparse_step;
+    j["mlp_only_layers"] = mlp_only_layers;
+    j["output_router_logits"] = false;
+    j["router_aux_loss_coef"] = 0.001;
+  } else if (model_type == "mixtral") {
+    j["num_local_experts"] = num_experts;
+    j["num_experts_per_tok"] = num_experts_per_tok;
+    j["output_router_logits"] = false;
+    j["router_aux_loss_coef"] = 0.02;
+    j["router_jitter_noise"] = 0.0;
+    j["sliding_window"] = nullptr;
+  }
   return j.dump(2) + "\n";
 }
 
@@ -384,6 +462,9 @@ std::string layer_kind_name(LayerKind kind) {
     case MlpKind::kDenseSwiGlu:
       name += " + dense SwiGLU MLP";
       break;
+    case MlpKind::kMoe:
+      name += " + mixture-of-experts MLP";
+      break;
   }
   return name;
 }
@@ -391,7 +472,22 @@ std::string layer_kind_name(LayerKind kind) {
 LayerKind ModelConfig::layer_kind(int layer) const {
   SPEC_CHECK(layer >= 0 && layer < num_layers,
              "layer_kind: layer " << layer << " of a model of " << num_layers << " layers");
-  return LayerKind{AttentionKind::kGqa, MlpKind::kDenseSwiGlu};
+  const bool moe =
+      num_experts > 0 && (layer + 1) % decoder_sparse_step == 0 &&
+      std::find(mlp_only_layers.begin(), mlp_only_layers.end(), layer) == mlp_only_layers.end();
+  return LayerKind{AttentionKind::kGqa, moe ? MlpKind::kMoe : MlpKind::kDenseSwiGlu};
+}
+
+bool ModelConfig::has_moe_layers() const {
+  for (int layer = 0; layer < num_layers; ++layer)
+    if (layer_kind(layer).mlp == MlpKind::kMoe) return true;
+  return false;
+}
+
+bool ModelConfig::has_dense_layers() const {
+  for (int layer = 0; layer < num_layers; ++layer)
+    if (layer_kind(layer).mlp == MlpKind::kDenseSwiGlu) return true;
+  return false;
 }
 
 bool ModelConfig::is_eos(int token) const {

@@ -122,10 +122,12 @@ std::string ModelFactory::step_graph_report() const {
 
 std::unique_ptr<LanguageModel> ModelFactory::load(const Checkpoint& checkpoint, bool sharded) {
 #ifdef SPECRUN_HAVE_CUDA
-  if (cuda_) return load_cuda_model(checkpoint, *cuda_, sharded ? cuda_->tp() : cuda_->self());
+  if (cuda_)
+    return load_cuda_model(checkpoint, *cuda_, sharded ? cuda_->tp() : cuda_->self(),
+                           sharded ? ep_ : 0);
 #endif
   return load_cpu_model(checkpoint, sharded ? static_cast<Communicator&>(tp_mpi_) : self_mpi_,
-                        threads_);
+                        threads_, sharded ? ep_ : 0);
 }
 
 std::unique_ptr<DraftHead> ModelFactory::load_head(const std::string& dir, const Checkpoint& target,

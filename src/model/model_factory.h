@@ -71,6 +71,9 @@ class ModelFactory {
 
   // CUDA: how this rank's passes are launched (CudaLaunchOptions); nothing on the CPU backend.
   void set_cuda_launch(const CudaLaunchOptions& options);
+  // Expert parallelism of the mixture-of-experts models it loads sharded (parallel.ep: 0 = tp,
+  // 1, or tp; weight_schema.h); replicated models hold every expert.
+  void set_expert_parallel(int ep) { ep_ = ep; }
   // CUDA: "step graphs on: R of S passes replayed, C graphs captured (M ms), E launched one by
   // one, U not recorded (...)"; empty on the CPU backend.
   std::string step_graph_report() const;
@@ -94,6 +97,7 @@ class ModelFactory {
   MpiComm& self_mpi_;
   World world_;
   int threads_;
+  int ep_ = 0;
   std::string description_;
   std::unique_ptr<CudaContext> cuda_;
   std::unique_ptr<DeviceTimeline> timeline_;  // declared after cuda_: destroyed before it
@@ -101,9 +105,10 @@ class ModelFactory {
   std::unique_ptr<DeviceSampler> sampler_;
 };
 
-// A CPU model outside a job (tests, tools): this rank's shard for the group `tp_comm`.
+// A CPU model outside a job (tests, tools): this rank's shard for the group `tp_comm`, with
+// expert parallelism ep for MoE layers (0: tp).
 std::unique_ptr<LanguageModel> load_cpu_model(const Checkpoint& checkpoint, Communicator& tp_comm,
-                                              int threads);
+                                              int threads, int ep = 0);
 // A draft head on the CPU (config: HeadConfig::from_dir of the head for this target, or a kind's
 // own config), sharded over tp_comm, or whole when it is nullptr.
 std::unique_ptr<DraftHead> load_cpu_head(const Checkpoint& head, const Checkpoint& target,
@@ -114,7 +119,7 @@ std::unique_ptr<DraftHead> load_cpu_head(const Checkpoint& head, const Checkpoin
 class NcclComm;
 // A CUDA model on `context`'s device, sharded over `comm` (context.tp() or context.self()).
 std::unique_ptr<LanguageModel> load_cuda_model(const Checkpoint& checkpoint, CudaContext& context,
-                                               NcclComm& comm);
+                                               NcclComm& comm, int ep = 0);
 std::unique_ptr<DraftHead> load_cuda_head(const Checkpoint& head, const Checkpoint& target,
                                           const HeadConfig& config, CudaContext& context,
                                           NcclComm* tp_comm = nullptr);

@@ -97,6 +97,25 @@ TensorToWrite ones(const SyntheticSpec& spec, const std::string& name, std::int6
   return t;
 }
 
+// An MoE layer's router and experts under prefix p ("model.layers.{l}."), named as the
+// architecture's checkpoints name them; the experts' down projections of std out_std.
+void add_experts(const SyntheticSpec& spec, const ModelConfig& c, const std::string& p,
+                 double out_std, std::vector<TensorToWrite>& t) {
+  const std::int64_t H = c.hidden_size, I = c.moe_intermediate_size, E = c.num_experts;
+  const bool mixtral = c.moe_naming == ModelConfig::MoeNaming::kBlockSparseMoe;
+  const std::string block = p + (mixtral ? "block_sparse_moe." : "mlp.");
+  t.push_back(random_tensor(spec, block + "gate.weight", {E, H}, spec.router_std));
+  for (std::int64_t e = 0; e < E; ++e) {
+    const std::string x = block + "experts." + std::to_string(e) + ".";
+    t.push_back(random_tensor(spec, x + (mixtral ? "w1" : "gate_proj") + ".weight", {I, H},
+                              spec.weight_std));
+    t.push_back(
+        random_tensor(spec, x + (mixtral ? "w3" : "up_proj") + ".weight", {I, H}, spec.weight_std));
+    t.push_back(
+        random_tensor(spec, x + (mixtral ? "w2" : "down_proj") + ".weight", {H, I}, out_std));
+  }
+}
+
 void write_model(const SyntheticSpec& spec, bool draft, const std::string& dir) {
   const ModelConfig c = synthetic_config(spec, draft);
   const std::int64_t H = c.hidden_size, I = c.intermediate_size, V = c.vocab_size;
@@ -112,9 +131,13 @@ void write_model(const SyntheticSpec& spec, bool draft, const std::string& dir) 
     t.push_back(random_tensor(spec, p + "self_attn.k_proj.weight", {kv, H}, spec.weight_std));
     t.push_back(random_tensor(spec, p + "self_attn.v_proj.weight", {kv, H}, spec.weight_std));
     t.push_back(random_tensor(spec, p + "self_attn.o_proj.weight", {H, q}, out_std));
-    t.push_back(random_tensor(spec, p + "mlp.gate_proj.weight", {I, H}, spec.weight_std));
-    t.push_back(random_tensor(spec, p + "mlp.up_proj.weight", {I, H}, spec.weight_std));
-    t.push_back(random_tensor(spec, p + "mlp.down_proj.weight", {H, I}, out_std));
+    if (c.layer_kind(l).mlp == MlpKind::kMoe) {
+      add_experts(spec, c, p, out_std, t);
+    } else {
+      t.push_back(random_tensor(spec, p + "mlp.gate_proj.weight", {I, H}, spec.weight_std));
+      t.push_back(random_tensor(spec, p + "mlp.up_proj.weight", {I, H}, spec.weight_std));
+      t.push_back(random_tensor(spec, p + "mlp.down_proj.weight", {H, I}, out_std));
+    }
     t.push_back(ones(spec, p + "input_layernorm.weight", H));
     t.push_back(ones(spec, p + "post_attention_layernorm.weight", H));
     if (c.qk_norm) {
@@ -145,10 +168,29 @@ void validate(const SyntheticSpec& s) {
   SPEC_INPUT_CHECK(s.vocab >= 3, "make-model: --vocab " << s.vocab
                                                         << " must be at least 3 (ids 1 and 2 are "
                                                            "BOS and EOS)");
-  SPEC_INPUT_CHECK(s.architecture == "llama" || s.architecture == "qwen3",
+  SPEC_INPUT_CHECK(s.architecture == "llama" || s.architecture == "qwen3" || s.moe(),
                    "make-model: --arch " << s.architecture
-                                         << " is not supported: use llama or "
-                                            "qwen3");
+                                         << " is not supported: use llama, qwen3, qwen3_moe or "
+                                            "mixtral");
+  if (s.moe()) {
+    SPEC_INPUT_CHECK(s.experts >= 1 && s.experts_per_tok >= 1 && s.experts_per_tok <= s.experts,
+                     "make-model: --experts " << s.experts << " and --experts-per-tok "
+                                              << s.experts_per_tok
+                                              << " must satisfy 1 <= experts-per-tok <= experts");
+    SPEC_INPUT_CHECK(s.moe_intermediate >= 0 && s.decoder_sparse_step >= 1 && s.router_std > 0,
+                     "make-model: --moe-intermediate must be >= 0 (0: --intermediate), "
+                     "--decoder-sparse-step >= 1 and --router-std > 0");
+    for (int layer : s.mlp_only_layers)
+      SPEC_INPUT_CHECK(layer >= 0 && layer < s.layers,
+                       "make-model: --mlp-only-layers lists "
+                           << layer << ", which is not a layer in 0.." << s.layers - 1);
+    SPEC_INPUT_CHECK(
+        s.architecture == "qwen3_moe" ||
+            (s.decoder_sparse_step == 1 && s.mlp_only_layers.empty() && s.moe_intermediate == 0),
+        "make-model: --decoder-sparse-step, --mlp-only-layers and --moe-intermediate "
+        "are Qwen3-MoE's (--arch qwen3_moe); Mixtral's experts are --intermediate "
+        "wide and every layer is MoE");
+  }
   SPEC_INPUT_CHECK(s.head_dim >= 0, "make-model: --head-dim must be >= 0 (0: hidden / heads)");
   SPEC_INPUT_CHECK(s.head_dim > 0 || s.hidden % s.heads == 0,
                    "make-model: --hidden " << s.hidden << " is not divisible by --heads " << s.heads
@@ -172,10 +214,30 @@ void validate(const SyntheticSpec& s) {
 ModelConfig synthetic_config(const SyntheticSpec& spec, bool draft) {
   validate(spec);
   ModelConfig c;
-  const bool qwen3 = spec.architecture == "qwen3";
-  c.architecture = qwen3 ? "Qwen3ForCausalLM" : "LlamaForCausalLM";
-  c.model_type = qwen3 ? "qwen3" : "llama";
+  const bool qwen3 = spec.architecture == "qwen3" || spec.architecture == "qwen3_moe";
+  if (spec.architecture == "qwen3_moe") {
+    c.architecture = "Qwen3MoeForCausalLM";
+  } else if (spec.architecture == "mixtral") {
+    c.architecture = "MixtralForCausalLM";
+  } else {
+    c.architecture = qwen3 ? "Qwen3ForCausalLM" : "LlamaForCausalLM";
+  }
+  c.model_type = spec.architecture;
   c.qk_norm = qwen3;
+  if (spec.moe()) {
+    c.num_experts = spec.experts;
+    c.num_experts_per_tok = spec.experts_per_tok;
+    const bool mixtral = spec.architecture == "mixtral";
+    c.moe_intermediate_size =
+        mixtral || spec.moe_intermediate == 0 ? spec.intermediate : spec.moe_intermediate;
+    c.norm_topk_prob = mixtral || spec.norm_topk_prob;
+    c.decoder_sparse_step = spec.decoder_sparse_step;
+    const int layers = draft ? spec.draft_layers : spec.layers;
+    for (int layer : spec.mlp_only_layers)
+      if (layer < layers) c.mlp_only_layers.push_back(layer);
+    c.moe_naming =
+        mixtral ? ModelConfig::MoeNaming::kBlockSparseMoe : ModelConfig::MoeNaming::kMlpExperts;
+  }
   c.hidden_size = spec.hidden;
   c.intermediate_size = spec.intermediate;
   c.num_layers = draft ? spec.draft_layers : spec.layers;
@@ -240,14 +302,15 @@ std::vector<float> identity_block(std::int64_t rows, std::int64_t cols, std::int
 
 bool can_make_eagle3_head(const SyntheticSpec& spec) {
   const ModelConfig t = synthetic_config(spec, false);
-  return spec.architecture == "llama" && t.hidden_size % t.head_dim == 0 && t.num_layers >= 4;
+  return (spec.architecture == "llama" || spec.moe()) && t.hidden_size % t.head_dim == 0 &&
+         t.num_layers >= 4;
 }
 
 void make_eagle3_head(const SyntheticSpec& spec, const std::string& dir) {
   validate(spec);
   SPEC_INPUT_CHECK(can_make_eagle3_head(spec),
-                   "make-model: a synthetic EAGLE-3 head needs --arch llama, a head dim that "
-                   "divides --hidden and at least 4 target layers");
+                   "make-model: a synthetic EAGLE-3 head needs --arch llama, qwen3_moe or mixtral, "
+                   "a head dim that divides --hidden and at least 4 target layers");
   const ModelConfig t = synthetic_config(spec, false);
   const std::int64_t H = t.hidden_size, I = t.intermediate_size, V = t.vocab_size;
   const std::int64_t heads = H / t.head_dim;  // q and kv widths = H

@@ -33,7 +33,9 @@ namespace specrun {
 struct SyntheticSpec {
   // "llama" (LlamaForCausalLM) or "qwen3" (Qwen3ForCausalLM: per-head q/k RMSNorm weights, drawn
   // as 1 + N(0, norm_std) so that a graph that skips or swaps them is caught, and a head_dim
-  // given on its own).
+  // given on its own), or a mixture of experts: "qwen3_moe" (Qwen3MoeForCausalLM: q/k norms as
+  // Qwen3, experts of moe_intermediate, dense layers by decoder_sparse_step and mlp_only_layers)
+  // or "mixtral" (MixtralForCausalLM: every layer MoE, experts of `intermediate`).
   std::string architecture = "llama";
   int head_dim = 0;  // 0: hidden / heads
   double norm_std = 0.2;
@@ -53,6 +55,19 @@ struct SyntheticSpec {
   double embed_std = 1.0;
   double lm_head_std = 0.2;  // logits std ~ lm_head_std*sqrt(hidden): mean max prob ~0.3
   double deep_scale = 2.0;   // multiplies o_proj/down_proj of target layers >= draft_layers
+  // Mixture of experts (qwen3_moe, mixtral): routed experts, top-k, the experts' width
+  // (qwen3_moe; 0: `intermediate`), Qwen3-MoE's norm_topk_prob, decoder_sparse_step and
+  // mlp_only_layers, and the std of the router weights (its logits' std is about router_std *
+  // sqrt(hidden): larger is a more decided routing, far from ties).
+  int experts = 8;
+  int experts_per_tok = 2;
+  int moe_intermediate = 0;
+  bool norm_topk_prob = true;
+  int decoder_sparse_step = 1;
+  std::vector<int> mlp_only_layers;
+  double router_std = 0.1;
+
+  bool moe() const { return architecture == "qwen3_moe" || architecture == "mixtral"; }
 };
 
 // Throws (exit code 2) naming the option (--hidden, --heads, ...) when `spec` is inconsistent.
@@ -62,7 +77,8 @@ void validate(const SyntheticSpec& spec);
 ModelConfig synthetic_config(const SyntheticSpec& spec, bool draft);
 
 // Writes OUTDIR/target and OUTDIR/draft, each with config.json, generation_config.json
-// (bos 1, eos 2) and model.safetensors. Creates the directories; replaces existing files (each
+// (bos 1, eos 2) and model.safetensors (an MoE target's draft is the truncated MoE target: its
+// routers and experts bit-identical). Creates the directories; replaces existing files (each
 // through a temporary file and a rename, never through a link: common/atomic_output.h).
 void make_model_pair(const SyntheticSpec& spec, const std::string& outdir);
 // Every file `specrun make-model` writes for `spec` (the pair, and the EAGLE-3 head when
@@ -77,7 +93,8 @@ std::vector<std::string> make_model_outputs(const SyntheticSpec& spec, const std
 // target's, so it predicts what the target would with its layers' small contributions left
 // out (the synthetic targets are embedding-dominated, see above). For the demo and tests; the
 // trained head for a trained target is shared/models/code-eagle3.
-bool can_make_eagle3_head(const SyntheticSpec& spec);  // llama, head dim | hidden, >= 4 layers
+// llama, qwen3_moe or mixtral; head dim | hidden; >= 4 layers.
+bool can_make_eagle3_head(const SyntheticSpec& spec);
 void make_eagle3_head(const SyntheticSpec& spec, const std::string& dir);
 
 // The deterministic generator behind the weights, exposed for tests: splitmix64 stream.

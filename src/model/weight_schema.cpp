@@ -19,6 +19,9 @@ constexpr Scope kModel = Scope::model();
 constexpr Scope kLayer = Scope::every_layer();
 constexpr Scope kGqa = Scope::in(AttentionKind::kGqa);
 constexpr Scope kSwiGlu = Scope::in(MlpKind::kDenseSwiGlu);
+constexpr Scope kMoe = Scope::in(MlpKind::kMoe);
+constexpr Presence kQwenMoe = Presence::kMlpExperts;
+constexpr Presence kMixtral = Presence::kBlockSparseMoe;
 
 // clang-format off
 constexpr TensorSpec kLlamaSchema[] = {
@@ -42,6 +45,15 @@ constexpr TensorSpec kLlamaSchema[] = {
   {Role::kGate,         "mlp.gate_proj.weight",               kSwiGlu, Dim::kIntermediate,  Dim::kHidden,  Split::kRows,       Part::kIntermediate, Presence::kAlways,   WeightUse::kGateUp,    false},
   {Role::kUp,           "mlp.up_proj.weight",                 kSwiGlu, Dim::kIntermediate,  Dim::kHidden,  Split::kRows,       Part::kIntermediate, Presence::kAlways,   WeightUse::kGateUp,    false},
   {Role::kDown,         "mlp.down_proj.weight",               kSwiGlu, Dim::kHidden,        Dim::kIntermediate, Split::kCols,  Part::kIntermediate, Presence::kAlways,   WeightUse::kLinear,    false},
+  // Mixture of experts: the router, and every routed expert's gate, up and down ({e}: the expert).
+  {Role::kRouter,       "mlp.gate.weight",                    kMoe,    Dim::kExperts,       Dim::kHidden,  Split::kReplicated, Part::kNone,         kQwenMoe,            WeightUse::kLinear,    false},
+  {Role::kExpertGate,   "mlp.experts.{e}.gate_proj.weight",   kMoe,    Dim::kMoeIntermediate, Dim::kHidden, Split::kRows,      Part::kExpertIntermediate, kQwenMoe,      WeightUse::kGateUp,    false},
+  {Role::kExpertUp,     "mlp.experts.{e}.up_proj.weight",     kMoe,    Dim::kMoeIntermediate, Dim::kHidden, Split::kRows,      Part::kExpertIntermediate, kQwenMoe,      WeightUse::kGateUp,    false},
+  {Role::kExpertDown,   "mlp.experts.{e}.down_proj.weight",   kMoe,    Dim::kHidden,        Dim::kMoeIntermediate, Split::kCols, Part::kExpertIntermediate, kQwenMoe,    WeightUse::kLinear,    false},
+  {Role::kRouter,       "block_sparse_moe.gate.weight",       kMoe,    Dim::kExperts,       Dim::kHidden,  Split::kReplicated, Part::kNone,         kMixtral,            WeightUse::kLinear,    false},
+  {Role::kExpertGate,   "block_sparse_moe.experts.{e}.w1.weight", kMoe, Dim::kMoeIntermediate, Dim::kHidden, Split::kRows,     Part::kExpertIntermediate, kMixtral,      WeightUse::kGateUp,    false},
+  {Role::kExpertUp,     "block_sparse_moe.experts.{e}.w3.weight", kMoe, Dim::kMoeIntermediate, Dim::kHidden, Split::kRows,     Part::kExpertIntermediate, kMixtral,      WeightUse::kGateUp,    false},
+  {Role::kExpertDown,   "block_sparse_moe.experts.{e}.w2.weight", kMoe, Dim::kHidden,       Dim::kMoeIntermediate, Split::kCols, Part::kExpertIntermediate, kMixtral,    WeightUse::kLinear,    false},
 };
 constexpr TensorSpec kEagle3Schema[] = {
   {Role::kFc,           "fc.weight",                          kModel,  Dim::kHidden,        Dim::kFcIn,    Split::kReplicated, Part::kNone,         Presence::kAlways,   WeightUse::kLinear,    false},
@@ -80,6 +92,10 @@ std::int64_t dim_value(Dim d, const ModelConfig& c) {
       return 2 * static_cast<std::int64_t>(c.hidden_size);
     case Dim::kFcIn:
       return 3 * static_cast<std::int64_t>(c.target_hidden_size);
+    case Dim::kExperts:
+      return c.num_experts;
+    case Dim::kMoeIntermediate:
+      return c.moe_intermediate_size;
   }
   return 0;
 }
@@ -116,8 +132,32 @@ std::string dim_text(Dim d, const ModelConfig& c) {
     case Dim::kFcIn:
       os << "3*target hidden_size = " << dim_value(d, c);
       break;
+    case Dim::kExperts:
+      os << (c.model_type == "mixtral" ? "num_local_experts" : "num_experts") << " = "
+         << c.num_experts;
+      break;
+    case Dim::kMoeIntermediate:
+      os << (c.model_type == "mixtral" ? "intermediate_size" : "moe_intermediate_size") << " = "
+         << c.moe_intermediate_size;
+      break;
   }
   return os.str();
+}
+
+// True when `suffix` (a name after "model.layers.{i}.") is the entry's: equal, or for a
+// per-expert entry equal with "{e}" an expert index of the model.
+bool names_match(const TensorSpec& s, const std::string& suffix, const ModelConfig& c) {
+  if (!s.per_expert()) return s.name == suffix;
+  const std::size_t at = s.name.find("{e}");
+  const std::string_view head = s.name.substr(0, at), tail = s.name.substr(at + 3);
+  if (suffix.size() <= head.size() + tail.size() || suffix.compare(0, head.size(), head) != 0 ||
+      suffix.compare(suffix.size() - tail.size(), tail.size(), tail) != 0)
+    return false;
+  const std::string digits = suffix.substr(head.size(), suffix.size() - head.size() - tail.size());
+  return digits.size() <= 6 &&
+         std::all_of(digits.begin(), digits.end(),
+                     [](char ch) { return ch >= '0' && ch <= '9'; }) &&
+         std::stoi(digits) < c.num_experts;
 }
 
 std::vector<std::int64_t> spec_shape(const TensorSpec& s, const ModelConfig& c) {
@@ -140,6 +180,8 @@ std::pair<std::int64_t, std::int64_t> part_range(Part part, const ShardPlan& p, 
       return {p.intermediate_begin, p.intermediate};
     case Part::kVocab:
       return {p.vocab_begin, p.vocab};
+    case Part::kExpertIntermediate:
+      return {p.expert_intermediate_begin, p.expert_intermediate};
   }
   return {0, 0};
 }
@@ -191,7 +233,8 @@ HostTensor cut(const TensorView& t, const TensorSpec& spec, const ShardPlan& pla
 
 }  // namespace
 
-ShardPlan ShardPlan::make(const ModelConfig& c, int tp, int tp_rank, const std::string& source) {
+ShardPlan ShardPlan::make(const ModelConfig& c, int tp, int tp_rank, const std::string& source,
+                          int ep) {
   SPEC_INPUT_CHECK(tp >= 1, "tensor-parallel size must be at least 1, got " << tp);
   SPEC_CHECK(tp_rank >= 0 && tp_rank < tp, "tp rank " << tp_rank << " outside 0.." << tp - 1);
   check_divides(c.num_heads, tp, "num_attention_heads", source);
@@ -204,7 +247,9 @@ ShardPlan ShardPlan::make(const ModelConfig& c, int tp, int tp_rank, const std::
                             << " and does not divide it, so kv heads cannot be replicated evenly: "
                                "choose a tp that divides or is a multiple of num_key_value_heads");
   }
-  check_divides(c.intermediate_size, tp, "intermediate_size", source);
+  // Mixtral's intermediate_size is its experts' width: only dense layers split it by tp.
+  const bool all_moe = c.num_layers > 0 && !c.has_dense_layers();
+  if (!all_moe) check_divides(c.intermediate_size, tp, "intermediate_size", source);
   check_divides(c.vocab_size, tp, "vocab_size", source);
 
   ShardPlan p;
@@ -219,6 +264,28 @@ ShardPlan ShardPlan::make(const ModelConfig& c, int tp, int tp_rank, const std::
   p.intermediate_begin = tp_rank * p.intermediate;
   p.vocab = c.vocab_size / tp;
   p.vocab_begin = tp_rank * p.vocab;
+  if (!c.has_moe_layers()) return p;
+
+  p.ep = ep == 0 ? tp : ep;
+  SPEC_INPUT_CHECK(p.ep == 1 || p.ep == tp,
+                   "expert parallelism parallel.ep = "
+                       << p.ep << " is not supported with tp = " << tp
+                       << ": use 1 (every expert on every rank, each expert's intermediate "
+                          "dimension split by tp) or "
+                       << tp << " (= tp: the experts split over the tensor-parallel ranks)");
+  const char* experts_field = c.model_type == "mixtral" ? "num_local_experts" : "num_experts";
+  SPEC_INPUT_CHECK(c.num_experts % p.ep == 0,
+                   source << ": " << experts_field << " = " << c.num_experts
+                          << " is not divisible by parallel.ep = " << p.ep
+                          << ": the experts cannot be split evenly over the expert-parallel "
+                             "ranks; choose a tp (or parallel.ep = 1) that divides it");
+  p.experts = c.num_experts / p.ep;
+  p.expert_begin = p.ep == 1 ? 0 : tp_rank * p.experts;
+  const int split = p.ep == 1 ? tp : 1;  // how many ways each expert is cut
+  check_divides(c.moe_intermediate_size, split,
+                c.model_type == "mixtral" ? "intermediate_size" : "moe_intermediate_size", source);
+  p.expert_intermediate = c.moe_intermediate_size / split;
+  p.expert_intermediate_begin = p.ep == 1 ? tp_rank * p.expert_intermediate : 0;
   return p;
 }
 
@@ -228,6 +295,11 @@ std::span<const TensorSpec> llama_schema() {
 
 std::span<const TensorSpec> eagle3_schema() {
   return kEagle3Schema;
+}
+
+Role up_of(Role gate) {
+  SPEC_CHECK(gate == Role::kGate || gate == Role::kExpertGate, "up_of: not a gate role");
+  return gate == Role::kGate ? Role::kUp : Role::kExpertUp;
 }
 
 bool Scope::holds(LayerKind kind) const {
@@ -255,13 +327,22 @@ bool present(const TensorSpec& spec, const ModelConfig& c, int layer) {
       return c.o_bias;
     case Presence::kQkNorm:
       return c.qk_norm;
+    case Presence::kMlpExperts:
+      return c.moe_naming == ModelConfig::MoeNaming::kMlpExperts;
+    case Presence::kBlockSparseMoe:
+      return c.moe_naming == ModelConfig::MoeNaming::kBlockSparseMoe;
   }
   return false;
 }
 
-std::string tensor_name(const TensorSpec& spec, int layer) {
-  if (!spec.per_layer()) return std::string(spec.name);
-  return std::string(kLayerPrefix) + std::to_string(layer) + "." + std::string(spec.name);
+std::string tensor_name(const TensorSpec& spec, int layer, int expert) {
+  std::string name(spec.name);
+  if (spec.per_expert()) {
+    SPEC_CHECK(expert >= 0, "tensor_name: " << spec.name << " needs an expert index");
+    name.replace(name.find("{e}"), 3, std::to_string(expert));
+  }
+  if (!spec.per_layer()) return name;
+  return std::string(kLayerPrefix) + std::to_string(layer) + "." + name;
 }
 
 std::vector<std::int64_t> schema_shape(const ModelConfig& c, const std::string& name,
@@ -279,7 +360,7 @@ std::vector<std::int64_t> schema_shape(const ModelConfig& c, const std::string& 
     const std::string suffix = rest.substr(dot + 1);
     const LayerKind kind = c.layer_kind(std::stoi(digits));
     for (const TensorSpec& s : kLlamaSchema)
-      if (s.per_layer() && s.scope.holds(kind) && s.name == suffix) found = &s;
+      if (s.per_layer() && s.scope.holds(kind) && names_match(s, suffix, c)) found = &s;
   } else {
     for (const TensorSpec& s : kLlamaSchema)
       if (!s.per_layer() && s.name == name) found = &s;
@@ -298,11 +379,14 @@ std::size_t HostWeights::bytes() const {
   for (const HostTensor& t : model) total += t.bytes();
   for (const auto& layer : layers)
     for (const HostTensor& t : layer) total += t.bytes();
+  for (const auto& layer : experts)
+    for (const std::vector<HostTensor>& stack : layer)
+      for (const HostTensor& t : stack) total += t.bytes();
   return total;
 }
 
 HostWeights load_host_weights(const Checkpoint& ckpt, int tp, int tp_rank,
-                              std::span<const TensorSpec> schema) {
+                              std::span<const TensorSpec> schema, int ep) {
   const ModelConfig& c = ckpt.config();
   SPEC_INPUT_CHECK(c.num_kv_heads > 0 && c.num_heads % c.num_kv_heads == 0,
                    "config.json: num_attention_heads = " << c.num_heads
@@ -310,18 +394,28 @@ HostWeights load_host_weights(const Checkpoint& ckpt, int tp, int tp_rank,
                                                             "num_key_value_heads = "
                                                          << c.num_kv_heads);
   HostWeights w;
-  w.plan =
-      ShardPlan::make(c, tp, tp_rank, (std::filesystem::path(ckpt.dir()) / "config.json").string());
+  w.plan = ShardPlan::make(c, tp, tp_rank,
+                           (std::filesystem::path(ckpt.dir()) / "config.json").string(), ep);
   w.layers.resize(c.num_layers);
+  w.experts.resize(c.num_layers);
   // Every copy is made before any view into `owned` is taken: reserve so that it never moves.
   std::size_t copies = 0;
   for (const TensorSpec& s : schema)
     for (int layer = 0; layer < (s.per_layer() ? c.num_layers : 1); ++layer)
-      if (present(s, c, layer)) copies += 2;
+      if (present(s, c, layer)) copies += 2 * (s.per_expert() ? w.plan.experts : 1);
   w.owned.reserve(copies);
   for (const TensorSpec& s : schema) {
     for (int layer = 0; layer < (s.per_layer() ? c.num_layers : 1); ++layer) {
       if (!present(s, c, layer)) continue;
+      if (s.per_expert()) {  // the rank's experts, stacked in index order
+        std::vector<HostTensor>& stack = w.experts[layer][static_cast<int>(s.role)];
+        for (int e = 0; e < w.plan.experts; ++e) {
+          const int expert = w.plan.expert_begin + e;
+          const TensorView& t = ckpt.tensor(tensor_name(s, layer, expert), spec_shape(s, c));
+          stack.push_back(cut(t, s, w.plan, c.head_dim, w));
+        }
+        continue;
+      }
       const std::string name = c.tie_word_embeddings && !s.tied_source.empty()
                                    ? std::string(s.tied_source)
                                    : tensor_name(s, layer);

@@ -13,6 +13,15 @@
 // embedding and lm_head are vocab-parallel (a contiguous range of vocabulary rows). Query heads
 // split evenly; a rank keeps the kv heads its query heads read, so kv heads are replicated when
 // tp > num_key_value_heads. Norm weights (and Qwen3's per-head q/k norms) are replicated.
+//
+// Mixture-of-experts layers (MlpKind::kMoe): the router (`mlp.gate` [experts, hidden]) is
+// replicated; each routed expert's gate, up and down are rows of the table whose name holds the
+// expert index ("mlp.experts.{e}.gate_proj.weight"), loaded for the rank's experts and kept per
+// layer as one stacked tensor per role (the experts in index order). Expert parallelism is the
+// rank's part of that stack: with ep = tp, experts [rank * E / tp, (rank + 1) * E / tp) whole;
+// with ep = 1, every expert, each cut like a dense MLP (gate/up rows and down columns of the
+// rank's slice of moe_intermediate_size). Either way each rank's MoE output is a partial sum
+// that the tensor-parallel all-reduce after the block completes.
 #pragma once
 
 #include <array>
@@ -37,12 +46,26 @@ struct ShardPlan {
   int kv_heads = 0, kv_head_begin = 0;  // the kv heads they read
   int intermediate = 0, intermediate_begin = 0;
   int vocab = 0, vocab_begin = 0;
+  // Mixture of experts: expert-parallel ranks (1 or tp; 1 for a dense model), this rank's
+  // routed experts [expert_begin, expert_begin + experts) and its slice of each one's
+  // intermediate dimension (the whole of it when ep = tp).
+  int ep = 1;
+  int experts = 0, expert_begin = 0;
+  int expert_intermediate = 0, expert_intermediate_begin = 0;
+
+  // The rank's local index of expert e, or -1 when another rank holds it.
+  int local_expert(int e) const {
+    return e >= expert_begin && e < expert_begin + experts ? e - expert_begin : -1;
+  }
 
   // Throws (exit code 2) naming the config.json field when tp does not divide
   // num_attention_heads, num_key_value_heads (tp <= kv heads) or is not a multiple of it
-  // (tp > kv heads), intermediate_size or vocab_size. `source` names the config file.
+  // (tp > kv heads), intermediate_size (when some layer is dense) or vocab_size; for a model
+  // with MoE layers, when ep (0: the default, tp) is neither 1 nor tp, does not divide the
+  // expert count, or (ep = 1) tp does not divide moe_intermediate_size. `source` names the
+  // config file.
   static ShardPlan make(const ModelConfig& config, int tp, int tp_rank,
-                        const std::string& source = "config.json");
+                        const std::string& source = "config.json", int ep = 0);
 };
 
 // What a tensor is in the graph. Model-level roles first, then per-layer ones.
@@ -67,20 +90,29 @@ enum class Role : std::uint8_t {
   kDown,
   kFc,          // EAGLE-3: the projection of the target's three hidden states
   kHiddenNorm,  // EAGLE-3: the norm of the hidden input
+  kRouter,      // MoE: the router [experts, hidden]
+  kExpertGate,  // MoE: each expert's gate and up, prepared as one pair per expert (kExpertGate)
+  kExpertUp,
+  kExpertDown,  // MoE: each expert's down projection
 };
-inline constexpr int kNumRoles = static_cast<int>(Role::kHiddenNorm) + 1;
+inline constexpr int kNumRoles = static_cast<int>(Role::kExpertDown) + 1;
+// The role prepared together with `gate` as its gate/up pair (kUp for kGate, kExpertUp for
+// kExpertGate).
+Role up_of(Role gate);
 
 // A dimension of a tensor, as config.json gives it.
 enum class Dim : std::uint8_t {
-  kNone,          // (second dimension of a vector)
-  kHidden,        // hidden_size
-  kIntermediate,  // intermediate_size
-  kVocab,         // vocab_size
-  kQWidth,        // num_attention_heads * head_dim
-  kKvWidth,       // num_key_value_heads * head_dim
-  kHeadDim,       // head_dim
-  kTwoHidden,     // 2 * hidden_size (an EAGLE-3 head's attention input)
-  kFcIn,          // 3 * target_hidden_size (an EAGLE-3 head's fc input)
+  kNone,             // (second dimension of a vector)
+  kHidden,           // hidden_size
+  kIntermediate,     // intermediate_size
+  kVocab,            // vocab_size
+  kQWidth,           // num_attention_heads * head_dim
+  kKvWidth,          // num_key_value_heads * head_dim
+  kHeadDim,          // head_dim
+  kTwoHidden,        // 2 * hidden_size (an EAGLE-3 head's attention input)
+  kFcIn,             // 3 * target_hidden_size (an EAGLE-3 head's fc input)
+  kExperts,          // num_experts (Mixtral: num_local_experts)
+  kMoeIntermediate,  // moe_intermediate_size (Mixtral: intermediate_size)
 };
 
 // How a rank's shard is cut from the full tensor.
@@ -89,8 +121,16 @@ enum class Split : std::uint8_t {
   kRows,        // a range of rows (of elements, for a vector)
   kCols,        // a range of columns (copied)
 };
-// Which range: the rank's query heads' rows, its kv heads', its intermediate slice, its vocab.
-enum class Part : std::uint8_t { kNone, kQHeads, kKvHeads, kIntermediate, kVocab };
+// Which range: the rank's query heads' rows, its kv heads', its intermediate slice, its vocab,
+// its slice of an expert's intermediate dimension (ShardPlan::expert_intermediate*).
+enum class Part : std::uint8_t {
+  kNone,
+  kQHeads,
+  kKvHeads,
+  kIntermediate,
+  kVocab,
+  kExpertIntermediate
+};
 
 // Which layers hold a tensor: none (a model-level tensor), every layer (a layer's own norms), or
 // the layers whose attention, or whose MLP, is of one kind (ModelConfig::layer_kind).
@@ -112,9 +152,11 @@ struct Scope {
 // When a tensor is in the checkpoint (besides its scope).
 enum class Presence : std::uint8_t {
   kAlways,
-  kQkvBias,  // Qwen2, or attention_bias = true
-  kOBias,    // attention_bias = true
-  kQkNorm,   // Qwen3: per-head RMSNorm of q and k
+  kQkvBias,         // Qwen2, or attention_bias = true
+  kOBias,           // attention_bias = true
+  kQkNorm,          // Qwen3: per-head RMSNorm of q and k
+  kMlpExperts,      // MoE tensors named as Qwen3-MoE names them (ModelConfig::MoeNaming)
+  kBlockSparseMoe,  // ... as Mixtral names them
 };
 
 struct TensorSpec {
@@ -131,6 +173,8 @@ struct TensorSpec {
   std::string_view tied_source = {};
 
   bool per_layer() const { return scope.per_layer(); }
+  // One tensor per routed expert: the name holds the expert index as "{e}".
+  bool per_expert() const { return name.find("{e}") != std::string_view::npos; }
 };
 
 // The Llama family's table, model-level entries first; the lm_head entry precedes the embedding
@@ -146,8 +190,9 @@ std::span<const TensorSpec> eagle3_schema();
 // True when config.json implies the tensor: its presence rule holds and, for a per-layer one,
 // layer `layer`'s kind holds it (`layer` is ignored for a model-level tensor).
 bool present(const TensorSpec& spec, const ModelConfig& config, int layer);
-// The full checkpoint name of an entry ("model.layers.3.self_attn.k_proj.weight").
-std::string tensor_name(const TensorSpec& spec, int layer);
+// The full checkpoint name of an entry ("model.layers.3.self_attn.k_proj.weight"; expert
+// `expert` of a per-expert one: "model.layers.3.mlp.experts.17.up_proj.weight").
+std::string tensor_name(const TensorSpec& spec, int layer, int expert = -1);
 
 // The shape config.json implies for a tensor name of the schema ({} for names it does not
 // know, a layer past num_hidden_layers, or a layer whose kind has no such tensor); `why` gets
@@ -162,20 +207,26 @@ struct HostWeights {
   ShardPlan plan;
   std::array<HostTensor, kNumRoles> model{};              // model-level roles
   std::vector<std::array<HostTensor, kNumRoles>> layers;  // per-layer roles
-  std::vector<std::vector<std::byte>> owned;              // the copies
+  // Per layer and per-expert role: the stack of the rank's experts (plan.experts of them, in
+  // index order), each one's shard.
+  std::vector<std::array<std::vector<HostTensor>, kNumRoles>> experts;
+  std::vector<std::vector<std::byte>> owned;  // the copies
 
   const HostTensor& get(const TensorSpec& spec, int layer) const {
     return spec.per_layer() ? layers[layer][static_cast<int>(spec.role)]
                             : model[static_cast<int>(spec.role)];
   }
+  const std::vector<HostTensor>& stack(const TensorSpec& spec, int layer) const {
+    return experts[layer][static_cast<int>(spec.role)];
+  }
   // Bytes of every tensor held (what a device upload needs).
   std::size_t bytes() const;
 };
 
-// Loads this rank's shard of `checkpoint` for tensor parallelism tp (rank tp_rank); every
-// tensor is checked against the shape config.json implies (errors name the tensor, the file and
-// the config fields).
+// Loads this rank's shard of `checkpoint` for tensor parallelism tp (rank tp_rank) and expert
+// parallelism ep (0: the default, ShardPlan::make); every tensor is checked against the shape
+// config.json implies (errors name the tensor, the file and the config fields).
 HostWeights load_host_weights(const Checkpoint& checkpoint, int tp, int tp_rank,
-                              std::span<const TensorSpec> schema = llama_schema());
+                              std::span<const TensorSpec> schema = llama_schema(), int ep = 0);
 
 }  // namespace specrun

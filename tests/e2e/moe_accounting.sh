@@ -30,7 +30,7 @@ for job in chain tree; do
     fail "the $job job failed: $(tail -5 $job.log)"
   grep -q 'greedy outputs identical: 10 / 10 prompts' $job.log ||
     fail "$job: speculative output differs from baseline: $(grep greedy $job.log)"
-  grep -qE 'target weights in memory: [0-9.]+ MB on ranks? ' $job.log ||
+  grep -qE 'target weights: [0-9.]+ [KM]iB per rank' $job.log ||
     fail "$job: no weight memory in the job log"
 done
 

@@ -47,34 +47,48 @@ def rotate_half(x):
     return np.concatenate([-x[..., half:], x[..., :half]], axis=-1)
 
 
-def forward(cfg, w, tokens):
-    H, nq, nkv = cfg["hidden_size"], cfg["num_attention_heads"], cfg["num_key_value_heads"]
-    hd, eps, T = cfg["head_dim"], cfg["rms_norm_eps"], len(tokens)
+def rope_tables(cfg, T):
+    """cos, sin [T, 1, head_dim] of positions 0..T-1 (rotate_half layout) and the causal mask."""
+    hd = cfg.get("head_dim") or cfg["hidden_size"] // cfg["num_attention_heads"]
     theta = cfg.get("rope_theta", 10000.0)
     inv_freq = 1.0 / theta ** (np.arange(0, hd, 2, dtype=np.float64) / hd)
     angles = np.outer(np.arange(T, dtype=np.float64), inv_freq)  # [T, hd/2]
     cos = np.cos(np.concatenate([angles, angles], axis=-1))[:, None, :]
     sin = np.sin(np.concatenate([angles, angles], axis=-1))[:, None, :]
-    mask = np.triu(np.full((T, T), -np.inf), k=1)
+    return cos, sin, np.triu(np.full((T, T), -np.inf), k=1)
+
+
+def attention(cfg, w, p, x, tables, qk_norm=True):
+    """x + the attention block of the layer whose tensors start with p (Qwen3: q/k norms)."""
+    nq, nkv = cfg["num_attention_heads"], cfg["num_key_value_heads"]
+    hd = cfg.get("head_dim") or cfg["hidden_size"] // nq
+    eps, T = cfg["rms_norm_eps"], x.shape[0]
+    cos, sin, mask = tables
+    h = rms_norm(x, w[p + "input_layernorm.weight"], eps)
+    q = (h @ w[p + "self_attn.q_proj.weight"].T).reshape(T, nq, hd)
+    k = (h @ w[p + "self_attn.k_proj.weight"].T).reshape(T, nkv, hd)
+    v = (h @ w[p + "self_attn.v_proj.weight"].T).reshape(T, nkv, hd)
+    if qk_norm:
+        q = rms_norm(q, w[p + "self_attn.q_norm.weight"], eps)
+        k = rms_norm(k, w[p + "self_attn.k_norm.weight"], eps)
+    q = q * cos + rotate_half(q) * sin
+    k = k * cos + rotate_half(k) * sin
+    group = nq // nkv
+    out = np.empty((T, nq, hd))
+    for head in range(nq):
+        kh, vh = k[:, head // group, :], v[:, head // group, :]
+        scores = q[:, head, :] @ kh.T / np.sqrt(hd) + mask
+        scores = np.exp(scores - scores.max(axis=-1, keepdims=True))
+        out[:, head, :] = (scores / scores.sum(axis=-1, keepdims=True)) @ vh
+    return x + out.reshape(T, nq * hd) @ w[p + "self_attn.o_proj.weight"].T
+
+
+def forward(cfg, w, tokens):
+    eps, tables = cfg["rms_norm_eps"], rope_tables(cfg, len(tokens))
     x = w["model.embed_tokens.weight"][tokens]  # [T, H]
     for layer in range(cfg["num_hidden_layers"]):
         p = f"model.layers.{layer}."
-        h = rms_norm(x, w[p + "input_layernorm.weight"], eps)
-        q = (h @ w[p + "self_attn.q_proj.weight"].T).reshape(T, nq, hd)
-        k = (h @ w[p + "self_attn.k_proj.weight"].T).reshape(T, nkv, hd)
-        v = (h @ w[p + "self_attn.v_proj.weight"].T).reshape(T, nkv, hd)
-        q = rms_norm(q, w[p + "self_attn.q_norm.weight"], eps)
-        k = rms_norm(k, w[p + "self_attn.k_norm.weight"], eps)
-        q = q * cos + rotate_half(q) * sin
-        k = k * cos + rotate_half(k) * sin
-        group = nq // nkv
-        out = np.empty((T, nq, hd))
-        for head in range(nq):
-            kh, vh = k[:, head // group, :], v[:, head // group, :]
-            scores = q[:, head, :] @ kh.T / np.sqrt(hd) + mask
-            scores = np.exp(scores - scores.max(axis=-1, keepdims=True))
-            out[:, head, :] = (scores / scores.sum(axis=-1, keepdims=True)) @ vh
-        x = x + out.reshape(T, nq * hd) @ w[p + "self_attn.o_proj.weight"].T
+        x = attention(cfg, w, p, x, tables)
         h = rms_norm(x, w[p + "post_attention_layernorm.weight"], eps)
         gate = h @ w[p + "mlp.gate_proj.weight"].T
         up = h @ w[p + "mlp.up_proj.weight"].T

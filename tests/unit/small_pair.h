@@ -15,9 +15,11 @@
 namespace specrun::test {
 
 struct SmallPair {
-  explicit SmallPair(const std::string& tag)
+  // architecture: SyntheticSpec::architecture (make-model --arch).
+  explicit SmallPair(const std::string& tag, const std::string& architecture = "llama")
       : dir(std::filesystem::temp_directory_path() /
             ("specrun_test_" + tag + "_" + std::to_string(::getpid()))) {
+    spec.architecture = architecture;
     spec.hidden = 64;
     spec.layers = 2;
     spec.heads = 4;

@@ -444,6 +444,26 @@ TEST(CudaOps, ElementwiseOpsMatchCpu) {
   expect_close("add_bias", biased, to_host<float>(dy, biased.size()), 0.0f, 0.0f);
 }
 
+// A mixture-of-experts layer's weighted sum of its experts' outputs: bitwise the CPU's (the
+// same products and adds, in the same order, none fused), zeros for a row without terms.
+TEST(CudaOps, CombineRowsIsBitwiseTheCpus) {
+  REQUIRE_DEVICE();
+  cuda::DeviceContext& ctx = *context();
+  const int rows = 5, pairs = 9;
+  const std::size_t width = 301;
+  const auto x = random_floats(pairs * width, 44);
+  const std::vector<std::int32_t> first = {0, 2, 2, 5, 8, 9}, src = {3, 0, 8, 1, 5, 2, 7, 4, 6};
+  const std::vector<float> scale = random_floats(pairs, 45);
+  std::vector<float> expected(rows * width);
+  cpu::combine_rows(expected.data(), rows, width, x.data(), first.data(), src.data(), scale.data());
+  auto dx = to_device(x), dfirst = to_device(first), dsrc = to_device(src),
+       dscale = to_device(scale);
+  cuda::DeviceBuffer out(expected.size() * sizeof(float));
+  cuda::combine_rows(ctx.stream(), out.as<float>(), rows, width, dx.as<float>(),
+                     dfirst.as<std::int32_t>(), dsrc.as<std::int32_t>(), dscale.as<float>());
+  expect_close("combine_rows", expected, to_host<float>(out, expected.size()), 0.0f, 0.0f);
+}
+
 TEST(CudaOps, ArgmaxFollowsTheCpuTieAndNanRules) {
   REQUIRE_DEVICE();
   cuda::DeviceContext& ctx = *context();

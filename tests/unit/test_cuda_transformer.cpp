@@ -680,4 +680,34 @@ TEST(CudaTransformer, RejectsCachesOfAnotherBackend) {
   EXPECT_THROW(run(model, *cache, {ckpt.config().vocab_size}, false), Error);  // bad token id
 }
 
+// Mixture-of-experts targets run on the CPU backend only for now (their router decides on the
+// host, which a step graph cannot): loading one on CUDA is refused naming the model and the way
+// out, before any device memory is taken.
+TEST(CudaTransformer, MixtureOfExpertsTargetsAreRefusedNamingTheBackend) {
+  REQUIRE_DEVICE();
+  GpuRank rank;
+  const fs::path dir = fs::temp_directory_path() / ("specrun_cuda_moe_" + std::to_string(getpid()));
+  SyntheticSpec spec;
+  spec.architecture = "qwen3_moe";
+  spec.hidden = 64;
+  spec.heads = 4;
+  spec.kv_heads = 2;
+  spec.layers = 1;
+  spec.intermediate = 64;
+  spec.vocab = 64;
+  make_model_pair(spec, dir.string());
+  const Checkpoint ckpt((dir / "target").string());
+  try {
+    rank.load(ckpt);
+    ADD_FAILURE() << "a Qwen3-MoE target loaded on CUDA";
+  } catch (const Error& e) {
+    EXPECT_EQ(e.exit_code(), kExitUsage);
+    EXPECT_NE(e.message().find("Qwen3MoeForCausalLM has mixture-of-experts layers"),
+              std::string::npos)
+        << e.message();
+    EXPECT_NE(e.message().find("parallel.backend = \"cpu\""), std::string::npos) << e.message();
+  }
+  fs::remove_all(dir);
+}
+
 #endif  // SPECRUN_HAVE_CUDA

@@ -1,6 +1,7 @@
 // The pieces every model graph shares and the backend interface's optional parts:
 //  - a backend without the fused ops (their default compositions, backend/default_ops.h) gives
-//    bitwise the logits of one with them, through prefill, batched decode and a token tree;
+//    bitwise the logits of one with them, through prefill, batched decode and a token tree, for
+//    a dense and a mixture-of-experts model;
 //  - the CPU backend's KV blocks, attention, token trees, keep and read_kv with key and value
 //    widths that differ (MLA's shape), against a float64 reference;
 //  - per-layer kinds: the weight schema's per-layer rows are held by the layers of their kind;
@@ -38,13 +39,16 @@ class ComposedCpuBackend : public CpuBackend {
   using CpuBackend::CpuBackend;
   void add_rmsnorm(F, CF, int, int, const Weight&, float, F) = delete;
   void linear_multi(CF, int, std::span<const LinearOut>) = delete;
+  void moe_experts(CF, int, int, std::span<const Weight>, std::span<const Weight>,
+                   const ExpertGroups&, F, F, F, F) = delete;
 };
 static_assert(Backend<ComposedCpuBackend>, "the fused ops are not part of the Backend concept");
 static_assert(!FusesAddRmsnorm<ComposedCpuBackend> && !FusesLinearMulti<ComposedCpuBackend> &&
                   !FusesLinearResidual<ComposedCpuBackend> &&
                   !FusesAddRmsnormLinearMulti<ComposedCpuBackend> &&
                   !FusesAddRmsnormSwiglu<ComposedCpuBackend> &&
-                  !FusesRopeAttend<ComposedCpuBackend>,
+                  !FusesRopeAttend<ComposedCpuBackend> && !FusesMoeRoute<ComposedCpuBackend> &&
+                  !FusesMoeExperts<ComposedCpuBackend>,
               "ComposedCpuBackend has no fused op");
 
 std::vector<float> random_floats(std::size_t n, std::mt19937& rng) {
@@ -64,55 +68,59 @@ std::vector<float> logits_of(LanguageModel& m, std::span<const SeqChunk> batch, 
 }  // namespace
 
 TEST(FusedOps, ABackendWithoutThemComputesBitwiseTheSameModel) {
-  const fs::path dir =
-      fs::temp_directory_path() / ("specrun_test_graph_" + std::to_string(::getpid()));
-  SyntheticSpec spec;
-  spec.architecture = "qwen3";  // q/k norms too
-  spec.hidden = 128;
-  spec.head_dim = 32;
-  spec.layers = 3;
-  spec.heads = 8;
-  spec.kv_heads = 4;
-  spec.intermediate = 256;
-  spec.vocab = 512;
-  make_model_pair(spec, dir.string());
-  const Checkpoint checkpoint((dir / "target").string());
-  test::SingleRankComm comm;
-  LlamaModel<CpuBackend> fused(checkpoint, CpuBackend(2), comm);
-  LlamaModel<ComposedCpuBackend> composed(checkpoint, ComposedCpuBackend(2), comm);
+  // qwen3: q/k norms too; qwen3_moe: the MoE block's fused ops too.
+  for (const char* arch : {"qwen3", "qwen3_moe"}) {
+    SCOPED_TRACE(arch);
+    const fs::path dir =
+        fs::temp_directory_path() / ("specrun_test_graph_" + std::to_string(::getpid()));
+    SyntheticSpec spec;
+    spec.architecture = arch;
+    spec.hidden = 128;
+    spec.head_dim = 32;
+    spec.layers = 3;
+    spec.heads = 8;
+    spec.kv_heads = 4;
+    spec.intermediate = 256;
+    spec.vocab = 512;
+    make_model_pair(spec, dir.string());
+    const Checkpoint checkpoint((dir / "target").string());
+    test::SingleRankComm comm;
+    LlamaModel<CpuBackend> fused(checkpoint, CpuBackend(2), comm);
+    LlamaModel<ComposedCpuBackend> composed(checkpoint, ComposedCpuBackend(2), comm);
 
-  const std::vector<std::int32_t> a = {1, 17, 300, 42, 9, 77, 5}, b = {1, 250, 3};
-  LanguageModel* models[2] = {&fused, &composed};
-  std::vector<float> got[2][4];
-  for (int i = 0; i < 2; ++i) {
-    LanguageModel& m = *models[i];
-    auto ca = m.new_cache(32), cb = m.new_cache(32);
-    // Prefill of two sequences, every token's logits.
-    const SeqChunk prefill[2] = {{ca.get(), a.data(), 6}, {cb.get(), b.data(), 3}};
-    got[i][0] = logits_of(m, prefill, true);
-    // Batched decode, last logits only (the last layer computes the rest for those rows only).
-    const std::int32_t next[2] = {a[6], 11};
-    const SeqChunk decode[2] = {{ca.get(), &next[0], 1}, {cb.get(), &next[1], 1}};
-    got[i][1] = logits_of(m, decode, false);
-    // A token tree under a's last token, then the kept path and one more chain token.
-    const std::int32_t nodes[4] = {8, 9, 10, 11}, parents[4] = {6, 7, 7, 6};
-    const SeqChunk tree{ca.get(), nodes, 4, parents};
-    got[i][2] = logits_of(m, {&tree, 1}, true);
-    const int path[2] = {0, 2};
-    m.keep(*ca, 7, path);
-    const std::int32_t after = 12;
-    const SeqChunk step{ca.get(), &after, 1};
-    got[i][3] = logits_of(m, {&step, 1}, false);
+    const std::vector<std::int32_t> a = {1, 17, 300, 42, 9, 77, 5}, b = {1, 250, 3};
+    LanguageModel* models[2] = {&fused, &composed};
+    std::vector<float> got[2][4];
+    for (int i = 0; i < 2; ++i) {
+      LanguageModel& m = *models[i];
+      auto ca = m.new_cache(32), cb = m.new_cache(32);
+      // Prefill of two sequences, every token's logits.
+      const SeqChunk prefill[2] = {{ca.get(), a.data(), 6}, {cb.get(), b.data(), 3}};
+      got[i][0] = logits_of(m, prefill, true);
+      // Batched decode, last logits only (the last layer computes the rest for those rows only).
+      const std::int32_t next[2] = {a[6], 11};
+      const SeqChunk decode[2] = {{ca.get(), &next[0], 1}, {cb.get(), &next[1], 1}};
+      got[i][1] = logits_of(m, decode, false);
+      // A token tree under a's last token, then the kept path and one more chain token.
+      const std::int32_t nodes[4] = {8, 9, 10, 11}, parents[4] = {6, 7, 7, 6};
+      const SeqChunk tree{ca.get(), nodes, 4, parents};
+      got[i][2] = logits_of(m, {&tree, 1}, true);
+      const int path[2] = {0, 2};
+      m.keep(*ca, 7, path);
+      const std::int32_t after = 12;
+      const SeqChunk step{ca.get(), &after, 1};
+      got[i][3] = logits_of(m, {&step, 1}, false);
+    }
+    for (int call = 0; call < 4; ++call) {
+      ASSERT_EQ(got[0][call].size(), got[1][call].size()) << "call " << call;
+      ASSERT_FALSE(got[0][call].empty());
+      EXPECT_EQ(std::memcmp(got[0][call].data(), got[1][call].data(),
+                            got[0][call].size() * sizeof(float)),
+                0)
+          << "call " << call << ": the default compositions differ from the CPU's fused kernels";
+    }
+    fs::remove_all(dir);
   }
-  for (int call = 0; call < 4; ++call) {
-    ASSERT_EQ(got[0][call].size(), got[1][call].size()) << "call " << call;
-    ASSERT_FALSE(got[0][call].empty());
-    EXPECT_EQ(
-        std::memcmp(got[0][call].data(), got[1][call].data(), got[0][call].size() * sizeof(float)),
-        0)
-        << "call " << call << ": the default compositions differ from the CPU's fused kernels";
-  }
-  fs::remove_all(dir);
 }
 
 namespace {
@@ -295,6 +303,11 @@ TEST(LayerKinds, TheSchemasPerLayerRowsAreHeldByTheLayersOfTheirKind) {
     EXPECT_EQ(c.layer_kind(layer), llama) << "layer " << layer;
     for (const TensorSpec& s : llama_schema()) {
       if (!s.per_layer()) continue;
+      // Rows of another layer kind (the MoE MLP's) are in no layer of a dense model.
+      if (!s.scope.holds(llama)) {
+        EXPECT_FALSE(present(s, c, layer)) << s.name << " in layer " << layer;
+        continue;
+      }
       // Every layer holds every per-layer row of the family; of those Qwen3 has all but the
       // biases (q/k norms included).
       const bool bias = s.presence == Presence::kQkvBias || s.presence == Presence::kOBias;

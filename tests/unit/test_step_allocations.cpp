@@ -1,8 +1,10 @@
 // A warm decoding step allocates nothing: BatchDecoder::run on the same prompts with twice the
 // new tokens (twice the steps) makes exactly as many heap allocations, in baseline mode and in
-// speculative mode (greedy and sampled) with the model drafter, and so it does with the expert
-// accounting of a mixture-of-experts target and draft model (tests/unit/routed_model.h). Every
-// operator new of the program is counted (this file replaces the global one).
+// speculative mode (greedy and sampled) with the model drafter, for a dense target and a
+// mixture-of-experts one (its routing, grouping and per-expert scratch reused too, and the
+// expert accounting of its passes), and so it does with the accounting of a draft model's passes
+// (tests/unit/routed_model.h). Every operator new of the program is counted (this file replaces
+// the global one).
 #include <gtest/gtest.h>
 
 #include <array>
@@ -81,26 +83,32 @@ std::array<long, 2> warm_run_allocations(const Models& m, DecodeOptions opt, con
 }  // namespace
 
 TEST(StepAllocations, AWarmStepAllocatesNothing) {
-  const test::SmallPair pair("alloc");
-  test::SingleRankComm comm;
-  Checkpoint target_ckpt(pair.target()), draft_ckpt(pair.draft());
-  auto target = load_cpu_model(target_ckpt, comm, 1);
-  auto ops = make_token_ops(BackendKind::kCpu, nullptr);
-  const std::vector<Prompt> prompts = test::small_prompts(3);
-  const Models models{*target, load_cpu_model(draft_ckpt, comm, 1), nullptr, *ops, prompts};
-  for (float temperature : {0.0f, 0.8f}) {
-    for (const char* mode : {kModeBaseline, kModeSpeculative}) {
-      DecodeOptions opt;
-      opt.shape.draft_len = 3;
-      opt.stop_at_eos = false;
-      opt.sampling.temperature = temperature;
-      const auto counted =
-          warm_run_allocations(models, opt, mode, [](const BatchResult& r, const DecodeOptions& o) {
-            for (const SequenceRecord& s : r.sequences) ASSERT_EQ(s.generated, o.max_new_tokens);
-          });
-      EXPECT_EQ(counted[0], counted[1])
-          << mode << ", T = " << temperature << ": " << counted[0] << " allocations for 12 "
-          << "new tokens, " << counted[1] << " for 24: some step allocates";
+  for (const char* arch : {"llama", "qwen3_moe"}) {
+    SCOPED_TRACE(arch);
+    const test::SmallPair pair("alloc", arch);
+    test::SingleRankComm comm;
+    Checkpoint target_ckpt(pair.target()), draft_ckpt(pair.draft());
+    auto target = load_cpu_model(target_ckpt, comm, 1);
+    auto ops = make_token_ops(BackendKind::kCpu, nullptr);
+    const std::vector<Prompt> prompts = test::small_prompts(3);
+    const Models models{*target, load_cpu_model(draft_ckpt, comm, 1), nullptr, *ops, prompts};
+    for (float temperature : {0.0f, 0.8f}) {
+      for (const char* mode : {kModeBaseline, kModeSpeculative}) {
+        DecodeOptions opt;
+        opt.shape.draft_len = 3;
+        opt.stop_at_eos = false;
+        opt.sampling.temperature = temperature;
+        const auto counted = warm_run_allocations(
+            models, opt, mode, [&](const BatchResult& r, const DecodeOptions& o) {
+              for (const SequenceRecord& s : r.sequences) ASSERT_EQ(s.generated, o.max_new_tokens);
+              // The MoE target's passes are counted: one prefill and one per step.
+              ASSERT_EQ(r.target_experts.passes(),
+                        std::string(arch) == "llama" ? 0 : r.n_steps + 1);
+            });
+        EXPECT_EQ(counted[0], counted[1])
+            << mode << ", T = " << temperature << ": " << counted[0] << " allocations for 12 "
+            << "new tokens, " << counted[1] << " for 24: some step allocates";
+      }
     }
   }
 }

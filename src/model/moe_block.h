@@ -1,0 +1,105 @@
+// The mixture-of-experts block (Qwen3-MoE, Mixtral): a layer's MLP when its kind is
+// MlpKind::kMoe, on the residual stream of any graph (GraphBase's ResidualStream), written once
+// against the backend interface.
+//
+//   xn = rmsnorm(x, post-attention norm)                          [n, H]
+//   logits = xn router^T (float32); p = softmax(logits)           [n, E]
+//   per token: its top_k experts by p (ties: the lower expert index first), weights w = p of
+//   them, renormalised to sum 1 when norm_topk_prob (Mixtral: always)
+//   x += sum over the token's experts e, in ascending e, of w_e * down_e(silu(gate_e xn) * up_e xn)
+// as Hugging Face's Qwen3MoeSparseMoeBlock / MixtralSparseMoeBlock define it. The routing is
+// decided on the host (fused::moe_route), the tokens are grouped by expert (ExpertGrouping) and
+// each of the rank's selected experts runs once over its tokens (fused::moe_experts: gather,
+// SwiGLU, down projection, then the weighted sum per token: backend combine_rows). Every step
+// is per token, in an order fixed by the token's own experts, so a token's output does not
+// depend on the other tokens of the pass (batch invariance, on the CPU bitwise).
+//
+// Expert parallelism (weight_schema.h): a rank holds `experts` experts from `expert_begin`
+// (ep = tp: its share; ep = 1: all of them, each cut to its intermediate slice); its output is
+// the partial sum of its experts' (or slices') contributions, completed by the stream's
+// all-reduce (ResidualStream::add_delta).
+#pragma once
+
+#include <cstdint>
+#include <span>
+#include <vector>
+
+#include "backend/backend.h"
+#include "backend/default_ops.h"
+#include "model/graph_base.h"
+
+namespace specrun {
+
+// The (token, expert) pairs of one layer's routing that go to this rank's experts, grouped for
+// fused::moe_experts (backend.h ExpertGroups). Host memory; reused between layers and passes
+// (grown, never shrunk).
+class ExpertGrouping {
+ public:
+  // chosen, weights: [n, top_k] (global expert ids, their weights); the rank holds experts
+  // [expert_begin, expert_begin + experts).
+  void build(const std::int32_t* chosen, const float* weights, int n, int top_k, int expert_begin,
+             int experts);
+  ExpertGroups groups() const {
+    return ExpertGroups{first_, token_, token_first_, by_token_, weight_};
+  }
+
+ private:
+  std::vector<int> first_, token_, token_first_, by_token_, cursor_, pair_of_;
+  std::vector<float> weight_;
+};
+
+// The block, for one graph: its scratch and the routing of the layer it last ran.
+template <class B>
+class MoeBlock {
+  using F = typename B::F;
+  using Weight = typename B::Weight;
+
+ public:
+  // n_experts routed experts, top_k per token, renormalised weights or not; the rank's experts
+  // [expert_begin, expert_begin + experts). The backend must outlive the block.
+  MoeBlock(B& b, int n_experts, int top_k, bool renormalise, int expert_begin, int experts)
+      : b_(b),
+        n_experts_(n_experts),
+        top_k_(top_k),
+        renormalise_(renormalise),
+        expert_begin_(expert_begin),
+        experts_(experts) {}
+
+  // One MoE layer over the stream's first n rows: the norm (`norm`) into xn [n, dim], the
+  // router, the rank's experts (gate_up[e], down[e]: local expert e, prepared as the weight
+  // schema stacks them) and their weighted sum into the stream. chosen: host [n, top_k], gets
+  // each row's experts (global ids, by descending weight).
+  void run(ResidualStream<B>& stream, int n, int dim, const Weight& norm, const Weight& router,
+           std::span<const Weight> gate_up, std::span<const Weight> down, F xn,
+           std::int32_t* chosen) {
+    SPEC_CHECK(static_cast<int>(gate_up.size()) == experts_ &&
+                   static_cast<int>(down.size()) == experts_ && router.rows == n_experts_,
+               "moe block: " << gate_up.size() << " gate/up and " << down.size()
+                             << " down weights for " << experts_ << " local experts, a router of "
+                             << router.rows << " rows for " << n_experts_ << " experts");
+    stream.norm(n, norm, xn);
+    const std::size_t scores = static_cast<std::size_t>(n) * n_experts_;
+    host_logits_.resize(scores);
+    weights_.resize(static_cast<std::size_t>(n) * top_k_);
+    fused::moe_route(b_, xn, n, router, top_k_, renormalise_, logits_.grow(scores),
+                     host_logits_.data(), chosen, weights_.data());
+    grouping_.build(chosen, weights_.data(), n, top_k_, expert_begin_, experts_);
+    const ExpertGroups groups = grouping_.groups();
+    const std::size_t pairs = static_cast<std::size_t>(groups.pairs());
+    const std::size_t width = experts_ > 0 ? static_cast<std::size_t>(gate_up[0].rows) : 0;
+    F xg = xg_.grow(pairs * dim), act = act_.grow(pairs * width), ye = ye_.grow(pairs * dim);
+    fused::moe_experts(b_, xn, n, dim, gate_up, down, groups, xg, act, ye, stream.delta());
+    stream.add_delta(n);
+  }
+
+ private:
+  B& b_;
+  int n_experts_, top_k_;
+  bool renormalise_;
+  int expert_begin_, experts_;
+  ExpertGrouping grouping_;
+  std::vector<float> host_logits_, weights_;
+  typename B::Scratch logits_, xg_, act_, ye_;
+};
+
+}  // namespace specrun
