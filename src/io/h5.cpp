@@ -495,6 +495,15 @@ void Dataset::resize_rows(int64_t n_rows) {
   H5C(H5Dset_extent(id(), d.data()), "cannot resize " << where_ << " to " << n_rows << " rows");
 }
 
+void Dataset::rewrite_string_rows(int64_t n_rows) {
+  SPEC_CHECK(rank() == 1 && is_string(), where_ << " is not a 1-D string dataset");
+  SPEC_CHECK(n_rows >= 0 && n_rows <= rows(),
+             "cannot cut " << where_ << " to " << n_rows << " rows: it has " << rows());
+  const std::vector<std::string> kept = read_strings(0, n_rows);
+  resize_rows(0);
+  append_strings(kept);
+}
+
 // Group ------------------------------------------------------------------------------------------
 
 std::string Group::child_path(const std::string& name) const {
@@ -688,6 +697,11 @@ File File::open(const std::string& path, Access access) {
 
 void File::flush() {
   H5C(H5Fflush(id(), H5F_SCOPE_GLOBAL), "cannot flush " << file_path_ << " (disk full?)");
+}
+
+void File::cover_written_tail() {
+  H5C(H5Fincrement_filesize(id(), 0),
+      "cannot set the allocated end of " << file_path_ << " to its size");
 }
 
 namespace {

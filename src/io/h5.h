@@ -218,6 +218,14 @@ class Dataset : public Object {
 
   // Sets the length along axis 0 (grows or shrinks; shrinking discards rows).
   void resize_rows(int64_t n_rows);
+  // A 1-D variable-length string dataset cut to its first `n_rows` rows with no trace of the
+  // rows after them: the rows are read, every chunk is dropped (extent 0), and they are written
+  // again into new chunks. resize_rows alone keeps the dropped rows' elements in their chunk, and
+  // HDF5 frees the heap object an element refers to before it overwrites the element; after a
+  // SIGKILL that element may refer to a global heap collection that never reached the file (or
+  // lies past the end the superblock records), and the next append fails. The rewritten rows'
+  // old heap objects stay in the file, unreferenced (a resume's cost: their bytes).
+  void rewrite_string_rows(int64_t n_rows);
 
   // Bytes of one chunk of a chunked dataset as stored before compression (0 when contiguous):
   // what rewriting its last partial chunk may allocate in the file.
@@ -338,6 +346,12 @@ class File : public Group {
 
   // H5Fflush(H5F_SCOPE_GLOBAL): everything written so far reaches the OS.
   void flush();
+  // Sets the end of allocated space that HDF5 keeps in the superblock (EOA) to at least the
+  // file's size (H5Fincrement_filesize(file, 0)). A writer killed between writing metadata or
+  // chunks and writing the superblock leaves bytes past the recorded EOA that its flushed
+  // structures may point to; without this HDF5 refuses to load them ("len not positive after
+  // adjustment for EOA") and would allocate new objects over them. Read-write files only.
+  void cover_written_tail();
   // Makes sure that writing the next `bytes` bytes past the file's current end cannot fail for
   // lack of space: allocates them on the file system without changing the file's size
   // (fallocate with FALLOC_FL_KEEP_SIZE; HDF5 then writes into blocks it already owns). Where the

@@ -371,6 +371,9 @@ ResultWriter ResultWriter::reopen(const std::string& output) {
   impl->file = h5::File::open(impl->path, h5::File::Access::kReadWrite);
   h5::File& f = impl->file;
   check_resume_schema(impl->path, result_layout::check_schema(f), f.attr_string("specrun_version"));
+  // What the killed run wrote past the allocated end its last flush recorded stays allocated:
+  // its flushed tables may point there (h5::File::cover_written_tail).
+  f.cover_written_tail();
   impl->world_size = static_cast<int32_t>(f.attr_int("world_size"));
   for (const char* mode : {kModeBaseline, kModeSpeculative}) {
     if (!f.has(mode)) continue;

@@ -370,10 +370,18 @@ Committed find_committed(const ModeTables& t) {
 }
 
 void truncate_to(ModeTables& t, const Committed& c) {
-  for (auto& [name, d] : t.seq)
-    d.resize_rows(name == "output_offsets"  ? c.sequences + 1
-                  : name == "output_tokens" ? c.tokens
-                                            : c.sequences);
+  // String columns are rewritten rather than cut: their dropped rows' elements would stay in the
+  // chunk, and the next append would free the heap objects they name (h5::Dataset::
+  // rewrite_string_rows), which a killed writer may never have written.
+  for (auto& [name, d] : t.seq) {
+    const int64_t rows = name == "output_offsets"  ? c.sequences + 1
+                         : name == "output_tokens" ? c.tokens
+                                                   : c.sequences;
+    if (d.is_string())
+      d.rewrite_string_rows(rows);
+    else
+      d.resize_rows(rows);
+  }
   for (auto& [name, d] : t.steps) d.resize_rows(c.steps);
   for (auto& [name, d] : t.batches) d.resize_rows(c.batches);
   t.timings.resize_rows(c.timing_rows);
@@ -383,7 +391,7 @@ void truncate_to(ModeTables& t, const Committed& c) {
   if (t.device_passes.valid()) t.device_passes.resize_rows(c.timing_rows);
   if (t.host.valid()) {
     t.host.resize_rows(c.batches);
-    t.host_busy.resize_rows(c.batches);
+    t.host_busy.rewrite_string_rows(c.batches);
   }
   t.group.set_attr_int64("batches_committed", c.batches);
   t.group.set_attr_int64("sequences_committed", c.sequences);
