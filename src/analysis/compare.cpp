@@ -207,6 +207,37 @@ void compare_graphs(const ModeData& b, const ModeData& n, std::vector<GraphChang
   }
 }
 
+// The target's expert bytes per emitted token of a mode's step passes (Comparison::experts).
+void compare_experts(const ModeData& b, const ModeData& n, const CompareOptions& options,
+                     std::uint64_t& seed, std::vector<ExpertChange>& out) {
+  if (b.target_experts.empty() || n.target_experts.empty()) return;
+  std::vector<double> bb, be, nb, ne;
+  expert_step_samples(b.target_experts, b.steps, bb, be);
+  expert_step_samples(n.target_experts, n.steps, nb, ne);
+  if (bb.empty() || nb.empty()) return;
+  const char* kind = kPassKindNames[b.mode == kModeSpeculative ? kPassVerify : kPassDecode];
+  ExpertChange c;
+  c.mode = b.mode;
+  c.kind = kind;
+  const ExpertSummary base = summarize_experts(b.target_experts, b.steps, 0);
+  const ExpertSummary next = summarize_experts(n.target_experts, n.steps, 0);
+  if (const ExpertPassSummary* k = base.kind(kind)) {
+    c.base_mb_per_token = k->mb_per_emitted_token;
+    c.base_unique = k->unique_per_layer;
+  }
+  if (const ExpertPassSummary* k = next.kind(kind)) {
+    c.next_mb_per_token = k->mb_per_emitted_token;
+    c.next_unique = k->unique_per_layer;
+  }
+  c.base_n = static_cast<std::int64_t>(bb.size());
+  c.next_n = static_cast<std::int64_t>(nb.size());
+  c.relative = bootstrap_relative_change(bb, be, nb, ne, options.resamples, ++seed);
+  const double t = options.threshold_pct / 100.0;
+  c.regression = c.relative.low > t;
+  c.improvement = c.relative.high < -t;
+  out.push_back(c);
+}
+
 }  // namespace
 
 Comparison compare_modes(const std::vector<ModeData>& base, const std::vector<ModeData>& next,
@@ -245,6 +276,7 @@ Comparison compare_modes(const std::vector<ModeData>& base, const std::vector<Mo
     }
     compare_device(*b, *n, options, step_ms, seed, out.device);
     compare_graphs(*b, *n, out.graphs);
+    compare_experts(*b, *n, options, seed, out.experts);
     TimingChange t;
     t.mode = mode;
     t.name = "tokens/s";
@@ -284,6 +316,7 @@ Comparison compare_modes(const std::vector<ModeData>& base, const std::vector<Mo
   mark_diffuse(out);
   attribute_to_host(out, base, next, options, ++seed);
   for (const TimingChange& c : out.timings) out.regression = out.regression || c.regression;
+  for (const ExpertChange& e : out.experts) out.regression = out.regression || e.regression;
   out.regression = out.regression || out.speedup.regression;
   return out;
 }

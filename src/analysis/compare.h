@@ -78,6 +78,21 @@ struct SpeedupChange {
   bool environment = false;  // changed beyond the threshold, as the busier host explains
 };
 
+// The expert bytes a mixture-of-experts target read per emitted token in one mode's steps
+// (baseline: its decode passes, speculative: its verify passes), when both runs recorded them:
+// each pass's expert bytes over the tokens its step emitted, resampled over passes. More bytes
+// per token with confidence is a regression whatever the timings say: a verify that reads the
+// union of more tokens' experts for the tokens it emits is the MoE cost of speculation.
+struct ExpertChange {
+  std::string mode, kind;                               // "speculative", "verify"
+  double base_mb_per_token = 0, next_mb_per_token = 0;  // expert MB (1e6 bytes) per token
+  double base_unique = 0, next_unique = 0;              // unique experts per MoE layer per pass
+  std::int64_t base_n = 0, next_n = 0;                  // passes
+  Interval relative;                                    // next / base - 1 of MB per emitted token
+  bool regression = false;                              // more bytes per token beyond the threshold
+  bool improvement = false;                             // fewer, beyond it
+};
+
 struct AcceptanceChange {
   std::string mode;
   double base_tau = 0, next_tau = 0;
@@ -124,6 +139,10 @@ struct Comparison {
   std::vector<GraphChange> graphs;
   SpeedupChange speedup;
   std::vector<AcceptanceChange> acceptance;
+  // Per mode, the target's expert bytes per emitted token (mixture-of-experts targets recorded in
+  // both runs). A regression makes the comparison one (never attributed to the host: bytes are
+  // not time).
+  std::vector<ExpertChange> experts;
   // Per mode: how busy each run's host was, and whether one was busier (analysis/host_load.h).
   std::vector<HostChange> hosts;
   ProvenanceDiff provenance;
@@ -138,7 +157,7 @@ struct Comparison {
   // Each run's code: "836c867 (clean)", "a1b2c3d (dirty)".
   std::string base_code, next_code;
   std::vector<std::string> notes;  // modes present in one file only, unfinished jobs, ...
-  bool regression = false;         // some timing change (or the speedup) is a regression
+  bool regression = false;         // some timing change, the speedup or the expert bytes regressed
   CompareOptions options;
   int exit_code() const {
     return !experiment_keys.empty() ? kCompareExperiments

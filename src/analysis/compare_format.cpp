@@ -78,6 +78,15 @@ std::string describe_timing(const TimingChange& t) {
   return out;
 }
 
+// "speculative verify expert MB per emitted token +23.1% [95% CI +20.0%, +26.4%] (12.110 ->
+// 14.906 MB/token; unique experts per layer 6.10 -> 7.52)"
+std::string describe_experts(const ExpertChange& e) {
+  return e.mode + " " + e.kind + " expert MB per emitted token " + pct(e.relative.value) + " " +
+         ci(e.relative) + " (" + fixed(e.base_mb_per_token, 3) + " -> " +
+         fixed(e.next_mb_per_token, 3) + " MB/token; unique experts per layer " +
+         fixed(e.base_unique, 2) + " -> " + fixed(e.next_unique, 2) + ")";
+}
+
 // Up to `limit` items joined by "; ", then "; +N more".
 std::string join_limited(const std::vector<std::string>& items, std::size_t limit) {
   std::string out;
@@ -161,7 +170,12 @@ std::string verdict_line(const Comparison& c) {
   };
   std::sort(worse.begin(), worse.end(), by_size);
   std::sort(better.begin(), better.end(), by_size);
+  // The expert bytes first: when a verify reads more experts per token, that is why it slowed.
   std::vector<std::string> w, b;
+  for (const ExpertChange& e : c.experts) {
+    if (e.regression) w.push_back(describe_experts(e));
+    if (e.improvement) b.push_back(describe_experts(e));
+  }
   for (const TimingChange* t : worse)
     w.push_back(describe_timing(*t) + device_note(c, *t) + graph_note(c, *t));
   for (const TimingChange* t : better)
@@ -177,9 +191,15 @@ std::string verdict_line(const Comparison& c) {
       if (g.fell || g.rose)
         graphs.push_back(g.mode + " " + g.phase + " " + share(g.base.graph_share()) + " -> " +
                          share(g.next.graph_share()));
+    std::vector<std::string> experts;
+    for (const ExpertChange& e : c.experts)
+      experts.push_back(e.mode + " " + e.kind + " " + fixed(e.base_mb_per_token, 3) + " -> " +
+                        fixed(e.next_mb_per_token, 3) + " (" + pct(e.relative.value) + ")");
     return "DIFFERENT EXPERIMENTS (" + join_limited(c.experiment_keys, 4) +
            " differ; phases not judged as regressions): speculative ms per token: " +
            (costs.empty() ? std::string("-") : join_limited(costs, 6)) +
+           (experts.empty() ? std::string()
+                            : "; expert MB per emitted token: " + join_limited(experts, 2)) +
            (graphs.empty() ? std::string() : "; passes as CUDA graphs: " + join_limited(graphs, 4));
   }
   if (!w.empty()) return "REGRESSION: " + join_limited(w, 3);
@@ -208,8 +228,9 @@ std::string verdict_line(const Comparison& c) {
   std::vector<std::string> diffuse;
   for (const TimingChange& t : c.timings)
     if (t.diffuse) diffuse.push_back(describe_timing(t));
-  return "SAME: no phase, throughput or speedup changed by more than " +
-         fixed(c.options.threshold_pct, 1) + "% with 95% confidence" +
+  return std::string(c.experts.empty() ? "SAME: no phase, throughput or speedup"
+                                       : "SAME: no phase, throughput, speedup or expert bytes") +
+         " changed by more than " + fixed(c.options.threshold_pct, 1) + "% with 95% confidence" +
          (diffuse.empty()
               ? std::string()
               : " (spread over no phase, not judged: " + join_limited(diffuse, 2) + ")");
@@ -330,6 +351,20 @@ std::string format_comparison(const Comparison& c, const std::string& base_path,
       out << "\n";
     }
   }
+  if (!c.experts.empty()) {
+    out << "target experts (expert MB per emitted token; unique experts per MoE layer)\n";
+    for (const ExpertChange& e : c.experts) {
+      out << "  " << std::left << std::setw(28) << (e.mode + " " + e.kind + " MB/token")
+          << std::right << std::fixed << std::setprecision(3) << std::setw(9) << e.base_mb_per_token
+          << std::setw(11) << e.next_mb_per_token << std::setw(10) << pct(e.relative.value)
+          << "   [" << pct(e.relative.low) << ", " << pct(e.relative.high) << "]";
+      if (e.regression) out << "  REGRESSION";
+      if (e.improvement) out << "  improved";
+      out << "\n  " << std::left << std::setw(28) << (e.mode + " " + e.kind + " unique")
+          << std::right << std::setprecision(2) << std::setw(9) << e.base_unique << std::setw(11)
+          << e.next_unique << "\n";
+    }
+  }
   bool host_recorded = false;
   for (const HostChange& h : c.hosts) host_recorded = host_recorded || h.base.recorded;
   if (host_recorded) {
@@ -381,6 +416,8 @@ std::string format_comparison(const Comparison& c, const std::string& base_path,
       if (t.regression)
         out << "  " << t.mode << " " << t.name << " " << pct(t.relative.value) << " [95% CI "
             << pct(t.relative.low) << ", " << pct(t.relative.high) << "]\n";
+    for (const ExpertChange& e : c.experts)
+      if (e.regression) out << "  " << describe_experts(e) << "\n";
   } else {
     out << std::defaultfloat << "no regression beyond " << c.options.threshold_pct << "%\n";
   }
@@ -465,6 +502,21 @@ nlohmann::json comparison_to_json(const Comparison& c) {
                      {"base_busier", h.base_busier},
                      {"gpu_slower", h.gpu_slower},
                      {"gpu_clock_ratio", h.gpu_clock_ratio}});
+  nlohmann::json experts = nlohmann::json::array();
+  for (const ExpertChange& e : c.experts)
+    experts.push_back({{"mode", e.mode},
+                       {"kind", e.kind},
+                       {"base_mb_per_emitted_token", e.base_mb_per_token},
+                       {"new_mb_per_emitted_token", e.next_mb_per_token},
+                       {"base_unique_per_layer", e.base_unique},
+                       {"new_unique_per_layer", e.next_unique},
+                       {"base_passes", e.base_n},
+                       {"new_passes", e.next_n},
+                       {"relative_change", e.relative.value},
+                       {"ci_low", e.relative.low},
+                       {"ci_high", e.relative.high},
+                       {"regression", e.regression},
+                       {"improvement", e.improvement}});
   nlohmann::json graphs = nlohmann::json::array();
   for (const GraphChange& g : c.graphs)
     graphs.push_back({{"mode", g.mode},
@@ -489,6 +541,7 @@ nlohmann::json comparison_to_json(const Comparison& c) {
       {"timings", timings},
       {"device_timings", device},
       {"device_passes", graphs},
+      {"experts", experts},
       {"acceptance", acceptance},
       {"hosts", hosts},
       {"provenance",

@@ -271,10 +271,124 @@ std::map<std::string, DevicePassCounts> device_pass_counts(const ModeData& data)
   return out;
 }
 
+namespace {
+
+// (batch, step) -> tokens the step emitted over its sequences; steps with an unknown count
+// (result schema 1) are left out.
+std::map<std::pair<std::int64_t, std::int32_t>, std::int64_t> emitted_by_step(
+    const std::vector<StepRecord>& steps) {
+  std::map<std::pair<std::int64_t, std::int32_t>, std::int64_t> out;
+  std::set<std::pair<std::int64_t, std::int32_t>> unknown;
+  for (const StepRecord& st : steps) {
+    if (st.emitted < 0) unknown.insert({st.batch, st.step});
+    out[{st.batch, st.step}] += std::max(st.emitted, 0);
+  }
+  for (const auto& key : unknown) out.erase(key);
+  return out;
+}
+
+double expert_mb(const ExpertRecords& r, std::int64_t p) {
+  double bytes = 0;
+  for (int l = 0; l < r.n_layers(); ++l) bytes += static_cast<double>(r.bytes(p, l));
+  return bytes / 1e6;
+}
+
+}  // namespace
+
+ExpertSummary summarize_experts(const ExpertRecords& r, const std::vector<StepRecord>& steps,
+                                std::int64_t generated) {
+  ExpertSummary out;
+  if (r.empty()) return out;
+  out.present = true;
+  out.top_k = r.top_k;
+  out.n_experts = r.n_experts;
+  out.ep = r.ep;
+  out.layers = r.n_layers();
+  out.expert_bytes = r.expert_bytes;
+  const auto emitted = emitted_by_step(steps);
+  const int L = r.n_layers();
+  const std::size_t ep = static_cast<std::size_t>(std::max(r.ep, 1));
+  struct Sums {
+    std::int64_t passes = 0, tokens = 0, rows = 0;
+    double unique = 0, seq_unique = 0, kept_unique = 0, max_load = 0, mb = 0, kept_mb = 0;
+    double step_mb = 0;  // of the passes inside steps with a known emitted count
+    std::set<std::pair<std::int64_t, std::int32_t>> steps;
+    std::vector<double> rank_pairs;
+  };
+  std::vector<Sums> kinds(kNumPassKinds);
+  double total_mb = 0;
+  std::size_t row = 0;
+  for (std::int64_t p = 0; p < r.passes(); ++p) {
+    Sums& k = kinds[static_cast<std::size_t>(r.kind[p])];
+    k.rank_pairs.resize(ep, 0);
+    k.passes += 1;
+    k.tokens += r.tokens[p];
+    for (int l = 0; l < L; ++l) {
+      const std::size_t at = static_cast<std::size_t>(p) * L + l;
+      k.unique += r.unique[at];
+      k.kept_unique += r.kept_unique[at];
+      k.max_load += r.max_load[at];
+      for (std::size_t e = 0; e < ep; ++e) k.rank_pairs[e] += r.rank_pairs[at * ep + e];
+    }
+    for (std::int32_t s = 0; s < r.sequences[p]; ++s, ++row) {
+      k.rows += 1;
+      for (int l = 0; l < L; ++l) k.seq_unique += r.seq_unique[row * L + l];
+    }
+    const double mb = expert_mb(r, p);
+    double kept_mb = 0;
+    for (int l = 0; l < L; ++l) kept_mb += static_cast<double>(r.kept_bytes(p, l)) / 1e6;
+    k.mb += mb;
+    k.kept_mb += kept_mb;
+    total_mb += mb;
+    if (r.step[p] >= 0 && emitted.count({r.batch[p], r.step[p]})) {
+      k.step_mb += mb;
+      k.steps.insert({r.batch[p], r.step[p]});
+    }
+  }
+  for (int i = 0; i < kNumPassKinds; ++i) {
+    const Sums& k = kinds[static_cast<std::size_t>(i)];
+    if (k.passes == 0) continue;
+    ExpertPassSummary e;
+    e.kind = kPassKindNames[static_cast<std::size_t>(i)];
+    e.passes = k.passes;
+    const double passes = static_cast<double>(k.passes), cells = passes * L;
+    e.tokens_per_pass = static_cast<double>(k.tokens) / passes;
+    e.unique_per_layer = k.unique / cells;
+    e.kept_unique_per_layer = k.kept_unique / cells;
+    e.max_load = k.max_load / cells;
+    e.seq_unique_per_layer = k.rows > 0 ? k.seq_unique / (static_cast<double>(k.rows) * L) : 0;
+    e.mb_per_pass = k.mb / passes;
+    e.kept_mb_per_pass = k.kept_mb / passes;
+    for (const auto& key : k.steps) e.emitted += emitted.at(key);
+    e.mb_per_emitted_token = e.emitted > 0 ? k.step_mb / static_cast<double>(e.emitted) : 0;
+    double pairs = 0;
+    for (double x : k.rank_pairs) pairs += x;
+    for (double x : k.rank_pairs) e.rank_share.push_back(pairs > 0 ? x / pairs : 0);
+    out.kinds.push_back(std::move(e));
+  }
+  out.mb_per_generated_token = generated > 0 ? total_mb / static_cast<double>(generated) : 0;
+  return out;
+}
+
+void expert_step_samples(const ExpertRecords& r, const std::vector<StepRecord>& steps,
+                         std::vector<double>& bytes, std::vector<double>& emitted) {
+  bytes.clear();
+  emitted.clear();
+  const auto by_step = emitted_by_step(steps);
+  for (std::int64_t p = 0; p < r.passes(); ++p) {
+    if (r.kind[p] != kPassDecode && r.kind[p] != kPassVerify) continue;
+    const auto it = by_step.find({r.batch[p], r.step[p]});
+    if (it == by_step.end()) continue;
+    bytes.push_back(expert_mb(r, p) * 1e6);
+    emitted.push_back(static_cast<double>(it->second));
+  }
+}
+
 const char* const kIdentitiesChecked =
     "step rows sum to each sequence's row (steps, drafted, accepted, emitted + 1 = generated); "
     "0 <= accepted <= depth <= drafted; histogram = verify steps; per-position counts = step "
-    "rows; one timing row per step, the same ranks in each";
+    "rows; one timing row per step, the same ranks in each; expert records: pairs = tokens x "
+    "top_k, unique <= min(experts, pairs), one target pass per step";
 
 void check_identities(const ModeData& data) {
   const std::string where = (data.source.empty() ? "" : data.source + ": ") + data.mode;
@@ -366,6 +480,34 @@ void check_identities(const ModeData& data) {
       SPEC_INPUT_CHECK(rows_of[b] == static_cast<std::int64_t>(steps.size()),
                        where << ": batch " << b << " has " << steps.size() << " steps but "
                              << rows_of[b] << " timing rows");
+  }
+  // The expert accounting: its own identities, and one target pass (decode or verify) per step.
+  for (const auto& [model, r] :
+       {std::pair<const char*, const ExpertRecords*>{kExpertTarget, &data.target_experts},
+        {kExpertDraft, &data.draft_experts}}) {
+    const std::string problem = expert_records_problem(*r);
+    SPEC_INPUT_CHECK(problem.empty(), where << ": the " << model << "'s expert records: " << problem
+                                            << ": the result file is inconsistent");
+  }
+  if (!data.target_experts.empty()) {
+    const ExpertRecords& r = data.target_experts;
+    std::map<std::pair<std::int64_t, std::int32_t>, int> passes;
+    for (std::int64_t p = 0; p < r.passes(); ++p)
+      if (r.kind[p] == kPassDecode || r.kind[p] == kPassVerify) ++passes[{r.batch[p], r.step[p]}];
+    std::set<std::pair<std::int64_t, std::int32_t>> steps;
+    for (const StepRecord& st : data.steps) steps.insert({st.batch, st.step});
+    for (const auto& key : steps) {
+      const auto it = passes.find(key);
+      const int n = it == passes.end() ? 0 : it->second;
+      SPEC_INPUT_CHECK(n == 1, where << ": batch " << key.first << " step " << key.second << " has "
+                                     << n
+                                     << " target passes in the expert records (one per step): "
+                                        "the result file is inconsistent");
+    }
+    SPEC_INPUT_CHECK(passes.size() == steps.size(),
+                     where << ": the target's expert records hold " << passes.size()
+                           << " decoding steps, the step rows " << steps.size()
+                           << ": the result file is inconsistent");
   }
 }
 
@@ -469,6 +611,8 @@ ModeSummary summarize_mode(const ModeData& data) {
     if (!v.empty()) m.device_phases[kDeviceColumns[c]] = quantiles(std::move(v));
   }
   m.device_passes = device_pass_counts(data);
+  m.target_experts = summarize_experts(data.target_experts, data.steps, m.generated);
+  m.draft_experts = summarize_experts(data.draft_experts, data.steps, m.generated);
   return m;
 }
 
@@ -522,6 +666,24 @@ RunSummary summarize_run(const std::vector<ModeData>& modes, bool greedy, std::u
   RunSummary run;
   run.greedy = greedy;
   for (const ModeData& m : modes) run.modes.push_back(summarize_mode(m));
+  const ExpertPassSummary* decode = nullptr;
+  const ExpertPassSummary* verify = nullptr;
+  for (const ModeSummary& m : run.modes) {
+    if (m.mode == kModeBaseline && m.target_experts.present)
+      decode = m.target_experts.kind(kPassKindNames[kPassDecode]);
+    if (m.mode == kModeSpeculative && m.target_experts.present)
+      verify = m.target_experts.kind(kPassKindNames[kPassVerify]);
+  }
+  if (decode != nullptr && verify != nullptr && decode->unique_per_layer > 0 &&
+      decode->mb_per_pass > 0) {
+    ExpertRatio& x = run.verify_over_decode;
+    x.present = true;
+    x.unique_per_layer = verify->unique_per_layer / decode->unique_per_layer;
+    x.mb_per_step = verify->mb_per_pass / decode->mb_per_pass;
+    x.mb_per_emitted_token = decode->mb_per_emitted_token > 0
+                                 ? verify->mb_per_emitted_token / decode->mb_per_emitted_token
+                                 : 0;
+  }
   const PairedSamples p = paired_samples(modes);
   if (p.b_seconds.empty()) return run;
   run.greedy_identical = p.identical;
@@ -583,6 +745,8 @@ std::vector<ModeData> load_mode_data(const ResultReader& reader) {
     HostTable host = reader.host(mode);
     d.host = std::move(host.values);
     d.host_busy = std::move(host.busy);
+    d.target_experts = reader.experts(mode, kExpertTarget);
+    d.draft_experts = reader.experts(mode, kExpertDraft);
     out.push_back(std::move(d));
   }
   return out;

@@ -62,7 +62,57 @@ struct ModeData {
   // The timings rows' pass rows, [rows x n_ranks x kNumPassColumns] counts (io/records.h
   // kPassColumns; NaN for ranks without a device). Empty for files before schema version 6.
   std::vector<float> device_passes;
+  // The expert accounting of the target's passes and of a draft model's (io/records.h
+  // ExpertRecords); empty for dense models and files before schema version 7.
+  ExpertRecords target_experts;
+  ExpertRecords draft_experts;
 };
+
+// One pass kind's expert figures (one model, one mode). Means are over the kind's passes (and
+// their MoE layers); MB are 1e6 bytes.
+struct ExpertPassSummary {
+  std::string kind;  // kPassKindNames
+  std::int64_t passes = 0;
+  double tokens_per_pass = 0;
+  double unique_per_layer = 0;       // the batch's unique experts per MoE layer
+  double seq_unique_per_layer = 0;   // each sequence's, mean over its rows
+  double kept_unique_per_layer = 0;  // the kept tokens' (a verify's accepted paths and roots)
+  double max_load = 0;               // the most tokens on one expert
+  double mb_per_pass = 0;            // expert bytes read by a pass, all MoE layers
+  double kept_mb_per_pass = 0;       // what the kept tokens alone would read
+  // Passes inside decoding steps (decode, verify, a drafter's): their expert bytes over the
+  // tokens those steps emitted; 0 for passes outside steps (prefill) or without known emitted
+  // tokens.
+  std::int64_t emitted = 0;
+  double mb_per_emitted_token = 0;
+  // Per expert-parallel rank, its share of the kind's (token, expert) pairs.
+  std::vector<double> rank_share;
+};
+
+// One model's expert accounting in one mode.
+struct ExpertSummary {
+  bool present = false;  // false: a dense model (or a file before schema 7)
+  int top_k = 0, n_experts = 0, ep = 1, layers = 0;
+  std::int64_t expert_bytes = 0;
+  std::vector<ExpertPassSummary> kinds;  // the kinds with passes, in kPassKindNames order
+  // Every pass's expert bytes over the mode's generated tokens (the prefill's included).
+  double mb_per_generated_token = 0;
+  const ExpertPassSummary* kind(const std::string& name) const {
+    for (const ExpertPassSummary& k : kinds)
+      if (k.kind == name) return &k;
+    return nullptr;
+  }
+};
+
+// The expert figures of `records` in a mode whose step rows are `steps` and which generated
+// `generated` tokens.
+ExpertSummary summarize_experts(const ExpertRecords& records, const std::vector<StepRecord>& steps,
+                                std::int64_t generated);
+// Per step pass (decode, verify) of `records`: its expert bytes and the tokens its step emitted,
+// in pass order (compare's samples of expert bytes per emitted token); passes of other kinds and
+// of steps without step rows are left out.
+void expert_step_samples(const ExpertRecords& records, const std::vector<StepRecord>& steps,
+                         std::vector<double>& bytes, std::vector<double>& emitted);
 
 // How a phase's forward passes were issued on the device (io/records.h kPassColumns), summed over
 // the rows and the ranks with a device.
@@ -124,6 +174,16 @@ struct ModeSummary {
     double tau = 0, alpha = 0;
   };
   std::map<std::string, Category> categories;  // "(none)" for prompts without a category
+  // The expert accounting (mixture-of-experts models): the target's passes, a draft model's.
+  ExpertSummary target_experts, draft_experts;
+};
+
+// A verify pass against a decode step, when the run has both (baseline decode, speculative
+// verify) for a mixture-of-experts target: the ratios of the unique experts per layer, of the
+// expert MB per step and of the expert MB per emitted token (verify over decode).
+struct ExpertRatio {
+  bool present = false;
+  double unique_per_layer = 0, mb_per_step = 0, mb_per_emitted_token = 0;
 };
 
 struct RunSummary {
@@ -134,6 +194,7 @@ struct RunSummary {
   std::int64_t greedy_identical = 0;  // prompts whose two outputs are token-identical
   bool greedy = false;                // temperature 0: the outputs must be identical
   std::map<std::string, Interval> speedup_by_category;  // only with more than one category
+  ExpertRatio verify_over_decode;                       // the target's experts, verify / decode
 };
 
 // Throws (exit code 2) naming the file, mode and prompt when the records break an identity above.

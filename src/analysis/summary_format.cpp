@@ -26,6 +26,64 @@ bool ranks_differ(const std::vector<Quantiles>& per_rank) {
   return hi - lo > 0.01 && hi - lo > 0.1 * (sum / n);
 }
 
+// "target: 16 experts, top-2, 6 MoE layers, ep 2, 1.57 MB per expert"
+std::string expert_shape(const char* model, const ExpertSummary& e) {
+  std::ostringstream out;
+  out << std::fixed << model << ": " << e.n_experts << " experts, top-" << e.top_k << ", "
+      << e.layers << " MoE layer" << (e.layers == 1 ? "" : "s") << ", ep " << e.ep << ", "
+      << std::setprecision(3) << static_cast<double>(e.expert_bytes) / 1e6 << " MB per expert";
+  return out.str();
+}
+
+// The expert accounting: per model, mode and pass kind, the unique experts per layer (the
+// batch's, each sequence's, the kept tokens'), the expert MB per pass and per emitted token;
+// then the verify / decode ratios of the target.
+std::string format_experts(const RunSummary& run) {
+  std::ostringstream out;
+  out << std::fixed;
+  for (const char* model : {kExpertTarget, kExpertDraft}) {
+    bool header = false;
+    for (const ModeSummary& m : run.modes) {
+      const ExpertSummary& e =
+          model == std::string(kExpertTarget) ? m.target_experts : m.draft_experts;
+      if (!e.present) continue;
+      if (!header) {
+        out << "\nexperts (" << expert_shape(model, e)
+            << "; unique experts per MoE layer, MB = 1e6 bytes)\n"
+            << "  mode         pass           passes  tokens/pass   unique  per seq     kept"
+               "  MB/pass  MB/token\n";
+        header = true;
+      }
+      for (const ExpertPassSummary& k : e.kinds) {
+        const bool verify = k.kind == kPassKindNames[kPassVerify];
+        out << "  " << std::left << std::setw(13) << m.mode << std::setw(13) << k.kind << std::right
+            << std::setw(8) << k.passes << std::setprecision(1) << std::setw(13)
+            << k.tokens_per_pass << std::setprecision(2) << std::setw(9) << k.unique_per_layer
+            << std::setw(9) << k.seq_unique_per_layer;
+        if (verify)
+          out << std::setw(9) << k.kept_unique_per_layer;
+        else
+          out << std::setw(9) << "-";
+        out << std::setprecision(3) << std::setw(9) << k.mb_per_pass;
+        if (k.emitted > 0)
+          out << std::setw(10) << k.mb_per_emitted_token;
+        else
+          out << std::setw(10) << "-";
+        out << "\n";
+      }
+      out << "  " << std::left << std::setw(13) << m.mode << std::right
+          << "all passes: " << std::setprecision(3) << e.mb_per_generated_token
+          << " MB per generated token (the prefill's included)\n";
+    }
+  }
+  const ExpertRatio& x = run.verify_over_decode;
+  if (x.present)
+    out << std::setprecision(2) << "experts, verify / decode (target): " << x.unique_per_layer
+        << "x unique experts per layer, " << x.mb_per_step << "x expert MB per step, "
+        << x.mb_per_emitted_token << "x expert MB per emitted token\n";
+  return out.str();
+}
+
 }  // namespace
 
 std::string format_summary(const RunSummary& run) {
@@ -73,6 +131,7 @@ std::string format_summary(const RunSummary& run) {
           << " prompts" << (run.greedy_identical == run.paired_prompts ? "" : "  <-- MISMATCH")
           << "\n";
   }
+  out << format_experts(run);
 
   // Device time beside the host's wall time when the run recorded it (CUDA): a forward pass's
   // host time is its launch, its device time the run.
@@ -167,6 +226,35 @@ nlohmann::json passes_to_json(const DevicePassCounts& n) {
                         {"unrecorded", n.unrecorded}, {"graph_share", n.graph_share()}};
 }
 
+namespace {
+
+// One model's expert figures (null for a dense model).
+nlohmann::json experts_to_json(const ExpertSummary& e) {
+  if (!e.present) return nullptr;
+  nlohmann::json kinds = nlohmann::json::object();
+  for (const ExpertPassSummary& k : e.kinds)
+    kinds[k.kind] = nlohmann::json{{"passes", k.passes},
+                                   {"tokens_per_pass", k.tokens_per_pass},
+                                   {"unique_per_layer", k.unique_per_layer},
+                                   {"sequence_unique_per_layer", k.seq_unique_per_layer},
+                                   {"kept_unique_per_layer", k.kept_unique_per_layer},
+                                   {"max_load", k.max_load},
+                                   {"mb_per_pass", k.mb_per_pass},
+                                   {"kept_mb_per_pass", k.kept_mb_per_pass},
+                                   {"emitted", k.emitted},
+                                   {"mb_per_emitted_token", k.mb_per_emitted_token},
+                                   {"ep_rank_share", k.rank_share}};
+  return nlohmann::json{{"experts", e.n_experts},
+                        {"top_k", e.top_k},
+                        {"ep", e.ep},
+                        {"moe_layers", e.layers},
+                        {"expert_bytes", e.expert_bytes},
+                        {"mb_per_generated_token", e.mb_per_generated_token},
+                        {"passes", kinds}};
+}
+
+}  // namespace
+
 nlohmann::json summary_to_json(const RunSummary& run) {
   nlohmann::json modes = nlohmann::json::object();
   for (const ModeSummary& m : run.modes) {
@@ -213,9 +301,18 @@ nlohmann::json summary_to_json(const RunSummary& run) {
         {"device_phases_ms", device_phases},
         {"device_passes", device_passes},
         {"categories", cats},
+        {"experts",
+         {{"target", experts_to_json(m.target_experts)},
+          {"draft", experts_to_json(m.draft_experts)}}},
     };
   }
   nlohmann::json j{{"modes", modes}, {"paired", run.paired}, {"greedy", run.greedy}};
+  const ExpertRatio& x = run.verify_over_decode;
+  j["experts_verify_over_decode"] =
+      x.present ? nlohmann::json{{"unique_per_layer", x.unique_per_layer},
+                                 {"mb_per_step", x.mb_per_step},
+                                 {"mb_per_emitted_token", x.mb_per_emitted_token}}
+                : nlohmann::json(nullptr);
   if (run.paired) {
     j["paired_prompts"] = run.paired_prompts;
     j["speedup"] = to_json(run.speedup);

@@ -58,8 +58,10 @@ int cmd_bench(CommandContext& ctx, const std::vector<std::string>& args) {
       "draft length k: verify scores k+1 tokens")(
       "prefill", po::value(&o.prefill)->default_value(o.prefill), "prefill prompt length")(
       "batch", po::value(&o.batch)->default_value(o.batch), "sequences in batched decode")(
-      "cases", po::value(&cases), "comma-separated subset of decode,verify,prefill,batch,timing")(
-      "json", po::value(&json_path), "also write the figures as JSON to FILE (rank 0)")(
+      "cases", po::value(&cases),
+      "comma-separated subset of decode,verify,prefill,batch,experts,timing (experts: "
+      "mixture-of-experts models only)")("json", po::value(&json_path),
+                                         "also write the figures as JSON to FILE (rank 0)")(
       "overwrite", "with --json: replace an existing FILE");
   if (!cli.parse(ctx, args,
                  "\nBuilds the synthetic model (make-model into a temporary directory unless\n"

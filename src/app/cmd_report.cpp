@@ -20,6 +20,7 @@
 #include "common/json_depth.h"
 #include "dist/mpi_comm.h"
 #include "io/checked_read.h"
+#include "io/provenance.h"
 #include "io/result_file.h"
 
 namespace po = boost::program_options;
@@ -230,6 +231,9 @@ int cmd_report(CommandContext& ctx, const std::vector<std::string>& args) {
     nlohmann::json j = summary_to_json(summary);
     j["cross_rank_mismatches"] = mismatches;
     j["models"] = parse_models(info.header.models);
+    j["target_weight_bytes"] = info.header.target_weight_bytes.empty()
+                                   ? nlohmann::json(nullptr)
+                                   : nlohmann::json(info.header.target_weight_bytes);
     j["hosts"] = hosts_to_json(modes);
     j["identities_checked"] = kIdentitiesChecked;
     j["warnings"] = reader.warnings();
@@ -268,6 +272,9 @@ int cmd_report(CommandContext& ctx, const std::vector<std::string>& args) {
     for (const std::string& m : mismatches) std::cout << "  " << m << "\n";
   }
   for (const std::string& line : model_lines(info.header.models)) std::cout << line << "\n";
+  if (!info.header.target_weight_bytes.empty())
+    std::cout << "target weights per rank (as loaded): "
+              << describe_weight_memory(info.header.target_weight_bytes) << "\n";
   std::cout << format_summary(summary);
   std::cout << format_hosts(modes);
   std::cout << "identities checked for every mode: " << kIdentitiesChecked << "\n";

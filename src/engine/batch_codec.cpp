@@ -46,6 +46,59 @@ std::vector<float> widen(const std::vector<float>& group_rows, int n_rows, int g
   return out;
 }
 
+// The expert accounting of one model (empty records: absent).
+nlohmann::json experts_to_json(const ExpertRecords& r) {
+  return nlohmann::json{{"top_k", r.top_k},
+                        {"n_experts", r.n_experts},
+                        {"ep", r.ep},
+                        {"expert_bytes", r.expert_bytes},
+                        {"layers", r.layers},
+                        {"batch", r.batch},
+                        {"step", r.step},
+                        {"kind", r.kind},
+                        {"sequences", r.sequences},
+                        {"tokens", r.tokens},
+                        {"kept_tokens", r.kept_tokens},
+                        {"unique", r.unique},
+                        {"pairs", r.pairs},
+                        {"max_load", r.max_load},
+                        {"kept_unique", r.kept_unique},
+                        {"kept_pairs", r.kept_pairs},
+                        {"rank_pairs", r.rank_pairs},
+                        {"seq_prompt_index", r.seq_prompt_index},
+                        {"seq_tokens", r.seq_tokens},
+                        {"seq_kept_tokens", r.seq_kept_tokens},
+                        {"seq_unique", r.seq_unique},
+                        {"seq_kept_unique", r.seq_kept_unique}};
+}
+
+ExpertRecords experts_from_json(const nlohmann::json& j) {
+  ExpertRecords r;
+  j.at("top_k").get_to(r.top_k);
+  j.at("n_experts").get_to(r.n_experts);
+  j.at("ep").get_to(r.ep);
+  j.at("expert_bytes").get_to(r.expert_bytes);
+  j.at("layers").get_to(r.layers);
+  j.at("batch").get_to(r.batch);
+  j.at("step").get_to(r.step);
+  j.at("kind").get_to(r.kind);
+  j.at("sequences").get_to(r.sequences);
+  j.at("tokens").get_to(r.tokens);
+  j.at("kept_tokens").get_to(r.kept_tokens);
+  j.at("unique").get_to(r.unique);
+  j.at("pairs").get_to(r.pairs);
+  j.at("max_load").get_to(r.max_load);
+  j.at("kept_unique").get_to(r.kept_unique);
+  j.at("kept_pairs").get_to(r.kept_pairs);
+  j.at("rank_pairs").get_to(r.rank_pairs);
+  j.at("seq_prompt_index").get_to(r.seq_prompt_index);
+  j.at("seq_tokens").get_to(r.seq_tokens);
+  j.at("seq_kept_tokens").get_to(r.seq_kept_tokens);
+  j.at("seq_unique").get_to(r.seq_unique);
+  j.at("seq_kept_unique").get_to(r.seq_kept_unique);
+  return r;
+}
+
 }  // namespace
 
 std::string encode_batch(const BatchResult& r, bool with_records) {
@@ -73,6 +126,8 @@ std::string encode_batch(const BatchResult& r, bool with_records) {
       steps.push_back({st.batch, st.step, st.prompt_index, st.active, st.drafted, st.accepted,
                        st.depth, st.bonus, st.emitted});
     j["steps"] = std::move(steps);
+    if (!r.target_experts.empty()) j["target_experts"] = experts_to_json(r.target_experts);
+    if (!r.draft_experts.empty()) j["draft_experts"] = experts_to_json(r.draft_experts);
   }
   std::vector<std::uint8_t> cbor = nlohmann::json::to_cbor(j);
   return std::string(cbor.begin(), cbor.end());
@@ -117,6 +172,8 @@ BatchResult decode_batch(const std::string& bytes) {
     for (const auto& s : j.at("steps"))
       r.steps.push_back(
           StepRecord{s[0], s[1], s[2], s[3], s[4], s[5], s[6], s[7].get<std::int8_t>(), s[8]});
+    if (j.contains("target_experts")) r.target_experts = experts_from_json(j.at("target_experts"));
+    if (j.contains("draft_experts")) r.draft_experts = experts_from_json(j.at("draft_experts"));
   }
   return r;
 }

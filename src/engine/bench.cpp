@@ -22,6 +22,7 @@
 #include "common/error.h"
 #include "common/host_stats.h"
 #include "dist/communicator.h"
+#include "engine/expert_accounting.h"
 #include "engine/step_timer.h"
 #include "kernels/cpu/dispatch.h"
 #include "kernels/cpu/ops.h"
@@ -137,9 +138,10 @@ void check_options(const BenchOptions& o) {
   SPEC_INPUT_CHECK(o.prefill >= 1, "--prefill must be at least 1, got " << o.prefill);
   SPEC_INPUT_CHECK(o.batch >= 1, "--batch must be at least 1, got " << o.batch);
   for (const std::string& c : o.cases)
-    SPEC_INPUT_CHECK(
-        c == "decode" || c == "verify" || c == "prefill" || c == "batch" || c == "timing",
-        "--cases: unknown case '" << c << "' (choose from decode, verify, prefill, batch, timing)");
+    SPEC_INPUT_CHECK(c == "decode" || c == "verify" || c == "prefill" || c == "batch" ||
+                         c == "experts" || c == "timing",
+                     "--cases: unknown case '"
+                         << c << "' (choose from decode, verify, prefill, batch, experts, timing)");
 }
 
 bool wants(const BenchOptions& o, const char* name) {
@@ -195,11 +197,28 @@ void BandwidthProbes::report(BenchReport& rep, int tp) const {
   rep.cases.push_back(summarize("bandwidth", 0, bw_bytes, seconds_[best]));
 }
 
-// Step times (seconds per step) and communication times of the model cases, over the rounds.
+// Step times (seconds per step) and communication times of the model cases, over the rounds;
+// on a mixture-of-experts model the expert bytes of each case's last pass per round, and the
+// experts case's times and expert counts per w (index w - 1).
 struct CaseTimes {
   std::vector<double> decode, verify, prefill, batch;
   std::vector<double> c_decode, c_verify, c_prefill, c_batch;
+  std::vector<double> e_decode, e_verify, e_prefill, e_batch;
+  std::vector<std::vector<double>> sweep, c_sweep, sweep_unique, sweep_bytes;
 };
+
+// The unique experts per MoE layer and the expert bytes of the model's last pass (0, 0 for a
+// dense model); `counts`: scratch.
+std::pair<double, double> last_pass_experts(const LanguageModel& model, PassExpertCounts& counts) {
+  const ExpertRouting* r = model.routing();
+  if (r == nullptr || r->layers.empty()) return {0, 0};
+  const std::vector<int> all = {r->n_tokens};
+  count_experts(*r, PassTokens{all, {}}, counts);
+  double unique = 0;
+  for (int u : counts.unique) unique += u;
+  return {unique / static_cast<double>(counts.layers),
+          unique * static_cast<double>(r->expert_bytes)};
+}
 
 // The model cases of one benchmark: inputs made once, each case timed per round.
 class ModelCases {
@@ -221,15 +240,20 @@ class ModelCases {
     chunks_.resize(o.batch);
   }
 
+  // Whether the model routes its tokens to experts (known after the constructor's passes).
+  bool moe() const { return model_.routing() != nullptr; }
+
   void round(bool record, CaseTimes& t) {
-    if (wants(o_, "decode"))
+    if (wants(o_, "decode")) {
       timed(
           record, o_.steps, t.decode, t.c_decode, [&] { single_->truncate(o_.context); },
           [&](int s) {
             SeqChunk c{single_.get(), &steps_ids_[s], 1};
             model_.forward({&c, 1}, ForwardRequest{});
           });
-    if (wants(o_, "verify"))
+      experts(record, t.e_decode);
+    }
+    if (wants(o_, "verify")) {
       timed(
           record, o_.steps, t.verify, t.c_verify, [] {},
           [&](int) {
@@ -237,14 +261,18 @@ class ModelCases {
             SeqChunk c{single_.get(), verify_ids_.data(), o_.verify_k + 1};
             model_.forward({&c, 1}, ForwardRequest{true, {}});
           });
-    if (wants(o_, "prefill"))
+      experts(record, t.e_verify);
+    }
+    if (wants(o_, "prefill")) {
       timed(
           record, 1, t.prefill, t.c_prefill, [&] { single_->truncate(0); },
           [&](int) {
             SeqChunk c{single_.get(), prompt_.data(), o_.prefill};
             model_.forward({&c, 1}, ForwardRequest{});
           });
-    if (wants(o_, "batch"))
+      experts(record, t.e_prefill);
+    }
+    if (wants(o_, "batch")) {
       timed(
           record, o_.steps, t.batch, t.c_batch,
           [&] {
@@ -255,6 +283,27 @@ class ModelCases {
               chunks_[b] = SeqChunk{caches_[b].get(), &steps_ids_[s * o_.batch + b], 1};
             model_.forward(chunks_, ForwardRequest{});
           });
+      experts(record, t.e_batch);
+    }
+    // The experts case: verify passes of w = 1 .. k+1 tokens (the same tokens every step, so
+    // the last pass's experts are every pass's).
+    if (!moe() || !wants(o_, "experts")) return;
+    const std::size_t points = static_cast<std::size_t>(o_.verify_k + 1);
+    for (auto* v : {&t.sweep, &t.c_sweep, &t.sweep_unique, &t.sweep_bytes}) v->resize(points);
+    for (int w = 1; w <= o_.verify_k + 1; ++w) {
+      const std::size_t i = static_cast<std::size_t>(w - 1);
+      timed(
+          record, o_.steps, t.sweep[i], t.c_sweep[i], [] {},
+          [&](int) {
+            single_->truncate(o_.context);
+            SeqChunk c{single_.get(), verify_ids_.data(), w};
+            model_.forward({&c, 1}, ForwardRequest{true, {}});
+          });
+      if (!record) continue;
+      const auto [unique, bytes] = last_pass_experts(model_, counts_);
+      t.sweep_unique[i].push_back(unique);
+      t.sweep_bytes[i].push_back(bytes);
+    }
   }
 
  private:
@@ -280,9 +329,15 @@ class ModelCases {
     }
   }
 
+  // The expert bytes of the case's last pass (recorded rounds, mixture-of-experts models).
+  void experts(bool record, std::vector<double>& bytes) {
+    if (record && moe()) bytes.push_back(last_pass_experts(model_, counts_).second);
+  }
+
   const BenchOptions& o_;
   LanguageModel& model_;
   Communicator& comm_;
+  PassExpertCounts counts_;
   std::vector<std::int32_t> prompt_, steps_ids_, verify_ids_;
   std::unique_ptr<KvCache> single_;
   std::vector<std::unique_ptr<KvCache>> caches_;
@@ -314,6 +369,25 @@ double timing_step_s(Communicator& comm, DeviceTimeline* device, int steps, int*
   return seconds_since(t0) / steps;
 }
 
+// The experts case's points from its rounds.
+std::vector<ExpertSweepPoint> sweep_points(const CaseTimes& t) {
+  std::vector<ExpertSweepPoint> out;
+  for (std::size_t i = 0; i < t.sweep.size(); ++i) {
+    if (t.sweep[i].empty()) continue;
+    const BenchCase c = summarize("experts", static_cast<int>(i) + 1, 0, t.sweep[i]);
+    ExpertSweepPoint p;
+    p.w = static_cast<int>(i) + 1;
+    p.ms_median = c.ms_median;
+    p.ms_min = c.ms_min;
+    p.ms_max = c.ms_max;
+    p.over_decode = c.ms_median / (median_of(t.sweep[0]) * 1e3);
+    p.unique_per_layer = median_of(t.sweep_unique[i]);
+    p.expert_mb = median_of(t.sweep_bytes[i]) / 1e6;
+    out.push_back(p);
+  }
+  return out;
+}
+
 void add_ratios(BenchReport& rep) {
   const double bw = rep.cases.front().gb_per_s;
   for (BenchCase& c : rep.cases) c.pct_bandwidth = 100.0 * c.gb_per_s / bw;
@@ -332,6 +406,17 @@ void add_ratios(BenchReport& rep) {
 }
 
 }  // namespace
+
+std::vector<ExpertSweepPoint> run_expert_sweep(const BenchOptions& options, LanguageModel& model,
+                                               Communicator& comm) {
+  BenchOptions o = options;
+  o.cases = {"experts"};
+  check_options(o);
+  ModelCases cases(o, model, comm);
+  CaseTimes t;
+  for (int round = 0; round < o.warmup + o.repeats; ++round) cases.round(round >= o.warmup, t);
+  return sweep_points(t);
+}
 
 BenchReport run_bench(const BenchOptions& o, ModelFactory& factory, Communicator& comm) {
   check_options(o);
@@ -387,15 +472,33 @@ BenchReport run_bench(const BenchOptions& o, ModelFactory& factory, Communicator
   }
 
   probes.report(rep, tp);
+  // A mixture-of-experts model's case reads its dense weights and the experts it routed to.
+  double dense_bytes = rep.weight_bytes;
+  if (const ExpertRouting* r = cases.moe() ? model->routing() : nullptr) {
+    rep.moe_experts = r->n_experts;
+    rep.moe_top_k = r->top_k;
+    rep.moe_layers = static_cast<int>(r->layers.size());
+    rep.expert_bytes = static_cast<double>(r->expert_bytes);
+    dense_bytes =
+        std::max(0.0, rep.weight_bytes - rep.expert_bytes * rep.moe_experts * rep.moe_layers);
+  }
+  auto bytes_of = [&](const std::vector<double>& expert_bytes) {
+    if (expert_bytes.empty()) return rep.weight_bytes;
+    double sum = 0;
+    for (double b : expert_bytes) sum += b;
+    return dense_bytes + sum / static_cast<double>(expert_bytes.size());
+  };
   if (wants(o, "decode"))
-    rep.cases.push_back(summarize("decode", 1, rep.weight_bytes, t.decode, t.c_decode));
+    rep.cases.push_back(summarize("decode", 1, bytes_of(t.e_decode), t.decode, t.c_decode));
   if (wants(o, "verify"))
     rep.cases.push_back(
-        summarize("verify", o.verify_k + 1, rep.weight_bytes, t.verify, t.c_verify));
+        summarize("verify", o.verify_k + 1, bytes_of(t.e_verify), t.verify, t.c_verify));
   if (wants(o, "prefill"))
-    rep.cases.push_back(summarize("prefill", o.prefill, rep.weight_bytes, t.prefill, t.c_prefill));
+    rep.cases.push_back(
+        summarize("prefill", o.prefill, bytes_of(t.e_prefill), t.prefill, t.c_prefill));
   if (wants(o, "batch"))
-    rep.cases.push_back(summarize("batch", o.batch, rep.weight_bytes, t.batch, t.c_batch));
+    rep.cases.push_back(summarize("batch", o.batch, bytes_of(t.e_batch), t.batch, t.c_batch));
+  rep.expert_sweep = sweep_points(t);
   add_ratios(rep);
   rep.step_graphs = factory.step_graph_report();
   return rep;
@@ -438,6 +541,16 @@ std::string format_table(const BenchReport& r) {
     out << "prefill / decode tokens/s: " << r.prefill_over_decode << " (target >= 8)\n";
   if (r.batch_over_decode > 0)
     out << "batch / decode tokens/s: " << r.batch_over_decode << " (target >= 4)\n";
+  if (!r.expert_sweep.empty()) {
+    out << "experts (" << r.moe_experts << " experts, top-" << r.moe_top_k << ", " << r.moe_layers
+        << " MoE layers, " << std::setprecision(3) << r.expert_bytes / 1e6
+        << " MB per expert): verify of w tokens against decode (w = 1)\n"
+        << "     w    ms/step  T_verify(w)/T_decode  unique experts/layer  expert MB/step\n";
+    for (const ExpertSweepPoint& p : r.expert_sweep)
+      out << std::setw(6) << p.w << std::setprecision(3) << std::setw(11) << p.ms_median
+          << std::setprecision(2) << std::setw(22) << p.over_decode << std::setw(22)
+          << p.unique_per_layer << std::setprecision(3) << std::setw(16) << p.expert_mb << "\n";
+  }
   if (r.timing_us > 0) {
     out << "phase timing: " << std::setprecision(2) << r.timing_us << " us per step ("
         << r.timing_us_min << " - " << r.timing_us_max << "; " << r.timing_threads
@@ -493,6 +606,22 @@ std::string to_json(const BenchReport& r, const std::string& command_line) {
                  {"threads", r.timing_threads},
                  {"device_marks", r.timing_device}};
   if (!r.step_graphs.empty()) j["step_graphs"] = r.step_graphs;
+  if (!r.expert_sweep.empty()) {
+    nlohmann::json sweep = nlohmann::json::array();
+    for (const ExpertSweepPoint& p : r.expert_sweep)
+      sweep.push_back({{"w", p.w},
+                       {"ms_median", p.ms_median},
+                       {"ms_min", p.ms_min},
+                       {"ms_max", p.ms_max},
+                       {"verify_over_decode", p.over_decode},
+                       {"unique_per_layer", p.unique_per_layer},
+                       {"expert_mb", p.expert_mb}});
+    j["experts"] = {{"experts", r.moe_experts},
+                    {"top_k", r.moe_top_k},
+                    {"moe_layers", r.moe_layers},
+                    {"expert_bytes", r.expert_bytes},
+                    {"verify_sweep", sweep}};
+  }
   return j.dump(2);
 }
 

@@ -11,6 +11,12 @@
 //   verify     batch 1, k+1 new tokens scored in one forward (all logits), then rolled back;
 //   prefill    batch 1, a prompt of `prefill` tokens from an empty cache;
 //   batch      `batch` sequences, one new token each, in one forward;
+//   experts    (mixture-of-experts models only) verify passes of w = 1 .. k+1 tokens, each timed
+//              like verify, beside the unique experts per MoE layer the pass read
+//              (engine/expert_accounting.h): T_verify(w) / T_decode with T_decode = the w = 1
+//              pass, and the expert bytes of each w. On such a model every case's GB/s counts
+//              the bytes it read: the dense weights plus its unique experts' (its last pass of
+//              each round, averaged), not every expert's;
 //   timing     the engine's per-step phase timing alone (engine/step_timer.h: clocks, CPU rows,
 //              the run-queue wait of every thread, and on a device its marks, read once per
 //              batch): a speculative step's five phases with nothing in them, microseconds per
@@ -32,6 +38,7 @@
 namespace specrun {
 
 class Communicator;
+class LanguageModel;
 class ModelFactory;
 
 struct BenchOptions {
@@ -45,7 +52,7 @@ struct BenchOptions {
   int verify_k = 4;       // verify scores k+1 tokens
   int prefill = 128;      // prompt length of the prefill case
   int batch = 8;          // sequences of the batched-decode case
-  std::vector<std::string> cases = {"decode", "verify", "prefill", "batch", "timing"};
+  std::vector<std::string> cases = {"decode", "verify", "prefill", "batch", "experts", "timing"};
 };
 
 // One measured case.
@@ -59,6 +66,15 @@ struct BenchCase {
   // Rank 0's time inside collectives per step, waits for the other ranks included (median over
   // the rounds; 0 at tp 1).
   double comm_ms = 0;
+};
+
+// One point of the experts case: a verify pass of w tokens of a mixture-of-experts model.
+struct ExpertSweepPoint {
+  int w = 0;                                     // tokens in the pass
+  double ms_median = 0, ms_min = 0, ms_max = 0;  // per pass
+  double over_decode = 0;                        // ms_median / the w = 1 point's
+  double unique_per_layer = 0;                   // the pass's unique experts per MoE layer
+  double expert_mb = 0;                          // their bytes, all MoE layers (MB = 1e6 bytes)
 };
 
 // One read kernel of one kernel variant (the bandwidth probe's candidates).
@@ -86,6 +102,10 @@ struct BenchReport {
   double timing_us = 0, timing_us_min = 0, timing_us_max = 0;
   int timing_threads = 0;
   bool timing_device = false;
+  // Mixture-of-experts models (empty sweep for dense ones): the experts case, and the shape.
+  std::vector<ExpertSweepPoint> expert_sweep;
+  int moe_experts = 0, moe_top_k = 0, moe_layers = 0;
+  double expert_bytes = 0;  // one expert's, all ranks
   // On a device: how the passes ran (ModelFactory::step_graph_report: replays, captures, launches
   // one by one), so that a tensor-parallel run shows whether its steps were graphs; empty on
   // the CPU.
@@ -96,6 +116,11 @@ struct BenchReport {
 // (the CPU or the CUDA backend; on CUDA the bandwidth reference is the device's copy bandwidth).
 // Throws (exit code 2) for bad options, naming them. Progress lines go to stderr on rank 0.
 BenchReport run_bench(const BenchOptions& options, ModelFactory& factory, Communicator& tp_comm);
+
+// The experts case alone on `model` (warmup + repeats rounds, rank 0's times; every rank of
+// `comm` calls): a verify pass of w = 1 .. verify_k+1 tokens each; empty for a dense model.
+std::vector<ExpertSweepPoint> run_expert_sweep(const BenchOptions& options, LanguageModel& model,
+                                               Communicator& comm);
 
 // The table printed by `specrun bench`, and the same figures as JSON text.
 std::string format_table(const BenchReport& report);

@@ -91,11 +91,10 @@ void check_result_target(const JobConfig& config, const RunOptions& options,
 // The result file, created (or reopened for --resume) by rank 0 once the models loaded, so that a
 // job whose drafter or model fails to load leaves an existing file (job.overwrite, --resume) as
 // it was. Rank 0 only; errors abort every rank through main.
-std::unique_ptr<ResultWriter> open_result(const JobConfig& config, const World& world,
-                                          const RunOptions& options,
-                                          const std::vector<ProvenanceRecord>& records,
-                                          const std::string& prompts_hash,
-                                          const std::string& models, const Logger& log) {
+std::unique_ptr<ResultWriter> open_result(
+    const JobConfig& config, const World& world, const RunOptions& options,
+    const std::vector<ProvenanceRecord>& records, const std::string& prompts_hash,
+    const std::string& models, const std::vector<std::int64_t>& weight_bytes, const Logger& log) {
   std::unique_ptr<ResultWriter> writer;
   if (options.resume) {  // checked by check_result_target
     writer = std::make_unique<ResultWriter>(ResultWriter::reopen(config.job.output.resolved));
@@ -107,9 +106,10 @@ std::unique_ptr<ResultWriter> open_result(const JobConfig& config, const World& 
                config.job.output.resolved + ", the result of an earlier run, when this job " +
                "finishes; until then the new result is " +
                result_replacement_path(config.job.output.resolved));
-    writer = std::make_unique<ResultWriter>(ResultWriter::create(
-        config.job.output.resolved, job_header(config, world, prompts_hash, records, &models),
-        config.job.overwrite));
+    ResultHeader header = job_header(config, world, prompts_hash, records, &models);
+    header.target_weight_bytes = weight_bytes;
+    writer = std::make_unique<ResultWriter>(
+        ResultWriter::create(config.job.output.resolved, header, config.job.overwrite));
   }
   for (const Mismatch& m : find_mismatches(records)) log.warn(describe(m));
   return writer;
@@ -214,6 +214,9 @@ std::set<long> job_pids(MpiComm& world_comm) {
 // The models, the drafter and the decisions of one rank, loaded once for the job.
 struct RankModels {
   JobTarget target;  // the factory, the target model, the token decisions
+  // A mixture-of-experts draft model's routing, pass by pass (declared before the drafter, whose
+  // model reports to it: destroyed after it).
+  std::unique_ptr<DraftExpertLog> draft_experts = std::make_unique<DraftExpertLog>();
   std::unique_ptr<Drafter> drafter;
   DType target_weights = DType::kF32;  // the checkpoint's stored type
 };
@@ -225,8 +228,12 @@ RankModels load_models(const JobConfig& config, JobSetup& job) {
   m.target_weights = target_ckpt.tensor("model.embed_tokens.weight").dtype;
   m.target = load_target(config, job, target_ckpt);
   if (config.uses_mode(kModeSpeculative)) {
-    DrafterContext context{*m.target.factory, *m.target.model, target_ckpt, *m.target.ops,
-                           decode_options(config).draft()};
+    DrafterContext context{*m.target.factory,
+                           *m.target.model,
+                           target_ckpt,
+                           *m.target.ops,
+                           decode_options(config).draft(),
+                           m.draft_experts.get()};
     m.drafter = make_drafter(config, context);
   }
   return m;
@@ -353,7 +360,8 @@ int run_decode_job(const JobConfig& config, const RunOptions& options, JobSetup&
     // Every prompt against the target before the result file is touched.
     check_all_prompts(prompts, plan.n_prompts, models.target.model->config(),
                       config.decode.max_new_tokens);
-    writer = open_result(config, world, options, job.records, prompts_hash, models_text, log);
+    writer = open_result(config, world, options, job.records, prompts_hash, models_text,
+                         models.target.weight_bytes, log);
   }
   world_comm.barrier();
   auto done = options.resume ? committed_batches(config, world_comm, world)
@@ -374,7 +382,8 @@ int run_decode_job(const JobConfig& config, const RunOptions& options, JobSetup&
     log.warn(warning);
   Communicator& decisions = models.target.factory->tp_comm();
   BatchDecoder decoder(*models.target.model, models.drafter.get(), *models.target.ops, decisions,
-                       decode, models.target.factory->device_timeline());
+                       decode, models.target.factory->device_timeline(),
+                       models.draft_experts.get());
 
   install_stop_handlers();
   std::int64_t batches_total =

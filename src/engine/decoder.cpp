@@ -101,13 +101,14 @@ ProposalShape shape_of(const DraftTree& tree, const TreeVerdict& v,
 
 BatchDecoder::BatchDecoder(LanguageModel& target, Drafter* drafter, TokenOps& ops,
                            Communicator& tp_comm, const DecodeOptions& options,
-                           DeviceTimeline* device)
+                           DeviceTimeline* device, DraftExpertLog* draft_experts)
     : target_(target),
       drafter_(drafter),
       ops_(ops),
       tp_comm_(tp_comm),
       options_(options),
-      device_log_(device) {
+      device_log_(device),
+      draft_experts_(draft_experts) {
   SPEC_CHECK(options_.max_new_tokens >= 1, "max_new_tokens must be at least 1");
   SPEC_CHECK(ops.backend() == target.backend(), "token ops of another backend than the target's");
 }
@@ -180,6 +181,14 @@ BatchResult BatchDecoder::run(const std::string& mode, std::int64_t batch,
       speculative ? drafter_->target_capture() : std::span<const int>{};
   set_activity("prefill");
   const RowsView hidden = first_tokens(capture);
+  record_target_pass(batch, -1, kPassPrefill, {}, result);
+  if (speculative && draft_experts_ != nullptr) {
+    // A draft model's passes: its prefill, then per step at most a pass per proposal level, one
+    // to catch up before proposing and one when told the verdicts.
+    draft_experts_->plan(max_steps * static_cast<std::size_t>(options_.shape.max_depth() + 2) + 1,
+                         prompts.size());
+    draft_pass(batch, -1, kPassDraftPrefill);
+  }
   if (speculative) {
     std::vector<DraftSequence> view(seqs_.size());
     std::vector<SeqFeatures> features(seqs_.size());
@@ -203,6 +212,7 @@ BatchResult BatchDecoder::run(const std::string& mode, std::int64_t batch,
     ++result.n_steps;
   }
   if (speculative) drafter_->end_batch();
+  if (speculative && draft_experts_ != nullptr) draft_experts_->take(result.draft_experts);
   // The batch's one wait for the device rows (the last step's work may still be running).
   if (device_log_.on()) device_log_.resolve(result.device_ms, result.device_passes);
   finish_batch(result);
@@ -229,6 +239,7 @@ void BatchDecoder::start_batch(const std::vector<Prompt>& prompts) {
   chunks_.reserve(B);
   decided_.reserve(2 * B);
   verify_tokens_.reserve(B * (k + 2));
+  expert_kept_.reserve(B * (k + 2));
   trees_.resize(std::max(trees_.size(), B));
 }
 
@@ -293,6 +304,7 @@ void BatchDecoder::baseline_step(std::int64_t batch, std::int32_t step, BatchRes
   timer.end();
 
   timer.begin(kPhaseOther);
+  record_target_pass(batch, step, kPassDecode, {}, result);
   for (std::size_t r = 0; r < n; ++r) {
     Sequence& s = seqs_[active_[r]];
     const int emitted = append_tokens(s, &decided_[r], 1);
@@ -314,6 +326,7 @@ void BatchDecoder::speculative_step(std::int64_t batch, std::int32_t step, Batch
   for (std::size_t r = 0; r < n; ++r)
     limits_[r] = options_.shape.limit(options_.max_new_tokens - seqs_[active_[r]].generated() - 1);
   std::span<DraftTree> trees(trees_.data(), n);
+  draft_pass(batch, step, kPassPropose);
   drafter_->propose(active_, limits_, trees);
   check_proposals(trees);
   agree_proposals(trees);
@@ -331,12 +344,14 @@ void BatchDecoder::speculative_step(std::int64_t batch, std::int32_t step, Batch
   timer.end();
 
   timer.begin(kPhaseOther);
+  record_target_pass(batch, step, kPassVerify, trees, result);
   commit(batch, step, trees, fwd.hidden, result);
   timer.end();
 
   // The drafter's share of the step after the verdicts (EAGLE-3 extends its head over the
   // accepted positions) is drafting work.
   timer.begin(kPhaseDraft);
+  draft_pass(batch, step, kPassAccepted);
   tell_drafter(fwd.hidden);
   timer.end();
   timer.finish(result.timings_ms, result.cpu_ms);
@@ -553,6 +568,36 @@ void BatchDecoder::tell_drafter(const RowsView& hidden) {
   }
   const TargetFeatures f{hidden, features_};
   drafter_->accepted(active_, verdicts_, &f);
+}
+
+void BatchDecoder::record_target_pass(std::int64_t batch, std::int32_t step, PassKind kind,
+                                      std::span<const DraftTree> trees, BatchResult& result) {
+  const ExpertRouting* routing = target_.routing();
+  if (routing == nullptr || routing->layers.empty()) return;  // dense (or no MoE layer)
+  if (result.target_experts.empty())  // the prefill: room for every step of the batch
+    reserve_passes(result.target_experts, *routing,
+                   static_cast<std::size_t>(options_.max_new_tokens) + 1, seqs_.size());
+  const std::size_t n = chunks_.size();
+  expert_tokens_.resize(n);
+  expert_prompts_.resize(n);
+  expert_kept_.clear();
+  for (std::size_t r = 0; r < n; ++r) {
+    expert_tokens_[r] = chunks_[r].n_tokens;
+    expert_prompts_[r] = seqs_[active_[r]].prompt->index;
+    if (kind != kPassVerify) continue;
+    // The uncommitted tokens stay; of the proposal's nodes, those on the accepted path.
+    const int nodes = trees[r].size();
+    const TreeVerdict& v = verdicts_[r];
+    append_verify_kept(chunks_[r].n_tokens - nodes, nodes,
+                       std::span<const int>(v.path.data(), static_cast<std::size_t>(v.accepted)),
+                       expert_kept_);
+  }
+  count_experts(*routing, PassTokens{expert_tokens_, expert_kept_}, expert_counts_);
+  append_pass(result.target_experts, *routing, expert_counts_, batch, step, kind, expert_prompts_);
+}
+
+void BatchDecoder::draft_pass(std::int64_t batch, std::int32_t step, PassKind kind) {
+  if (draft_experts_ != nullptr) draft_experts_->begin(batch, step, kind);
 }
 
 void BatchDecoder::finish_batch(BatchResult& result) {

@@ -17,6 +17,14 @@
 //           record the step
 //   draft:  tell the drafter what was accepted (with the target's features when it asked)
 // The engine knows no drafter kind; a new one plugs in through spec/drafter_registry.h.
+//
+// Mixture-of-experts models: every forward pass of the target (the prefill, each baseline decode,
+// each verify) is counted in BatchResult::target_experts from its routing
+// (engine/expert_accounting.h; a verify's counts cover every node it computed and, apart, the
+// kept tokens: the uncommitted ones and the accepted path), in the step's "other" phase; a draft
+// model's passes go to BatchResult::draft_experts through a DraftExpertLog, never into the
+// target's. The records of a batch are reserved at its prefill, so a warm step allocates nothing
+// (the draft's for depth + 2 passes per step).
 #pragma once
 
 #include <cstdint>
@@ -28,6 +36,7 @@
 #include "common/device_timeline.h"
 #include "common/host_stats.h"
 #include "dist/communicator.h"
+#include "engine/expert_accounting.h"
 #include "engine/step_timer.h"
 #include "io/prompt_file.h"
 #include "io/records.h"
@@ -77,9 +86,12 @@ class BatchDecoder {
  public:
   // target: sharded over `tp_comm`; drafter: nullptr for baseline-only jobs; ops: the token
   // decisions of the target's backend; device: the rank's device clock, for the device rows of
-  // the timings (nullptr: none, BatchResult::device_ms stays empty). All must outlive the decoder.
+  // the timings (nullptr: none, BatchResult::device_ms stays empty); draft_experts: the log the
+  // draft model's routing goes to (the drafter registry's observer, DrafterContext; nullptr:
+  // none). All must outlive the decoder.
   BatchDecoder(LanguageModel& target, Drafter* drafter, TokenOps& ops, Communicator& tp_comm,
-               const DecodeOptions& options, DeviceTimeline* device = nullptr);
+               const DecodeOptions& options, DeviceTimeline* device = nullptr,
+               DraftExpertLog* draft_experts = nullptr);
   ~BatchDecoder();
 
   // Decodes `prompts` in `mode` (kModeBaseline or kModeSpeculative). Returns this rank's records;
@@ -113,6 +125,13 @@ class BatchDecoder {
   void commit(std::int64_t batch, std::int32_t step, std::span<const DraftTree> trees,
               const RowsView& hidden, BatchResult& result);
   void tell_drafter(const RowsView& hidden);
+  // The expert accounting of the target's last forward pass (chunks_ over the sequences
+  // active_; verify: kept = the uncommitted tokens and the accepted paths of verdicts_), into
+  // result.target_experts; nothing for a dense target.
+  void record_target_pass(std::int64_t batch, std::int32_t step, PassKind kind,
+                          std::span<const DraftTree> trees, BatchResult& result);
+  // Tells the draft model's expert log which drafter call the next passes belong to.
+  void draft_pass(std::int64_t batch, std::int32_t step, PassKind kind);
   // Moves the sequences' records into `result`.
   void finish_batch(BatchResult& result);
   // Appends emitted tokens to sequence i, stopping at EOS and max_new_tokens; returns how many
@@ -131,6 +150,7 @@ class BatchDecoder {
   SteadyClockPoint t_batch_;
   ThreadWaitClock wait_clock_;  // run-queue wait of this process's threads (the CPU rows)
   DevicePhaseLog device_log_;   // the device rows (engine/step_timer.h)
+  DraftExpertLog* draft_experts_;
 
   // Per-step scratch (grown, never shrunk: no allocation per step once warm).
   std::vector<int> active_, rows_;
@@ -146,6 +166,11 @@ class BatchDecoder {
   std::vector<ChainToVerify> chains_;
   std::vector<VerifyResult> chain_results_;
   std::vector<SeqFeatures> features_;
+  // The expert accounting's scratch (record_target_pass).
+  PassExpertCounts expert_counts_;
+  std::vector<int> expert_tokens_;
+  std::vector<std::uint8_t> expert_kept_;
+  std::vector<std::int64_t> expert_prompts_;
 };
 
 }  // namespace specrun

@@ -4,6 +4,7 @@
 
 #include <algorithm>
 #include <filesystem>
+#include <functional>
 #include <iomanip>
 #include <nlohmann/json.hpp>
 #include <sstream>
@@ -148,6 +149,13 @@ JobTarget load_target(const JobConfig& config, JobSetup& job, const Checkpoint& 
   t.model = t.factory->load(checkpoint, /*sharded=*/true);
   job.log.info(weight_memory_line(*t.model, job.world));
   t.ops = make_token_ops(job.backend, t.factory->cuda_context());
+  // Every rank's, for the result file; the line above is rank 0's.
+  const std::int64_t mine = static_cast<std::int64_t>(t.model->weight_bytes());
+  t.weight_bytes.resize(static_cast<std::size_t>(job.world_comm.size()));
+  job.world_comm.all_gather(&mine, t.weight_bytes.data(), sizeof mine);
+  if (std::adjacent_find(t.weight_bytes.begin(), t.weight_bytes.end(), std::not_equal_to<>()) !=
+      t.weight_bytes.end())
+    job.log.info("target weights differ between ranks: " + describe_weight_memory(t.weight_bytes));
   return t;
 }
 

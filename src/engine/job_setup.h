@@ -71,10 +71,14 @@ struct JobSetup {
 // This rank's target: the factory on the job's backend (with the [parallel] section's CUDA launch
 // settings, before its first pass), the model sharded over the tp group (all its ranks call) and
 // its token decisions. Members are destroyed in reverse order: the factory last.
+// load_target logs rank 0's weight memory (weight_memory_line) and gathers every rank's
+// (LanguageModel::weight_bytes) over the world for the result file (ResultHeader), logging them
+// too when they differ.
 struct JobTarget {
   std::unique_ptr<ModelFactory> factory;
   std::unique_ptr<LanguageModel> model;
   std::unique_ptr<TokenOps> ops;
+  std::vector<std::int64_t> weight_bytes;  // per world rank: LanguageModel::weight_bytes
 };
 JobTarget load_target(const JobConfig& config, JobSetup& job, const Checkpoint& checkpoint);
 // "target weights: 812.3 MiB per rank (tp 2, ep 2: 8 of 16 experts per rank, 6.0 MiB per

@@ -8,6 +8,7 @@
 #include <cstring>
 #include <fstream>
 #include <functional>
+#include <iomanip>
 #include <nlohmann/json.hpp>
 #include <optional>
 #include <set>
@@ -569,6 +570,22 @@ std::string format_record(const ProvenanceRecord& r) {
       s << "\n  " << name << "=" << p.value << " (" << p.source << ")";
   }
   return s.str();
+}
+
+std::string describe_weight_memory(const std::vector<std::int64_t>& bytes) {
+  std::vector<std::pair<std::int64_t, std::vector<int>>> groups;  // value, ranks; first seen first
+  for (std::size_t r = 0; r < bytes.size(); ++r) {
+    auto it = std::find_if(groups.begin(), groups.end(),
+                           [&](const auto& g) { return g.first == bytes[r]; });
+    if (it == groups.end()) it = groups.insert(groups.end(), {bytes[r], {}});
+    it->second.push_back(static_cast<int>(r));
+  }
+  std::ostringstream out;
+  out << std::fixed << std::setprecision(2);
+  for (std::size_t i = 0; i < groups.size(); ++i)
+    out << (i ? ", " : "") << static_cast<double>(groups[i].first) / 1e6 << " MB on rank"
+        << (groups[i].second.size() > 1 ? "s " : " ") << format_rank_ranges(groups[i].second);
+  return out.str();
 }
 
 }  // namespace specrun

@@ -147,6 +147,11 @@ std::vector<Mismatch> find_mismatches(const std::vector<ProvenanceRecord>& recor
 // Compact rank list: {0,1,2,3,6,8,9} -> "0-3,6,8-9". Input in any order; duplicates ignored.
 std::string format_rank_ranges(std::vector<int> ranks);
 
+// Bytes per world rank as "12.35 MB on ranks 0-1, 10.20 MB on ranks 2-3" (MB = 1e6 bytes; equal
+// values grouped, in order of first appearance): the target's weight memory in the job log and
+// `report`.
+std::string describe_weight_memory(const std::vector<std::int64_t>& bytes_per_rank);
+
 // One line: `NCCL_PROTO differs: "LL" on ranks 0-3; <unset> on ranks 4-7`.
 std::string describe(const Mismatch& mismatch);
 

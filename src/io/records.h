@@ -85,6 +85,98 @@ inline constexpr int pass_column(int phase) {
   return phase == kPhaseDraft ? 0 : kPassKinds;
 }
 
+// What a forward pass of the expert accounting was for (result schema 7, /<mode>/experts). The
+// target's passes: prefill (the prompts, and each sequence's first token), decode (a baseline
+// step: one token per sequence), verify (a speculative step: each sequence's uncommitted tokens
+// and its proposal). A mixture-of-experts draft model's passes, recorded apart from the target's:
+// draft_prefill (Drafter::begin_batch), propose (while it proposes), accepted (when it is told
+// the verdicts). The names are the file's `kinds` attribute.
+inline constexpr std::array<const char*, 6> kPassKindNames = {
+    "prefill", "decode", "verify", "draft_prefill", "propose", "accepted"};
+inline constexpr int kNumPassKinds = static_cast<int>(kPassKindNames.size());
+enum PassKind : int8_t {
+  kPassPrefill,
+  kPassDecode,
+  kPassVerify,
+  kPassDraftPrefill,
+  kPassPropose,
+  kPassAccepted
+};
+
+// The models whose passes the expert accounting records, the /<mode>/experts/<model> groups.
+inline constexpr const char* kExpertTarget = "target";
+inline constexpr const char* kExpertDraft = "draft";
+
+// The experts one model's forward passes read, per pass and MoE layer (engine/expert_accounting.h
+// counts them from each pass's routing, model/expert_routing.h). A pass's tokens are its
+// sequences' new tokens; "kept" tokens are those that stay in their sequence after the pass: every
+// token but a verify's rejected proposal nodes (a verify keeps the uncommitted tokens and the
+// accepted path). Empty (no passes, no layers) for a dense model.
+struct ExpertRecords {
+  // The model's shape: experts per token, routed experts per MoE layer, expert-parallel ranks
+  // (expert e on rank e / (n_experts / ep)), one expert's bytes (gate, up, down, all ranks), and
+  // the MoE layers' ids (L of them).
+  int32_t top_k = 0;
+  int32_t n_experts = 0;
+  int32_t ep = 1;
+  int64_t expert_bytes = 0;
+  std::vector<int32_t> layers;
+
+  // Per pass (P rows, in the order they ran):
+  std::vector<int64_t> batch;        // batch number
+  std::vector<int32_t> step;         // decoding step (-1: before the first, e.g. the prefill)
+  std::vector<int8_t> kind;          // PassKind
+  std::vector<int32_t> sequences;    // sequences in the pass (its per-sequence rows)
+  std::vector<int32_t> tokens;       // tokens computed
+  std::vector<int32_t> kept_tokens;  // of those, kept
+  // Per pass and layer, [P x L]: experts with at least one token (the experts the pass read),
+  // (token, expert) pairs (= tokens x top_k), the most tokens on one expert, and the unique
+  // experts and pairs of the kept tokens alone.
+  std::vector<int32_t> unique, pairs, max_load, kept_unique, kept_pairs;
+  // Per pass, layer and expert-parallel rank, [P x L x ep]: the (token, expert) pairs of the
+  // experts on that rank (the tokens its experts computed).
+  std::vector<int32_t> rank_pairs;
+  // Per pass and sequence (R rows: each pass's `sequences` rows, in batch order): the sequence
+  // (prompt index; -1 where the model did not say), its tokens and kept tokens, and per layer
+  // [R x L] its unique experts, all and kept.
+  std::vector<int64_t> seq_prompt_index;
+  std::vector<int32_t> seq_tokens, seq_kept_tokens;
+  std::vector<int32_t> seq_unique, seq_kept_unique;
+
+  int64_t passes() const { return static_cast<int64_t>(step.size()); }
+  int64_t sequence_rows() const { return static_cast<int64_t>(seq_prompt_index.size()); }
+  int n_layers() const { return static_cast<int>(layers.size()); }
+  bool empty() const { return step.empty(); }
+  // Bytes of expert weights pass p read in layer l: its unique experts x expert_bytes.
+  int64_t bytes(int64_t p, int l) const {
+    return static_cast<int64_t>(unique[static_cast<size_t>(p * n_layers() + l)]) * expert_bytes;
+  }
+  int64_t kept_bytes(int64_t p, int l) const {
+    return static_cast<int64_t>(kept_unique[static_cast<size_t>(p * n_layers() + l)]) *
+           expert_bytes;
+  }
+  // The same model shape (top_k, experts, ep, expert bytes, layers).
+  bool same_shape(const ExpertRecords& o) const {
+    return top_k == o.top_k && n_experts == o.n_experts && ep == o.ep &&
+           expert_bytes == o.expert_bytes && layers == o.layers;
+  }
+  // Appends `o`'s passes (the same shape, or any shape when this holds none).
+  void append(const ExpertRecords& o);
+  // Keeps the shape, drops the passes (capacity stays).
+  void clear_passes();
+  bool operator==(const ExpertRecords&) const = default;
+};
+
+// What is wrong with `r`, or "" when nothing is: the shape (1 <= top_k <= n_experts, ep divides
+// n_experts, layers ascending), the sizes of its tables, known kinds, and the identities of
+// every pass: its sequence rows sum to its tokens and kept tokens (kept <= tokens), and per
+// layer pairs == tokens x top_k, kept_pairs == kept_tokens x top_k, the ranks' pairs sum to
+// pairs, kept_unique <= unique <= min(n_experts, pairs), max_load <= tokens, and every
+// sequence's unique experts lie between top_k (if it has tokens) and min(unique, its pairs).
+std::string expert_records_problem(const ExpertRecords& r);
+// The shape's part of it alone (for records without passes).
+std::string expert_shape_problem(const ExpertRecords& r);
+
 // Why a sequence stopped.
 enum FinishReason : int8_t { kFinishLength = 0, kFinishEos = 1 };
 
@@ -141,6 +233,10 @@ struct BatchResult {
   // rank the busy processes named ("name (pid) 97%; ...", busiest first).
   std::vector<float> host;
   std::vector<std::string> host_busy;
+  // The expert accounting of the batch's forward passes (result schema 7): the target's, and a
+  // mixture-of-experts draft model's apart from it. Empty for dense models.
+  ExpertRecords target_experts;
+  ExpertRecords draft_experts;
   // Length max_depth (draft_len for chains, tree_depth for trees; empty in baseline mode):
   // element i-1 counts the verify steps of this batch (over all sequences) in which at least i
   // draft tokens were accepted.

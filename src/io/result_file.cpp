@@ -24,7 +24,9 @@
 namespace specrun {
 
 using result_layout::Committed;
+using result_layout::ExpertTables;
 using result_layout::ModeTables;
+using ExpertTablesIt = std::map<std::string, ExpertTables>::const_iterator;
 
 namespace {
 
@@ -118,6 +120,38 @@ void validate_batch(const std::string& where, const BatchResult& b, int32_t worl
                      << s.drafted << " drafted, " << s.accepted << " accepted, " << s.generated
                      << " generated (the first from the prefill)");
   }
+  for (const auto& [model, r] :
+       {std::pair<const char*, const ExpertRecords*>{kExpertTarget, &b.target_experts},
+        {kExpertDraft, &b.draft_experts}}) {
+    const std::string problem = expert_records_problem(*r);
+    SPEC_CHECK(problem.empty(), where << ": batch " << b.batch << ": the " << model
+                                      << "'s expert records: " << problem);
+    for (int64_t p : r->batch)
+      SPEC_CHECK(p == b.batch, where << ": batch " << b.batch << " holds an expert record of the "
+                                     << model << " of batch " << p);
+  }
+}
+
+// The batch's expert records against the mode's tables (`t`: nullptr before its first batch):
+// a model's records keep the shape of its first, and a model whose passes the mode has not
+// recorded from its first batch on cannot start now (its commit rows would not cover every
+// batch).
+void check_batch_experts(const std::string& where, const BatchResult& b, const ModeTables* t,
+                         int64_t committed) {
+  for (const auto& [model, r] :
+       {std::pair<const char*, const ExpertRecords*>{kExpertTarget, &b.target_experts},
+        {kExpertDraft, &b.draft_experts}}) {
+    if (r->empty()) continue;
+    const auto it = t == nullptr ? ExpertTablesIt{} : t->experts.find(model);
+    const bool exists = t != nullptr && it != t->experts.end();
+    SPEC_CHECK(exists || committed == 0,
+               where << ": batch " << b.batch << " has expert records of the " << model
+                     << " but the mode's " << committed << " earlier batches have none");
+    if (exists)
+      SPEC_CHECK(it->second.shape.same_shape(*r),
+                 where << ": batch " << b.batch << ": the " << model
+                       << "'s expert records have another shape than the mode's earlier ones");
+  }
 }
 
 template <typename T, typename Row, typename Member>
@@ -143,8 +177,10 @@ namespace {
 // variable-length strings, and the new tables of a mode's first batch.
 constexpr uint64_t kMetadataReserve = 1u << 20;
 // One chunk per table before a mode's tables exist (their chunks are at most 64 KiB each,
-// h5::RowsOptions, and a mode has about 35 tables).
+// h5::RowsOptions, and a mode has about 35 tables), and per model with expert records (21
+// tables of 16 KiB chunks).
 constexpr uint64_t kNewModeChunks = 35u * 64u * 1024u;
+constexpr uint64_t kNewExpertChunks = 21u * 16u * 1024u;
 
 // Bytes a batch's rows take before compression, strings with their heap overhead.
 uint64_t batch_bytes(const BatchResult& b) {
@@ -159,6 +195,11 @@ uint64_t batch_bytes(const BatchResult& b) {
   n += 4 * static_cast<uint64_t>(std::max(b.n_ranks, 0)) * kNumHostFields;
   for (const std::string& busy : b.host_busy) n += busy.size() + 16;
   n += 16 * b.accepted_per_position.size() + 64;
+  for (const ExpertRecords* r : {&b.target_experts, &b.draft_experts}) {
+    const uint64_t layers = r->layers.size(), passes = static_cast<uint64_t>(r->passes());
+    n += passes * (32 + layers * (36 + 4 * static_cast<uint64_t>(std::max(r->ep, 1))));
+    n += static_cast<uint64_t>(r->sequence_rows()) * (16 + 8 * layers) + 16;
+  }
   return n;
 }
 
@@ -302,6 +343,14 @@ void write_job_identity(h5::File& f, const ResultHeader& h) {
   ranks.append_strings(h.provenance);
   h5::create_string_scalar(prov, "mismatches", h.provenance_mismatches);
   prov.set_attr_string("models", h.models);
+  if (!h.target_weight_bytes.empty()) {
+    h5::Dataset w = h5::create_fixed<int64_t>(
+        prov, "target_weight_bytes", {h.target_weight_bytes.size()}, h.target_weight_bytes.data());
+    w.set_attr_string("unit", "bytes");
+    w.set_attr_string("description",
+                      "per world rank: its share of the target's weights as loaded from the "
+                      "checkpoint (stored dtype; a tied lm_head once)");
+  }
 }
 
 void read_job_identity(const h5::File& f, ResultHeader& h) {
@@ -323,6 +372,8 @@ void read_job_identity(const h5::File& f, ResultHeader& h) {
   h.provenance = ranks.read_strings(0, ranks.rows());
   h.provenance_mismatches = prov.dataset("mismatches").read_scalar_string();
   h.models = prov.has_attr("models") ? prov.attr_string("models") : "{}";
+  if (prov.has("target_weight_bytes"))
+    h.target_weight_bytes = prov.dataset("target_weight_bytes").read_all<int64_t>();
 }
 
 ResultWriter ResultWriter::create(const std::string& path, const ResultHeader& h, bool overwrite) {
@@ -404,8 +455,12 @@ void ResultWriter::append_batch(const std::string& mode, const BatchResult& b) {
   std::optional<int32_t> draft_len;
   if (it != m.modes.end()) draft_len = it->second.draft_len;
   validate_batch(m.path + ":/" + mode, b, m.world_size, draft_len, m.batch_ids[mode]);
+  check_batch_experts(m.path + ":/" + mode, b, it == m.modes.end() ? nullptr : &it->second,
+                      m.committed.count(mode) ? m.committed.at(mode).batches : 0);
   // Nothing is written when the space is not there: the file stays as it was, closable.
-  const uint64_t chunks = m.chunks.count(mode) ? m.chunks.at(mode) : kNewModeChunks;
+  uint64_t chunks = m.chunks.count(mode) ? m.chunks.at(mode) : kNewModeChunks;
+  for (const ExpertRecords* r : {&b.target_experts, &b.draft_experts})
+    if (!r->empty()) chunks += kNewExpertChunks;
   try {
     m.file.reserve(kMetadataReserve + chunks + 2 * batch_bytes(b),
                    "the " + mode + " batch " + std::to_string(b.batch));
@@ -447,8 +502,14 @@ void ResultWriter::Impl::append(const std::string& mode, const BatchResult& b) {
     modes.emplace(mode, result_layout::create_mode(file, mode, draft_len, world_size));
     committed[mode] = Committed{};
     apos_totals[mode].assign(static_cast<size_t>(draft_len), 0);
-    chunks[mode] = chunk_footprint(modes.at(mode));
   }
+  for (const auto& [model, r] :
+       {std::pair<const char*, const ExpertRecords*>{kExpertTarget, &b.target_experts},
+        {kExpertDraft, &b.draft_experts}})
+    if (!r->empty() && !modes.at(mode).experts.count(model))  // the mode's first batch
+      result_layout::create_experts(modes.at(mode), model, *r);
+  if (!chunks.count(mode) || committed.at(mode).batches == 0)
+    chunks[mode] = chunk_footprint(modes.at(mode));
   ModeTables& t = modes.at(mode);
   Committed& c = committed.at(mode);
   const auto& seqs = b.sequences;
@@ -514,6 +575,10 @@ void ResultWriter::Impl::append(const std::string& mode, const BatchResult& b) {
     if (!b.host_busy[r].empty())
       busy += (busy.empty() ? "" : " | ") + ("rank " + std::to_string(r) + ": ") + b.host_busy[r];
   t.host_busy.append_strings({busy});
+  if (t.experts.count(kExpertTarget))
+    result_layout::append_expert_rows(t.experts.at(kExpertTarget), b.target_experts);
+  if (t.experts.count(kExpertDraft))
+    result_layout::append_expert_rows(t.experts.at(kExpertDraft), b.draft_experts);
   s.at("output_offsets").append(offsets);
 
   // 2. Running totals (rewritten in place; readers recompute them from /<mode>/batches).
@@ -532,6 +597,12 @@ void ResultWriter::Impl::append(const std::string& mode, const BatchResult& b) {
   next.steps = c.steps + static_cast<int64_t>(b.steps.size());
   next.timing_rows = c.timing_rows + b.n_steps;
   next.tokens = end;
+  for (auto& [model, e] : t.experts) {
+    const ExpertRecords& r = model == kExpertTarget ? b.target_experts : b.draft_experts;
+    const auto before =
+        c.expert_ends.count(model) ? c.expert_ends.at(model) : std::pair<int64_t, int64_t>{};
+    next.expert_ends[model] = {before.first + r.passes(), before.second + r.sequence_rows()};
+  }
   auto& bt = t.batches;
   bt.at("batch").append(&b.batch, 1);
   bt.at("sequences_end").append(&next.sequences, 1);
@@ -539,6 +610,9 @@ void ResultWriter::Impl::append(const std::string& mode, const BatchResult& b) {
   bt.at("timing_rows_end").append(&next.timing_rows, 1);
   bt.at("output_tokens_end").append(&next.tokens, 1);
   bt.at("accepted_per_position").append(b.accepted_per_position.data(), 1);
+  for (auto& [model, e] : t.experts)
+    result_layout::append_expert_commit(e, next.expert_ends.at(model).first,
+                                        next.expert_ends.at(model).second);
   t.group.set_attr_int64("batches_committed", next.batches);
   t.group.set_attr_int64("sequences_committed", next.sequences);
   file.flush();
@@ -808,6 +882,15 @@ TimingTable ResultReader::timing_rows(const std::string& mode, const h5::Dataset
   out.ms = rows.read<float>(0, out.rows);
   out.batch = t->timings_batch.read<int64_t>(0, out.rows);
   return out;
+}
+
+ExpertRecords ResultReader::experts(const std::string& mode, const std::string& model) const {
+  const ModeTables* t = impl_->mode(mode);
+  if (!t || !t->experts.count(model)) return {};
+  const Committed& c = impl_->committed.at(mode);
+  const auto end =
+      c.expert_ends.count(model) ? c.expert_ends.at(model) : std::pair<int64_t, int64_t>{};
+  return result_layout::read_experts(t->experts.at(model), 0, end.first, 0, end.second);
 }
 
 std::vector<int64_t> ResultReader::accepted_per_position(const std::string& mode) const {

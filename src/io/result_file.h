@@ -1,5 +1,5 @@
-// Result files (HDF5, schema "specrun.result" version 2; every dataset and attribute is described
-// in docs/file-formats.md). Files of version 1 (no steps/depth, bonus, emitted) are read too.
+// Result files (HDF5, schema "specrun.result" version 7; every dataset and attribute is described
+// in docs/file-formats.md). Files of versions 1 to 6 are read too (what they lack reads as empty).
 //
 // ResultWriter: rank 0 only. Creates the file with the job's header, then appends one batch at a
 // time (append_batch) and flushes after each. The batch's rows are written first and its commit
@@ -21,7 +21,7 @@
 namespace specrun {
 
 inline constexpr const char* kResultSchema = "specrun.result";
-inline constexpr int kResultSchemaVersion = 6;
+inline constexpr int kResultSchemaVersion = 7;
 
 // What the caller knows when the job starts.
 struct ResultHeader {
@@ -44,6 +44,9 @@ struct ResultHeader {
   // JSON list of the token ids that finish a sequence: the target's EOS ids (config.json and
   // generation_config.json) and decode.stop_tokens; "[]" in files written before it was recorded.
   std::string stop_token_ids = "[]";
+  // Each world rank's share of the target's weights as loaded from the checkpoint, bytes
+  // (LanguageModel::weight_bytes); empty in files written before it was recorded (schema 7).
+  std::vector<int64_t> target_weight_bytes;
 };
 
 namespace h5 {
@@ -212,6 +215,10 @@ class ResultReader {
   HostTable host(const std::string& mode) const;
   // Totals over committed batches, length draft_len (recomputed from /<mode>/batches).
   std::vector<int64_t> accepted_per_position(const std::string& mode) const;
+  // The expert accounting of `model` (kExpertTarget, kExpertDraft) over the committed batches;
+  // empty for a dense model and in files before schema version 7. Throws (exit code 2) naming
+  // the group when the stored counts break an identity (expert_records_problem).
+  ExpertRecords experts(const std::string& mode, const std::string& model) const;
 
  private:
   // A per-step rows dataset of `mode` ([rows x ranks x columns]) read to its committed rows, the

@@ -165,6 +165,120 @@ h5::Dataset rank_rows(const h5::Group& g, const char* name, hsize_t ranks, int c
   return d;
 }
 
+// The expert accounting's tables (schema version 7): per pass, per (pass, sequence), per commit.
+// A column is one value per row, one per MoE layer, or one per layer and expert-parallel rank.
+enum class Width { kOne, kLayers, kLayersRanks };
+
+struct ExpertColumn {
+  const char* name;
+  Kind kind;
+  Width width;
+  const char* unit;
+  const char* description;
+};
+
+constexpr ExpertColumn kExpertPassColumns[] = {
+    {"batch", Kind::kI64, Width::kOne, "", "batch number of the pass"},
+    {"step", Kind::kI32, Width::kOne, "",
+     "decoding step of the pass (-1: before the first step: the prefill, a drafter's "
+     "begin_batch)"},
+    {"kind", Kind::kI8, Width::kOne, "",
+     "what the pass was for: index into the group's attribute kinds"},
+    {"sequences", Kind::kI32, Width::kOne, "sequences",
+     "sequences in the pass (its rows in "
+     "sequences/)"},
+    {"tokens", Kind::kI32, Width::kOne, "tokens", "tokens the pass computed"},
+    {"kept_tokens", Kind::kI32, Width::kOne, "tokens",
+     "of those, the tokens kept: all but a verify's rejected proposal nodes"},
+    {"unique", Kind::kI32, Width::kLayers, "experts",
+     "per MoE layer (attribute layers): experts with at least one token of the pass"},
+    {"pairs", Kind::kI32, Width::kLayers, "pairs", "per MoE layer: (token, expert) pairs"},
+    {"max_load", Kind::kI32, Width::kLayers, "tokens",
+     "per MoE layer: the most tokens routed to one expert"},
+    {"bytes", Kind::kI64, Width::kLayers, "bytes",
+     "per MoE layer: expert weights read, unique x expert_bytes"},
+    {"kept_unique", Kind::kI32, Width::kLayers, "experts",
+     "per MoE layer: experts with at least one kept token"},
+    {"kept_pairs", Kind::kI32, Width::kLayers, "pairs", "per MoE layer: pairs of kept tokens"},
+    {"kept_bytes", Kind::kI64, Width::kLayers, "bytes",
+     "per MoE layer: kept_unique x expert_bytes, what the kept tokens alone would read"},
+    {"rank_pairs", Kind::kI32, Width::kLayersRanks, "pairs",
+     "per MoE layer and expert-parallel rank: the pairs of that rank's experts"},
+};
+
+constexpr ExpertColumn kExpertRowColumns[] = {
+    {"prompt_index", Kind::kI64, Width::kOne, "",
+     "the sequence (prompt file row; -1: not known to the model)"},
+    {"tokens", Kind::kI32, Width::kOne, "tokens", "the sequence's tokens in the pass"},
+    {"kept_tokens", Kind::kI32, Width::kOne, "tokens", "of those, kept"},
+    {"unique", Kind::kI32, Width::kLayers, "experts",
+     "per MoE layer: experts with at least one of the sequence's tokens"},
+    {"kept_unique", Kind::kI32, Width::kLayers, "experts",
+     "per MoE layer: experts with at least one of its kept tokens"},
+};
+
+constexpr ExpertColumn kExpertCommitColumns[] = {
+    {"passes_end", Kind::kI64, Width::kOne, "rows", "passes/ rows committed up to this batch"},
+    {"rows_end", Kind::kI64, Width::kOne, "rows", "sequences/ rows committed up to this batch"},
+};
+
+std::vector<hsize_t> width_shape(Width w, const ExpertRecords& shape) {
+  const hsize_t L = shape.layers.size();
+  return w == Width::kOne      ? std::vector<hsize_t>{}
+         : w == Width::kLayers ? std::vector<hsize_t>{L}
+                               : std::vector<hsize_t>{L, static_cast<hsize_t>(shape.ep)};
+}
+
+template <size_t N>
+void create_expert_columns(h5::Group& g, const ExpertColumn (&defs)[N], const ExpertRecords& shape,
+                           std::map<std::string, h5::Dataset>& out) {
+  for (const ExpertColumn& c : defs) {
+    h5::RowsOptions o = uncompressed(width_shape(c.width, shape));
+    o.chunk_bytes = 16 * 1024;
+    h5::Dataset d = h5::create_rows(g, c.name, file_type(c.kind), o);
+    describe(d, c.unit, c.description);
+    out.emplace(c.name, std::move(d));
+  }
+}
+
+template <size_t N>
+void open_expert_columns(const h5::Group& g, const ExpertColumn (&defs)[N],
+                         const ExpertRecords& shape, std::map<std::string, h5::Dataset>& out) {
+  for (const ExpertColumn& c : defs) {
+    h5::Dataset d = g.dataset(c.name);
+    const std::vector<hsize_t> want = width_shape(c.width, shape);
+    const std::vector<hsize_t> dims = d.dims();
+    const bool ok = d.type_class() == H5T_INTEGER && dims.size() == 1 + want.size() &&
+                    std::equal(want.begin(), want.end(), dims.begin() + 1);
+    std::string shape_text = "[rows";
+    for (hsize_t x : want) shape_text += " x " + std::to_string(x);
+    SPEC_INPUT_CHECK(ok, d.where() << " should be an integer dataset of shape " << shape_text
+                                   << "]; it is " << dims.size() << "-D " << d.type_text());
+    out.emplace(c.name, std::move(d));
+  }
+}
+
+ExpertTables open_experts(const h5::Group& mode_group, const std::string& model) {
+  ExpertTables e;
+  e.group = mode_group.group("experts").group(model);
+  ExpertRecords& s = e.shape;
+  s.top_k = static_cast<int32_t>(e.group.attr_int("top_k"));
+  s.n_experts = static_cast<int32_t>(e.group.attr_int("n_experts"));
+  s.ep = static_cast<int32_t>(e.group.attr_int("ep"));
+  s.expert_bytes = e.group.attr_int("expert_bytes");
+  e.layers = e.group.dataset("layers");
+  SPEC_INPUT_CHECK(e.layers.rank() == 1 && e.layers.type_class() == H5T_INTEGER,
+                   e.layers.where() << " should be a 1-D integer dataset");
+  s.layers = e.layers.read_all<int32_t>();
+  // An impossible shape is a damaged file: the tables' widths below would be meaningless.
+  const std::string problem = expert_shape_problem(s);
+  SPEC_INPUT_CHECK(problem.empty(), e.group.where() << ": " << problem << ": the file is damaged");
+  open_expert_columns(e.group.group("passes"), kExpertPassColumns, s, e.passes);
+  open_expert_columns(e.group.group("sequences"), kExpertRowColumns, s, e.rows);
+  open_expert_columns(e.group.group("commits"), kExpertCommitColumns, s, e.commits);
+  return e;
+}
+
 }  // namespace
 
 int64_t check_schema(const h5::Group& root) {
@@ -248,6 +362,105 @@ ModeTables create_mode(h5::Group& root, const std::string& mode, int32_t draft_l
   return t;
 }
 
+void create_experts(ModeTables& t, const std::string& model, const ExpertRecords& shape) {
+  h5::Group experts = t.group.require_group("experts");
+  ExpertTables e;
+  e.group = experts.create_group(model);
+  e.shape.top_k = shape.top_k;
+  e.shape.n_experts = shape.n_experts;
+  e.shape.ep = shape.ep;
+  e.shape.expert_bytes = shape.expert_bytes;
+  e.shape.layers = shape.layers;
+  e.group.set_attr_int32("top_k", shape.top_k);
+  e.group.set_attr_int32("n_experts", shape.n_experts);
+  e.group.set_attr_int32("ep", shape.ep);
+  e.group.set_attr_int64("expert_bytes", shape.expert_bytes);
+  e.group.set_attr_strings("kinds",
+                           std::vector<std::string>(kPassKindNames.begin(), kPassKindNames.end()));
+  e.layers =
+      h5::create_fixed<int32_t>(e.group, "layers", {shape.layers.size()}, shape.layers.data());
+  describe(e.layers, "", "the MoE layers' ids: the last axis of the per-layer tables");
+  h5::Group passes = e.group.create_group("passes");
+  create_expert_columns(passes, kExpertPassColumns, e.shape, e.passes);
+  h5::Group rows = e.group.create_group("sequences");
+  create_expert_columns(rows, kExpertRowColumns, e.shape, e.rows);
+  h5::Group commits = e.group.create_group("commits");
+  create_expert_columns(commits, kExpertCommitColumns, e.shape, e.commits);
+  t.experts.emplace(model, std::move(e));
+}
+
+void append_expert_rows(ExpertTables& e, const ExpertRecords& r) {
+  if (r.empty()) return;
+  auto& p = e.passes;
+  p.at("batch").append(r.batch);
+  p.at("step").append(r.step);
+  p.at("kind").append(r.kind);
+  p.at("sequences").append(r.sequences);
+  p.at("tokens").append(r.tokens);
+  p.at("kept_tokens").append(r.kept_tokens);
+  p.at("unique").append(r.unique);
+  p.at("pairs").append(r.pairs);
+  p.at("max_load").append(r.max_load);
+  p.at("kept_unique").append(r.kept_unique);
+  p.at("kept_pairs").append(r.kept_pairs);
+  std::vector<int64_t> bytes(r.unique.size()), kept_bytes(r.unique.size());
+  for (size_t i = 0; i < bytes.size(); ++i) {
+    bytes[i] = static_cast<int64_t>(r.unique[i]) * r.expert_bytes;
+    kept_bytes[i] = static_cast<int64_t>(r.kept_unique[i]) * r.expert_bytes;
+  }
+  p.at("bytes").append(bytes);
+  p.at("kept_bytes").append(kept_bytes);
+  p.at("rank_pairs").append(r.rank_pairs);
+  auto& q = e.rows;
+  q.at("prompt_index").append(r.seq_prompt_index);
+  q.at("tokens").append(r.seq_tokens);
+  q.at("kept_tokens").append(r.seq_kept_tokens);
+  q.at("unique").append(r.seq_unique);
+  q.at("kept_unique").append(r.seq_kept_unique);
+}
+
+void append_expert_commit(ExpertTables& e, int64_t passes_end, int64_t rows_end) {
+  e.commits.at("passes_end").append(&passes_end, 1);
+  e.commits.at("rows_end").append(&rows_end, 1);
+}
+
+ExpertRecords read_experts(const ExpertTables& e, int64_t first, int64_t n, int64_t row_first,
+                           int64_t rows) {
+  ExpertRecords r = e.shape;
+  const auto& p = e.passes;
+  r.batch = p.at("batch").read<int64_t>(first, n);
+  r.step = p.at("step").read<int32_t>(first, n);
+  r.kind = p.at("kind").read<int8_t>(first, n);
+  r.sequences = p.at("sequences").read<int32_t>(first, n);
+  r.tokens = p.at("tokens").read<int32_t>(first, n);
+  r.kept_tokens = p.at("kept_tokens").read<int32_t>(first, n);
+  r.unique = p.at("unique").read<int32_t>(first, n);
+  r.pairs = p.at("pairs").read<int32_t>(first, n);
+  r.max_load = p.at("max_load").read<int32_t>(first, n);
+  r.kept_unique = p.at("kept_unique").read<int32_t>(first, n);
+  r.kept_pairs = p.at("kept_pairs").read<int32_t>(first, n);
+  r.rank_pairs = p.at("rank_pairs").read<int32_t>(first, n);
+  const auto& q = e.rows;
+  r.seq_prompt_index = q.at("prompt_index").read<int64_t>(row_first, rows);
+  r.seq_tokens = q.at("tokens").read<int32_t>(row_first, rows);
+  r.seq_kept_tokens = q.at("kept_tokens").read<int32_t>(row_first, rows);
+  r.seq_unique = q.at("unique").read<int32_t>(row_first, rows);
+  r.seq_kept_unique = q.at("kept_unique").read<int32_t>(row_first, rows);
+  // The stored bytes are derived: they must be what the counts and the shape say.
+  const std::vector<int64_t> bytes = p.at("bytes").read<int64_t>(first, n);
+  const std::vector<int64_t> kept_bytes = p.at("kept_bytes").read<int64_t>(first, n);
+  for (size_t i = 0; i < bytes.size(); ++i)
+    SPEC_INPUT_CHECK(bytes[i] == static_cast<int64_t>(r.unique[i]) * r.expert_bytes &&
+                         kept_bytes[i] == static_cast<int64_t>(r.kept_unique[i]) * r.expert_bytes,
+                     p.at("bytes").where()
+                         << " row " << first + static_cast<int64_t>(i / r.layers.size())
+                         << " is not unique x expert_bytes (" << r.expert_bytes
+                         << "): the file is damaged");
+  const std::string problem = expert_records_problem(r);
+  SPEC_INPUT_CHECK(problem.empty(), e.group.where() << ": " << problem << ": the file is damaged");
+  return r;
+}
+
 ModeTables open_mode(const h5::Group& root, const std::string& mode) {
   ModeTables t;
   t.group = root.group(mode);
@@ -286,6 +499,10 @@ ModeTables open_mode(const h5::Group& root, const std::string& mode) {
     t.device_timings = rank_rows(t.group, "device_timings", dims[1], kNumDeviceColumns);
   if (t.version >= 6)
     t.device_passes = rank_rows(t.group, "device_passes", dims[1], kNumPassColumns);
+  if (t.version >= 7 && t.group.has("experts"))
+    for (const char* model : {kExpertTarget, kExpertDraft})
+      if (t.group.group("experts").has(model))
+        t.experts.emplace(model, open_experts(t.group, model));
   t.apos = t.group.dataset("accepted_per_position");
   SPEC_INPUT_CHECK(t.apos.rank() == 1 && t.apos.rows() == t.draft_len,
                    t.apos.where() << " should hold draft_len = " << t.draft_len << " values");
@@ -320,7 +537,26 @@ Committed find_committed(const ModeTables& t) {
     n = std::min(t.host.rows(), t.host_busy.rows());
     why = "the host table holds " + std::to_string(n) + " rows";
   }
+  // The expert accounting's commit rows, and the rows they may point to.
+  struct ExpertRows {
+    std::vector<int64_t> passes_end, rows_end;
+    int64_t passes = 0, rows = 0;
+  };
+  std::map<std::string, ExpertRows> experts;
+  for (const auto& [model, e] : t.experts) {
+    for (const auto& [name, d] : e.commits)
+      if (d.rows() < n) {
+        n = d.rows();
+        why = "the commit table " + d.where() + " holds " + std::to_string(n) + " rows";
+      }
+    experts[model].passes = min_rows(e.passes, "");
+    experts[model].rows = min_rows(e.rows, "");
+  }
   n = std::max<int64_t>(n, 0);
+  for (auto& [model, x] : experts) {
+    x.passes_end = t.experts.at(model).commits.at("passes_end").read<int64_t>(0, n);
+    x.rows_end = t.experts.at(model).commits.at("rows_end").read<int64_t>(0, n);
+  }
   // Each record ends where the one before ended or later (a batch holds at least one sequence):
   // a record that does not is damaged, and so is what it commits.
   const auto sequences_end = t.batches.at("sequences_end").read<int64_t>(0, n);
@@ -329,11 +565,14 @@ Committed find_committed(const ModeTables& t) {
   const auto tokens_end = t.batches.at("output_tokens_end").read<int64_t>(0, n);
   for (int64_t i = 0; i < n; ++i) {
     const size_t k = static_cast<size_t>(i);
-    const bool grows =
+    bool grows =
         k == 0
             ? sequences_end[k] > 0 && steps_end[k] >= 0 && timing_end[k] >= 0 && tokens_end[k] >= 0
             : sequences_end[k] > sequences_end[k - 1] && steps_end[k] >= steps_end[k - 1] &&
                   timing_end[k] >= timing_end[k - 1] && tokens_end[k] >= tokens_end[k - 1];
+    for (const auto& [model, x] : experts)
+      grows = grows && x.passes_end[k] >= (k == 0 ? 0 : x.passes_end[k - 1]) &&
+              x.rows_end[k] >= (k == 0 ? 0 : x.rows_end[k - 1]);
     if (!grows) {
       why = "commit record " + std::to_string(i + 1) + " of " + t.batches.at("batch").where() +
             " does not follow the one before it (sequences_end " +
@@ -356,6 +595,10 @@ Committed find_committed(const ModeTables& t) {
     bool rows_present = c.sequences + 1 <= offset_rows && c.sequences <= seq_rows &&
                         c.tokens <= token_rows && c.steps <= step_rows &&
                         c.timing_rows <= timing_rows;
+    for (const auto& [model, x] : experts) {
+      c.expert_ends[model] = {x.passes_end[k], x.rows_end[k]};
+      rows_present = rows_present && x.passes_end[k] <= x.passes && x.rows_end[k] <= x.rows;
+    }
     if (rows_present && t.seq.at("output_offsets").read<int64_t>(c.sequences, 1)[0] == c.tokens) {
       if (n < recorded) c.ignored = why;
       return c;
@@ -392,6 +635,14 @@ void truncate_to(ModeTables& t, const Committed& c) {
   if (t.host.valid()) {
     t.host.resize_rows(c.batches);
     t.host_busy.rewrite_string_rows(c.batches);
+  }
+  for (auto& [model, e] : t.experts) {
+    const auto it = c.expert_ends.find(model);
+    const std::pair<int64_t, int64_t> end =
+        it == c.expert_ends.end() ? std::pair<int64_t, int64_t>{} : it->second;
+    for (auto& [name, d] : e.passes) d.resize_rows(end.first);
+    for (auto& [name, d] : e.rows) d.resize_rows(end.second);
+    for (auto& [name, d] : e.commits) d.resize_rows(c.batches);
   }
   t.group.set_attr_int64("batches_committed", c.batches);
   t.group.set_attr_int64("sequences_committed", c.sequences);

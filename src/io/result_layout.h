@@ -8,8 +8,20 @@
 #include <vector>
 
 #include "io/h5.h"
+#include "io/records.h"
 
 namespace specrun::result_layout {
+
+// The open datasets of one model's expert accounting, /<mode>/experts/<model> (schema version 7,
+// present when that model is a mixture of experts).
+struct ExpertTables {
+  h5::Group group;
+  ExpertRecords shape;                         // top_k, n_experts, ep, expert_bytes, layers
+  std::map<std::string, h5::Dataset> passes;   // passes/<column>: [P], [P x L] or [P x L x ep]
+  std::map<std::string, h5::Dataset> rows;     // sequences/<column>: [R] or [R x L]
+  std::map<std::string, h5::Dataset> commits;  // commits/passes_end, rows_end: [batches]
+  h5::Dataset layers;                          // [L]
+};
 
 // The open datasets of one /<mode> group.
 struct ModeTables {
@@ -30,6 +42,9 @@ struct ModeTables {
   // From schema version 6: pass rows [rows x ranks x kNumPassColumns] float32 counts (NaN for
   // ranks without a device).
   h5::Dataset device_passes;
+  // From schema version 7: "target" and "draft" -> their expert accounting, for the models that
+  // are mixtures of experts (absent for dense ones).
+  std::map<std::string, ExpertTables> experts;
   h5::Dataset apos;       // accepted_per_position totals [draft_len] int64
   int32_t draft_len = 0;  // length of accepted_per_position: the longest proposal path
   int32_t n_ranks = 0;
@@ -48,6 +63,8 @@ struct Committed {
   // not follow the one before it, or points past the rows in the file, and every record after
   // it. "" when every recorded batch is committed.
   std::string ignored;
+  // Per expert-accounting model ("target", "draft"): its committed passes and sequence rows.
+  std::map<std::string, std::pair<int64_t, int64_t>> expert_ends;
 };
 
 // Calls f(dataset) for every dataset of the mode (valid or not: f checks).
@@ -58,6 +75,11 @@ void for_each_dataset(Tables& t, F&& f) {
   for (auto* d : {&t.timings, &t.timings_batch, &t.cpu_timings, &t.host, &t.host_busy,
                   &t.device_timings, &t.device_passes, &t.apos})
     f(*d);
+  for (auto& entry : t.experts) {
+    for (auto* table : {&entry.second.passes, &entry.second.rows, &entry.second.commits})
+      for (auto& column : *table) f(column.second);
+    f(entry.second.layers);
+  }
 }
 
 // Checks the root attributes schema == "specrun.result" and 1 <= schema_version <= supported;
@@ -67,6 +89,15 @@ int64_t check_schema(const h5::Group& root);
 // Creates /<mode> with empty tables (output_offsets holds its leading 0).
 ModeTables create_mode(h5::Group& root, const std::string& mode, int32_t draft_len,
                        int32_t n_ranks);
+// Creates /<mode>/experts/<model> with empty tables for a model of `shape`'s shape.
+void create_experts(ModeTables& t, const std::string& model, const ExpertRecords& shape);
+// Appends a batch's passes of `model` (its rows; the commit row is append_expert_commit's).
+void append_expert_rows(ExpertTables& e, const ExpertRecords& r);
+// Appends the commit row: the passes and sequence rows committed up to this batch.
+void append_expert_commit(ExpertTables& e, int64_t passes_end, int64_t rows_end);
+// Reads passes [first, first + n) and their sequence rows [row_first, row_first + rows).
+ExpertRecords read_experts(const ExpertTables& e, int64_t first, int64_t n, int64_t row_first,
+                           int64_t rows);
 // Opens /<mode>; throws naming the dataset when one is missing or has the wrong shape.
 ModeTables open_mode(const h5::Group& root, const std::string& mode);
 

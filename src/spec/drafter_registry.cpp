@@ -42,8 +42,10 @@ void validate_model(const JobConfig& c) {
 std::unique_ptr<Drafter> make_model(const JobConfig& c, DrafterContext& ctx) {
   const bool sharded = c.draft.placement == "sharded";
   Checkpoint checkpoint(c.draft.path.resolved);
-  return std::make_unique<ModelDrafter>(ctx.factory.load(checkpoint, sharded),
-                                        ctx.target.config().vocab_size, ctx.ops, ctx.options);
+  std::shared_ptr<LanguageModel> draft = ctx.factory.load(checkpoint, sharded);
+  if (ctx.draft_routing != nullptr) draft = observe_routing(std::move(draft), *ctx.draft_routing);
+  return std::make_unique<ModelDrafter>(std::move(draft), ctx.target.config().vocab_size, ctx.ops,
+                                        ctx.options);
 }
 
 // ---- eagle3: an EAGLE-3 head over the target's hidden states -----------------------------

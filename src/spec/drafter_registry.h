@@ -9,6 +9,7 @@
 
 #include "config/job_config.h"
 #include "model/language_model.h"
+#include "model/routing_observer.h"
 #include "spec/drafter.h"
 #include "spec/sampling.h"
 #include "spec/token_ops.h"
@@ -25,6 +26,10 @@ struct DrafterContext {
   const Checkpoint& target_checkpoint;  // its files (an EAGLE-3 head reads its embedding)
   TokenOps& ops;                        // token decisions on the backend
   DraftOptions options;                 // the decode options drafters share (sampling, shape)
+  // Told the routing of every forward pass of a draft model (model/routing_observer.h: the kinds
+  // that load a LanguageModel wrap it), so that a mixture-of-experts drafter's passes are
+  // accounted apart from the target's; nullptr: nobody watches.
+  RoutingObserver* draft_routing = nullptr;
 };
 
 struct DrafterKind {

@@ -245,7 +245,7 @@ def main():
     with h5py.File(args.file, "r") as f:  # a plain open: no SWMR flag, no h5clear
         a = f.attrs
         check(a["schema"] == "specrun.result", f"schema {a['schema']!r}")
-        check(int(a["schema_version"]) == 6, "schema_version")
+        check(int(a["schema_version"]) == 7, "schema_version")
         for k, v in HEADER.items():
             check(a[k] == v, f"root attribute {k}: {a[k]!r} != {v!r}")
         check(a["git_dirty"].dtype == np.bool_ and bool(a["git_dirty"]), "git_dirty is bool True")
@@ -258,6 +258,12 @@ def main():
         prov = f["provenance/ranks"].asstr()[:]
         check(list(prov) == ['{"rank": 0}', '{"rank": 1}'], f"provenance {prov}")
         check(f["provenance/mismatches"].asstr()[()].startswith("[{"), "mismatches")
+        # Schema 7: the header's weight memory per rank; a dense run's modes hold no experts.
+        w = f["provenance/target_weight_bytes"]
+        check(w.dtype == np.int64 and list(w[:]) == [1000 + r for r in range(args.ranks)],
+              f"provenance/target_weight_bytes {w.dtype} {w[:]}")
+        for mode in ("baseline", "speculative"):
+            check(mode not in f or "experts" not in f[mode], f"{mode} of dense batches has experts")
         most = 0
         for mode in ("baseline", "speculative"):
             if mode in f:

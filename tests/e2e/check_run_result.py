@@ -79,7 +79,12 @@ def check_layout(f, world, draft_len):
         if check(name in f.attrs, f"root attribute {name} missing"):
             check(attr_dtype_ok(f, name, want), f"root attribute {name}: not {want}")
     check(f.attrs.get("schema") == "specrun.result", "schema is not specrun.result")
-    check(int(f.attrs.get("schema_version", 0)) == 6, "schema_version is not 6")
+    check(int(f.attrs.get("schema_version", 0)) == 7, "schema_version is not 7")
+    # Schema 7: each rank's target weights in memory (bytes); a dense target has no experts.
+    if check("provenance/target_weight_bytes" in f, "provenance/target_weight_bytes missing"):
+        w = f["provenance/target_weight_bytes"]
+        check(w.dtype == np.int64 and w.shape == (world,) and (w[:] > 0).all(),
+              f"provenance/target_weight_bytes {w.dtype} {w.shape} {w[:]}")
     for name in JOB_ATTRS:
         if check(name in f["job"].attrs, f"/job attribute {name} missing"):
             check(attr_dtype_ok(f["job"], name, "str"), f"/job attribute {name}: not a string")
@@ -98,6 +103,7 @@ def check_layout(f, world, draft_len):
 
     for mode, k in (("baseline", 0), ("speculative", draft_len)):
         g = f[mode]
+        check("experts" not in g, f"{mode}: a dense run has expert tables")
         check(int(g.attrs["draft_len"]) == k, f"{mode} draft_len {g.attrs['draft_len']} != {k}")
         for a, want in (("draft_len", "int32"), ("batches_committed", "int64"),
                         ("sequences_committed", "int64")):
@@ -342,6 +348,12 @@ def expected_mode(d):
 
 def check_report(rep, data, unfinished):
     check(rep["job_finished"] == (not unfinished), f"report job_finished {rep['job_finished']}")
+    check(isinstance(rep.get("target_weight_bytes"), list) and all(
+        w > 0 for w in rep["target_weight_bytes"]), f"report target_weight_bytes {rep.get('target_weight_bytes')}")
+    check(rep.get("experts_verify_over_decode", 0) is None, "a dense run's report has expert ratios")
+    for mode in data:
+        check(rep["modes"][mode]["experts"] == {"target": None, "draft": None},
+              f"a dense run's report has {mode} experts")
     for mode, d in data.items():
         exp, got = expected_mode(d), rep["modes"][mode]
         for key in ("prompts", "generated", "batches", "verify_steps", "drafted", "accepted"):

@@ -606,3 +606,120 @@ TEST(Compare, VerifyPassesThatLostTheirGraphsAreNamedInTheVerdict) {
   EXPECT_FALSE(small.graphs[1].fell || small.graphs[1].rose);
   EXPECT_EQ(format_verdict(small).find("CUDA graphs"), std::string::npos) << format_verdict(small);
 }
+
+namespace {
+
+// The target's expert records of a make_mode speculative run: one verify pass per step over its
+// 4 sequences, each the root and 4 drafted nodes of which 2 are accepted (20 tokens, 12 kept;
+// every step emits 3 tokens per sequence), two MoE layers of 64 experts, top-2, 2 EP ranks,
+// 1 MB per expert; `unique` experts per layer per pass. Expert MB per emitted token:
+// 2 layers x unique / 12 tokens.
+void with_experts(ModeData& d, int unique) {
+  ExpertRecords& r = d.target_experts;
+  r = ExpertRecords{};
+  r.top_k = 2;
+  r.n_experts = 64;
+  r.ep = 2;
+  r.expert_bytes = 1000000;
+  r.layers = {1, 2};
+  for (StepRecord& st : d.steps) st.emitted = st.accepted + 1;
+  std::map<std::pair<std::int64_t, std::int32_t>, std::vector<std::int64_t>> by_step;
+  for (const StepRecord& st : d.steps) by_step[{st.batch, st.step}].push_back(st.prompt_index);
+  for (const auto& [key, prompts] : by_step) {
+    const int n = static_cast<int>(prompts.size()), tokens = 5 * n, kept = 3 * n;
+    r.batch.push_back(key.first);
+    r.step.push_back(key.second);
+    r.kind.push_back(kPassVerify);
+    r.sequences.push_back(n);
+    r.tokens.push_back(tokens);
+    r.kept_tokens.push_back(kept);
+    for (int l = 0; l < 2; ++l) {
+      r.unique.push_back(unique);
+      r.pairs.push_back(2 * tokens);
+      r.max_load.push_back(3);
+      r.kept_unique.push_back(unique / 2);
+      r.kept_pairs.push_back(2 * kept);
+      r.rank_pairs.push_back(tokens);
+      r.rank_pairs.push_back(tokens);
+    }
+    for (std::int64_t p : prompts) {
+      r.seq_prompt_index.push_back(p);
+      r.seq_tokens.push_back(5);
+      r.seq_kept_tokens.push_back(3);
+      for (int l = 0; l < 2; ++l) {
+        r.seq_unique.push_back(8);
+        r.seq_kept_unique.push_back(5);
+      }
+    }
+  }
+}
+
+std::vector<ModeData> moe_run(int unique, std::uint64_t seed) {
+  Synthetic p;
+  std::vector<ModeData> run = {make_mode(kModeBaseline, p, seed),
+                               make_mode(kModeSpeculative, p, seed + 1)};
+  with_experts(run[1], unique);
+  return run;
+}
+
+}  // namespace
+
+// A verify that reads more experts per emitted token is a regression the verdict names first,
+// even when no timing changed; the same experts are not; another experiment reports the change.
+TEST(Compare, MoreExpertBytesPerEmittedTokenIsARegression) {
+  const std::vector<ModeData> base = moe_run(20, 11), same = moe_run(20, 13),
+                              more = moe_run(26, 13);
+  Comparison c = compare_modes(base, more, CompareOptions{});
+  ASSERT_EQ(c.experts.size(), 1u);
+  const ExpertChange& e = c.experts[0];
+  EXPECT_EQ(e.mode, kModeSpeculative);
+  EXPECT_EQ(e.kind, "verify");
+  EXPECT_NEAR(e.base_mb_per_token, 2 * 20 / 12.0, 1e-9);
+  EXPECT_NEAR(e.next_mb_per_token, 2 * 26 / 12.0, 1e-9);
+  EXPECT_NEAR(e.relative.value, 0.3, 1e-9);
+  EXPECT_EQ(e.base_n, 400);
+  EXPECT_TRUE(e.regression);
+  EXPECT_TRUE(c.regression);
+  EXPECT_EQ(c.exit_code(), kCompareRegression);
+  for (const TimingChange& t : c.timings) EXPECT_FALSE(t.regression) << t.mode << " " << t.name;
+  const std::string verdict = format_verdict(c);
+  EXPECT_EQ(verdict.rfind("REGRESSION: speculative verify expert MB per emitted token +30.0% "
+                          "[95% CI +30.0%, +30.0%] (3.333 -> 4.333 MB/token; unique experts per "
+                          "layer 20.00 -> 26.00)",
+                          0),
+            0u)
+      << verdict;
+  const std::string text = format_comparison(c, "a.h5", "b.h5");
+  EXPECT_NE(text.find("  speculative verify MB/token     3.333      4.333    +30.0%   [+30.0%, "
+                      "+30.0%]  REGRESSION\n  speculative verify unique       20.00      26.00\n"),
+            std::string::npos)
+      << text;
+  EXPECT_TRUE(comparison_to_json(c)["experts"][0]["regression"].get<bool>());
+
+  // Fewer bytes per token: named as better.
+  Comparison fewer = compare_modes(more, base, CompareOptions{});
+  ASSERT_EQ(fewer.experts.size(), 1u);
+  EXPECT_TRUE(fewer.experts[0].improvement);
+  EXPECT_FALSE(fewer.regression);
+
+  Comparison unchanged = compare_modes(base, same, CompareOptions{});
+  ASSERT_EQ(unchanged.experts.size(), 1u);
+  EXPECT_FALSE(unchanged.experts[0].regression);
+  EXPECT_FALSE(unchanged.regression);
+  EXPECT_EQ(
+      format_verdict(unchanged).rfind("SAME: no phase, throughput, speedup or expert bytes", 0), 0u)
+      << format_verdict(unchanged);
+
+  c.experiment_keys = {"target.path"};
+  EXPECT_NE(format_verdict(c).find("expert MB per emitted token: speculative verify 3.333 -> "
+                                   "4.333 (+30.0%)"),
+            std::string::npos)
+      << format_verdict(c);
+
+  // Runs without expert records (dense targets) compare nothing of it.
+  EXPECT_TRUE(compare_modes(base,
+                            {make_mode(kModeBaseline, Synthetic{}, 13),
+                             make_mode(kModeSpeculative, Synthetic{}, 14)},
+                            CompareOptions{})
+                  .experts.empty());
+}

@@ -346,3 +346,146 @@ TEST(Bootstrap, RelativeChangeOfKnownRatio) {
 }
 
 }  // namespace
+
+namespace {
+
+// One pass of a one-sequence run in ExpertRecords: one MoE layer of 8 experts, top-2, one EP
+// rank, 1 MB (1e6 bytes) per expert, so that MB are unique-expert counts.
+void add_pass(ExpertRecords& r, int32_t step, PassKind kind, int tokens, int kept, int unique,
+              int kept_unique, int max_load) {
+  r.top_k = 2;
+  r.n_experts = 8;
+  r.ep = 1;
+  r.expert_bytes = 1000000;
+  r.layers = {5};
+  r.batch.push_back(0);
+  r.step.push_back(step);
+  r.kind.push_back(kind);
+  r.sequences.push_back(1);
+  r.tokens.push_back(tokens);
+  r.kept_tokens.push_back(kept);
+  r.unique.push_back(unique);
+  r.pairs.push_back(2 * tokens);
+  r.max_load.push_back(max_load);
+  r.kept_unique.push_back(kept_unique);
+  r.kept_pairs.push_back(2 * kept);
+  r.rank_pairs.push_back(2 * tokens);
+  r.seq_prompt_index.push_back(0);
+  r.seq_tokens.push_back(tokens);
+  r.seq_kept_tokens.push_back(kept);
+  r.seq_unique.push_back(unique);
+  r.seq_kept_unique.push_back(kept_unique);
+}
+
+// Prompt 0 of 4 tokens. Baseline: a prefill reading 5 experts, then 3 decode steps of one token
+// each reading 2 (generated 4 = 1 + 3). Speculative: the same prefill, then 2 verify steps of 4
+// tokens (the root and 3 drafted): step 0 reads 6 experts, keeps the root and 2 accepted nodes
+// (4 experts) and emits 3; step 1 reads 5, keeps the root alone (2 experts) and emits 1
+// (generated 5 = 1 + 3 + 1).
+//   baseline decode: 2 unique per layer, 2 MB per step, 6 MB / 3 tokens = 2 MB per token
+//   speculative verify: 5.5 unique, 3 kept, 5.5 MB per step, 11 MB / 4 tokens = 2.75 MB/token
+//   verify / decode: 2.75x unique, 2.75x MB per step, 1.375x MB per emitted token
+//   all passes: baseline (5 + 6) / 4 = 2.75 MB per generated token, speculative (5 + 11) / 5
+std::vector<ModeData> expert_runs() {
+  ModeData b;
+  b.mode = kModeBaseline;
+  b.batch_size = 1;
+  b.sequences = {seq(0, "", 4, 3, 0, 0, 1.0)};
+  for (int32_t s = 0; s < 3; ++s) b.steps.push_back(step(0, s, 0, 0, 0));
+  add_pass(b.target_experts, -1, kPassPrefill, 4, 4, 5, 5, 2);
+  for (int32_t s = 0; s < 3; ++s) add_pass(b.target_experts, s, kPassDecode, 1, 1, 2, 2, 1);
+  ModeData v;
+  v.mode = kModeSpeculative;
+  v.batch_size = 1;
+  v.sequences = {seq(0, "", 5, 2, 6, 2, 0.6)};
+  v.steps = {step(0, 0, 0, 3, 2), step(0, 1, 0, 3, 0)};
+  add_pass(v.target_experts, -1, kPassPrefill, 4, 4, 5, 5, 2);
+  add_pass(v.target_experts, 0, kPassVerify, 4, 3, 6, 4, 2);
+  add_pass(v.target_experts, 1, kPassVerify, 4, 1, 5, 2, 2);
+  return {b, v};
+}
+
+}  // namespace
+
+TEST(Summary, ExpertFiguresPerPassKindByHand) {
+  const RunSummary run = summarize_run(expert_runs(), true);
+  const ExpertSummary& b = run.modes[0].target_experts;
+  ASSERT_TRUE(b.present);
+  EXPECT_FALSE(run.modes[0].draft_experts.present);
+  ASSERT_EQ(b.kinds.size(), 2u);
+  EXPECT_EQ(b.kinds[0].kind, "prefill");
+  EXPECT_EQ(b.kinds[0].emitted, 0);  // not a step: no per-token figure
+  const ExpertPassSummary* d = b.kind("decode");
+  ASSERT_NE(d, nullptr);
+  EXPECT_EQ(d->passes, 3);
+  EXPECT_DOUBLE_EQ(d->unique_per_layer, 2.0);
+  EXPECT_DOUBLE_EQ(d->mb_per_pass, 2.0);
+  EXPECT_EQ(d->emitted, 3);
+  EXPECT_DOUBLE_EQ(d->mb_per_emitted_token, 2.0);
+  EXPECT_DOUBLE_EQ(b.mb_per_generated_token, 11.0 / 4.0);
+  const ExpertPassSummary* v = run.modes[1].target_experts.kind("verify");
+  ASSERT_NE(v, nullptr);
+  EXPECT_DOUBLE_EQ(v->tokens_per_pass, 4.0);
+  EXPECT_DOUBLE_EQ(v->unique_per_layer, 5.5);
+  EXPECT_DOUBLE_EQ(v->kept_unique_per_layer, 3.0);
+  EXPECT_DOUBLE_EQ(v->kept_mb_per_pass, 3.0);
+  EXPECT_DOUBLE_EQ(v->mb_per_pass, 5.5);
+  EXPECT_EQ(v->emitted, 4);
+  EXPECT_DOUBLE_EQ(v->mb_per_emitted_token, 2.75);
+  EXPECT_EQ(v->rank_share, (std::vector<double>{1.0}));
+  EXPECT_DOUBLE_EQ(run.modes[1].target_experts.mb_per_generated_token, 16.0 / 5.0);
+  ASSERT_TRUE(run.verify_over_decode.present);
+  EXPECT_DOUBLE_EQ(run.verify_over_decode.unique_per_layer, 2.75);
+  EXPECT_DOUBLE_EQ(run.verify_over_decode.mb_per_step, 2.75);
+  EXPECT_DOUBLE_EQ(run.verify_over_decode.mb_per_emitted_token, 1.375);
+
+  const std::string text = format_summary(run);
+  EXPECT_NE(text.find("experts (target: 8 experts, top-2, 1 MoE layer, ep 1, 1.000 MB per expert"),
+            std::string::npos)
+      << text;
+  EXPECT_NE(text.find("  speculative  verify              2          4.0     5.50     5.50     "
+                      "3.00    5.500     2.750"),
+            std::string::npos)
+      << text;
+  EXPECT_NE(text.find("  baseline     decode              3          1.0     2.00     2.00"
+                      "        -    2.000     2.000"),
+            std::string::npos)
+      << text;
+  EXPECT_NE(text.find("experts, verify / decode (target): 2.75x unique experts per layer, 2.75x "
+                      "expert MB per step, 1.38x expert MB per emitted token"),
+            std::string::npos)
+      << text;
+  const nlohmann::json j = summary_to_json(run);
+  EXPECT_DOUBLE_EQ(j["experts_verify_over_decode"]["mb_per_emitted_token"].get<double>(), 1.375);
+  const nlohmann::json& vj = j["modes"]["speculative"]["experts"]["target"];
+  EXPECT_DOUBLE_EQ(vj["passes"]["verify"]["mb_per_emitted_token"].get<double>(), 2.75);
+  EXPECT_DOUBLE_EQ(vj["passes"]["verify"]["kept_unique_per_layer"].get<double>(), 3.0);
+  EXPECT_EQ(vj["expert_bytes"].get<std::int64_t>(), 1000000);
+  EXPECT_TRUE(j["modes"]["speculative"]["experts"]["draft"].is_null());
+
+  // A dense run prints no expert section and has a null ratio.
+  std::vector<ModeData> dense = expert_runs();
+  for (ModeData& m : dense) m.target_experts = ExpertRecords{};
+  const RunSummary plain = summarize_run(dense, true);
+  EXPECT_EQ(format_summary(plain).find("experts"), std::string::npos);
+  EXPECT_TRUE(summary_to_json(plain)["experts_verify_over_decode"].is_null());
+}
+
+// The expert records must describe the steps: one target pass per step, and their own identities.
+TEST(Summary, ExpertRecordsThatDoNotMatchTheStepsAreErrors) {
+  std::vector<ModeData> runs = expert_runs();
+  ModeData twice = runs[1];
+  add_pass(twice.target_experts, 1, kPassVerify, 4, 1, 5, 2, 2);
+  EXPECT_NE(message(twice).find("batch 0 step 1 has 2 target passes"), std::string::npos)
+      << message(twice);
+  ModeData missing = runs[0];
+  missing.steps.push_back(step(0, 3, 0, 0, 0));
+  missing.sequences[0].generated += 1;
+  missing.sequences[0].verify_steps += 1;
+  EXPECT_NE(message(missing).find("batch 0 step 3 has 0 target passes"), std::string::npos)
+      << message(missing);
+  ModeData broken = runs[1];
+  broken.target_experts.pairs[1] = 9;
+  EXPECT_NE(message(broken).find("the target's expert records: pass 1"), std::string::npos)
+      << message(broken);
+}
