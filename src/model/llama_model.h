@@ -90,8 +90,11 @@ class LlamaModel final : public LanguageModel, private GraphBase<B> {
     inv_freq_dev_ = b_.upload_floats(inv_freq_);
     if (!routing_.layers.empty()) {
       const ShardPlan& p = host.plan;
-      moe_ = std::make_unique<MoeBlock<B>>(b_, config_.num_experts, config_.num_experts_per_tok,
-                                           config_.norm_topk_prob, p.expert_begin, p.experts);
+      RouterRule rule;
+      rule.top_k = config_.num_experts_per_tok;
+      rule.renormalise = config_.norm_topk_prob;
+      moe_ =
+          std::make_unique<MoeBlock<B>>(b_, config_.num_experts, rule, p.expert_begin, p.experts);
       routing_.top_k = config_.num_experts_per_tok;
       routing_.n_experts = config_.num_experts;
       routing_.ep = p.ep;
@@ -305,8 +308,8 @@ void LlamaModel<B>::moe_block(int layer, int moe_index, int n) {
   std::int32_t* chosen =
       routing_.experts.data() + static_cast<std::size_t>(moe_index) * n * routing_.top_k;
   moe_->run(residual_, n, config_.hidden_size, weights_.at(layer, Role::kPostAttentionNorm),
-            weights_.at(layer, Role::kRouter), weights_.stack(layer, Role::kExpertGate),
-            weights_.stack(layer, Role::kExpertDown), xn_.grow(0), chosen);
+            weights_.at(layer, Role::kRouter), {}, weights_.stack(layer, Role::kExpertGate),
+            weights_.stack(layer, Role::kExpertDown), {}, xn_.grow(0), chosen);
 }
 
 template <class B>
