@@ -148,6 +148,13 @@ JobTarget load_target(const JobConfig& config, JobSetup& job, const Checkpoint& 
   t.factory->set_expert_parallel(config.parallel.ep);
   t.model = t.factory->load(checkpoint, /*sharded=*/true);
   job.log.info(weight_memory_line(*t.model, job.world));
+  if (const std::size_t kv = t.model->kv_bytes_per_token(); kv > 0)
+    job.log.info("target KV cache: " + std::to_string(kv) + " bytes per token per rank (" +
+                 std::to_string(t.model->config().num_layers) + " layers)");
+  if (t.model->config().architecture == "KimiK25ForConditionalGeneration")
+    job.log.info("target " + t.model->config().architecture +
+                 ": its text model (text_config) runs; the vision tower is ignored (image inputs "
+                 "are not supported)");
   t.ops = make_token_ops(job.backend, t.factory->cuda_context());
   // Every rank's, for the result file; the line above is rank 0's.
   const std::int64_t mine = static_cast<std::int64_t>(t.model->weight_bytes());

@@ -115,6 +115,11 @@ class LlamaModel final : public LanguageModel, private GraphBase<B> {
     return routing_.layers.empty() ? nullptr : &routing_;
   }
   std::size_t weight_bytes() const override { return weight_bytes_; }
+  std::size_t kv_bytes_per_token() const override {
+    const AttentionHeads heads = attention_heads();
+    return static_cast<std::size_t>(config_.num_layers) *
+           (heads.key_floats() + heads.value_floats()) * sizeof(float);
+  }
 
   std::unique_ptr<KvCache> new_cache(int capacity) override {
     const AttentionHeads heads = attention_heads();
