@@ -117,19 +117,7 @@ class DeepseekModel final : public LanguageModel, private GraphBase<B> {
     const std::vector<TensorSpec> schema = mla_prepared_schema();
     weights_ = prepare_weights(b_, host, config_, schema);
     inv_freq_dev_ = b_.upload_floats(inv_freq_);
-    if (!routing_.layers.empty()) {
-      const ShardPlan& p = host.plan;
-      moe_ = std::make_unique<MoeBlock<B>>(b_, config_.num_experts, config_.num_experts_per_tok,
-                                           config_.norm_topk_prob, p.expert_begin, p.experts);
-      routing_.top_k = config_.num_experts_per_tok;
-      routing_.n_experts = config_.num_experts;
-      routing_.ep = p.ep;
-      const HostTensor& gate =
-          host.experts[routing_.layers.front()][static_cast<int>(Role::kExpertGate)].front();
-      routing_.expert_bytes = 3 * static_cast<std::int64_t>(config_.hidden_size) *
-                              config_.moe_intermediate_size *
-                              static_cast<std::int64_t>(dtype_size(gate.dtype));
-    }
+    moe_ = make_moe_block(b_, config_, host, routing_);
   }
 
   const ModelConfig& config() const override { return config_; }
@@ -184,7 +172,6 @@ class DeepseekModel final : public LanguageModel, private GraphBase<B> {
   void dense_swiglu_block(int layer, int n);
   void moe_block(int layer, int moe_index, int n);
   Communicator* group() { return tp_ > 1 ? &comm_ : nullptr; }
-  void capture(int slot, int n);
 
   ModelConfig config_;
   Communicator& comm_;
@@ -197,10 +184,9 @@ class DeepseekModel final : public LanguageModel, private GraphBase<B> {
   ExpertRouting routing_;
 
   ResidualStream<B> residual_;
-  std::vector<int> capture_slot_;
-  int n_capture_ = 0;
+  HiddenCapture<B> capture_;
   typename B::Scratch xn_, qa_, q_, kva_, ckv_, qabs_, head_in_, head_out_, olat_, attn_, act_,
-      rope_, hidden_;
+      rope_;
 };
 
 template <class B>
@@ -209,14 +195,7 @@ ForwardResult DeepseekModel<B>::forward(std::span<const SeqChunk> batch,
   const ShardPlan& plan = weights_.plan;
   const int n = check_batch(batch, config_, static_cast<const KvStore*>(this));
   const int L = config_.num_layers, H = config_.hidden_size;
-  capture_slot_.assign(L + 1, -1);
-  n_capture_ = static_cast<int>(request.capture.size());
-  for (int c = 0; c < n_capture_; ++c) {
-    const int id = request.capture[c];
-    SPEC_CHECK(id >= 0 && id <= L && capture_slot_[id] < 0,
-               "capture: layer id " << id << " is outside 0.." << L << " or given twice");
-    capture_slot_[id] = c;
-  }
+  capture_.begin(request.capture, L, n, H);
   Base::stage_batch(batch, n);
   const int dr = config_.mla.qk_rope_head_dim;
   b_.rope_table(inv_freq_dev_, dr, rope_.grow(static_cast<std::size_t>(n) * dr));
@@ -224,17 +203,13 @@ ForwardResult DeepseekModel<B>::forward(std::span<const SeqChunk> batch,
   F x = residual_.begin(n, H, config_.rms_norm_eps, group());
   b_.embed(weights_.get(Role::kEmbed), plan.vocab_begin, x);
   if (tp_ > 1) b_.all_reduce_sum(comm_, x, static_cast<std::size_t>(n) * H);
-  if (n_capture_ > 0) hidden_.grow(static_cast<std::size_t>(n) * n_capture_ * H);
   xn_.grow(static_cast<std::size_t>(n) * H);
   if (!routing_.layers.empty()) {
     routing_.n_tokens = n;
     routing_.experts.resize(routing_.layers.size() * static_cast<std::size_t>(n) * routing_.top_k);
   }
   for (int layer = 0, moe_index = 0; layer < L; ++layer) {
-    if (capture_slot_[layer] >= 0) {
-      residual_.settle(n);
-      capture(capture_slot_[layer], n);
-    }
+    if (capture_.wants(layer)) capture_.copy(b_, layer, residual_.settle(n), n);
     mla_attention_block(layer, n);
     if (moe_index < static_cast<int>(routing_.layers.size()) && routing_.layers[moe_index] == layer)
       moe_block(layer, moe_index++, n);
@@ -245,25 +220,15 @@ ForwardResult DeepseekModel<B>::forward(std::span<const SeqChunk> batch,
 
   F xn = xn_.grow(0);
   residual_.norm(n, weights_.get(Role::kFinalNorm), xn);
-  if (capture_slot_[L] >= 0) {
-    b_.copy_rows(hidden_.grow(0) + static_cast<std::ptrdiff_t>(capture_slot_[L]) * H,
-                 static_cast<std::size_t>(n_capture_) * H, xn, H, n, H);
-  }
+  capture_.copy(b_, L, xn, n);
   if (!request.all_logits) b_.keep_last_rows(xn, H);
   const int out_rows = request.all_logits ? n : static_cast<int>(batch.size());
   ForwardResult result;
   result.logits =
       Base::logits(xn, out_rows, weights_.get(Role::kLmHead), config_.vocab_size, group());
   b_.end_forward();
-  if (n_capture_ > 0) result.hidden = RowsView{B::kKind, hidden_.grow(0).get(), n, n_capture_ * H};
+  result.hidden = capture_.view(n);
   return result;
-}
-
-template <class B>
-void DeepseekModel<B>::capture(int slot, int n) {
-  const int H = config_.hidden_size;
-  b_.copy_rows(hidden_.grow(0) + static_cast<std::ptrdiff_t>(slot) * H,
-               static_cast<std::size_t>(n_capture_) * H, residual_.x(), H, n, H);
 }
 
 template <class B>
@@ -336,10 +301,9 @@ void DeepseekModel<B>::mla_attention_block(int layer, int n) {
 
 template <class B>
 void DeepseekModel<B>::dense_swiglu_block(int layer, int n) {
-  F act = act_.grow(static_cast<std::size_t>(n) * weights_.plan.intermediate);
-  residual_.norm_swiglu(n, weights_.at(layer, Role::kPostAttentionNorm), xn_.grow(0),
-                        weights_.at(layer, Role::kGate), act);
-  residual_.add_projection(act, n, weights_.at(layer, Role::kDown), nullptr);
+  residual_.dense_swiglu(n, weights_.at(layer, Role::kPostAttentionNorm), xn_.grow(0),
+                         weights_.at(layer, Role::kGate), weights_.at(layer, Role::kDown),
+                         act_.grow(static_cast<std::size_t>(n) * weights_.plan.intermediate));
 }
 
 template <class B>

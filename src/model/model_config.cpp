@@ -529,6 +529,13 @@ ModelConfig ModelConfig::from_json_text(const std::string& text, const std::stri
 
 namespace {
 
+// config.json's eos_token_id: an id, null or a list.
+nlohmann::ordered_json eos_json(const std::vector<int>& ids) {
+  if (ids.size() == 1) return ids[0];
+  if (ids.empty()) return nullptr;
+  return ids;
+}
+
 // The DeepSeek-V3 family's config.json (DeepseekV3Config's fields, as DeepSeek-V3's and
 // Kimi-K2's files write them); Kimi-K2.5's is the outer KimiK25 layout with it as text_config.
 nlohmann::ordered_json deepseek_json(const ModelConfig& c) {
@@ -589,12 +596,7 @@ nlohmann::ordered_json deepseek_json(const ModelConfig& c) {
   j["num_nextn_predict_layers"] = c.num_nextn_predict_layers;
   j["tie_word_embeddings"] = c.tie_word_embeddings;
   j["bos_token_id"] = c.bos_token_id;
-  if (c.eos_token_ids.size() == 1)
-    j["eos_token_id"] = c.eos_token_ids[0];
-  else if (c.eos_token_ids.empty())
-    j["eos_token_id"] = nullptr;
-  else
-    j["eos_token_id"] = c.eos_token_ids;
+  j["eos_token_id"] = eos_json(c.eos_token_ids);
   return j;
 }
 
@@ -646,12 +648,7 @@ std::string ModelConfig::to_json_text() const {
   j["mlp_bias"] = false;
   j["tie_word_embeddings"] = tie_word_embeddings;
   j["bos_token_id"] = bos_token_id;
-  if (eos_token_ids.size() == 1)
-    j["eos_token_id"] = eos_token_ids[0];
-  else if (eos_token_ids.empty())
-    j["eos_token_id"] = nullptr;
-  else
-    j["eos_token_id"] = eos_token_ids;
+  j["eos_token_id"] = eos_json(eos_token_ids);
   if (model_type == "qwen2" || model_type == "qwen3" || model_type == "qwen3_moe")
     j["use_sliding_window"] = false;
   // The mixture-of-experts fields as Hugging Face's Qwen3MoeConfig and MixtralConfig write them.

@@ -116,6 +116,27 @@ void add_experts(const SyntheticSpec& spec, const ModelConfig& c, const std::str
   }
 }
 
+// A dense SwiGLU MLP's gate, up and down under prefix p, down of std out_std.
+void add_dense_mlp(const SyntheticSpec& spec, const std::string& p, std::int64_t I, std::int64_t H,
+                   double out_std, std::vector<TensorToWrite>& t) {
+  t.push_back(random_tensor(spec, p + "gate_proj.weight", {I, H}, spec.weight_std));
+  t.push_back(random_tensor(spec, p + "up_proj.weight", {I, H}, spec.weight_std));
+  t.push_back(random_tensor(spec, p + "down_proj.weight", {H, I}, out_std));
+}
+
+// model.safetensors, config.json and generation_config.json (bos 1, eos 2) of a model in dir.
+void write_model_files(const std::string& dir, const ModelConfig& c,
+                       const std::vector<TensorToWrite>& t) {
+  create_output_folder(dir);
+  write_safetensors(dir + "/model.safetensors", t);
+  const OutputPolicy replace{true, {}, "model file"};
+  write_file_atomically(dir + "/config.json", c.to_json_text(), replace);
+  write_file_atomically(dir + "/generation_config.json",
+                        "{\n  \"bos_token_id\": 1,\n  \"eos_token_id\": 2,\n  \"do_sample\": "
+                        "false\n}\n",
+                        replace);
+}
+
 // A float32 tensor of N(0, std) values whatever spec.dtype (the router's
 // e_score_correction_bias is float32 in DeepSeek-V3's checkpoints).
 TensorToWrite random_f32(const SyntheticSpec& spec, const std::string& name, std::int64_t n,
@@ -159,23 +180,12 @@ std::vector<TensorToWrite> deepseek_tensors(const SyntheticSpec& spec, const Mod
       const std::string x = p + "mlp.";
       t.push_back(random_tensor(spec, x + "gate.weight", {E, H}, spec.router_std));
       t.push_back(random_f32(spec, x + "gate.e_score_correction_bias", E, spec.router_bias_std));
-      for (std::int64_t e = 0; e < E; ++e) {
-        const std::string ex = x + "experts." + std::to_string(e) + ".";
-        t.push_back(random_tensor(spec, ex + "gate_proj.weight", {IE, H}, spec.weight_std));
-        t.push_back(random_tensor(spec, ex + "up_proj.weight", {IE, H}, spec.weight_std));
-        t.push_back(random_tensor(spec, ex + "down_proj.weight", {H, IE}, out_std));
-      }
-      if (c.router.n_shared_experts > 0) {
-        const std::int64_t IS = IE * c.router.n_shared_experts;
-        const std::string sx = x + "shared_experts.";
-        t.push_back(random_tensor(spec, sx + "gate_proj.weight", {IS, H}, spec.weight_std));
-        t.push_back(random_tensor(spec, sx + "up_proj.weight", {IS, H}, spec.weight_std));
-        t.push_back(random_tensor(spec, sx + "down_proj.weight", {H, IS}, out_std));
-      }
+      for (std::int64_t e = 0; e < E; ++e)
+        add_dense_mlp(spec, x + "experts." + std::to_string(e) + ".", IE, H, out_std, t);
+      if (c.router.n_shared_experts > 0)
+        add_dense_mlp(spec, x + "shared_experts.", IE * c.router.n_shared_experts, H, out_std, t);
     } else {
-      t.push_back(random_tensor(spec, p + "mlp.gate_proj.weight", {I, H}, spec.weight_std));
-      t.push_back(random_tensor(spec, p + "mlp.up_proj.weight", {I, H}, spec.weight_std));
-      t.push_back(random_tensor(spec, p + "mlp.down_proj.weight", {H, I}, out_std));
+      add_dense_mlp(spec, p + "mlp.", I, H, out_std, t);
     }
     t.push_back(ones(spec, p + "input_layernorm.weight", H));
     t.push_back(ones(spec, p + "post_attention_layernorm.weight", H));
@@ -188,14 +198,7 @@ std::vector<TensorToWrite> deepseek_tensors(const SyntheticSpec& spec, const Mod
 void write_model(const SyntheticSpec& spec, bool draft, const std::string& dir) {
   const ModelConfig c = synthetic_config(spec, draft);
   if (spec.deepseek()) {
-    create_output_folder(dir);
-    write_safetensors(dir + "/model.safetensors", deepseek_tensors(spec, c));
-    const OutputPolicy replace{true, {}, "model file"};
-    write_file_atomically(dir + "/config.json", c.to_json_text(), replace);
-    write_file_atomically(dir + "/generation_config.json",
-                          "{\n  \"bos_token_id\": 1,\n  \"eos_token_id\": 2,\n  \"do_sample\": "
-                          "false\n}\n",
-                          replace);
+    write_model_files(dir, c, deepseek_tensors(spec, c));
     return;
   }
   const std::int64_t H = c.hidden_size, I = c.intermediate_size, V = c.vocab_size;
@@ -214,9 +217,7 @@ void write_model(const SyntheticSpec& spec, bool draft, const std::string& dir) 
     if (c.layer_kind(l).mlp == MlpKind::kMoe) {
       add_experts(spec, c, p, out_std, t);
     } else {
-      t.push_back(random_tensor(spec, p + "mlp.gate_proj.weight", {I, H}, spec.weight_std));
-      t.push_back(random_tensor(spec, p + "mlp.up_proj.weight", {I, H}, spec.weight_std));
-      t.push_back(random_tensor(spec, p + "mlp.down_proj.weight", {H, I}, out_std));
+      add_dense_mlp(spec, p + "mlp.", I, H, out_std, t);
     }
     t.push_back(ones(spec, p + "input_layernorm.weight", H));
     t.push_back(ones(spec, p + "post_attention_layernorm.weight", H));
@@ -227,15 +228,7 @@ void write_model(const SyntheticSpec& spec, bool draft, const std::string& dir) 
   }
   t.push_back(ones(spec, "model.norm.weight", H));
   t.push_back(random_tensor(spec, "lm_head.weight", {V, H}, spec.lm_head_std));
-
-  create_output_folder(dir);
-  write_safetensors(dir + "/model.safetensors", t);
-  const OutputPolicy replace{true, {}, "model file"};
-  write_file_atomically(dir + "/config.json", c.to_json_text(), replace);
-  write_file_atomically(dir + "/generation_config.json",
-                        "{\n  \"bos_token_id\": 1,\n  \"eos_token_id\": 2,\n  \"do_sample\": "
-                        "false\n}\n",
-                        replace);
+  write_model_files(dir, c, t);
 }
 
 }  // namespace

@@ -25,14 +25,23 @@ constexpr Presence kMixtral = Presence::kBlockSparseMoe;
 constexpr Scope kMla = Scope::in(AttentionKind::kMla);
 
 // clang-format off
-constexpr TensorSpec kLlamaSchema[] = {
+// Model-level rows of the decoders (Llama family, DeepSeek-V3 family).
+constexpr TensorSpec kModelRows[] = {
   // role               name                                  scope    rows                 cols           split               part                 presence             use                   widen
   {Role::kLmHead,       "lm_head.weight",                     kModel,  Dim::kVocab,         Dim::kHidden,  Split::kRows,       Part::kVocab,        Presence::kAlways,   WeightUse::kLinear,    false,
    "model.embed_tokens.weight"},
   {Role::kEmbed,        "model.embed_tokens.weight",          kModel,  Dim::kVocab,         Dim::kHidden,  Split::kRows,       Part::kVocab,        Presence::kAlways,   WeightUse::kEmbedding, false},
   {Role::kFinalNorm,    "model.norm.weight",                  kModel,  Dim::kHidden,        Dim::kNone,    Split::kReplicated, Part::kNone,         Presence::kAlways,   WeightUse::kVector,    false},
+};
+// Every decoder layer's two norms.
+constexpr TensorSpec kLayerNormRows[] = {
+  // role               name                                  scope    rows                 cols           split               part                 presence             use                   widen
   {Role::kInputNorm,    "input_layernorm.weight",             kLayer,  Dim::kHidden,        Dim::kNone,    Split::kReplicated, Part::kNone,         Presence::kAlways,   WeightUse::kVector,    false},
   {Role::kPostAttentionNorm, "post_attention_layernorm.weight", kLayer,  Dim::kHidden,       Dim::kNone,    Split::kReplicated, Part::kNone,         Presence::kAlways,   WeightUse::kVector,    false},
+};
+// GQA attention (the Llama family).
+constexpr TensorSpec kGqaRows[] = {
+  // role               name                                  scope    rows                 cols           split               part                 presence             use                   widen
   {Role::kQ,            "self_attn.q_proj.weight",            kGqa,    Dim::kQWidth,        Dim::kHidden,  Split::kRows,       Part::kQHeads,       Presence::kAlways,   WeightUse::kLinear,    false},
   {Role::kK,            "self_attn.k_proj.weight",            kGqa,    Dim::kKvWidth,       Dim::kHidden,  Split::kRows,       Part::kKvHeads,      Presence::kAlways,   WeightUse::kLinear,    false},
   {Role::kV,            "self_attn.v_proj.weight",            kGqa,    Dim::kKvWidth,       Dim::kHidden,  Split::kRows,       Part::kKvHeads,      Presence::kAlways,   WeightUse::kLinear,    false},
@@ -43,28 +52,34 @@ constexpr TensorSpec kLlamaSchema[] = {
   {Role::kOBias,        "self_attn.o_proj.bias",              kGqa,    Dim::kHidden,        Dim::kNone,    Split::kReplicated, Part::kNone,         Presence::kOBias,    WeightUse::kVector,    true},
   {Role::kQNorm,        "self_attn.q_norm.weight",            kGqa,    Dim::kHeadDim,       Dim::kNone,    Split::kReplicated, Part::kNone,         Presence::kQkNorm,   WeightUse::kVector,    false},
   {Role::kKNorm,        "self_attn.k_norm.weight",            kGqa,    Dim::kHeadDim,       Dim::kNone,    Split::kReplicated, Part::kNone,         Presence::kQkNorm,   WeightUse::kVector,    false},
+};
+// A dense SwiGLU MLP.
+constexpr TensorSpec kDenseMlpRows[] = {
+  // role               name                                  scope    rows                 cols           split               part                 presence             use                   widen
   {Role::kGate,         "mlp.gate_proj.weight",               kSwiGlu, Dim::kIntermediate,  Dim::kHidden,  Split::kRows,       Part::kIntermediate, Presence::kAlways,   WeightUse::kGateUp,    false},
   {Role::kUp,           "mlp.up_proj.weight",                 kSwiGlu, Dim::kIntermediate,  Dim::kHidden,  Split::kRows,       Part::kIntermediate, Presence::kAlways,   WeightUse::kGateUp,    false},
   {Role::kDown,         "mlp.down_proj.weight",               kSwiGlu, Dim::kHidden,        Dim::kIntermediate, Split::kCols,  Part::kIntermediate, Presence::kAlways,   WeightUse::kLinear,    false},
-  // Mixture of experts: the router, and every routed expert's gate, up and down ({e}: the expert).
+};
+// Mixture of experts named mlp.* (Qwen3-MoE, DeepSeek-V3): the router, and every routed expert's gate,
+// up and down ({e}: the expert).
+constexpr TensorSpec kMlpExpertRows[] = {
+  // role               name                                  scope    rows                 cols           split               part                 presence             use                   widen
   {Role::kRouter,       "mlp.gate.weight",                    kMoe,    Dim::kExperts,       Dim::kHidden,  Split::kReplicated, Part::kNone,         kQwenMoe,            WeightUse::kLinear,    false},
   {Role::kExpertGate,   "mlp.experts.{e}.gate_proj.weight",   kMoe,    Dim::kMoeIntermediate, Dim::kHidden, Split::kRows,      Part::kExpertIntermediate, kQwenMoe,      WeightUse::kGateUp,    false},
   {Role::kExpertUp,     "mlp.experts.{e}.up_proj.weight",     kMoe,    Dim::kMoeIntermediate, Dim::kHidden, Split::kRows,      Part::kExpertIntermediate, kQwenMoe,      WeightUse::kGateUp,    false},
   {Role::kExpertDown,   "mlp.experts.{e}.down_proj.weight",   kMoe,    Dim::kHidden,        Dim::kMoeIntermediate, Split::kCols, Part::kExpertIntermediate, kQwenMoe,    WeightUse::kLinear,    false},
+};
+// Mixture of experts named as Mixtral names them.
+constexpr TensorSpec kBlockSparseMoeRows[] = {
+  // role               name                                  scope    rows                 cols           split               part                 presence             use                   widen
   {Role::kRouter,       "block_sparse_moe.gate.weight",       kMoe,    Dim::kExperts,       Dim::kHidden,  Split::kReplicated, Part::kNone,         kMixtral,            WeightUse::kLinear,    false},
   {Role::kExpertGate,   "block_sparse_moe.experts.{e}.w1.weight", kMoe, Dim::kMoeIntermediate, Dim::kHidden, Split::kRows,     Part::kExpertIntermediate, kMixtral,      WeightUse::kGateUp,    false},
   {Role::kExpertUp,     "block_sparse_moe.experts.{e}.w3.weight", kMoe, Dim::kMoeIntermediate, Dim::kHidden, Split::kRows,     Part::kExpertIntermediate, kMixtral,      WeightUse::kGateUp,    false},
   {Role::kExpertDown,   "block_sparse_moe.experts.{e}.w2.weight", kMoe, Dim::kHidden,       Dim::kMoeIntermediate, Split::kCols, Part::kExpertIntermediate, kMixtral,    WeightUse::kLinear,    false},
 };
-constexpr TensorSpec kDeepseekSchema[] = {
+// MLA attention (the DeepSeek-V3 family): the latent path replicated, the heads split.
+constexpr TensorSpec kMlaRows[] = {
   // role               name                                  scope    rows                 cols           split               part                 presence             use                   widen
-  {Role::kLmHead,       "lm_head.weight",                     kModel,  Dim::kVocab,         Dim::kHidden,  Split::kRows,       Part::kVocab,        Presence::kAlways,   WeightUse::kLinear,    false,
-   "model.embed_tokens.weight"},
-  {Role::kEmbed,        "model.embed_tokens.weight",          kModel,  Dim::kVocab,         Dim::kHidden,  Split::kRows,       Part::kVocab,        Presence::kAlways,   WeightUse::kEmbedding, false},
-  {Role::kFinalNorm,    "model.norm.weight",                  kModel,  Dim::kHidden,        Dim::kNone,    Split::kReplicated, Part::kNone,         Presence::kAlways,   WeightUse::kVector,    false},
-  {Role::kInputNorm,    "input_layernorm.weight",             kLayer,  Dim::kHidden,        Dim::kNone,    Split::kReplicated, Part::kNone,         Presence::kAlways,   WeightUse::kVector,    false},
-  {Role::kPostAttentionNorm, "post_attention_layernorm.weight", kLayer,  Dim::kHidden,       Dim::kNone,    Split::kReplicated, Part::kNone,         Presence::kAlways,   WeightUse::kVector,    false},
-  // MLA: the latent path replicated, the heads split.
   {Role::kQA,           "self_attn.q_a_proj.weight",          kMla,    Dim::kQLoraRank,     Dim::kHidden,  Split::kReplicated, Part::kNone,         Presence::kQLora,    WeightUse::kLinear,    false},
   {Role::kQANorm,       "self_attn.q_a_layernorm.weight",     kMla,    Dim::kQLoraRank,     Dim::kNone,    Split::kReplicated, Part::kNone,         Presence::kQLora,    WeightUse::kVector,    false},
   {Role::kQB,           "self_attn.q_b_proj.weight",          kMla,    Dim::kMlaQWidth,     Dim::kQLoraRank, Split::kRows,     Part::kMlaQHeads,    Presence::kQLora,    WeightUse::kLinear,    false},
@@ -73,19 +88,33 @@ constexpr TensorSpec kDeepseekSchema[] = {
   {Role::kKvANorm,      "self_attn.kv_a_layernorm.weight",    kMla,    Dim::kKvLoraRank,    Dim::kNone,    Split::kReplicated, Part::kNone,         Presence::kAlways,   WeightUse::kVector,    false},
   {Role::kKvB,          "self_attn.kv_b_proj.weight",         kMla,    Dim::kMlaKvBWidth,   Dim::kKvLoraRank, Split::kRows,    Part::kMlaKvBHeads,  Presence::kAlways,   WeightUse::kLinear,    false},
   {Role::kO,            "self_attn.o_proj.weight",            kMla,    Dim::kHidden,        Dim::kMlaOWidth, Split::kCols,     Part::kMlaOHeads,    Presence::kAlways,   WeightUse::kLinear,    false},
-  {Role::kGate,         "mlp.gate_proj.weight",               kSwiGlu, Dim::kIntermediate,  Dim::kHidden,  Split::kRows,       Part::kIntermediate, Presence::kAlways,   WeightUse::kGateUp,    false},
-  {Role::kUp,           "mlp.up_proj.weight",                 kSwiGlu, Dim::kIntermediate,  Dim::kHidden,  Split::kRows,       Part::kIntermediate, Presence::kAlways,   WeightUse::kGateUp,    false},
-  {Role::kDown,         "mlp.down_proj.weight",               kSwiGlu, Dim::kHidden,        Dim::kIntermediate, Split::kCols,  Part::kIntermediate, Presence::kAlways,   WeightUse::kLinear,    false},
-  // Mixture of experts: the router and its bias, the routed experts, the shared experts.
-  {Role::kRouter,       "mlp.gate.weight",                    kMoe,    Dim::kExperts,       Dim::kHidden,  Split::kReplicated, Part::kNone,         kQwenMoe,            WeightUse::kLinear,    false},
+};
+// DeepSeek-V3's router bias and shared experts.
+constexpr TensorSpec kDeepseekMoeRows[] = {
+  // role               name                                  scope    rows                 cols           split               part                 presence             use                   widen
   {Role::kRouterBias,   "mlp.gate.e_score_correction_bias",   kMoe,    Dim::kExperts,       Dim::kNone,    Split::kReplicated, Part::kNone,         Presence::kNoauxTcBias, WeightUse::kVector, true},
-  {Role::kExpertGate,   "mlp.experts.{e}.gate_proj.weight",   kMoe,    Dim::kMoeIntermediate, Dim::kHidden, Split::kRows,      Part::kExpertIntermediate, kQwenMoe,      WeightUse::kGateUp,    false},
-  {Role::kExpertUp,     "mlp.experts.{e}.up_proj.weight",     kMoe,    Dim::kMoeIntermediate, Dim::kHidden, Split::kRows,      Part::kExpertIntermediate, kQwenMoe,      WeightUse::kGateUp,    false},
-  {Role::kExpertDown,   "mlp.experts.{e}.down_proj.weight",   kMoe,    Dim::kHidden,        Dim::kMoeIntermediate, Split::kCols, Part::kExpertIntermediate, kQwenMoe,    WeightUse::kLinear,    false},
   {Role::kSharedGate,   "mlp.shared_experts.gate_proj.weight", kMoe,   Dim::kSharedIntermediate, Dim::kHidden, Split::kRows,   Part::kSharedIntermediate, Presence::kSharedExperts, WeightUse::kGateUp, false},
   {Role::kSharedUp,     "mlp.shared_experts.up_proj.weight",  kMoe,    Dim::kSharedIntermediate, Dim::kHidden, Split::kRows,   Part::kSharedIntermediate, Presence::kSharedExperts, WeightUse::kGateUp, false},
   {Role::kSharedDown,   "mlp.shared_experts.down_proj.weight", kMoe,   Dim::kHidden,        Dim::kSharedIntermediate, Split::kCols, Part::kSharedIntermediate, Presence::kSharedExperts, WeightUse::kLinear, false},
 };
+// clang-format on
+
+// The rows of `parts`, in order, as one table.
+template <std::size_t... N>
+constexpr auto join(const TensorSpec (&... parts)[N]) {
+  std::array<TensorSpec, (N + ...)> out{};
+  std::size_t at = 0;
+  ((std::copy(std::begin(parts), std::end(parts), out.begin() + at), at += N), ...);
+  return out;
+}
+
+// The Llama family's table; the DeepSeek-V3 family's.
+constexpr auto kLlamaSchema =
+    join(kModelRows, kLayerNormRows, kGqaRows, kDenseMlpRows, kMlpExpertRows, kBlockSparseMoeRows);
+constexpr auto kDeepseekSchema =
+    join(kModelRows, kLayerNormRows, kMlaRows, kDenseMlpRows, kMlpExpertRows, kDeepseekMoeRows);
+
+// clang-format off
 constexpr TensorSpec kEagle3Schema[] = {
   {Role::kFc,           "fc.weight",                          kModel,  Dim::kHidden,        Dim::kFcIn,    Split::kReplicated, Part::kNone,         Presence::kAlways,   WeightUse::kLinear,    false},
   {Role::kInputNorm,    "midlayer.input_layernorm.weight",    kModel,  Dim::kHidden,        Dim::kNone,    Split::kReplicated, Part::kNone,         Presence::kAlways,   WeightUse::kVector,    false},
