@@ -227,6 +227,22 @@ void parse_moe(const Reader& rd, ModelConfig& c) {
   }
 }
 
+// transformers v5's per-layer MLP table ("dense" / "sparse"): it must be the table that
+// first_k_dense_replace and moe_layer_freq give (layer_kind), else it is refused by name.
+void check_mlp_layer_types(const json& types, const Reader& rd, const ModelConfig& c) {
+  SPEC_INPUT_CHECK(types.is_array() && static_cast<int>(types.size()) == c.num_layers,
+                   rd.src << ": \"mlp_layer_types\" must be a list of num_hidden_layers = "
+                          << c.num_layers << " entries");
+  for (int layer = 0; layer < c.num_layers; ++layer) {
+    const bool moe = c.layer_kind(layer).mlp == MlpKind::kMoe;
+    SPEC_INPUT_CHECK(types[layer] == (moe ? "sparse" : "dense"),
+                     rd.src << ": \"mlp_layer_types\"[" << layer << "] = " << types[layer].dump()
+                            << " disagrees with first_k_dense_replace = " << c.first_k_dense_replace
+                            << " and moe_layer_freq = " << c.moe_layer_freq << " (layer " << layer
+                            << " is " << (moe ? "sparse" : "dense") << " by them)");
+  }
+}
+
 // True for the DeepSeek-V3 family's model types (DeepseekV3ForCausalLM).
 bool is_deepseek_type(const std::string& model_type) {
   return model_type == "deepseek_v3" || model_type == "kimi_k2";
@@ -517,6 +533,7 @@ ModelConfig ModelConfig::from_json_text(const std::string& text, const std::stri
   } else {
     parse_moe(rd, c);
   }
+  if (deepseek && rd.present("mlp_layer_types")) check_mlp_layer_types(j["mlp_layer_types"], rd, c);
   if (c.rope_type == "yarn") {
     if (c.rope_original_max_position == 0) c.rope_original_max_position = c.max_position_embeddings;
   }

@@ -9,7 +9,8 @@
 # 1), YaRN factor > 1, every layer dense (first_k_dense_replace = num_hidden_layers: the MoE
 # router is not wired yet), a 48-token prompt and 17 generated tokens: the logits at every
 # position of the 64-token sequence agree with the reference to a relative L2 error below 1e-5
-# with F32 weights and every argmax (the greedy tokens) is the same.
+# with F32 weights (and BF16 weights, which the reference widens) and every argmax (the greedy
+# tokens) is the same.
 # Then, on the F32 DeepSeek-V3 model: tp 2 and 4 (mpirun) generate the same greedy tokens as
 # tp 1, and a job (tp 2, baseline and speculative decoding with the truncated draft) logs the
 # target's KV cache as kv_lora_rank + qk_rope_head_dim floats per token and layer, and its
@@ -19,7 +20,7 @@ source "$(dirname "$0")/run_common.sh"
 rm -rf deepseek && mkdir deepseek && cd deepseek
 
 shape=(--hidden 128 --heads 4 --layers 3 --first-k-dense 3 --intermediate 192 --vocab 512
-  --kv-lora-rank 48 --qk-nope-head-dim 24 --qk-rope-head-dim 16 --v-head-dim 32 --dtype f32)
+  --kv-lora-rank 48 --qk-nope-head-dim 24 --qk-rope-head-dim 16 --v-head-dim 32)
 prompt=$("$PY" -c "import random; r = random.Random(1); print(','.join(str(r.randrange(3, 512)) for _ in range(48)))")
 
 check() { # check NAME MAKE-MODEL-OPTIONS...: make it, generate, compare with the reference
@@ -34,13 +35,15 @@ check() { # check NAME MAKE-MODEL-OPTIONS...: make it, generate, compare with th
     --tolerance 1e-5 || fail "$name differs from the independent reference"
 }
 
-check deepseek_v3 --arch deepseek_v3 --q-lora-rank 64 --rope-factor 4 --seed 3
+check deepseek_v3 --arch deepseek_v3 --q-lora-rank 64 --rope-factor 4 --seed 3 --dtype f32
 grep -q '"DeepseekV3ForCausalLM"' deepseek_v3/target/config.json || fail "not DeepSeek-V3"
-check deepseek_v3_q_proj --arch deepseek_v3 --q-lora-rank 0 --rope-factor 8 --seed 5
+check deepseek_v3_q_proj --arch deepseek_v3 --q-lora-rank 0 --rope-factor 8 --seed 5 --dtype f32
 grep -q '"q_lora_rank": null' deepseek_v3_q_proj/target/config.json || fail "q_lora_rank not null"
 check kimi_k25 --arch kimi_k25 --q-lora-rank 64 --rope-factor 4 --yarn-mscale 0.9 \
-  --yarn-mscale-all-dim 0.7 --seed 7
+  --yarn-mscale-all-dim 0.7 --seed 7 --dtype f32
 grep -q '"KimiK25ForConditionalGeneration"' kimi_k25/target/config.json || fail "not Kimi-K2.5"
+# BF16 weights: the reference widens the same BF16 values (specrun's activations are float32).
+check kimi_k25_bf16 --arch kimi_k25 --q-lora-rank 64 --rope-factor 4 --seed 9 --dtype bf16
 
 # Tensor parallelism: the heads split (q_b, kv_b, o_proj), the latent path replicated.
 want=$(head -n 1 deepseek_v3.txt)

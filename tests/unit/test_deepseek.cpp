@@ -138,6 +138,9 @@ TEST(DeepseekConfig, LayerKindsFollowFirstKDenseReplaceAndMoeLayerFreq) {
   const ModelConfig dense =
       parse(replaced(kimi_k2(), R"("n_routed_experts":8)", R"("n_routed_experts":null)"));
   EXPECT_FALSE(dense.has_moe_layers());
+  // transformers v5's mlp_layer_types, when it agrees.
+  EXPECT_TRUE(parse(kimi_k2(R"(,"mlp_layer_types":["dense","sparse","sparse","sparse"])"))
+                  .has_moe_layers());
 }
 
 TEST(DeepseekConfig, KimiK25ReadsItsTextConfig) {
@@ -182,6 +185,7 @@ TEST(DeepseekConfig, UnsupportedFieldsAreRefusedByName) {
       {with(R"("num_key_value_heads":4)", R"("num_key_value_heads":2)"), "num_key_value_heads"},
       {with(R"("qk_rope_head_dim":8)", R"("qk_rope_head_dim":7)"), "qk_rope_head_dim"},
       {with(R"("type":"yarn")", R"("type":"longrope")"), "rope"},
+      {kimi_k2(R"(,"mlp_layer_types":["dense","dense","sparse","sparse"])"), "mlp_layer_types"},
       {with(R"("original_max_position_embeddings")",
             R"("truncate":false,"original_max_position_embeddings")"),
        "truncate"},
