@@ -429,8 +429,20 @@ std::span<const TensorSpec> eagle3_schema() {
 }
 
 Role up_of(Role gate) {
-  SPEC_CHECK(gate == Role::kGate || gate == Role::kExpertGate, "up_of: not a gate role");
-  return gate == Role::kGate ? Role::kUp : Role::kExpertUp;
+  switch (gate) {
+    case Role::kGate:
+      return Role::kUp;
+    case Role::kExpertGate:
+      return Role::kExpertUp;
+    case Role::kSharedGate:
+      return Role::kSharedUp;
+    default:
+      SPEC_FAIL("up_of: not a gate role");
+  }
+}
+
+bool is_up(Role r) {
+  return r == Role::kUp || r == Role::kExpertUp || r == Role::kSharedUp;
 }
 
 bool Scope::holds(LayerKind kind) const {

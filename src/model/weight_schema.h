@@ -117,8 +117,9 @@ enum class Role : std::uint8_t {
 };
 inline constexpr int kNumRoles = static_cast<int>(Role::kSharedDown) + 1;
 // The role prepared together with `gate` as its gate/up pair (kUp for kGate, kExpertUp for
-// kExpertGate).
+// kExpertGate, kSharedUp for kSharedGate); is_up: one of those.
 Role up_of(Role gate);
+bool is_up(Role r);
 
 // A dimension of a tensor, as config.json gives it.
 enum class Dim : std::uint8_t {

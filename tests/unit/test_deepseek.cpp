@@ -24,6 +24,7 @@
 #include "model/checkpoint.h"
 #include "model/model_config.h"
 #include "model/model_factory.h"
+#include "model/model_weights.h"
 #include "model/synthetic.h"
 #include "model/weight_schema.h"
 #include "single_rank_comm.h"
@@ -317,6 +318,24 @@ TEST(DeepseekSchema, MlaRouterAndSharedExpertRowsLoadAndSplitByHeads) {
   const HostWeights w = load_host_weights(*plain.checkpoint, 1, 0, deepseek_schema());
   EXPECT_EQ(w.layers[0][static_cast<int>(Role::kQ)].rows, 4 * 24);
   EXPECT_EQ(w.layers[0][static_cast<int>(Role::kQA)].data, nullptr);
+}
+
+// The MoE layers' tensors prepare on a backend (what the router's block will read): the shared
+// experts' gate and up as one pair, the router bias as a float32 vector.
+TEST(DeepseekSchema, MoeLayerTensorsPrepareOnTheBackend) {
+  DeepseekModelFixture f("deepseek_v3", /*dense=*/false);
+  const ModelConfig& c = f.checkpoint->config();
+  const HostWeights host = load_host_weights(*f.checkpoint, 2, 1, deepseek_schema());
+  CpuBackend b(1);
+  const ModelWeights<CpuBackend> w = prepare_weights(b, host, c, deepseek_schema());
+  const CpuBackend::Weight& shared = w.at(1, Role::kSharedGate);
+  EXPECT_EQ(shared.layout, CpuBackend::Weight::Layout::kPackedPair);
+  EXPECT_EQ(shared.rows, 32 / 2);
+  EXPECT_EQ(w.at(1, Role::kSharedDown).cols, 32 / 2);
+  EXPECT_EQ(w.at(1, Role::kRouterBias).dtype, DType::kF32);
+  EXPECT_EQ(w.at(1, Role::kRouterBias).cols, 8);
+  EXPECT_EQ(w.maybe(1, Role::kSharedUp), nullptr);  // prepared with its gate
+  EXPECT_EQ(w.stack(1, Role::kExpertGate).size(), 4u);
 }
 
 TEST(DeepseekModel, TheNoauxTcRouterIsRefusedUntilItIsWired) {
