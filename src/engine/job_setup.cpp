@@ -20,6 +20,7 @@
 #include "io/model_fingerprint.h"
 #include "model/checkpoint.h"
 #include "model/model_factory.h"
+#include "model/weight_schema.h"
 
 namespace specrun {
 namespace {
@@ -219,7 +220,7 @@ SamplingParams sampling_params(const JobConfig& config) {
 void check_target_dtype(const JobConfig& config, const Checkpoint& ckpt) {
   const std::string& want = config.target.dtype;
   if (want == "auto") return;
-  const TensorView& t = ckpt.tensor("model.embed_tokens.weight");
+  const TensorView& t = ckpt.tensor(embedding_tensor(ckpt.config()));
   std::string have = dtype_name(t.dtype);
   std::string want_upper = want == "f32" ? "F32" : want == "bf16" ? "BF16" : "F16";
   SPEC_INPUT_CHECK(have == want_upper, "target.dtype = \""

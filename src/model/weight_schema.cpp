@@ -486,6 +486,10 @@ bool present(const TensorSpec& spec, const ModelConfig& c, int layer) {
   return false;
 }
 
+std::string embedding_tensor(const ModelConfig& config) {
+  return config.tensor_prefix + "model.embed_tokens.weight";
+}
+
 std::string tensor_name(const TensorSpec& spec, int layer, int expert) {
   std::string name(spec.name);
   if (spec.per_expert()) {

@@ -240,6 +240,10 @@ bool present(const TensorSpec& spec, const ModelConfig& config, int layer);
 // `expert` of a per-expert one: "model.layers.3.mlp.experts.17.up_proj.weight").
 std::string tensor_name(const TensorSpec& spec, int layer, int expert = -1);
 
+// The full checkpoint name of the token embedding (with ModelConfig::tensor_prefix:
+// "language_model.model.embed_tokens.weight" for Kimi-K2.5).
+std::string embedding_tensor(const ModelConfig& config);
+
 // The shape config.json implies for a tensor name of the schema ({} for names it does not
 // know, a layer past num_hidden_layers, or a layer whose kind has no such tensor); `why` gets
 // the fields, e.g.

@@ -14,7 +14,8 @@
 # Then, on the F32 DeepSeek-V3 model: tp 2 and 4 (mpirun) generate the same greedy tokens as
 # tp 1, and a job (tp 2, baseline and speculative decoding with the truncated draft) logs the
 # target's KV cache as kv_lora_rank + qk_rope_head_dim floats per token and layer, and its
-# greedy speculative output equals the baseline's.
+# greedy speculative output equals the baseline's; a Kimi-K2.5 job (tp 1) says that the vision
+# tower was ignored and its speculative output equals its baseline's.
 set -euo pipefail
 source "$(dirname "$0")/run_common.sh"
 rm -rf deepseek && mkdir deepseek && cd deepseek
@@ -63,4 +64,13 @@ grep -q 'target KV cache: 768 bytes per token per rank (3 layers)' job.log ||
   fail "the KV cache is not kv_lora_rank + qk_rope_head_dim floats per token and layer: $(grep 'KV cache' job.log)"
 grep -q 'greedy outputs identical: 6 / 6 prompts' job.log ||
   fail "speculative output differs from baseline: $(grep greedy job.log)"
+# Kimi-K2.5: the job runs its text model and says the vision tower was ignored.
+rm -rf models && mkdir models && ln -sfn ../kimi_k25/target models/target &&
+  ln -sfn ../kimi_k25/draft models/draft
+E2E_TP=1 write_job kimi.toml kimi.h5 prompts.h5
+"$SPECRUN_BIN" run kimi.toml >kimi.log 2>&1 || fail "the Kimi-K2.5 job failed: $(tail -5 kimi.log)"
+grep -q 'KimiK25ForConditionalGeneration: its text model (text_config) runs; the vision tower is ignored' kimi.log ||
+  fail "the Kimi-K2.5 job does not say that the vision tower was ignored"
+grep -q 'greedy outputs identical: 6 / 6 prompts' kimi.log ||
+  fail "Kimi-K2.5: speculative output differs from baseline: $(grep greedy kimi.log)"
 echo "deepseek_reference: ok"
