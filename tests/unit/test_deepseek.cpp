@@ -536,3 +536,36 @@ TEST(DeepseekModel, BatchTreeAndKeepAreBitwiseASequentialDecode) {
   const auto ref = decode(seq);
   EXPECT_EQ(std::memcmp(got_after.data(), &ref[(seq.size() - 1) * V], V * sizeof(float)), 0);
 }
+
+// Hidden-state capture on the MLA graph: id 0 is the embedding rows, id num_layers the final
+// norm's output, whose product with lm_head is the logits.
+TEST(DeepseekModel, CapturedHiddenStatesAreTheEmbeddingAndTheFinalNormsOutput) {
+  DeepseekModelFixture f("kimi_k25");
+  test::SingleRankComm comm;
+  auto m = load_cpu_model(*f.checkpoint, comm, 2);
+  const int H = 64, V = 256, L = 2;
+  const auto t = tokens(7, 5);
+  auto cache = m->new_cache(8);
+  const SeqChunk s{cache.get(), t.data(), 7};
+  const int ids[2] = {0, L};
+  const ForwardResult r = m->forward({&s, 1}, ForwardRequest{true, ids});
+  ASSERT_EQ(r.hidden.rows, 7);
+  ASSERT_EQ(r.hidden.width, 2 * H);
+  std::vector<float> hidden(7 * 2 * H), logits(7 * V);
+  m->read(r.hidden, 0, 7, hidden.data());
+  m->read(r.logits, 0, 7, logits.data());
+  const TensorView& embed =
+      f.checkpoint->tensor("language_model.model.embed_tokens.weight", {V, H});
+  const TensorView& head = f.checkpoint->tensor("language_model.lm_head.weight", {V, H});
+  const float* e = reinterpret_cast<const float*>(embed.data);
+  const float* w = reinterpret_cast<const float*>(head.data);
+  for (int i = 0; i < 7; ++i) {
+    EXPECT_EQ(std::memcmp(&hidden[i * 2 * H], e + t[i] * H, H * sizeof(float)), 0) << i;
+    for (int v = 0; v < V; v += 37) {
+      double dot = 0;
+      for (int k = 0; k < H; ++k)
+        dot += static_cast<double>(hidden[i * 2 * H + H + k]) * w[v * H + k];
+      EXPECT_NEAR(logits[i * V + v], dot, 1e-4 * (1 + std::fabs(dot))) << i << " " << v;
+    }
+  }
+}
