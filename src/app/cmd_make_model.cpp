@@ -93,6 +93,8 @@ int cmd_make_model(CommandContext& ctx, const std::vector<std::string>& args) {
       "yarn-mscale-all-dim",
       po::value(&s.yarn_mscale_all_dim)->default_value(s.yarn_mscale_all_dim),
       "deepseek_v3, kimi_k25: YaRN mscale_all_dim")(
+      "rope-interleave", po::value(&s.rope_interleave)->default_value(s.rope_interleave),
+      "deepseek_v3, kimi_k25: rope_interleave (1: DeepSeek's interleaved rope pairs)")(
       "mla-std", po::value(&s.mla_std)->default_value(s.mla_std),
       "deepseek_v3, kimi_k25: std scale of q_b/q_proj, kv_a and kv_b (attention scores O(1))")(
       "overwrite", "replace the files of a model already in OUTDIR (otherwise an error)");

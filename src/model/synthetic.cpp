@@ -348,6 +348,7 @@ ModelConfig synthetic_config(const SyntheticSpec& spec, bool draft) {
     m.qk_nope_head_dim = spec.qk_nope_head_dim;
     m.qk_rope_head_dim = spec.qk_rope_head_dim;
     m.v_head_dim = spec.v_head_dim;
+    m.rope_interleave = spec.rope_interleave;
     c.head_dim = m.qk_rope_head_dim;
     c.num_experts = spec.experts;
     c.num_experts_per_tok = spec.experts_per_tok;

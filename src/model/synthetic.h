@@ -90,6 +90,7 @@ struct SyntheticSpec {
   double yarn_mscale = 1.0;
   double yarn_mscale_all_dim = 1.0;
   double mla_std = 0.2;
+  bool rope_interleave = true;  // config.json's rope_interleave
 
   bool moe() const { return architecture == "qwen3_moe" || architecture == "mixtral"; }
   bool deepseek() const { return architecture == "deepseek_v3" || architecture == "kimi_k25"; }

@@ -4,7 +4,7 @@
 # (deepseek_reference.py: RMSNorm, MLA in the naive form and in the absorbed form, which must
 # agree, YaRN with its cos/sin magnitude and softmax scale, interleaved rope, dense SwiGLU):
 # make-model's DeepseekV3ForCausalLM (q_lora_rank set; and a second with q_lora_rank null, a
-# plain q_proj) and KimiK25ForConditionalGeneration (the outer config with text_config, tensors
+# plain q_proj, and rope_interleave false) and KimiK25ForConditionalGeneration (the outer config with text_config, tensors
 # "language_model.*", YaRN mscale 0.9 / mscale_all_dim 0.7 so that the cos/sin magnitude is not
 # 1), YaRN factor > 1, every layer dense (first_k_dense_replace = num_hidden_layers: the MoE
 # router is not wired yet), a 48-token prompt and 17 generated tokens: the logits at every
@@ -38,8 +38,10 @@ check() { # check NAME MAKE-MODEL-OPTIONS...: make it, generate, compare with th
 
 check deepseek_v3 --arch deepseek_v3 --q-lora-rank 64 --rope-factor 4 --seed 3 --dtype f32
 grep -q '"DeepseekV3ForCausalLM"' deepseek_v3/target/config.json || fail "not DeepSeek-V3"
-check deepseek_v3_q_proj --arch deepseek_v3 --q-lora-rank 0 --rope-factor 8 --seed 5 --dtype f32
+check deepseek_v3_q_proj --arch deepseek_v3 --q-lora-rank 0 --rope-factor 8 --seed 5 --dtype f32 \
+  --rope-interleave 0
 grep -q '"q_lora_rank": null' deepseek_v3_q_proj/target/config.json || fail "q_lora_rank not null"
+grep -q '"rope_interleave": false' deepseek_v3_q_proj/target/config.json || fail "rope_interleave"
 check kimi_k25 --arch kimi_k25 --q-lora-rank 64 --rope-factor 4 --yarn-mscale 0.9 \
   --yarn-mscale-all-dim 0.7 --seed 7 --dtype f32
 grep -q '"KimiK25ForConditionalGeneration"' kimi_k25/target/config.json || fail "not Kimi-K2.5"
