@@ -95,6 +95,22 @@ inline constexpr int kReadKernels = 3;
 void route_top_k(const float* logits, int n, int n_experts, int top_k, bool renormalise,
                  std::int32_t* experts, float* weights);
 
+// DeepSeek-V3's router (topk_method "noaux_tc", scoring_func "sigmoid"; kernels/cpu/moe.cpp,
+// compiled once), per row of router logits [n, n_experts] (float32):
+//   s_e = sigmoid(logit_e); c_e = s_e + bias[e] (the e_score_correction_bias, float32);
+//   with n_group > 1 the experts are n_group consecutive groups; a group's score is the sum of its
+//   two highest c (added highest first), and only the topk_group best groups (by that score, the
+//   lower group index first among equals) are eligible: experts of other groups are never chosen;
+//   the top_k eligible experts by c in descending order (the lower index first among equals);
+//   their weights are the unbiased s, divided by (their sum + 1e-20) when renormalise, then
+//   multiplied by scale (routed_scaling_factor).
+// experts, weights: [n, top_k]. Requires n_experts % n_group == 0, n_experts / n_group >= 2 when
+// n_group > 1, 1 <= topk_group <= n_group and top_k <= topk_group * n_experts / n_group. A row is
+// decided by its own logits only (batch-invariant).
+void route_noaux_tc(const float* logits, int n, int n_experts, const float* bias, int n_group,
+                    int topk_group, int top_k, bool renormalise, float scale, std::int32_t* experts,
+                    float* weights);
+
 // Weighted row sums (kernels/cpu/moe.cpp, compiled once): for t < rows,
 //   y[t, :] = sum over i in [first[t], first[t + 1]) of scale[i] * x[src[i], :]
 // accumulated in float32 in ascending i from zero, each term a product then an add (no fused

@@ -163,6 +163,23 @@ struct ExpertGroups {
   int local_experts() const { return static_cast<int>(first.size()) - 1; }
 };
 
+// How a mixture-of-experts router turns a token's router logits into its experts and their
+// weights, on the host (kernels/cpu/ops.h):
+//  - kSoftmaxTopK (Qwen3-MoE, Mixtral): cpu::route_top_k, top_k by the softmax, renormalised
+//    when `renormalise`;
+//  - kSigmoidNoauxTc (DeepSeek-V3, Kimi-K2): cpu::route_noaux_tc with the layer's
+//    e_score_correction_bias, n_group / topk_group group selection, weights renormalised when
+//    `renormalise`, times `scale` (routed_scaling_factor).
+struct RouterRule {
+  enum class Kind : std::uint8_t { kSoftmaxTopK, kSigmoidNoauxTc };
+  Kind kind = Kind::kSoftmaxTopK;
+  int top_k = 1;
+  bool renormalise = false;
+  int n_group = 1;
+  int topk_group = 1;
+  float scale = 1.0f;
+};
+
 // The shape of every KV block of a model on one rank: per layer, the keys [capacity][key_floats]
 // then the values [capacity][value_floats].
 struct KvShape {

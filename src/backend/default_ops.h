@@ -56,9 +56,9 @@ concept FusesRopeAttend = requires(B b, typename B::F f, typename B::CF cf,
 
 template <class B>
 concept FusesMoeRoute = requires(B b, typename B::F f, typename B::CF cf,
-                                 const typename B::Weight& w, int i, bool flag, float* host,
-                                 std::int32_t* ids) {
-  b.moe_route(cf, i, w, i, flag, f, host, ids, host);
+                                 const typename B::Weight& w, int i, const RouterRule& rule,
+                                 std::span<const float> bias, float* host, std::int32_t* ids) {
+  b.moe_route(cf, i, w, rule, bias, f, host, ids, host);
 };
 template <class B>
 concept FusesMoeExperts = requires(B b, typename B::F f, typename B::CF cf, int i,
@@ -154,19 +154,22 @@ void compose_swiglu(B& b, typename B::CF x, int n, const typename B::Weight& gat
   b.silu_mul(g, u, y, static_cast<std::size_t>(n) * gate.rows);
 }
 
-// A mixture-of-experts layer's router over n rows of its input xn [n, dim]: the logits xn
-// router^T ([n, router.rows] float32, in the scratch `logits`, copied to host_logits), then per
-// row the softmax, the top_k experts and their weights (renormalised to sum 1 when asked):
-// cpu::route_top_k's rule (ties: the lower expert index first), on the host. experts, weights:
-// host [n, top_k]. The routing is needed on the host (the grouping of tokens by expert, the
-// expert accounting), so the composition decides it there.
+// The router's logits [n, experts] (router: [experts, dim]) by `linear`, read to host_logits,
+// and each token's experts and weights decided there by the rule (RouterRule; ties: the lower
+// expert index first). bias: the layer's e_score_correction_bias [experts] (kSigmoidNoauxTc;
+// empty otherwise). experts, weights: host [n, top_k]. The routing is needed on the host (the
+// grouping of tokens by expert, the expert accounting), so the composition decides it there.
 template <class B>
-void compose_moe_route(B& b, typename B::CF xn, int n, const typename B::Weight& router, int top_k,
-                       bool renormalise, typename B::F logits, float* host_logits,
-                       std::int32_t* experts, float* weights) {
+void compose_moe_route(B& b, typename B::CF xn, int n, const typename B::Weight& router,
+                       const RouterRule& rule, std::span<const float> bias, typename B::F logits,
+                       float* host_logits, std::int32_t* experts, float* weights) {
   b.linear(xn, n, router, nullptr, logits);
   b.read(logits, static_cast<std::size_t>(n) * router.rows, host_logits);
-  cpu::route_top_k(host_logits, n, router.rows, top_k, renormalise, experts, weights);
+  if (rule.kind == RouterRule::Kind::kSigmoidNoauxTc)
+    cpu::route_noaux_tc(host_logits, n, router.rows, bias.data(), rule.n_group, rule.topk_group,
+                        rule.top_k, rule.renormalise, rule.scale, experts, weights);
+  else
+    cpu::route_top_k(host_logits, n, router.rows, rule.top_k, rule.renormalise, experts, weights);
 }
 
 // A mixture-of-experts layer's routed experts over its normalised input xn [n, dim]: the pairs'
@@ -252,13 +255,13 @@ void rope_attend(B& b, int layer, const typename B::KvRows& kv, typename B::F q,
 }
 
 template <class B>
-void moe_route(B& b, typename B::CF xn, int n, const typename B::Weight& router, int top_k,
-               bool renormalise, typename B::F logits, float* host_logits, std::int32_t* experts,
-               float* weights) {
+void moe_route(B& b, typename B::CF xn, int n, const typename B::Weight& router,
+               const RouterRule& rule, std::span<const float> bias, typename B::F logits,
+               float* host_logits, std::int32_t* experts, float* weights) {
   if constexpr (FusesMoeRoute<B>)
-    b.moe_route(xn, n, router, top_k, renormalise, logits, host_logits, experts, weights);
+    b.moe_route(xn, n, router, rule, bias, logits, host_logits, experts, weights);
   else
-    compose_moe_route(b, xn, n, router, top_k, renormalise, logits, host_logits, experts, weights);
+    compose_moe_route(b, xn, n, router, rule, bias, logits, host_logits, experts, weights);
 }
 
 template <class B>

@@ -30,9 +30,8 @@
 // alike in q and k, so every score is unchanged) and multiplied by YaRN's cos/sin magnitude
 // (ModelConfig::rope_attention_scaling; RoPE is linear, so scaling its input is scaling the
 // table). Those tensors are copied to float32 for it.
-// Mixture-of-experts layers run MoeBlock with its softmax router; DeepSeek-V3's noaux_tc router
-// and shared experts are not wired yet, so a model whose router is kSigmoidNoauxTc is refused
-// at construction (its tensors load: weight_schema.h's deepseek_schema).
+// Mixture-of-experts layers run MoeBlock with the config's router rule (router_rule: DeepSeek-V3's
+// noaux_tc over the float32 e_score_correction_bias, kept on the host) and the shared experts.
 #pragma once
 
 #include <algorithm>
@@ -81,7 +80,7 @@ class DeepseekModel final : public LanguageModel, private GraphBase<B> {
 
  public:
   // As LlamaModel's constructor. Throws naming config.json when a layer is of a kind this graph
-  // has not, or when the MoE router is DeepSeek-V3's noaux_tc (not supported yet).
+  // has not.
   DeepseekModel(const Checkpoint& checkpoint, B backend, Communicator& tp_comm, int ep = 0)
       : Base(std::move(backend)),
         config_(checkpoint.config()),
@@ -99,14 +98,6 @@ class DeepseekModel final : public LanguageModel, private GraphBase<B> {
                            << " and " << layer_kind_name(kMoeLayer) << " layers only");
       if (kind == kMoeLayer) routing_.layers.push_back(layer);
     }
-    SPEC_INPUT_CHECK(
-        routing_.layers.empty() || config_.router.kind != MoeRouterConfig::kSigmoidNoauxTc,
-        checkpoint.dir() << "/config.json: " << config_.architecture << " layer "
-                         << (routing_.layers.empty() ? 0 : routing_.layers.front())
-                         << " is a mixture-of-experts layer with DeepSeek-V3's noaux_tc router "
-                            "(topk_method \"noaux_tc\", scoring_func \"sigmoid\"), which is not "
-                            "supported yet; only models whose layers are all dense "
-                            "(first_k_dense_replace = num_hidden_layers) run");
     HostWeights host = load_host_weights(checkpoint, tp_, tp_comm.rank(), deepseek_schema(), ep);
     weight_bytes_ =
         host.bytes() -
@@ -118,6 +109,15 @@ class DeepseekModel final : public LanguageModel, private GraphBase<B> {
     weights_ = prepare_weights(b_, host, config_, schema);
     inv_freq_dev_ = b_.upload_floats(inv_freq_);
     moe_ = make_moe_block(b_, config_, host, routing_);
+    // The routers' e_score_correction_bias stays on the host (the router decides there).
+    router_bias_.resize(config_.num_layers);
+    for (int layer : routing_.layers) {
+      const HostTensor& bias = host.layers[layer][static_cast<int>(Role::kRouterBias)];
+      if (bias.data == nullptr) continue;  // a softmax router has none
+      router_bias_[layer].resize(static_cast<std::size_t>(bias.cols));
+      std::memcpy(router_bias_[layer].data(), bias.data,
+                  router_bias_[layer].size() * sizeof(float));
+    }
   }
 
   const ModelConfig& config() const override { return config_; }
@@ -181,6 +181,7 @@ class DeepseekModel final : public LanguageModel, private GraphBase<B> {
   typename B::Floats inv_freq_dev_;
   std::size_t weight_bytes_ = 0;
   std::unique_ptr<MoeBlock<B>> moe_;
+  std::vector<std::vector<float>> router_bias_;  // per layer: its router's bias, host, or empty
   ExpertRouting routing_;
 
   ResidualStream<B> residual_;
@@ -310,9 +311,12 @@ template <class B>
 void DeepseekModel<B>::moe_block(int layer, int moe_index, int n) {
   std::int32_t* chosen =
       routing_.experts.data() + static_cast<std::size_t>(moe_index) * n * routing_.top_k;
+  const typename MoeBlock<B>::Shared shared{weights_.maybe(layer, Role::kSharedGate),
+                                            weights_.maybe(layer, Role::kSharedDown)};
   moe_->run(residual_, n, config_.hidden_size, weights_.at(layer, Role::kPostAttentionNorm),
-            weights_.at(layer, Role::kRouter), weights_.stack(layer, Role::kExpertGate),
-            weights_.stack(layer, Role::kExpertDown), xn_.grow(0), chosen);
+            weights_.at(layer, Role::kRouter), router_bias_[layer],
+            weights_.stack(layer, Role::kExpertGate), weights_.stack(layer, Role::kExpertDown),
+            shared, xn_.grow(0), chosen);
 }
 
 }  // namespace specrun

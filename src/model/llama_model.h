@@ -275,8 +275,8 @@ void LlamaModel<B>::moe_block(int layer, int moe_index, int n) {
   std::int32_t* chosen =
       routing_.experts.data() + static_cast<std::size_t>(moe_index) * n * routing_.top_k;
   moe_->run(residual_, n, config_.hidden_size, weights_.at(layer, Role::kPostAttentionNorm),
-            weights_.at(layer, Role::kRouter), weights_.stack(layer, Role::kExpertGate),
-            weights_.stack(layer, Role::kExpertDown), xn_.grow(0), chosen);
+            weights_.at(layer, Role::kRouter), {}, weights_.stack(layer, Role::kExpertGate),
+            weights_.stack(layer, Role::kExpertDown), {}, xn_.grow(0), chosen);
 }
 
 template <class B>

@@ -20,10 +20,18 @@ semantics, not from specrun's graph:
   - and the same attention in the ABSORBED form (queries through kv_b's key part into the latent
     space, scores against the normed latent and k_rot, the output through kv_b's value part):
     both forms are computed at every layer and must agree to 1e-9 (relative), float64.
-Mixture-of-experts layers (layer >= first_k_dense_replace, layer % moe_layer_freq == 0) are not
-part of this reference: a model with one is refused.
+  - mixture-of-experts layers (layer >= first_k_dense_replace, layer % moe_layer_freq == 0):
+    DeepseekV3TopkRouter's noaux_tc rule, sigmoid of the router logits, the choice on scores +
+    e_score_correction_bias, with n_group > 1 only the topk_group groups of the highest group
+    scores (a group's two best biased scores, summed) eligible and the others never chosen (the
+    issue's rule; Hugging Face fills them with 0.0, which only differs when every eligible biased
+    score is negative), the top num_experts_per_tok by the biased choice, weights the unbiased
+    scores normalised (+1e-20) when norm_topk_prob, times routed_scaling_factor; each expert's
+    SwiGLU weighted and summed, plus the shared experts' SwiGLU unweighted. The comparison is only
+    meaningful without near ties: the smallest gap at the k-th expert and at the topk_group-th
+    group must exceed --min-margin (default 1e-4).
 
-usage: deepseek_reference.py MODEL_DIR LOGITS_DUMP TOKENS [--tolerance T]
+usage: deepseek_reference.py MODEL_DIR LOGITS_DUMP TOKENS [--tolerance T] [--min-margin M]
   LOGITS_DUMP: a `specrun generate --dump-logits` file, TOKENS: the prompt and the generated
   ids, comma-separated. Every row's relative L2 error must be below the tolerance and every
   row's argmax must agree. Exit 0/1.
@@ -131,15 +139,49 @@ def mla(cfg, w, p, h, cos, sin, scaling, worst_form):
     return out @ w[a + "o_proj.weight"].T
 
 
-def forward(cfg, w, tokens, worst_form):
+def swiglu(x, w, p):
+    g = x @ w[p + "gate_proj.weight"].T
+    return (g / (1.0 + np.exp(-g)) * (x @ w[p + "up_proj.weight"].T)) @ w[p + "down_proj.weight"].T
+
+
+def moe(cfg, w, p, h, margins):
+    E, k = cfg["n_routed_experts"], cfg["num_experts_per_tok"]
+    n_group, topk_group = cfg.get("n_group", 1), cfg.get("topk_group", 1)
+    scores = 1.0 / (1.0 + np.exp(-(h @ w[p + "mlp.gate.weight"].T)))  # [T, E]
+    choice = scores + w[p + "mlp.gate.e_score_correction_bias"][None, :]
+    if n_group > 1:
+        grouped = np.sort(choice.reshape(len(h), n_group, E // n_group), axis=-1)
+        group_score = grouped[..., -1] + grouped[..., -2]  # [T, groups]
+        order = np.argsort(-group_score, axis=-1, kind="stable")
+        if topk_group < n_group:
+            ranked = np.take_along_axis(group_score, order, axis=-1)
+            margins.append(float((ranked[:, topk_group - 1] - ranked[:, topk_group]).min()))
+        eligible = np.zeros((len(h), n_group), dtype=bool)
+        np.put_along_axis(eligible, order[:, :topk_group], True, axis=-1)
+        choice = np.where(np.repeat(eligible, E // n_group, axis=-1), choice, -np.inf)
+    order = np.argsort(-choice, axis=-1, kind="stable")
+    top = order[:, :k]
+    ranked = np.take_along_axis(choice, order, axis=-1)
+    if k < E and np.isfinite(ranked[:, k]).all():
+        margins.append(float((ranked[:, k - 1] - ranked[:, k]).min()))
+    weight = np.take_along_axis(scores, top, axis=-1)
+    if cfg.get("norm_topk_prob", True):
+        weight = weight / (weight.sum(axis=-1, keepdims=True) + 1e-20)
+    weight = weight * cfg.get("routed_scaling_factor", 1.0)
+    out = np.zeros_like(h)
+    for e in range(E):
+        rows, slot = np.nonzero(top == e)
+        if len(rows):
+            out[rows] += weight[rows, slot][:, None] * swiglu(h[rows], w, f"{p}mlp.experts.{e}.")
+    if cfg.get("n_shared_experts"):
+        out += swiglu(h, w, p + "mlp.shared_experts.")
+    return out
+
+
+def forward(cfg, w, tokens, worst_form, margins):
     L = cfg["num_hidden_layers"]
     first_dense = cfg.get("first_k_dense_replace", 0)
     freq = cfg.get("moe_layer_freq", 1)
-    for layer in range(L):
-        moe = (cfg.get("n_routed_experts") is not None and layer >= first_dense
-               and layer % freq == 0)
-        if moe:
-            raise SystemExit(f"layer {layer} is a mixture-of-experts layer: not in this reference")
     eps = cfg["rms_norm_eps"]
     cos, sin, scaling = rope(cfg, len(tokens))
     x = w["model.embed_tokens.weight"][tokens]
@@ -148,9 +190,10 @@ def forward(cfg, w, tokens, worst_form):
         x = x + mla(cfg, w, p, rms_norm(x, w[p + "input_layernorm.weight"], eps), cos, sin,
                     scaling, worst_form)
         hn = rms_norm(x, w[p + "post_attention_layernorm.weight"], eps)
-        g = hn @ w[p + "mlp.gate_proj.weight"].T
-        x = x + (g / (1.0 + np.exp(-g)) * (hn @ w[p + "mlp.up_proj.weight"].T)) @ \
-            w[p + "mlp.down_proj.weight"].T
+        if cfg.get("n_routed_experts") is not None and layer >= first_dense and layer % freq == 0:
+            x = x + moe(cfg, w, p, hn, margins)
+        else:
+            x = x + swiglu(hn, w, p + "mlp.")
     x = rms_norm(x, w["model.norm.weight"], eps)
     head = w["model.embed_tokens.weight"] if cfg.get("tie_word_embeddings") else w["lm_head.weight"]
     return x @ head.T
@@ -170,8 +213,10 @@ def main():
     raw = read_safetensors(f"{model_dir}/model.safetensors")
     w = {k[len(prefix):]: v for k, v in raw.items() if k.startswith(prefix)}
     tokens = [int(t) for t in tokens_text.split(",")]
-    worst_form = [0.0]
-    want = forward(cfg, w, tokens[:-1], worst_form)
+    min_margin = float(sys.argv[sys.argv.index("--min-margin") + 1]) if "--min-margin" in \
+        sys.argv else 1e-4
+    worst_form, margins = [0.0], []
+    want = forward(cfg, w, tokens[:-1], worst_form, margins)
     got = read_dump(dump_path).astype(np.float64)
     assert got.shape == want.shape, f"dump {got.shape} vs reference {want.shape}"
     rel = np.linalg.norm(got - want, axis=1) / np.linalg.norm(want, axis=1)
@@ -179,7 +224,12 @@ def main():
     flips = int(np.sum(np.argmax(got, axis=1) != np.argmax(want, axis=1)))
     print(f"{arch} reference: {got.shape[0]} positions x {got.shape[1]} logits, worst relative "
           f"L2 {rel[worst]:.3g} at position {worst} (tolerance {tolerance:g}); argmax differs in "
-          f"{flips} rows; absorbed vs naive MLA (float64) worst relative {worst_form[0]:.3g}")
+          f"{flips} rows; absorbed vs naive MLA (float64) worst relative {worst_form[0]:.3g}; "
+          f"{len(margins)} routing decisions' smallest margin "
+          f"{min(margins) if margins else float('inf'):.3g} (needs > {min_margin:g})")
+    if margins and min(margins) <= min_margin:
+        print("a routing decision is a near tie: choose another seed")
+        return 1
     if worst_form[0] > 1e-9:
         print("the absorbed and naive forms of MLA disagree")
         return 1

@@ -7,7 +7,7 @@
 //    scale) against a float64 naive MLA (per-head keys and values expanded), at positions far
 //    from 0: the absorbed form == the naive form;
 //  - the model: the latent cache's size, batch and tree invariance (bitwise), keep on the latent
-//    cache, and the refusal of the noaux_tc router until it is wired.
+//    cache, MoE layers with the noaux_tc router (every token's experts within topk_group groups).
 // The model's logits against an independent float64 reference: tests/e2e/deepseek_reference.sh.
 #include <gtest/gtest.h>
 
@@ -338,14 +338,6 @@ TEST(DeepseekSchema, MoeLayerTensorsPrepareOnTheBackend) {
   EXPECT_EQ(w.stack(1, Role::kExpertGate).size(), 4u);
 }
 
-TEST(DeepseekModel, TheNoauxTcRouterIsRefusedUntilItIsWired) {
-  DeepseekModelFixture f("deepseek_v3", /*dense=*/false);
-  test::SingleRankComm comm;
-  const std::string e = error_of([&] { load_cpu_model(*f.checkpoint, comm, 1); });
-  EXPECT_NE(e.find("noaux_tc"), std::string::npos) << e;
-  EXPECT_NE(e.find("not supported yet"), std::string::npos) << e;
-}
-
 // The absorbed latent attention of the backend (one kv head whose values are the first
 // kv_lora_rank floats of its key rows, an explicit scale) against a float64 naive MLA: keys
 // [W_uk c ; k_pe] and values W_uv c expanded per head, at positions 37..40 of a 41-token cache
@@ -567,5 +559,29 @@ TEST(DeepseekModel, CapturedHiddenStatesAreTheEmbeddingAndTheFinalNormsOutput) {
         dot += static_cast<double>(hidden[i * 2 * H + H + k]) * w[v * H + k];
       EXPECT_NEAR(logits[i * V + v], dot, 1e-4 * (1 + std::fabs(dot))) << i << " " << v;
     }
+  }
+}
+
+// A model with MoE layers runs them with DeepSeek-V3's router (its numerics against the float64
+// reference: tests/e2e/deepseek_reference.sh): every token's experts are recorded for the MoE
+// layer, top_k distinct ids in range, at most topk_group groups of them.
+TEST(DeepseekModel, MoeLayersRunWithTheNoauxTcRouter) {
+  DeepseekModelFixture f("deepseek_v3", /*dense=*/false);
+  test::SingleRankComm comm;
+  auto m = load_cpu_model(*f.checkpoint, comm, 2);
+  const ExpertRouting* r = m->routing();
+  ASSERT_NE(r, nullptr);
+  EXPECT_EQ(r->layers, std::vector<int>{1});
+  EXPECT_EQ(r->top_k, 2);
+  EXPECT_EQ(r->n_experts, 8);
+  const auto t = tokens(9, 6);
+  auto cache = m->new_cache(16);
+  const SeqChunk s{cache.get(), t.data(), 9};
+  logits_of(*m, {&s, 1}, true);
+  ASSERT_EQ(r->n_tokens, 9);
+  for (int i = 0; i < 9; ++i) {
+    const int a = r->experts[i * 2], b = r->experts[i * 2 + 1];
+    EXPECT_TRUE(a >= 0 && a < 8 && b >= 0 && b < 8 && a != b) << i;
+    EXPECT_EQ(a / 4, b / 4) << "token " << i << ": experts of 2 groups with topk_group 1";
   }
 }
