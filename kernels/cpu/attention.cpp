@@ -225,12 +225,18 @@ void attend_one(const float* q, const float* k, const float* v, const HeadRows& 
 
 void attention(const float* q, int n_tokens, int n_heads, int n_kv_heads, int key_dim,
                int value_dim, const float* k, const float* v, int start, float* out) {
+  attention_strided(q, n_tokens, n_heads, n_kv_heads, key_dim, value_dim, k,
+                    static_cast<std::int64_t>(n_kv_heads) * key_dim, v,
+                    static_cast<std::int64_t>(n_kv_heads) * value_dim,
+                    1.0f / __builtin_sqrtf(static_cast<float>(key_dim)), start, out);
+}
+
+void attention_strided(const float* q, int n_tokens, int n_heads, int n_kv_heads, int key_dim,
+                       int value_dim, const float* k, std::int64_t k_stride, const float* v,
+                       std::int64_t v_stride, float scale, int start, float* out) {
   const int group = n_heads / n_kv_heads;
-  const float scale = 1.0f / __builtin_sqrtf(static_cast<float>(key_dim));
   const std::int64_t q_stride = static_cast<std::int64_t>(n_heads) * key_dim;
   const std::int64_t out_stride = static_cast<std::int64_t>(n_heads) * value_dim;
-  const std::int64_t k_stride = static_cast<std::int64_t>(n_kv_heads) * key_dim;
-  const std::int64_t v_stride = static_cast<std::int64_t>(n_kv_heads) * value_dim;
   const int n_blocks = (n_tokens + kQueryBlock - 1) / kQueryBlock;
   const int n_units = n_blocks * n_heads;
   const std::int64_t work = static_cast<std::int64_t>(n_tokens) * n_heads * (start + n_tokens) *

@@ -150,6 +150,13 @@ void attention(const float* q, int n_tokens, int n_heads, int n_kv_heads, int ke
   kernels().attention(q, n_tokens, n_heads, n_kv_heads, key_dim, value_dim, k, v, start, out);
 }
 
+void attention_strided(const float* q, int n_tokens, int n_heads, int n_kv_heads, int key_dim,
+                       int value_dim, const float* k, std::int64_t k_stride, const float* v,
+                       std::int64_t v_stride, float scale, int start, float* out) {
+  kernels().attention_strided(q, n_tokens, n_heads, n_kv_heads, key_dim, value_dim, k, k_stride, v,
+                              v_stride, scale, start, out);
+}
+
 void silu_mul(const float* gate, const float* up, float* out, std::size_t n) {
   kernels().silu_mul(gate, up, out, n);
 }

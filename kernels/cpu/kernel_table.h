@@ -22,6 +22,7 @@ namespace specrun::cpu {
   X(rope_table) \
   X(rope_apply) \
   X(attention) \
+  X(attention_strided) \
   X(silu_mul) \
   X(add_inplace) \
   X(argmax) \

@@ -23,8 +23,10 @@ int cmd_make_model(CommandContext& ctx, const std::vector<std::string>& args) {
   CommandLine cli("specrun make-model OUTDIR [options]");
   cli.add_options()(
       "arch", po::value(&s.architecture)->default_value(s.architecture),
-      "architecture: llama (LlamaForCausalLM), qwen3 (Qwen3ForCausalLM, q/k norms), or the "
-      "mixtures of experts qwen3_moe (Qwen3MoeForCausalLM) and mixtral (MixtralForCausalLM)")(
+      "architecture: llama (LlamaForCausalLM), qwen3 (Qwen3ForCausalLM, q/k norms), the "
+      "mixtures of experts qwen3_moe (Qwen3MoeForCausalLM) and mixtral (MixtralForCausalLM), or "
+      "the DeepSeek-V3 family (MLA, YaRN): deepseek_v3 (DeepseekV3ForCausalLM) and kimi_k25 "
+      "(KimiK25ForConditionalGeneration, text_config)")(
       "hidden", po::value(&s.hidden)->default_value(s.hidden), "hidden size")(
       "head-dim", po::value(&s.head_dim)->default_value(s.head_dim),
       "attention head size (0: hidden / heads)")(
@@ -62,6 +64,39 @@ int cmd_make_model(CommandContext& ctx, const std::vector<std::string>& args) {
       "qwen3_moe: comma-separated ids of dense layers, e.g. 0,3")(
       "router-std", po::value(&s.router_std)->default_value(s.router_std),
       "qwen3_moe, mixtral: std of the router weights (larger: a more decided routing)")(
+      "q-lora-rank", po::value(&s.q_lora_rank)->default_value(s.q_lora_rank),
+      "deepseek_v3, kimi_k25: q_lora_rank (0: null, a plain q_proj)")(
+      "kv-lora-rank", po::value(&s.kv_lora_rank)->default_value(s.kv_lora_rank),
+      "deepseek_v3, kimi_k25: kv_lora_rank (the latent cache's c_kv width)")(
+      "qk-nope-head-dim", po::value(&s.qk_nope_head_dim)->default_value(s.qk_nope_head_dim),
+      "deepseek_v3, kimi_k25: qk_nope_head_dim")(
+      "qk-rope-head-dim", po::value(&s.qk_rope_head_dim)->default_value(s.qk_rope_head_dim),
+      "deepseek_v3, kimi_k25: qk_rope_head_dim")(
+      "v-head-dim", po::value(&s.v_head_dim)->default_value(s.v_head_dim),
+      "deepseek_v3, kimi_k25: v_head_dim")(
+      "first-k-dense", po::value(&s.first_k_dense_replace)->default_value(s.first_k_dense_replace),
+      "deepseek_v3, kimi_k25: first_k_dense_replace (layers below it are dense)")(
+      "n-group", po::value(&s.n_group)->default_value(s.n_group),
+      "deepseek_v3, kimi_k25: the router's expert groups (n_group)")(
+      "topk-group", po::value(&s.topk_group)->default_value(s.topk_group),
+      "deepseek_v3, kimi_k25: groups eligible per token (topk_group)")(
+      "n-shared-experts", po::value(&s.n_shared_experts)->default_value(s.n_shared_experts),
+      "deepseek_v3, kimi_k25: shared experts (n_shared_experts)")(
+      "routed-scaling", po::value(&s.routed_scaling_factor)->default_value(s.routed_scaling_factor),
+      "deepseek_v3, kimi_k25: routed_scaling_factor")(
+      "router-bias-std", po::value(&s.router_bias_std)->default_value(s.router_bias_std),
+      "deepseek_v3, kimi_k25: std of the float32 e_score_correction_bias")(
+      "rope-factor", po::value(&s.rope_factor)->default_value(s.rope_factor),
+      "deepseek_v3, kimi_k25: YaRN factor (1: no YaRN; original_max_position_embeddings = "
+      "--max-pos / factor)")("yarn-mscale", po::value(&s.yarn_mscale)->default_value(s.yarn_mscale),
+                             "deepseek_v3, kimi_k25: YaRN mscale")(
+      "yarn-mscale-all-dim",
+      po::value(&s.yarn_mscale_all_dim)->default_value(s.yarn_mscale_all_dim),
+      "deepseek_v3, kimi_k25: YaRN mscale_all_dim")(
+      "rope-interleave", po::value(&s.rope_interleave)->default_value(s.rope_interleave),
+      "deepseek_v3, kimi_k25: rope_interleave (1: DeepSeek's interleaved rope pairs)")(
+      "mla-std", po::value(&s.mla_std)->default_value(s.mla_std),
+      "deepseek_v3, kimi_k25: std scale of q_b/q_proj, kv_a and kv_b (attention scores O(1))")(
       "overwrite", "replace the files of a model already in OUTDIR (otherwise an error)");
   cli.positional("outdir", po::value(&outdir));
   if (!cli.parse(

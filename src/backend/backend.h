@@ -122,17 +122,27 @@ struct SeqSpan {
 
 // The heads of one attention layer on one rank. Query head h reads kv head h / (heads /
 // kv_heads) (grouped-query attention; heads a multiple of kv_heads). A query and a key have
-// key_dim floats per head (scores are scaled by 1/sqrt(key_dim)), a value and an output row
-// value_dim: the Llama family has key_dim = value_dim = head_dim; MLA (DeepSeek-V2/V3) has
-// key_dim 192 (128 without RoPE + 64 with it) and value_dim 128.
+// key_dim floats per head (scores are scaled by `scale`, 0: 1/sqrt(key_dim)), a value and an
+// output row value_dim: the Llama family has key_dim = value_dim = head_dim.
+// values_in_keys: a kv head's value is the first value_dim floats of its key row, and the cache
+// holds no value rows (value_floats() = 0). MLA's absorbed form (model/deepseek_model.h) is one
+// kv head whose key row is the token's latent [c_kv (kv_lora_rank) ; k_pe (qk_rope_head_dim)]
+// and whose value is c_kv: key_dim 576, value_dim 512 for DeepSeek-V3 and Kimi-K2, with the
+// softmax scale of the un-absorbed heads (qk_head_dim^-0.5, YaRN's mscale^2).
 struct AttentionHeads {
   int heads = 0, kv_heads = 0;
   int key_dim = 0, value_dim = 0;
+  float scale = 0.0f;
+  bool values_in_keys = false;
   // Floats per token: of q, of the attention output, of the keys and of the values of a token.
   std::int64_t q_width() const { return static_cast<std::int64_t>(heads) * key_dim; }
   std::int64_t out_width() const { return static_cast<std::int64_t>(heads) * value_dim; }
   int key_floats() const { return kv_heads * key_dim; }
-  int value_floats() const { return kv_heads * value_dim; }
+  int value_floats() const { return values_in_keys ? 0 : kv_heads * value_dim; }
+  // The softmax scale the scores are multiplied by.
+  float softmax_scale() const {
+    return scale != 0.0f ? scale : 1.0f / __builtin_sqrtf(static_cast<float>(key_dim));
+  }
 };
 
 // The routed (token, expert) pairs of one mixture-of-experts layer on one rank, grouped for its

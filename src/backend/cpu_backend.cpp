@@ -50,6 +50,17 @@ void check_widths(std::span<const SeqSpan<CpuBackend::KvBlock>> seqs, const Atte
                   << h.value_floats());
 }
 
+// cpu::attention of q's n_tokens over a cache's keys and values (heads.values_in_keys: the
+// values are the first value_dim floats of the key rows) with the heads' softmax scale.
+void attention_over(const AttentionHeads& heads, const float* q, int n_tokens, const float* keys,
+                    const float* values, int start, float* out) {
+  const std::int64_t k_stride = heads.key_floats();
+  const float* v = heads.values_in_keys ? keys : values;
+  const std::int64_t v_stride = heads.values_in_keys ? k_stride : heads.value_floats();
+  cpu::attention_strided(q, n_tokens, heads.heads, heads.kv_heads, heads.key_dim, heads.value_dim,
+                         keys, k_stride, v, v_stride, heads.softmax_scale(), start, out);
+}
+
 }  // namespace
 
 CpuBackend::CpuBackend(int threads) : threads_(std::max(1, threads)) {}
@@ -229,6 +240,9 @@ void CpuBackend::attend(int layer, CF q, int m, bool last_only, F out,
                                                         << n_seqs << " sequences, " << n_
                                                         << " tokens");
   check_widths(seqs_, heads, "attend");  // here: a throw inside the parallel loop would abort
+  SPEC_CHECK(!heads.values_in_keys || (heads.kv_heads == 1 && heads.value_dim <= heads.key_dim),
+             "attend: values inside the keys need one kv head and value_dim <= key_dim, got "
+                 << heads.kv_heads << " kv heads, " << heads.value_dim << " <= " << heads.key_dim);
   // Sequences are independent: several of them (batched decode) run on different threads, each
   // attention call then single-threaded; one long sequence (prefill) splits its (token, head)
   // pairs instead.
@@ -250,9 +264,9 @@ void CpuBackend::attend(int layer, CF q, int m, bool last_only, F out,
     }
     // last_only: one query, the last token's, at row b.
     const std::size_t row = last_only ? static_cast<std::size_t>(b) : off;
-    cpu::attention(q.get() + row * q_width, last_only ? 1 : s.n_tokens, heads.heads, heads.kv_heads,
-                   heads.key_dim, heads.value_dim, kv.keys(layer), kv.values(layer),
-                   last_only ? s.start + s.n_tokens - 1 : s.start, out.get() + row * out_width);
+    attention_over(heads, q.get() + row * q_width, last_only ? 1 : s.n_tokens, kv.keys(layer),
+                   kv.values(layer), last_only ? s.start + s.n_tokens - 1 : s.start,
+                   out.get() + row * out_width);
   };
   if (n_seqs == 1) {
     one(0);
@@ -281,8 +295,8 @@ void CpuBackend::attend_tree(int layer, const SeqSpan<KvBlock>& s, CF q, int las
   float* values = kv.values(layer);
   const int end = s.start + s.n_tokens;
   auto attention = [&](std::size_t q_row, int n_tokens, int start, std::size_t out_row) {
-    cpu::attention(q.get() + q_row * q_width, n_tokens, heads.heads, heads.kv_heads, heads.key_dim,
-                   heads.value_dim, keys, values, start, out.get() + out_row * out_width);
+    attention_over(heads, q.get() + q_row * q_width, n_tokens, keys, values, start,
+                   out.get() + out_row * out_width);
   };
   // Chain tokens of this call come first: appended and attended as a chain.
   const int n_chain = std::max(0, s.tree_base - s.start);

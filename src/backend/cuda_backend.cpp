@@ -459,6 +459,9 @@ void CudaBackend::attend(int layer, CF q, int m, bool last_only, F out,
                          const AttentionHeads& shape) {
   const int heads = shape.heads, kv_heads = shape.kv_heads;
   const int head_dim = one_head_dim(shape, "attend");
+  SPEC_CHECK(!shape.values_in_keys && shape.scale == 0.0f,
+             "attend: the CUDA attention has no values inside the keys nor explicit softmax "
+             "scale (MLA runs on the CPU backend)");
   SPEC_CHECK(m == (last_only ? n_seqs_ : n_), "attend: " << m << " query rows for a batch of "
                                                          << n_seqs_ << " sequences, " << n_
                                                          << " tokens");

@@ -28,6 +28,7 @@
 #include "kernels/cpu/ops.h"
 #include "model/checkpoint.h"
 #include "model/model_factory.h"
+#include "model/weight_schema.h"
 
 namespace specrun {
 
@@ -78,7 +79,7 @@ double decode_weight_bytes(const Checkpoint& ckpt) {
   for (const std::string& name : ckpt.names()) {
     const TensorView& t = ckpt.tensor(name);
     const double b = static_cast<double>(t.numel()) * static_cast<double>(dtype_size(t.dtype));
-    if (name == "model.embed_tokens.weight") {
+    if (name == embedding_tensor(c)) {
       bytes += static_cast<double>(c.hidden_size) * static_cast<double>(dtype_size(t.dtype));
       if (c.tie_word_embeddings) bytes += b;
     } else {
@@ -438,8 +439,10 @@ BenchReport run_bench(const BenchOptions& o, ModelFactory& factory, Communicator
   rep.cpu_model = cpu::cpu_model_name();
   rep.kernels = factory.kernel_description();
   rep.date = utc_timestamp();
-  // The layers' dtype (a mixture-of-experts layer 0 has no mlp.up_proj).
-  rep.dtype = dtype_name(ckpt.tensor("model.layers.0.self_attn.q_proj.weight").dtype);
+  // The layers' dtype (a mixture-of-experts layer 0 has no mlp.up_proj, an MLA layer no q_proj
+  // when it has q_a_proj / q_b_proj; every layer has o_proj).
+  rep.dtype = dtype_name(
+      ckpt.tensor(ckpt.config().tensor_prefix + "model.layers.0.self_attn.o_proj.weight").dtype);
   rep.weight_bytes = decode_weight_bytes(ckpt);
   rep.parameters = parameter_count(ckpt);
   rep.tp = tp;

@@ -30,6 +30,7 @@
 #include "io/result_file.h"
 #include "model/checkpoint.h"
 #include "model/model_factory.h"
+#include "model/weight_schema.h"
 #include "spec/drafter_registry.h"
 #include "spec/token_ops.h"
 
@@ -225,7 +226,7 @@ RankModels load_models(const JobConfig& config, JobSetup& job) {
   RankModels m;
   Checkpoint target_ckpt(config.target.path.resolved);
   check_target_dtype(config, target_ckpt);
-  m.target_weights = target_ckpt.tensor("model.embed_tokens.weight").dtype;
+  m.target_weights = target_ckpt.tensor(embedding_tensor(target_ckpt.config())).dtype;
   m.target = load_target(config, job, target_ckpt);
   if (config.uses_mode(kModeSpeculative)) {
     DrafterContext context{*m.target.factory,

@@ -20,6 +20,7 @@
 #include "io/model_fingerprint.h"
 #include "model/checkpoint.h"
 #include "model/model_factory.h"
+#include "model/weight_schema.h"
 
 namespace specrun {
 namespace {
@@ -148,6 +149,13 @@ JobTarget load_target(const JobConfig& config, JobSetup& job, const Checkpoint& 
   t.factory->set_expert_parallel(config.parallel.ep);
   t.model = t.factory->load(checkpoint, /*sharded=*/true);
   job.log.info(weight_memory_line(*t.model, job.world));
+  if (const std::size_t kv = t.model->kv_bytes_per_token(); kv > 0)
+    job.log.info("target KV cache: " + std::to_string(kv) + " bytes per token per rank (" +
+                 std::to_string(t.model->config().num_layers) + " layers)");
+  if (t.model->config().architecture == "KimiK25ForConditionalGeneration")
+    job.log.info("target " + t.model->config().architecture +
+                 ": its text model (text_config) runs; the vision tower is ignored (image inputs "
+                 "are not supported)");
   t.ops = make_token_ops(job.backend, t.factory->cuda_context());
   // Every rank's, for the result file; the line above is rank 0's.
   const std::int64_t mine = static_cast<std::int64_t>(t.model->weight_bytes());
@@ -212,7 +220,7 @@ SamplingParams sampling_params(const JobConfig& config) {
 void check_target_dtype(const JobConfig& config, const Checkpoint& ckpt) {
   const std::string& want = config.target.dtype;
   if (want == "auto") return;
-  const TensorView& t = ckpt.tensor("model.embed_tokens.weight");
+  const TensorView& t = ckpt.tensor(embedding_tensor(ckpt.config()));
   std::string have = dtype_name(t.dtype);
   std::string want_upper = want == "f32" ? "F32" : want == "bf16" ? "BF16" : "F16";
   SPEC_INPUT_CHECK(have == want_upper, "target.dtype = \""

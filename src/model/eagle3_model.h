@@ -57,7 +57,7 @@ class Eagle3Model final : public DraftHead, private GraphBase<B> {
         load_host_weights(head, tp_, tp_comm != nullptr ? tp_comm->rank() : 0, eagle3_schema());
     // The target's embedding, whole (replicated).
     const TensorView& embed =
-        target.tensor("model.embed_tokens.weight", {config_.target_vocab, c.hidden_size});
+        target.tensor(embedding_tensor(target.config()), {config_.target_vocab, c.hidden_size});
     const HostTensor embed_host{embed.data, embed.dtype, static_cast<int>(embed.dim(0)),
                                 static_cast<int>(embed.dim(1))};
     host.model[static_cast<int>(Role::kEmbed)] = embed_host;

@@ -33,6 +33,7 @@ class ForwardingModel : public LanguageModel {
   void synchronize() override { model_->synchronize(); }
   const ExpertRouting* routing() const override { return model_->routing(); }
   std::size_t weight_bytes() const override { return model_->weight_bytes(); }
+  std::size_t kv_bytes_per_token() const override { return model_->kv_bytes_per_token(); }
 
  protected:
   LanguageModel& inner() { return *model_; }

@@ -113,6 +113,14 @@ class ResidualStream {
     fused::add_rmsnorm_swiglu(b_, x(), pending_, n, dim_, norm, eps_, xn, gate_up, y);
     pending_ = CF();
   }
+  // A dense SwiGLU MLP block on the first n rows: the pending delta added and the norm, then
+  // silu(gate) * up into act (one pass over the paired gate/up weights where the backend fuses
+  // them) and down into the stream.
+  void dense_swiglu(int n, const Weight& norm, F xn, const Weight& gate_up, const Weight& down,
+                    F act) {
+    norm_swiglu(n, norm, xn, gate_up, act);
+    add_projection(act, n, down, nullptr);
+  }
 
   // Adds what is pending (n rows): x then holds the stream.
   F settle(int n) {
@@ -145,6 +153,47 @@ class ResidualStream {
   int dim_ = 0;
   float eps_ = 0.0f;
   Communicator* group_ = nullptr;
+};
+
+// The hidden states a forward call captures (ForwardRequest::capture): per layer id 0..layers
+// its column block of [n, ids x width] rows, or none. Owns the storage (grown, never shrunk).
+template <class B>
+class HiddenCapture {
+  using F = typename B::F;
+  using CF = typename B::CF;
+
+ public:
+  // Starts a pass of n rows of `width` floats: checks the ids (each in 0..layers, at most once)
+  // and sizes the storage.
+  void begin(std::span<const int> ids, int layers, int n, int width) {
+    slot_.assign(layers + 1, -1);
+    count_ = static_cast<int>(ids.size());
+    width_ = width;
+    for (int c = 0; c < count_; ++c) {
+      const int id = ids[c];
+      SPEC_CHECK(id >= 0 && id <= layers && slot_[id] < 0,
+                 "capture: layer id " << id << " is outside 0.." << layers << " or given twice");
+      slot_[id] = c;
+    }
+    if (count_ > 0) rows_.grow(static_cast<std::size_t>(n) * count_ * width);
+  }
+  bool wants(int id) const { return slot_[id] >= 0; }
+  // Copies rows [n, width] into id's column block (when it is wanted).
+  void copy(B& b, int id, CF rows, int n) {
+    if (!wants(id)) return;
+    const std::size_t stride = static_cast<std::size_t>(count_) * width_;
+    b.copy_rows(rows_.grow(0) + static_cast<std::ptrdiff_t>(slot_[id]) * width_, stride, rows,
+                width_, n, width_);
+  }
+  // The captured rows of the pass (width 0 when none was asked).
+  RowsView view(int n) {
+    return count_ == 0 ? RowsView{} : RowsView{B::kKind, rows_.grow(0).get(), n, count_ * width_};
+  }
+
+ private:
+  std::vector<int> slot_;  // per layer id 0..layers: column block, or -1
+  int count_ = 0, width_ = 0;
+  typename B::Scratch rows_;
 };
 
 template <class B>

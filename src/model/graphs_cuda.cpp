@@ -13,6 +13,14 @@ template class Eagle3Model<CudaBackend>;
 
 std::unique_ptr<LanguageModel> load_cuda_model(const Checkpoint& checkpoint, CudaContext& context,
                                                NcclComm& comm, int ep) {
+  // MLA's latent attention (model/deepseek_model.h) needs the attention variant whose values
+  // are inside the key rows and an explicit softmax scale (AttentionHeads::values_in_keys),
+  // which the CUDA attention kernel does not have yet.
+  SPEC_INPUT_CHECK(!checkpoint.config().is_mla(),
+                   checkpoint.dir()
+                       << "/config.json: " << checkpoint.config().architecture
+                       << " has multi-head latent attention (MLA), which the CUDA backend does "
+                          "not run yet: use parallel.backend = \"cpu\" (or --backend cpu)");
   SPEC_INPUT_CHECK(checkpoint.config().head_dim <= cuda::kMaxHeadDim,
                    checkpoint.dir()
                        << "/config.json: head_dim " << checkpoint.config().head_dim

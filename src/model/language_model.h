@@ -96,6 +96,10 @@ class LanguageModel {
   // Bytes of this rank's share of the weights as loaded from the checkpoint (its shard, in the
   // stored dtype; a tied lm_head counted once): what the job log reports per rank.
   virtual std::size_t weight_bytes() const { return 0; }
+  // Bytes of one token's KV cache rows on this rank, all layers (GQA: its kv heads' keys and
+  // values; MLA: one latent row of kv_lora_rank + qk_rope_head_dim floats per layer): what the
+  // job log reports per rank. 0 when the model does not say.
+  virtual std::size_t kv_bytes_per_token() const { return 0; }
 
   // forward() with the logits copied to `logits` (resized): [rows, vocab_size].
   void forward(std::span<const SeqChunk> batch, bool all_logits, std::vector<float>& logits);

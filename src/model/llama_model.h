@@ -88,23 +88,7 @@ class LlamaModel final : public LanguageModel, private GraphBase<B> {
     b_.check_fits(weight_bytes_, host.plan.tp_rank, host.plan.tp, checkpoint.dir());
     weights_ = prepare_weights(b_, host, config_);
     inv_freq_dev_ = b_.upload_floats(inv_freq_);
-    if (!routing_.layers.empty()) {
-      const ShardPlan& p = host.plan;
-      RouterRule rule;
-      rule.top_k = config_.num_experts_per_tok;
-      rule.renormalise = config_.norm_topk_prob;
-      moe_ =
-          std::make_unique<MoeBlock<B>>(b_, config_.num_experts, rule, p.expert_begin, p.experts);
-      routing_.top_k = config_.num_experts_per_tok;
-      routing_.n_experts = config_.num_experts;
-      routing_.ep = p.ep;
-      // One expert's gate, up and down, whole, in the checkpoint's dtype.
-      const HostTensor& gate =
-          host.experts[routing_.layers.front()][static_cast<int>(Role::kExpertGate)].front();
-      routing_.expert_bytes = 3 * static_cast<std::int64_t>(config_.hidden_size) *
-                              config_.moe_intermediate_size *
-                              static_cast<std::int64_t>(dtype_size(gate.dtype));
-    }
+    moe_ = make_moe_block(b_, config_, host, routing_);
   }
 
   const ModelConfig& config() const override { return config_; }
@@ -118,6 +102,11 @@ class LlamaModel final : public LanguageModel, private GraphBase<B> {
     return routing_.layers.empty() ? nullptr : &routing_;
   }
   std::size_t weight_bytes() const override { return weight_bytes_; }
+  std::size_t kv_bytes_per_token() const override {
+    const AttentionHeads heads = attention_heads();
+    return static_cast<std::size_t>(config_.num_layers) *
+           (heads.key_floats() + heads.value_floats()) * sizeof(float);
+  }
 
   std::unique_ptr<KvCache> new_cache(int capacity) override {
     const AttentionHeads heads = attention_heads();
@@ -153,7 +142,6 @@ class LlamaModel final : public LanguageModel, private GraphBase<B> {
   // moe_index: the layer's place among the MoE layers (its rows of routing_).
   void moe_block(int layer, int moe_index, int n);
   Communicator* group() { return tp_ > 1 ? &comm_ : nullptr; }
-  void capture(int slot, int n);
 
   ModelConfig config_;
   Communicator& comm_;
@@ -167,9 +155,8 @@ class LlamaModel final : public LanguageModel, private GraphBase<B> {
 
   // Per-call state and scratch (grown, never shrunk: no allocation per step once warm).
   ResidualStream<B> residual_;
-  std::vector<int> capture_slot_;  // per layer id 0..num_layers: column block, or -1
-  int n_capture_ = 0;
-  typename B::Scratch xn_, q_, attn_, act_, rope_, hidden_;
+  HiddenCapture<B> capture_;
+  typename B::Scratch xn_, q_, attn_, act_, rope_;
 };
 
 template <class B>
@@ -179,14 +166,7 @@ ForwardResult LlamaModel<B>::forward(std::span<const SeqChunk> batch,
   // Validate everything before any cache changes.
   const int n = check_batch(batch, config_, static_cast<const KvStore*>(this));
   const int L = config_.num_layers, H = config_.hidden_size;
-  capture_slot_.assign(L + 1, -1);
-  n_capture_ = static_cast<int>(request.capture.size());
-  for (int c = 0; c < n_capture_; ++c) {
-    const int id = request.capture[c];
-    SPEC_CHECK(id >= 0 && id <= L && capture_slot_[id] < 0,
-               "capture: layer id " << id << " is outside 0.." << L << " or given twice");
-    capture_slot_[id] = c;
-  }
+  capture_.begin(request.capture, L, n, H);
 
   // Every op of the pass, collectives included, is the backend's: it may run as one graph (CUDA).
   Base::stage_batch(batch, n);
@@ -198,7 +178,6 @@ ForwardResult LlamaModel<B>::forward(std::span<const SeqChunk> batch,
   F x = residual_.begin(n, H, config_.rms_norm_eps, group());
   b_.embed(weights_.get(Role::kEmbed), plan.vocab_begin, x);
   if (tp_ > 1) b_.all_reduce_sum(comm_, x, static_cast<std::size_t>(n) * H);
-  if (n_capture_ > 0) hidden_.grow(static_cast<std::size_t>(n) * n_capture_ * H);
 
   // The normalised rows of every block (xn).
   xn_.grow(static_cast<std::size_t>(n) * H);
@@ -206,17 +185,15 @@ ForwardResult LlamaModel<B>::forward(std::span<const SeqChunk> batch,
   // captured for every token, or a last layer whose MoE routing is recorded for every token,
   // needs all rows).
   const bool last_moe = !routing_.layers.empty() && routing_.layers.back() == L - 1;
-  const bool all_rows = request.all_logits || capture_slot_[L] >= 0 || last_moe;
+  const bool all_rows = request.all_logits || capture_.wants(L) || last_moe;
   const int rows = all_rows ? n : static_cast<int>(batch.size());
   if (!routing_.layers.empty()) {
     routing_.n_tokens = n;
     routing_.experts.resize(routing_.layers.size() * static_cast<std::size_t>(n) * routing_.top_k);
   }
   for (int layer = 0, moe_index = 0; layer < L; ++layer) {
-    if (capture_slot_[layer] >= 0) {  // the residual stream as it enters the layer
-      residual_.settle(n);
-      capture(capture_slot_[layer], n);
-    }
+    if (capture_.wants(layer))  // the residual stream as it enters the layer
+      capture_.copy(b_, layer, residual_.settle(n), n);
     const bool trim = rows < n && layer + 1 == L;
     // The blocks of the layer's kind.
     gqa_attention_block(layer, n, trim);
@@ -230,25 +207,15 @@ ForwardResult LlamaModel<B>::forward(std::span<const SeqChunk> batch,
   // The residual stream now holds `rows` rows (and the last delta, if pending); normed into xn.
   F xn = xn_.grow(0);
   residual_.norm(rows, weights_.get(Role::kFinalNorm), xn);
-  if (capture_slot_[L] >= 0) {
-    b_.copy_rows(hidden_.grow(0) + static_cast<std::ptrdiff_t>(capture_slot_[L]) * H,
-                 static_cast<std::size_t>(n_capture_) * H, xn, H, n, H);
-  }
+  capture_.copy(b_, L, xn, n);
   if (request.all_logits == false && all_rows) b_.keep_last_rows(xn, H);
   const int out_rows = request.all_logits ? n : static_cast<int>(batch.size());
   ForwardResult result;
   result.logits =
       Base::logits(xn, out_rows, weights_.get(Role::kLmHead), config_.vocab_size, group());
   b_.end_forward();
-  if (n_capture_ > 0) result.hidden = RowsView{B::kKind, hidden_.grow(0).get(), n, n_capture_ * H};
+  result.hidden = capture_.view(n);
   return result;
-}
-
-template <class B>
-void LlamaModel<B>::capture(int slot, int n) {
-  const int H = config_.hidden_size;
-  b_.copy_rows(hidden_.grow(0) + static_cast<std::ptrdiff_t>(slot) * H,
-               static_cast<std::size_t>(n_capture_) * H, residual_.x(), H, n, H);
 }
 
 template <class B>
@@ -314,13 +281,9 @@ void LlamaModel<B>::moe_block(int layer, int moe_index, int n) {
 
 template <class B>
 void LlamaModel<B>::dense_swiglu_block(int layer, int n) {
-  F act = act_.grow(static_cast<std::size_t>(n) * weights_.plan.intermediate);
-
-  // The pending delta added and the post-attention norm, then silu(gate) * up in one pass over
-  // the paired gate/up weights where the backend fuses them.
-  residual_.norm_swiglu(n, weights_.at(layer, Role::kPostAttentionNorm), xn_.grow(0),
-                        weights_.at(layer, Role::kGate), act);
-  residual_.add_projection(act, n, weights_.at(layer, Role::kDown), nullptr);
+  residual_.dense_swiglu(n, weights_.at(layer, Role::kPostAttentionNorm), xn_.grow(0),
+                         weights_.at(layer, Role::kGate), weights_.at(layer, Role::kDown),
+                         act_.grow(static_cast<std::size_t>(n) * weights_.plan.intermediate));
 }
 
 }  // namespace specrun

@@ -74,8 +74,41 @@ struct Reader {
   }
 };
 
+// YaRN's values (rope_type "yarn"), as Hugging Face's _compute_yarn_parameters reads them.
+// Only the DeepSeek-V3 family's graph applies YaRN's magnitude scaling: other architectures
+// refuse it (parse_rope_dict, naming the field).
+void parse_yarn(const json& r, const std::string& field, const Reader& rd, ModelConfig& c) {
+  const std::string prefix = field + ".";
+  c.rope_type = "yarn";
+  c.rope_factor = rd.get_double(r, prefix, "factor", true, 0);
+  SPEC_INPUT_CHECK(c.rope_factor > 0, rd.src << ": \"" << field << ".factor\" = " << c.rope_factor
+                                             << " must be positive");
+  const double omp = rd.get_double(r, prefix, "original_max_position_embeddings", false, 0);
+  SPEC_INPUT_CHECK(omp == 0 || (omp >= 1 && omp == std::floor(omp) && omp <= kMaxPositions),
+                   rd.src << ": \"" << field << ".original_max_position_embeddings\" = " << omp
+                          << " must be an integer in [1, " << kMaxPositions << "]");
+  c.rope_original_max_position = static_cast<int>(omp);  // 0: max_position_embeddings (later)
+  c.rope_beta_fast = rd.get_double(r, prefix, "beta_fast", false, 32.0);
+  c.rope_beta_slow = rd.get_double(r, prefix, "beta_slow", false, 1.0);
+  c.rope_mscale = rd.get_double(r, prefix, "mscale", false, 0.0);
+  c.rope_mscale_all_dim = rd.get_double(r, prefix, "mscale_all_dim", false, 0.0);
+  c.rope_attention_factor = rd.get_double(r, prefix, "attention_factor", false, 0.0);
+  SPEC_INPUT_CHECK(c.rope_beta_fast > 0 && c.rope_beta_slow > 0,
+                   rd.src << ": \"" << field << "\" beta_fast and beta_slow must be positive");
+  SPEC_INPUT_CHECK(c.rope_attention_factor >= 0,
+                   rd.src << ": \"" << field << ".attention_factor\" must be positive");
+  if (r.contains("truncate") && !r["truncate"].is_null()) {
+    SPEC_INPUT_CHECK(r["truncate"] == true,
+                     rd.src << ": \"" << field << ".truncate\" = " << r["truncate"].dump()
+                            << " is not supported (only true: the correction range rounded to "
+                               "whole dimensions, as DeepSeek's reference does)");
+  }
+}
+
 // rope_scaling (legacy) or rope_parameters (transformers v5): the rope type and its values.
-void parse_rope_dict(const json& r, const std::string& field, const Reader& rd, ModelConfig& c) {
+// yarn_allowed: the architecture's graph applies YaRN (the DeepSeek-V3 family's).
+void parse_rope_dict(const json& r, const std::string& field, const Reader& rd, ModelConfig& c,
+                     bool yarn_allowed) {
   SPEC_INPUT_CHECK(r.is_object(),
                    rd.src << ": \"" << field << "\" must be null or an object, got " << r.dump());
   std::string type = "default";
@@ -96,10 +129,18 @@ void parse_rope_dict(const json& r, const std::string& field, const Reader& rd, 
                                       << " is not supported (only full rotary embeddings, 1.0)");
   }
   if (type == "default") return;
+  if (type == "yarn") {
+    SPEC_INPUT_CHECK(yarn_allowed, rd.src << ": \"" << field
+                                          << "\" rope type \"yarn\" is supported for the "
+                                             "DeepSeek-V3 family only, not for "
+                                          << c.architecture);
+    parse_yarn(r, field, rd, c);
+    return;
+  }
   SPEC_INPUT_CHECK(type == "llama3",
                    rd.src << ": \"" << field << "\" rope type \"" << type
-                          << "\" is not supported (supported: default, llama3); running it with "
-                             "another rope type would give wrong results");
+                          << "\" is not supported (supported: default, llama3, yarn); running it "
+                             "with another rope type would give wrong results");
   c.rope_type = "llama3";
   c.rope_factor = rd.get_double(r, prefix, "factor", true, 0);
   c.rope_low_freq_factor = rd.get_double(r, prefix, "low_freq_factor", true, 0);
@@ -186,6 +227,97 @@ void parse_moe(const Reader& rd, ModelConfig& c) {
   }
 }
 
+// transformers v5's per-layer MLP table ("dense" / "sparse"): it must be the table that
+// first_k_dense_replace and moe_layer_freq give (layer_kind), else it is refused by name.
+void check_mlp_layer_types(const json& types, const Reader& rd, const ModelConfig& c) {
+  SPEC_INPUT_CHECK(types.is_array() && static_cast<int>(types.size()) == c.num_layers,
+                   rd.src << ": \"mlp_layer_types\" must be a list of num_hidden_layers = "
+                          << c.num_layers << " entries");
+  for (int layer = 0; layer < c.num_layers; ++layer) {
+    const bool moe = c.layer_kind(layer).mlp == MlpKind::kMoe;
+    SPEC_INPUT_CHECK(types[layer] == (moe ? "sparse" : "dense"),
+                     rd.src << ": \"mlp_layer_types\"[" << layer << "] = " << types[layer].dump()
+                            << " disagrees with first_k_dense_replace = " << c.first_k_dense_replace
+                            << " and moe_layer_freq = " << c.moe_layer_freq << " (layer " << layer
+                            << " is " << (moe ? "sparse" : "dense") << " by them)");
+  }
+}
+
+// True for the DeepSeek-V3 family's model types (DeepseekV3ForCausalLM).
+bool is_deepseek_type(const std::string& model_type) {
+  return model_type == "deepseek_v3" || model_type == "kimi_k2";
+}
+
+// The DeepSeek-V3 family's fields (Hugging Face's DeepseekV3Config, DeepSeek's and Moonshot's
+// config.json): MLA shapes, the dense and MoE layers, the noaux_tc router. What would change
+// the numbers and is not implemented is refused by name.
+void parse_deepseek(const Reader& rd, ModelConfig& c) {
+  const std::string& src = rd.src;
+  MlaConfig& m = c.mla;
+  SPEC_INPUT_CHECK(rd.j.contains("q_lora_rank"),
+                   src << ": required field \"q_lora_rank\" is missing (null for a plain q_proj)");
+  m.q_lora_rank = rd.get_int("q_lora_rank", false, 0, 1, kMaxHiddenSize);
+  m.kv_lora_rank = rd.get_int("kv_lora_rank", true, 0, 1, kMaxHiddenSize);
+  m.qk_nope_head_dim = rd.get_int("qk_nope_head_dim", true, 0, 1, kMaxHeadDim);
+  m.qk_rope_head_dim = rd.get_int("qk_rope_head_dim", true, 0, 2, kMaxHeadDim);
+  m.v_head_dim = rd.get_int("v_head_dim", true, 0, 1, kMaxHeadDim);
+  SPEC_INPUT_CHECK(m.qk_rope_head_dim % 2 == 0, src << ": qk_rope_head_dim = " << m.qk_rope_head_dim
+                                                    << " must be even for rotary embeddings");
+  m.rope_interleave = rd.get_bool("rope_interleave", true);
+  // Hugging Face's DeepseekV3Config: head_dim is the rope part's width (the RoPE table's).
+  c.head_dim = m.qk_rope_head_dim;
+  SPEC_INPUT_CHECK(c.num_kv_heads == c.num_heads,
+                   src << ": num_key_value_heads = " << c.num_kv_heads
+                       << " differs from num_attention_heads = " << c.num_heads
+                       << ": MLA's keys and values have one head per query head");
+  SPEC_INPUT_CHECK(!rd.get_bool("attention_bias", false),
+                   src << ": \"attention_bias\": true is not supported for " << c.architecture
+                       << " (biases of q_a_proj, kv_a_proj_with_mqa and o_proj)");
+
+  // Layers: dense below first_k_dense_replace, MoE at the others with layer % moe_layer_freq ==
+  // 0 (when n_routed_experts is not null).
+  SPEC_INPUT_CHECK(rd.j.contains("n_routed_experts"),
+                   src << ": required field \"n_routed_experts\" is missing (null for a dense "
+                          "model)");
+  c.num_experts = rd.get_int("n_routed_experts", false, 0, 1, kMaxExperts);
+  c.first_k_dense_replace = rd.get_int("first_k_dense_replace", false, 0, 0, kMaxLayers);
+  c.moe_layer_freq = rd.get_int("moe_layer_freq", false, 1, 1, kMaxLayers);
+  c.num_nextn_predict_layers = rd.get_int("num_nextn_predict_layers", false, 0, 0, 16);
+  c.moe_naming = ModelConfig::MoeNaming::kMlpExperts;
+  if (c.num_experts == 0) return;
+  c.num_experts_per_tok = rd.get_int("num_experts_per_tok", true, 0, 1, c.num_experts);
+  c.moe_intermediate_size = rd.get_int("moe_intermediate_size", true, 0, 1, kMaxIntermediateSize);
+  c.norm_topk_prob = rd.get_bool("norm_topk_prob", true);
+  for (const auto& [field, want] : {std::pair<const char*, const char*>{"topk_method", "noaux_tc"},
+                                    {"scoring_func", "sigmoid"}}) {
+    if (!rd.present(field)) continue;
+    const json& v = rd.j[field];
+    SPEC_INPUT_CHECK(v.is_string() && v.get<std::string>() == want,
+                     src << ": \"" << field << "\" = " << v.dump() << " is not supported for "
+                         << c.architecture << " (only \"" << want
+                         << "\": DeepSeek-V3's biased sigmoid router)");
+  }
+  MoeRouterConfig& r = c.router;
+  r.kind = MoeRouterConfig::kSigmoidNoauxTc;
+  r.n_group = rd.get_int("n_group", false, 1, 1, c.num_experts);
+  r.topk_group = rd.get_int("topk_group", false, 1, 1, r.n_group);
+  r.routed_scaling_factor = rd.get_double(rd.j, "", "routed_scaling_factor", false, 1.0);
+  r.n_shared_experts = rd.get_int("n_shared_experts", false, 0, 0, kMaxExperts);
+  SPEC_INPUT_CHECK(c.num_experts % r.n_group == 0,
+                   src << ": n_routed_experts = " << c.num_experts
+                       << " is not divisible by n_group = " << r.n_group);
+  SPEC_INPUT_CHECK(r.n_group == 1 || c.num_experts / r.n_group >= 2,
+                   src << ": n_group = " << r.n_group
+                       << " leaves fewer than 2 experts per group (a group's score is the sum of "
+                          "its two best)");
+  SPEC_INPUT_CHECK(c.num_experts_per_tok <= r.topk_group * (c.num_experts / r.n_group),
+                   src << ": num_experts_per_tok = " << c.num_experts_per_tok
+                       << " exceeds the experts of topk_group = " << r.topk_group << " groups");
+  SPEC_INPUT_CHECK(
+      r.routed_scaling_factor > 0,
+      src << ": routed_scaling_factor = " << r.routed_scaling_factor << " must be positive");
+}
+
 }  // namespace
 
 ModelConfig ModelConfig::from_file(const std::string& config_json_path) {
@@ -227,13 +359,37 @@ ModelConfig ModelConfig::from_json_text(const std::string& text, const std::stri
   }
   SPEC_INPUT_CHECK(j.is_object(), source_name << ": expected a JSON object");
   const Reader rd{j, source_name};
+  // Kimi-K2.5: a vision tower and a DeepSeek-V3-architecture text model (text_config), whose
+  // tensors are named "language_model.*". The vision tower is not read (image inputs are not
+  // supported; the job log says it was ignored).
+  if (rd.present("architectures") && j["architectures"].is_array() &&
+      j["architectures"].size() == 1 &&
+      j["architectures"][0] == "KimiK25ForConditionalGeneration") {
+    SPEC_INPUT_CHECK(!rd.present("quantization_config"),
+                     source_name << ": \"quantization_config\" is present: quantized checkpoints "
+                                    "are not supported; use an F32/F16/BF16 checkpoint");
+    SPEC_INPUT_CHECK(rd.present("text_config") && j["text_config"].is_object(),
+                     source_name << ": KimiK25ForConditionalGeneration needs a \"text_config\" "
+                                    "object (its text model)");
+    ModelConfig c = from_json_text(j["text_config"].dump(), source_name + " (text_config)");
+    SPEC_INPUT_CHECK(is_deepseek_type(c.model_type),
+                     source_name << ": text_config's model_type \"" << c.model_type
+                                 << "\" is not supported for KimiK25ForConditionalGeneration "
+                                    "(supported: deepseek_v3, kimi_k2)");
+    c.architecture = "KimiK25ForConditionalGeneration";
+    c.tensor_prefix = "language_model.";
+    if (rd.present("eos_token_id")) add_eos_ids(c, j["eos_token_id"], source_name);
+    c.tie_word_embeddings = rd.get_bool("tie_word_embeddings", c.tie_word_embeddings);
+    return c;
+  }
   ModelConfig c;
 
   // Architecture: from "architectures", else from "model_type".
   static const std::vector<std::pair<std::string, std::string>> kArch = {
-      {"LlamaForCausalLM", "llama"},        {"MistralForCausalLM", "mistral"},
-      {"Qwen2ForCausalLM", "qwen2"},        {"Qwen3ForCausalLM", "qwen3"},
-      {"Qwen3MoeForCausalLM", "qwen3_moe"}, {"MixtralForCausalLM", "mixtral"}};
+      {"LlamaForCausalLM", "llama"},           {"MistralForCausalLM", "mistral"},
+      {"Qwen2ForCausalLM", "qwen2"},           {"Qwen3ForCausalLM", "qwen3"},
+      {"Qwen3MoeForCausalLM", "qwen3_moe"},    {"MixtralForCausalLM", "mixtral"},
+      {"DeepseekV3ForCausalLM", "deepseek_v3"}};
   if (rd.present("architectures")) {
     const json& a = j["architectures"];
     SPEC_INPUT_CHECK(
@@ -246,18 +402,25 @@ ModelConfig ModelConfig::from_json_text(const std::string& text, const std::stri
                      source_name << ": architecture \"" << c.architecture
                                  << "\" is not supported (supported: LlamaForCausalLM, "
                                     "MistralForCausalLM, Qwen2ForCausalLM, Qwen3ForCausalLM, "
-                                    "Qwen3MoeForCausalLM, MixtralForCausalLM)");
+                                    "Qwen3MoeForCausalLM, MixtralForCausalLM, "
+                                    "DeepseekV3ForCausalLM, KimiK25ForConditionalGeneration)");
   } else {
     SPEC_INPUT_CHECK(rd.present("model_type") && j["model_type"].is_string(),
                      source_name << ": neither \"architectures\" nor \"model_type\" is given");
     std::string type = j["model_type"].get<std::string>();
+    if (type == "kimi_k2") type = "deepseek_v3";  // Kimi-K2: DeepseekV3ForCausalLM
     for (const auto& [arch, t] : kArch)
       if (t == type) c.architecture = arch, c.model_type = t;
     SPEC_INPUT_CHECK(!c.model_type.empty(), source_name << ": model_type \"" << type
                                                         << "\" is not supported (supported: "
                                                            "llama, mistral, qwen2, qwen3, "
-                                                           "qwen3_moe, mixtral)");
+                                                           "qwen3_moe, mixtral, deepseek_v3, "
+                                                           "kimi_k2)");
   }
+  // Kimi-K2 names DeepseekV3ForCausalLM's model_type "kimi_k2".
+  if (c.model_type == "deepseek_v3" && rd.present("model_type") && j["model_type"] == "kimi_k2")
+    c.model_type = "kimi_k2";
+  const bool deepseek = is_deepseek_type(c.model_type);
   if (rd.present("model_type")) {
     SPEC_INPUT_CHECK(
         j["model_type"].is_string() && j["model_type"].get<std::string>() == c.model_type,
@@ -275,7 +438,9 @@ ModelConfig ModelConfig::from_json_text(const std::string& text, const std::stri
   SPEC_INPUT_CHECK(c.num_heads % c.num_kv_heads == 0,
                    source_name << ": num_attention_heads=" << c.num_heads
                                << " is not a multiple of num_key_value_heads=" << c.num_kv_heads);
-  if (rd.present("head_dim")) {
+  if (deepseek) {
+    // MLA: the head widths are qk_nope/qk_rope/v_head_dim (parse_deepseek sets head_dim).
+  } else if (rd.present("head_dim")) {
     c.head_dim = rd.get_int("head_dim", true, 0, 1, kMaxHeadDim);
   } else {
     SPEC_INPUT_CHECK(c.hidden_size % c.num_heads == 0,
@@ -288,8 +453,9 @@ ModelConfig ModelConfig::from_json_text(const std::string& text, const std::stri
                                  << " is out of range [1, " << kMaxHeadDim
                                  << "] for a head dimension (far above any real model)");
   }
-  SPEC_INPUT_CHECK(c.head_dim % 2 == 0, source_name << ": head_dim=" << c.head_dim
-                                                    << " must be even for rotary embeddings");
+  SPEC_INPUT_CHECK(deepseek || c.head_dim % 2 == 0, source_name
+                                                        << ": head_dim=" << c.head_dim
+                                                        << " must be even for rotary embeddings");
   // Checked as the float32 it is kept as: 0.1 is 0.100000001 in float32, and to_json_text
   // writes that value, which must read back as accepted.
   // (The double is cast only once it is known to fit a float.)
@@ -319,14 +485,15 @@ ModelConfig ModelConfig::from_json_text(const std::string& text, const std::stri
     SPEC_INPUT_CHECK(f == 1.0, source_name << ": \"partial_rotary_factor\" = " << f
                                            << " is not supported (only 1.0)");
   }
-  if (rd.present("rope_scaling")) parse_rope_dict(j["rope_scaling"], "rope_scaling", rd, c);
+  if (rd.present("rope_scaling"))
+    parse_rope_dict(j["rope_scaling"], "rope_scaling", rd, c, deepseek);
   if (rd.present("rope_parameters")) {
     const json& rp = j["rope_parameters"];
     SPEC_INPUT_CHECK(
         rp.is_object() && (rp.contains("rope_type") || rp.contains("rope_theta")),
         source_name << ": \"rope_parameters\" must be an object with rope_type / "
                        "rope_theta (per-layer-type rope parameters are not supported)");
-    parse_rope_dict(rp, "rope_parameters", rd, c);
+    parse_rope_dict(rp, "rope_parameters", rd, c, deepseek);
   }
   SPEC_INPUT_CHECK(c.rope_theta > 0, source_name << ": rope_theta must be positive");
 
@@ -360,7 +527,16 @@ ModelConfig ModelConfig::from_json_text(const std::string& text, const std::stri
   // Qwen3 (and Qwen3-MoE): RMSNorm over each head of q and k (q_norm, k_norm, [head_dim]) before
   // RoPE.
   c.qk_norm = c.model_type == "qwen3" || c.model_type == "qwen3_moe";
-  parse_moe(rd, c);
+  if (deepseek) {
+    c.o_bias = c.qkv_bias = false;
+    parse_deepseek(rd, c);
+  } else {
+    parse_moe(rd, c);
+  }
+  if (deepseek && rd.present("mlp_layer_types")) check_mlp_layer_types(j["mlp_layer_types"], rd, c);
+  if (c.rope_type == "yarn") {
+    if (c.rope_original_max_position == 0) c.rope_original_max_position = c.max_position_embeddings;
+  }
 
   c.tie_word_embeddings = rd.get_bool("tie_word_embeddings", false);
   c.bos_token_id = rd.get_int("bos_token_id", false, 1, 0);
@@ -368,7 +544,99 @@ ModelConfig ModelConfig::from_json_text(const std::string& text, const std::stri
   return c;
 }
 
+namespace {
+
+// config.json's eos_token_id: an id, null or a list.
+nlohmann::ordered_json eos_json(const std::vector<int>& ids) {
+  if (ids.size() == 1) return ids[0];
+  if (ids.empty()) return nullptr;
+  return ids;
+}
+
+// The DeepSeek-V3 family's config.json (DeepseekV3Config's fields, as DeepSeek-V3's and
+// Kimi-K2's files write them); Kimi-K2.5's is the outer KimiK25 layout with it as text_config.
+nlohmann::ordered_json deepseek_json(const ModelConfig& c) {
+  nlohmann::ordered_json j;
+  j["architectures"] = {"DeepseekV3ForCausalLM"};
+  j["model_type"] = c.model_type;
+  j["hidden_act"] = "silu";
+  j["hidden_size"] = c.hidden_size;
+  j["intermediate_size"] = c.intermediate_size;
+  j["num_hidden_layers"] = c.num_layers;
+  j["num_attention_heads"] = c.num_heads;
+  j["num_key_value_heads"] = c.num_kv_heads;
+  j["vocab_size"] = c.vocab_size;
+  j["max_position_embeddings"] = c.max_position_embeddings;
+  j["rms_norm_eps"] = static_cast<double>(c.rms_norm_eps);
+  j["rope_theta"] = c.rope_theta;
+  if (c.rope_type == "yarn") {
+    nlohmann::ordered_json r;
+    r["type"] = "yarn";
+    r["factor"] = c.rope_factor;
+    r["original_max_position_embeddings"] = c.rope_original_max_position;
+    r["beta_fast"] = c.rope_beta_fast;
+    r["beta_slow"] = c.rope_beta_slow;
+    if (c.rope_mscale != 0) r["mscale"] = c.rope_mscale;
+    if (c.rope_mscale_all_dim != 0) r["mscale_all_dim"] = c.rope_mscale_all_dim;
+    if (c.rope_attention_factor != 0) r["attention_factor"] = c.rope_attention_factor;
+    j["rope_scaling"] = r;
+  } else {
+    j["rope_scaling"] = nullptr;
+  }
+  j["rope_interleave"] = c.mla.rope_interleave;
+  if (c.mla.q_lora_rank > 0)
+    j["q_lora_rank"] = c.mla.q_lora_rank;
+  else
+    j["q_lora_rank"] = nullptr;
+  j["kv_lora_rank"] = c.mla.kv_lora_rank;
+  j["qk_nope_head_dim"] = c.mla.qk_nope_head_dim;
+  j["qk_rope_head_dim"] = c.mla.qk_rope_head_dim;
+  j["v_head_dim"] = c.mla.v_head_dim;
+  j["attention_bias"] = false;
+  if (c.num_experts > 0)
+    j["n_routed_experts"] = c.num_experts;
+  else
+    j["n_routed_experts"] = nullptr;
+  j["num_experts_per_tok"] = c.num_experts_per_tok;
+  j["moe_intermediate_size"] = c.moe_intermediate_size;
+  j["n_shared_experts"] = c.router.n_shared_experts;
+  j["first_k_dense_replace"] = c.first_k_dense_replace;
+  j["moe_layer_freq"] = c.moe_layer_freq;
+  j["routed_scaling_factor"] = c.router.routed_scaling_factor;
+  j["norm_topk_prob"] = c.norm_topk_prob;
+  j["n_group"] = c.router.n_group;
+  j["topk_group"] = c.router.topk_group;
+  j["topk_method"] = "noaux_tc";
+  j["scoring_func"] = "sigmoid";
+  j["seq_aux"] = true;
+  j["aux_loss_alpha"] = 0.001;
+  j["num_nextn_predict_layers"] = c.num_nextn_predict_layers;
+  j["tie_word_embeddings"] = c.tie_word_embeddings;
+  j["bos_token_id"] = c.bos_token_id;
+  j["eos_token_id"] = eos_json(c.eos_token_ids);
+  return j;
+}
+
+}  // namespace
+
 std::string ModelConfig::to_json_text() const {
+  if (is_deepseek_type(model_type)) {
+    nlohmann::ordered_json text = deepseek_json(*this);
+    if (architecture != "KimiK25ForConditionalGeneration") return text.dump(2) + "\n";
+    nlohmann::ordered_json j;
+    j["architectures"] = {"KimiK25ForConditionalGeneration"};
+    j["model_type"] = "kimi_k25";
+    j["text_config"] = text;
+    // A vision tower the text model does not read (its shape only; no tensors are written).
+    j["vision_config"] = {{"model_type", "kimi_k25_vision"},
+                          {"hidden_size", 64},
+                          {"num_hidden_layers", 1},
+                          {"num_attention_heads", 2},
+                          {"patch_size", 14}};
+    j["media_placeholder_token_id"] = vocab_size - 1;
+    j["tie_word_embeddings"] = tie_word_embeddings;
+    return j.dump(2) + "\n";
+  }
   nlohmann::ordered_json j;
   j["architectures"] = {architecture};
   j["model_type"] = model_type;
@@ -397,12 +665,7 @@ std::string ModelConfig::to_json_text() const {
   j["mlp_bias"] = false;
   j["tie_word_embeddings"] = tie_word_embeddings;
   j["bos_token_id"] = bos_token_id;
-  if (eos_token_ids.size() == 1)
-    j["eos_token_id"] = eos_token_ids[0];
-  else if (eos_token_ids.empty())
-    j["eos_token_id"] = nullptr;
-  else
-    j["eos_token_id"] = eos_token_ids;
+  j["eos_token_id"] = eos_json(eos_token_ids);
   if (model_type == "qwen2" || model_type == "qwen3" || model_type == "qwen3_moe")
     j["use_sliding_window"] = false;
   // The mixture-of-experts fields as Hugging Face's Qwen3MoeConfig and MixtralConfig write them.
@@ -426,10 +689,46 @@ std::string ModelConfig::to_json_text() const {
   return j.dump(2) + "\n";
 }
 
+double yarn_mscale(double factor, double mscale) {
+  return factor <= 1.0 ? 1.0 : 0.1 * mscale * std::log(factor) + 1.0;
+}
+
+double ModelConfig::rope_attention_scaling() const {
+  if (rope_type != "yarn") return 1.0;
+  if (rope_attention_factor != 0) return rope_attention_factor;
+  if (rope_mscale != 0 && rope_mscale_all_dim != 0)
+    return yarn_mscale(rope_factor, rope_mscale) / yarn_mscale(rope_factor, rope_mscale_all_dim);
+  return yarn_mscale(rope_factor, 1.0);
+}
+
+double ModelConfig::attention_softmax_scale() const {
+  const int key_width = is_mla() ? mla.qk_head_dim() : head_dim;
+  double scale = 1.0 / std::sqrt(static_cast<double>(key_width));
+  if (is_mla() && rope_type == "yarn" && rope_mscale_all_dim != 0) {
+    const double m = yarn_mscale(rope_factor, rope_mscale_all_dim);
+    scale *= m * m;
+  }
+  return scale;
+}
+
 std::vector<float> ModelConfig::rope_inv_freq() const {
   const int half = head_dim / 2;
   std::vector<float> out(static_cast<std::size_t>(half));
   const double kPi = 3.14159265358979323846;
+  // YaRN: frequencies between the correction range's bounds (in dimension pairs, rounded down
+  // and up, clamped to [0, head_dim - 1]) are blended linearly from extrapolated (unchanged) to
+  // interpolated (divided by factor).
+  double yarn_low = 0, yarn_high = 0;
+  if (rope_type == "yarn") {
+    auto correction_dim = [&](double rotations) {
+      return head_dim * std::log(rope_original_max_position / (rotations * 2.0 * kPi)) /
+             (2.0 * std::log(rope_theta));
+    };
+    yarn_low = std::max(0.0, std::floor(correction_dim(rope_beta_fast)));
+    yarn_high =
+        std::min(static_cast<double>(head_dim - 1), std::ceil(correction_dim(rope_beta_slow)));
+    if (yarn_low == yarn_high) yarn_high += 0.001;
+  }
   for (int j = 0; j < half; ++j) {
     double f = 1.0 / std::pow(rope_theta, (2.0 * j) / head_dim);
     if (rope_type == "llama3") {
@@ -445,6 +744,10 @@ std::vector<float> ModelConfig::rope_inv_freq() const {
                    (rope_high_freq_factor - rope_low_freq_factor);
         f = (1.0 - s) * f / rope_factor + s * f;
       }
+    } else if (rope_type == "yarn") {
+      const double ramp = std::clamp((j - yarn_low) / (yarn_high - yarn_low), 0.0, 1.0);
+      const double extrapolation = 1.0 - ramp;  // the share of the unchanged frequency
+      f = f / rope_factor * (1.0 - extrapolation) + f * extrapolation;
     }
     out[static_cast<std::size_t>(j)] = static_cast<float>(f);
   }
@@ -456,6 +759,9 @@ std::string layer_kind_name(LayerKind kind) {
   switch (kind.attention) {
     case AttentionKind::kGqa:
       name = "GQA attention";
+      break;
+    case AttentionKind::kMla:
+      name = "MLA attention";
       break;
   }
   switch (kind.mlp) {
@@ -472,6 +778,11 @@ std::string layer_kind_name(LayerKind kind) {
 LayerKind ModelConfig::layer_kind(int layer) const {
   SPEC_CHECK(layer >= 0 && layer < num_layers,
              "layer_kind: layer " << layer << " of a model of " << num_layers << " layers");
+  if (is_mla()) {  // DeepSeek-V3 family (its modeling code's DeepseekV3DecoderLayer)
+    const bool moe =
+        num_experts > 0 && layer >= first_k_dense_replace && layer % moe_layer_freq == 0;
+    return LayerKind{AttentionKind::kMla, moe ? MlpKind::kMoe : MlpKind::kDenseSwiGlu};
+  }
   const bool moe =
       num_experts > 0 && (layer + 1) % decoder_sparse_step == 0 &&
       std::find(mlp_only_layers.begin(), mlp_only_layers.end(), layer) == mlp_only_layers.end();

@@ -1,5 +1,6 @@
-// Model hyperparameters from a Hugging Face config.json (Llama, Mistral, Qwen2, Qwen3, and the
-// mixture-of-experts Qwen3-MoE and Mixtral).
+// Model hyperparameters from a Hugging Face config.json (Llama, Mistral, Qwen2, Qwen3, the
+// mixture-of-experts Qwen3-MoE and Mixtral, and the DeepSeek-V3 family: DeepSeek-V3, Kimi-K2 and
+// the text model of Kimi-K2.5).
 // The fields and their defaults: docs/reference.md, "Hugging Face Llama-family checkpoints" and
 // "Llama 3 RoPE scaling".
 #pragma once
@@ -16,6 +17,10 @@ enum class AttentionKind : std::uint8_t {
   // Grouped-query attention: q, k, v, o projections, RoPE over whole heads, one head_dim for
   // queries, keys and values (AttentionHeads with key_dim = value_dim).
   kGqa,
+  // Multi-head latent attention (DeepSeek-V2/V3, Kimi-K2): q through a low-rank q_a/q_b pair (or
+  // one q_proj), keys and values from a shared latent (kv_a_proj_with_mqa, kv_a_layernorm,
+  // kv_b_proj), RoPE on a qk_rope_head_dim part of q and k only (model/deepseek_model.h).
+  kMla,
 };
 // What a layer's MLP computes.
 enum class MlpKind : std::uint8_t {
@@ -33,14 +38,55 @@ struct LayerKind {
   MlpKind mlp = MlpKind::kDenseSwiGlu;
   friend bool operator==(const LayerKind&, const LayerKind&) = default;
 };
+// YaRN's magnitude scale: 1 for factor <= 1, else 0.1 * mscale * ln(factor) + 1 (Hugging Face's
+// yarn_get_mscale / get_mscale).
+double yarn_mscale(double factor, double mscale);
+
 // "GQA attention + dense SwiGLU MLP", for messages.
 std::string layer_kind_name(LayerKind kind);
 
+// How a mixture-of-experts layer's router picks and weights its experts (model/moe_block.h).
+struct MoeRouterConfig {
+  enum Kind : std::uint8_t {
+    // softmax over all experts, then the top-k (Qwen3-MoE, Mixtral)
+    kSoftmaxTopK,
+    // DeepSeek-V3's noaux_tc: sigmoid scores, the top-k chosen on scores plus the float32
+    // e_score_correction_bias among the topk_group best of n_group groups, weighted by the
+    // unbiased scores (normalised when norm_topk_prob) times routed_scaling_factor
+    kSigmoidNoauxTc,
+  };
+  Kind kind = kSoftmaxTopK;
+  int n_group = 1, topk_group = 1;
+  double routed_scaling_factor = 1.0;
+  // Shared experts (each moe_intermediate_size wide, run as one MLP n_shared_experts times
+  // as wide) added unweighted to every token's routed output.
+  int n_shared_experts = 0;
+};
+
+// The DeepSeek-V3 family's multi-head latent attention (AttentionKind::kMla), from config.json.
+struct MlaConfig {
+  int q_lora_rank = 0;  // 0: config.json's null, one q_proj [heads * qk_head_dim, hidden]
+  int kv_lora_rank = 0;
+  int qk_nope_head_dim = 0, qk_rope_head_dim = 0, v_head_dim = 0;
+  // rope_interleave (default true, as DeepSeek's reference): the rope part's pairs are
+  // (2i, 2i + 1); false: (i, i + d/2) as Llama's.
+  bool rope_interleave = true;
+  int qk_head_dim() const { return qk_nope_head_dim + qk_rope_head_dim; }
+  // Floats of one token's latent cache row per layer: the normed c_kv and the roped k_pe.
+  int cache_floats() const { return kv_lora_rank + qk_rope_head_dim; }
+};
+
 struct ModelConfig {
   // "LlamaForCausalLM", "MistralForCausalLM", "Qwen2ForCausalLM", "Qwen3ForCausalLM",
-  // "Qwen3MoeForCausalLM", "MixtralForCausalLM"
+  // "Qwen3MoeForCausalLM", "MixtralForCausalLM", "DeepseekV3ForCausalLM",
+  // "KimiK25ForConditionalGeneration" (its text_config is what the rest of this struct holds)
   std::string architecture;
-  std::string model_type;  // "llama", "mistral", "qwen2", "qwen3", "qwen3_moe", "mixtral"
+  // "llama", "mistral", "qwen2", "qwen3", "qwen3_moe", "mixtral", "deepseek_v3", "kimi_k2"
+  // (KimiK25: text_config's model_type)
+  std::string model_type;
+  // Prefix of every tensor name in the checkpoint: "" or, for KimiK25ForConditionalGeneration,
+  // "language_model." (its text model's tensors; the vision tower's are not read).
+  std::string tensor_prefix;
   int hidden_size = 0;
   int intermediate_size = 0;  // the dense MLP's (Mixtral: each expert's, = moe_intermediate_size)
   int num_layers = 0;
@@ -51,12 +97,17 @@ struct ModelConfig {
   int max_position_embeddings = 0;
   float rms_norm_eps = 1e-6f;
   double rope_theta = 10000.0;
-  // rope scaling: "default" (none) or "llama3" (others are rejected naming the field)
+  // rope scaling: "default" (none), "llama3" or "yarn" (others are rejected naming the field)
   std::string rope_type = "default";
   double rope_factor = 1.0;
   double rope_low_freq_factor = 1.0;
   double rope_high_freq_factor = 4.0;
   int rope_original_max_position = 8192;
+  // YaRN (rope_type "yarn"): the ramp's rotation bounds, the magnitude scales (0: absent) and
+  // an explicit attention_factor (0: absent, derived as Hugging Face's _compute_yarn_parameters).
+  double rope_beta_fast = 32.0, rope_beta_slow = 1.0;
+  double rope_mscale = 0.0, rope_mscale_all_dim = 0.0;
+  double rope_attention_factor = 0.0;
   bool tie_word_embeddings = false;
   bool qkv_bias = false;  // Qwen2, or attention_bias = true (then o_proj has a bias too)
   bool o_bias = false;
@@ -74,6 +125,14 @@ struct ModelConfig {
     kBlockSparseMoe,  // block_sparse_moe.gate, block_sparse_moe.experts.{e}.w1/w3/w2 (Mixtral)
   };
   MoeNaming moe_naming = MoeNaming::kMlpExperts;
+  MoeRouterConfig router;
+  // DeepSeek-V3 family: MLA (mla.kv_lora_rank > 0 for these architectures), the dense layers
+  // below first_k_dense_replace, MoE at the others with layer % moe_layer_freq == 0; the MTP
+  // layers after the decoder (num_nextn_predict_layers, not read by the target).
+  MlaConfig mla;
+  int first_k_dense_replace = 0;
+  int moe_layer_freq = 1;
+  int num_nextn_predict_layers = 0;
   // EAGLE-3 heads only (eagle3_config.h): the target's hidden size; fc's input is 3x it.
   int target_hidden_size = 0;
   int bos_token_id = 1;
@@ -101,8 +160,19 @@ struct ModelConfig {
   bool has_moe_layers() const;
   bool has_dense_layers() const;
 
-  // RoPE inverse frequencies, head_dim/2 values, after rope scaling (computed in double).
+  // True for an MLA model (the DeepSeek-V3 family).
+  bool is_mla() const { return mla.kv_lora_rank > 0; }
+
+  // RoPE inverse frequencies, head_dim/2 values, after rope scaling (computed in double; MLA:
+  // head_dim is qk_rope_head_dim, as Hugging Face's DeepseekV3Config sets it).
   std::vector<float> rope_inv_freq() const;
+  // YaRN's magnitude factor of the cos/sin table (Hugging Face's attention_factor: given, or
+  // mscale(factor, mscale) / mscale(factor, mscale_all_dim) when both are set, else
+  // mscale(factor, 1)); 1 without YaRN.
+  double rope_attention_scaling() const;
+  // The attention softmax scale: 1/sqrt(key width) (MLA: qk_head_dim), for MLA with YaRN and
+  // mscale_all_dim set times mscale(factor, mscale_all_dim)^2 (DeepseekV3Attention.scaling).
+  double attention_softmax_scale() const;
   bool is_eos(int token) const;
 };
 

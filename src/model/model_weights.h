@@ -54,7 +54,7 @@ ModelWeights<B> prepare_weights(B& b, const HostWeights& host, const ModelConfig
   // order), with its up when it is a gate/up pair.
   auto each = [&](auto&& fn) {
     for (const TensorSpec& s : schema) {
-      if (s.role == Role::kUp || s.role == Role::kExpertUp) continue;  // up goes with gate
+      if (is_up(s.role)) continue;  // up goes with gate
       const int layers = s.per_layer() ? static_cast<int>(host.layers.size()) : 1;
       for (int layer = 0; layer < layers; ++layer) {
         if (!present(s, config, layer)) continue;

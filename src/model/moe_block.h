@@ -30,9 +30,13 @@
 #include <span>
 #include <vector>
 
+#include <memory>
+
 #include "backend/backend.h"
 #include "backend/default_ops.h"
+#include "model/expert_routing.h"
 #include "model/graph_base.h"
+#include "model/weight_schema.h"
 
 namespace specrun {
 
@@ -126,5 +130,41 @@ class MoeBlock {
   std::vector<float> host_logits_, weights_;
   typename B::Scratch logits_, xg_, act_, ye_, shared_act_, shared_out_;
 };
+
+// The router's rule of a config.json (ModelConfig::router: Qwen3-MoE's and Mixtral's softmax
+// top-k, DeepSeek-V3's noaux_tc with its groups and routed_scaling_factor).
+inline RouterRule router_rule(const ModelConfig& config) {
+  RouterRule rule;
+  rule.kind = config.router.kind == MoeRouterConfig::kSigmoidNoauxTc
+                  ? RouterRule::Kind::kSigmoidNoauxTc
+                  : RouterRule::Kind::kSoftmaxTopK;
+  rule.top_k = config.num_experts_per_tok;
+  rule.renormalise = config.norm_topk_prob;
+  rule.n_group = config.router.n_group;
+  rule.topk_group = config.router.topk_group;
+  rule.scale = static_cast<float>(config.router.routed_scaling_factor);
+  return rule;
+}
+
+// The MoE block of a model whose MoE layers are routing.layers (none: nullptr), with the
+// config's router rule over the rank's experts (host.plan); fills the routing record's
+// model-level fields (top_k, n_experts, ep, expert_bytes: one expert's gate, up and down, whole,
+// in the checkpoint's dtype).
+template <class B>
+std::unique_ptr<MoeBlock<B>> make_moe_block(B& b, const ModelConfig& config,
+                                            const HostWeights& host, ExpertRouting& routing) {
+  if (routing.layers.empty()) return nullptr;
+  const ShardPlan& p = host.plan;
+  routing.top_k = config.num_experts_per_tok;
+  routing.n_experts = config.num_experts;
+  routing.ep = p.ep;
+  const HostTensor& gate =
+      host.experts[routing.layers.front()][static_cast<int>(Role::kExpertGate)].front();
+  routing.expert_bytes = 3 * static_cast<std::int64_t>(config.hidden_size) *
+                         config.moe_intermediate_size *
+                         static_cast<std::int64_t>(dtype_size(gate.dtype));
+  return std::make_unique<MoeBlock<B>>(b, config.num_experts, router_rule(config), p.expert_begin,
+                                       p.experts);
+}
 
 }  // namespace specrun

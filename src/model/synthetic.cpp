@@ -116,8 +116,91 @@ void add_experts(const SyntheticSpec& spec, const ModelConfig& c, const std::str
   }
 }
 
+// A dense SwiGLU MLP's gate, up and down under prefix p, down of std out_std.
+void add_dense_mlp(const SyntheticSpec& spec, const std::string& p, std::int64_t I, std::int64_t H,
+                   double out_std, std::vector<TensorToWrite>& t) {
+  t.push_back(random_tensor(spec, p + "gate_proj.weight", {I, H}, spec.weight_std));
+  t.push_back(random_tensor(spec, p + "up_proj.weight", {I, H}, spec.weight_std));
+  t.push_back(random_tensor(spec, p + "down_proj.weight", {H, I}, out_std));
+}
+
+// model.safetensors, config.json and generation_config.json (bos 1, eos 2) of a model in dir.
+void write_model_files(const std::string& dir, const ModelConfig& c,
+                       const std::vector<TensorToWrite>& t) {
+  create_output_folder(dir);
+  write_safetensors(dir + "/model.safetensors", t);
+  const OutputPolicy replace{true, {}, "model file"};
+  write_file_atomically(dir + "/config.json", c.to_json_text(), replace);
+  write_file_atomically(dir + "/generation_config.json",
+                        "{\n  \"bos_token_id\": 1,\n  \"eos_token_id\": 2,\n  \"do_sample\": "
+                        "false\n}\n",
+                        replace);
+}
+
+// A float32 tensor of N(0, std) values whatever spec.dtype (the router's
+// e_score_correction_bias is float32 in DeepSeek-V3's checkpoints).
+TensorToWrite random_f32(const SyntheticSpec& spec, const std::string& name, std::int64_t n,
+                         double std_dev) {
+  SyntheticSpec f32 = spec;
+  f32.dtype = DType::kF32;
+  return random_tensor(f32, name, {n}, std_dev);
+}
+
+// The DeepSeek-V3 family's tensors (HF names; Kimi-K2.5: with ModelConfig::tensor_prefix).
+std::vector<TensorToWrite> deepseek_tensors(const SyntheticSpec& spec, const ModelConfig& c) {
+  const std::string pre = c.tensor_prefix;
+  const MlaConfig& m = c.mla;
+  const std::int64_t H = c.hidden_size, I = c.intermediate_size, V = c.vocab_size;
+  const std::int64_t heads = c.num_heads, R = m.kv_lora_rank;
+  std::vector<TensorToWrite> t;
+  t.push_back(random_tensor(spec, pre + "model.embed_tokens.weight", {V, H}, spec.embed_std));
+  for (int l = 0; l < c.num_layers; ++l) {
+    const std::string p = pre + "model.layers." + std::to_string(l) + ".";
+    const std::string a = p + "self_attn.";
+    const double out_std = spec.weight_std * (l >= spec.draft_layers ? spec.deep_scale : 1.0);
+    const std::int64_t q_rows = heads * m.qk_head_dim();
+    if (m.q_lora_rank > 0) {
+      t.push_back(random_tensor(spec, a + "q_a_proj.weight", {m.q_lora_rank, H}, spec.weight_std));
+      t.push_back(near_ones(spec, a + "q_a_layernorm.weight", m.q_lora_rank, spec.norm_std));
+      t.push_back(random_tensor(spec, a + "q_b_proj.weight", {q_rows, m.q_lora_rank},
+                                spec.mla_std / std::sqrt(m.q_lora_rank / 16.0)));
+    } else {
+      t.push_back(random_tensor(spec, a + "q_proj.weight", {q_rows, H},
+                                spec.mla_std / std::sqrt(H / 16.0)));
+    }
+    t.push_back(random_tensor(spec, a + "kv_a_proj_with_mqa.weight", {R + m.qk_rope_head_dim, H},
+                              spec.mla_std / std::sqrt(H / 16.0)));
+    t.push_back(near_ones(spec, a + "kv_a_layernorm.weight", R, spec.norm_std));
+    t.push_back(random_tensor(spec, a + "kv_b_proj.weight",
+                              {heads * (m.qk_nope_head_dim + m.v_head_dim), R},
+                              spec.mla_std / std::sqrt(R / 16.0)));
+    t.push_back(random_tensor(spec, a + "o_proj.weight", {H, heads * m.v_head_dim}, out_std));
+    if (c.layer_kind(l).mlp == MlpKind::kMoe) {
+      const std::int64_t E = c.num_experts, IE = c.moe_intermediate_size;
+      const std::string x = p + "mlp.";
+      t.push_back(random_tensor(spec, x + "gate.weight", {E, H}, spec.router_std));
+      t.push_back(random_f32(spec, x + "gate.e_score_correction_bias", E, spec.router_bias_std));
+      for (std::int64_t e = 0; e < E; ++e)
+        add_dense_mlp(spec, x + "experts." + std::to_string(e) + ".", IE, H, out_std, t);
+      if (c.router.n_shared_experts > 0)
+        add_dense_mlp(spec, x + "shared_experts.", IE * c.router.n_shared_experts, H, out_std, t);
+    } else {
+      add_dense_mlp(spec, p + "mlp.", I, H, out_std, t);
+    }
+    t.push_back(ones(spec, p + "input_layernorm.weight", H));
+    t.push_back(ones(spec, p + "post_attention_layernorm.weight", H));
+  }
+  t.push_back(ones(spec, pre + "model.norm.weight", H));
+  t.push_back(random_tensor(spec, pre + "lm_head.weight", {V, H}, spec.lm_head_std));
+  return t;
+}
+
 void write_model(const SyntheticSpec& spec, bool draft, const std::string& dir) {
   const ModelConfig c = synthetic_config(spec, draft);
+  if (spec.deepseek()) {
+    write_model_files(dir, c, deepseek_tensors(spec, c));
+    return;
+  }
   const std::int64_t H = c.hidden_size, I = c.intermediate_size, V = c.vocab_size;
   const std::int64_t q = static_cast<std::int64_t>(c.num_heads) * c.head_dim;
   const std::int64_t kv = static_cast<std::int64_t>(c.num_kv_heads) * c.head_dim;
@@ -134,9 +217,7 @@ void write_model(const SyntheticSpec& spec, bool draft, const std::string& dir) 
     if (c.layer_kind(l).mlp == MlpKind::kMoe) {
       add_experts(spec, c, p, out_std, t);
     } else {
-      t.push_back(random_tensor(spec, p + "mlp.gate_proj.weight", {I, H}, spec.weight_std));
-      t.push_back(random_tensor(spec, p + "mlp.up_proj.weight", {I, H}, spec.weight_std));
-      t.push_back(random_tensor(spec, p + "mlp.down_proj.weight", {H, I}, out_std));
+      add_dense_mlp(spec, p + "mlp.", I, H, out_std, t);
     }
     t.push_back(ones(spec, p + "input_layernorm.weight", H));
     t.push_back(ones(spec, p + "post_attention_layernorm.weight", H));
@@ -147,15 +228,7 @@ void write_model(const SyntheticSpec& spec, bool draft, const std::string& dir) 
   }
   t.push_back(ones(spec, "model.norm.weight", H));
   t.push_back(random_tensor(spec, "lm_head.weight", {V, H}, spec.lm_head_std));
-
-  create_output_folder(dir);
-  write_safetensors(dir + "/model.safetensors", t);
-  const OutputPolicy replace{true, {}, "model file"};
-  write_file_atomically(dir + "/config.json", c.to_json_text(), replace);
-  write_file_atomically(dir + "/generation_config.json",
-                        "{\n  \"bos_token_id\": 1,\n  \"eos_token_id\": 2,\n  \"do_sample\": "
-                        "false\n}\n",
-                        replace);
+  write_model_files(dir, c, t);
 }
 
 }  // namespace
@@ -168,10 +241,30 @@ void validate(const SyntheticSpec& s) {
   SPEC_INPUT_CHECK(s.vocab >= 3, "make-model: --vocab " << s.vocab
                                                         << " must be at least 3 (ids 1 and 2 are "
                                                            "BOS and EOS)");
-  SPEC_INPUT_CHECK(s.architecture == "llama" || s.architecture == "qwen3" || s.moe(),
-                   "make-model: --arch " << s.architecture
-                                         << " is not supported: use llama, qwen3, qwen3_moe or "
-                                            "mixtral");
+  SPEC_INPUT_CHECK(
+      s.architecture == "llama" || s.architecture == "qwen3" || s.moe() || s.deepseek(),
+      "make-model: --arch " << s.architecture
+                            << " is not supported: use llama, qwen3, qwen3_moe, "
+                               "mixtral, deepseek_v3 or kimi_k25");
+  if (s.deepseek()) {
+    SPEC_INPUT_CHECK(s.q_lora_rank >= 0 && s.kv_lora_rank >= 1 && s.qk_nope_head_dim >= 1 &&
+                         s.qk_rope_head_dim >= 2 && s.qk_rope_head_dim % 2 == 0 &&
+                         s.v_head_dim >= 1,
+                     "make-model: --q-lora-rank must be >= 0 (0: a plain q_proj), --kv-lora-rank, "
+                     "--qk-nope-head-dim and --v-head-dim >= 1, --qk-rope-head-dim even and >= 2");
+    SPEC_INPUT_CHECK(s.experts >= 1 && s.n_group >= 1 && s.experts % s.n_group == 0 &&
+                         (s.n_group == 1 || s.experts / s.n_group >= 2) && s.topk_group >= 1 &&
+                         s.topk_group <= s.n_group && s.experts_per_tok >= 1 &&
+                         s.experts_per_tok <= s.topk_group * (s.experts / s.n_group),
+                     "make-model: need --n-group dividing --experts with >= 2 experts per group, "
+                     "1 <= --topk-group <= --n-group and 1 <= --experts-per-tok <= the experts "
+                     "of --topk-group groups");
+    SPEC_INPUT_CHECK(s.first_k_dense_replace >= 0 && s.n_shared_experts >= 0 &&
+                         s.routed_scaling_factor > 0 && s.rope_factor >= 1 &&
+                         s.max_pos / s.rope_factor >= 1 && s.mla_std > 0 && s.moe_intermediate >= 0,
+                     "make-model: need --first-k-dense >= 0, --n-shared-experts >= 0, "
+                     "--routed-scaling > 0, --rope-factor >= 1 (<= --max-pos), --mla-std > 0");
+  }
   if (s.moe()) {
     SPEC_INPUT_CHECK(s.experts >= 1 && s.experts_per_tok >= 1 && s.experts_per_tok <= s.experts,
                      "make-model: --experts " << s.experts << " and --experts-per-tok "
@@ -192,16 +285,17 @@ void validate(const SyntheticSpec& s) {
         "wide and every layer is MoE");
   }
   SPEC_INPUT_CHECK(s.head_dim >= 0, "make-model: --head-dim must be >= 0 (0: hidden / heads)");
-  SPEC_INPUT_CHECK(s.head_dim > 0 || s.hidden % s.heads == 0,
+  SPEC_INPUT_CHECK(s.head_dim > 0 || s.hidden % s.heads == 0 || s.deepseek(),
                    "make-model: --hidden " << s.hidden << " is not divisible by --heads " << s.heads
                                            << " (or give --head-dim)");
   const int head_dim = s.head_dim > 0 ? s.head_dim : s.hidden / s.heads;
-  SPEC_INPUT_CHECK(head_dim % 2 == 0,
+  SPEC_INPUT_CHECK(head_dim % 2 == 0 || s.deepseek(),
                    "make-model: head dim " << head_dim << " must be even (rotary pairs)");
-  SPEC_INPUT_CHECK(s.heads % s.kv_heads == 0, "make-model: --heads " << s.heads
-                                                                     << " is not a multiple of "
-                                                                        "--kv-heads "
-                                                                     << s.kv_heads);
+  SPEC_INPUT_CHECK(s.deepseek() || s.heads % s.kv_heads == 0, "make-model: --heads "
+                                                                  << s.heads
+                                                                  << " is not a multiple of "
+                                                                     "--kv-heads "
+                                                                  << s.kv_heads);
   SPEC_INPUT_CHECK(s.draft_layers >= 1 && s.draft_layers <= s.layers,
                    "make-model: --draft-layers " << s.draft_layers << " must be in 1..--layers ("
                                                  << s.layers << ")");
@@ -241,6 +335,46 @@ ModelConfig synthetic_config(const SyntheticSpec& spec, bool draft) {
   c.hidden_size = spec.hidden;
   c.intermediate_size = spec.intermediate;
   c.num_layers = draft ? spec.draft_layers : spec.layers;
+  if (spec.deepseek()) {
+    c.architecture = spec.architecture == "kimi_k25" ? "KimiK25ForConditionalGeneration"
+                                                     : "DeepseekV3ForCausalLM";
+    c.model_type = spec.architecture == "kimi_k25" ? "kimi_k2" : "deepseek_v3";
+    c.tensor_prefix = spec.architecture == "kimi_k25" ? "language_model." : "";
+    c.qk_norm = false;
+    c.num_heads = c.num_kv_heads = spec.heads;
+    MlaConfig& m = c.mla;
+    m.q_lora_rank = spec.q_lora_rank;
+    m.kv_lora_rank = spec.kv_lora_rank;
+    m.qk_nope_head_dim = spec.qk_nope_head_dim;
+    m.qk_rope_head_dim = spec.qk_rope_head_dim;
+    m.v_head_dim = spec.v_head_dim;
+    m.rope_interleave = spec.rope_interleave;
+    c.head_dim = m.qk_rope_head_dim;
+    c.num_experts = spec.experts;
+    c.num_experts_per_tok = spec.experts_per_tok;
+    c.moe_intermediate_size = spec.moe_intermediate > 0 ? spec.moe_intermediate : 64;
+    c.norm_topk_prob = spec.norm_topk_prob;
+    c.first_k_dense_replace = spec.first_k_dense_replace;
+    c.router = MoeRouterConfig{MoeRouterConfig::kSigmoidNoauxTc, spec.n_group, spec.topk_group,
+                               spec.routed_scaling_factor, spec.n_shared_experts};
+    c.vocab_size = spec.vocab;
+    c.max_position_embeddings = spec.max_pos;
+    c.rms_norm_eps = spec.rms_norm_eps;
+    c.rope_theta = spec.rope_theta;
+    if (spec.rope_factor > 1) {
+      c.rope_type = "yarn";
+      c.rope_factor = spec.rope_factor;
+      c.rope_original_max_position = static_cast<int>(spec.max_pos / spec.rope_factor);
+      c.rope_beta_fast = 32;
+      c.rope_beta_slow = 1;
+      c.rope_mscale = spec.yarn_mscale;
+      c.rope_mscale_all_dim = spec.yarn_mscale_all_dim;
+    }
+    c.tie_word_embeddings = false;
+    c.bos_token_id = 1;
+    c.eos_token_ids = {2};
+    return c;
+  }
   c.num_heads = spec.heads;
   c.num_kv_heads = spec.kv_heads;
   c.head_dim = spec.head_dim > 0 ? spec.head_dim : spec.hidden / spec.heads;

@@ -67,7 +67,33 @@ struct SyntheticSpec {
   std::vector<int> mlp_only_layers;
   double router_std = 0.1;
 
+  // The DeepSeek-V3 family: "deepseek_v3" (DeepseekV3ForCausalLM) or "kimi_k25" (the outer
+  // KimiK25ForConditionalGeneration config.json with the text model as text_config, tensors
+  // named "language_model.*"). MLA shapes (q_lora_rank 0: a plain q_proj), YaRN (rope_factor >
+  // 1: original_max_position_embeddings = max_pos / rope_factor), the dense layers below
+  // first_k_dense_replace and MoE layers with DeepSeek-V3's router fields (n_group groups, the
+  // topk_group best eligible, a nonzero float32 e_score_correction_bias of std router_bias_std,
+  // n_shared_experts shared experts). mla_std: the std of q_b/q_proj, kv_a and kv_b, large
+  // enough that attention scores are O(1) (a flat softmax would hide a wrong scale).
+  int q_lora_rank = 64;
+  int kv_lora_rank = 48;
+  int qk_nope_head_dim = 24;
+  int qk_rope_head_dim = 16;
+  int v_head_dim = 32;
+  int first_k_dense_replace = 1;
+  int n_group = 2;
+  int topk_group = 1;
+  int n_shared_experts = 1;
+  double routed_scaling_factor = 2.5;
+  double router_bias_std = 0.1;
+  double rope_factor = 4.0;
+  double yarn_mscale = 1.0;
+  double yarn_mscale_all_dim = 1.0;
+  double mla_std = 0.2;
+  bool rope_interleave = true;  // config.json's rope_interleave
+
   bool moe() const { return architecture == "qwen3_moe" || architecture == "mixtral"; }
+  bool deepseek() const { return architecture == "deepseek_v3" || architecture == "kimi_k25"; }
 };
 
 // Throws (exit code 2) naming the option (--hidden, --heads, ...) when `spec` is inconsistent.

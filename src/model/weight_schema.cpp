@@ -22,16 +22,26 @@ constexpr Scope kSwiGlu = Scope::in(MlpKind::kDenseSwiGlu);
 constexpr Scope kMoe = Scope::in(MlpKind::kMoe);
 constexpr Presence kQwenMoe = Presence::kMlpExperts;
 constexpr Presence kMixtral = Presence::kBlockSparseMoe;
+constexpr Scope kMla = Scope::in(AttentionKind::kMla);
 
 // clang-format off
-constexpr TensorSpec kLlamaSchema[] = {
+// Model-level rows of the decoders (Llama family, DeepSeek-V3 family).
+constexpr TensorSpec kModelRows[] = {
   // role               name                                  scope    rows                 cols           split               part                 presence             use                   widen
   {Role::kLmHead,       "lm_head.weight",                     kModel,  Dim::kVocab,         Dim::kHidden,  Split::kRows,       Part::kVocab,        Presence::kAlways,   WeightUse::kLinear,    false,
    "model.embed_tokens.weight"},
   {Role::kEmbed,        "model.embed_tokens.weight",          kModel,  Dim::kVocab,         Dim::kHidden,  Split::kRows,       Part::kVocab,        Presence::kAlways,   WeightUse::kEmbedding, false},
   {Role::kFinalNorm,    "model.norm.weight",                  kModel,  Dim::kHidden,        Dim::kNone,    Split::kReplicated, Part::kNone,         Presence::kAlways,   WeightUse::kVector,    false},
+};
+// Every decoder layer's two norms.
+constexpr TensorSpec kLayerNormRows[] = {
+  // role               name                                  scope    rows                 cols           split               part                 presence             use                   widen
   {Role::kInputNorm,    "input_layernorm.weight",             kLayer,  Dim::kHidden,        Dim::kNone,    Split::kReplicated, Part::kNone,         Presence::kAlways,   WeightUse::kVector,    false},
   {Role::kPostAttentionNorm, "post_attention_layernorm.weight", kLayer,  Dim::kHidden,       Dim::kNone,    Split::kReplicated, Part::kNone,         Presence::kAlways,   WeightUse::kVector,    false},
+};
+// GQA attention (the Llama family).
+constexpr TensorSpec kGqaRows[] = {
+  // role               name                                  scope    rows                 cols           split               part                 presence             use                   widen
   {Role::kQ,            "self_attn.q_proj.weight",            kGqa,    Dim::kQWidth,        Dim::kHidden,  Split::kRows,       Part::kQHeads,       Presence::kAlways,   WeightUse::kLinear,    false},
   {Role::kK,            "self_attn.k_proj.weight",            kGqa,    Dim::kKvWidth,       Dim::kHidden,  Split::kRows,       Part::kKvHeads,      Presence::kAlways,   WeightUse::kLinear,    false},
   {Role::kV,            "self_attn.v_proj.weight",            kGqa,    Dim::kKvWidth,       Dim::kHidden,  Split::kRows,       Part::kKvHeads,      Presence::kAlways,   WeightUse::kLinear,    false},
@@ -42,19 +52,69 @@ constexpr TensorSpec kLlamaSchema[] = {
   {Role::kOBias,        "self_attn.o_proj.bias",              kGqa,    Dim::kHidden,        Dim::kNone,    Split::kReplicated, Part::kNone,         Presence::kOBias,    WeightUse::kVector,    true},
   {Role::kQNorm,        "self_attn.q_norm.weight",            kGqa,    Dim::kHeadDim,       Dim::kNone,    Split::kReplicated, Part::kNone,         Presence::kQkNorm,   WeightUse::kVector,    false},
   {Role::kKNorm,        "self_attn.k_norm.weight",            kGqa,    Dim::kHeadDim,       Dim::kNone,    Split::kReplicated, Part::kNone,         Presence::kQkNorm,   WeightUse::kVector,    false},
+};
+// A dense SwiGLU MLP.
+constexpr TensorSpec kDenseMlpRows[] = {
+  // role               name                                  scope    rows                 cols           split               part                 presence             use                   widen
   {Role::kGate,         "mlp.gate_proj.weight",               kSwiGlu, Dim::kIntermediate,  Dim::kHidden,  Split::kRows,       Part::kIntermediate, Presence::kAlways,   WeightUse::kGateUp,    false},
   {Role::kUp,           "mlp.up_proj.weight",                 kSwiGlu, Dim::kIntermediate,  Dim::kHidden,  Split::kRows,       Part::kIntermediate, Presence::kAlways,   WeightUse::kGateUp,    false},
   {Role::kDown,         "mlp.down_proj.weight",               kSwiGlu, Dim::kHidden,        Dim::kIntermediate, Split::kCols,  Part::kIntermediate, Presence::kAlways,   WeightUse::kLinear,    false},
-  // Mixture of experts: the router, and every routed expert's gate, up and down ({e}: the expert).
+};
+// Mixture of experts named mlp.* (Qwen3-MoE, DeepSeek-V3): the router, and every routed expert's gate,
+// up and down ({e}: the expert).
+constexpr TensorSpec kMlpExpertRows[] = {
+  // role               name                                  scope    rows                 cols           split               part                 presence             use                   widen
   {Role::kRouter,       "mlp.gate.weight",                    kMoe,    Dim::kExperts,       Dim::kHidden,  Split::kReplicated, Part::kNone,         kQwenMoe,            WeightUse::kLinear,    false},
   {Role::kExpertGate,   "mlp.experts.{e}.gate_proj.weight",   kMoe,    Dim::kMoeIntermediate, Dim::kHidden, Split::kRows,      Part::kExpertIntermediate, kQwenMoe,      WeightUse::kGateUp,    false},
   {Role::kExpertUp,     "mlp.experts.{e}.up_proj.weight",     kMoe,    Dim::kMoeIntermediate, Dim::kHidden, Split::kRows,      Part::kExpertIntermediate, kQwenMoe,      WeightUse::kGateUp,    false},
   {Role::kExpertDown,   "mlp.experts.{e}.down_proj.weight",   kMoe,    Dim::kHidden,        Dim::kMoeIntermediate, Split::kCols, Part::kExpertIntermediate, kQwenMoe,    WeightUse::kLinear,    false},
+};
+// Mixture of experts named as Mixtral names them.
+constexpr TensorSpec kBlockSparseMoeRows[] = {
+  // role               name                                  scope    rows                 cols           split               part                 presence             use                   widen
   {Role::kRouter,       "block_sparse_moe.gate.weight",       kMoe,    Dim::kExperts,       Dim::kHidden,  Split::kReplicated, Part::kNone,         kMixtral,            WeightUse::kLinear,    false},
   {Role::kExpertGate,   "block_sparse_moe.experts.{e}.w1.weight", kMoe, Dim::kMoeIntermediate, Dim::kHidden, Split::kRows,     Part::kExpertIntermediate, kMixtral,      WeightUse::kGateUp,    false},
   {Role::kExpertUp,     "block_sparse_moe.experts.{e}.w3.weight", kMoe, Dim::kMoeIntermediate, Dim::kHidden, Split::kRows,     Part::kExpertIntermediate, kMixtral,      WeightUse::kGateUp,    false},
   {Role::kExpertDown,   "block_sparse_moe.experts.{e}.w2.weight", kMoe, Dim::kHidden,       Dim::kMoeIntermediate, Split::kCols, Part::kExpertIntermediate, kMixtral,    WeightUse::kLinear,    false},
 };
+// MLA attention (the DeepSeek-V3 family): the latent path replicated, the heads split.
+constexpr TensorSpec kMlaRows[] = {
+  // role               name                                  scope    rows                 cols           split               part                 presence             use                   widen
+  {Role::kQA,           "self_attn.q_a_proj.weight",          kMla,    Dim::kQLoraRank,     Dim::kHidden,  Split::kReplicated, Part::kNone,         Presence::kQLora,    WeightUse::kLinear,    false},
+  {Role::kQANorm,       "self_attn.q_a_layernorm.weight",     kMla,    Dim::kQLoraRank,     Dim::kNone,    Split::kReplicated, Part::kNone,         Presence::kQLora,    WeightUse::kVector,    false},
+  {Role::kQB,           "self_attn.q_b_proj.weight",          kMla,    Dim::kMlaQWidth,     Dim::kQLoraRank, Split::kRows,     Part::kMlaQHeads,    Presence::kQLora,    WeightUse::kLinear,    false},
+  {Role::kQ,            "self_attn.q_proj.weight",            kMla,    Dim::kMlaQWidth,     Dim::kHidden,  Split::kRows,       Part::kMlaQHeads,    Presence::kNoQLora,  WeightUse::kLinear,    false},
+  {Role::kKvA,          "self_attn.kv_a_proj_with_mqa.weight", kMla,   Dim::kKvAWidth,      Dim::kHidden,  Split::kReplicated, Part::kNone,         Presence::kAlways,   WeightUse::kLinear,    false},
+  {Role::kKvANorm,      "self_attn.kv_a_layernorm.weight",    kMla,    Dim::kKvLoraRank,    Dim::kNone,    Split::kReplicated, Part::kNone,         Presence::kAlways,   WeightUse::kVector,    false},
+  {Role::kKvB,          "self_attn.kv_b_proj.weight",         kMla,    Dim::kMlaKvBWidth,   Dim::kKvLoraRank, Split::kRows,    Part::kMlaKvBHeads,  Presence::kAlways,   WeightUse::kLinear,    false},
+  {Role::kO,            "self_attn.o_proj.weight",            kMla,    Dim::kHidden,        Dim::kMlaOWidth, Split::kCols,     Part::kMlaOHeads,    Presence::kAlways,   WeightUse::kLinear,    false},
+};
+// DeepSeek-V3's router bias and shared experts.
+constexpr TensorSpec kDeepseekMoeRows[] = {
+  // role               name                                  scope    rows                 cols           split               part                 presence             use                   widen
+  {Role::kRouterBias,   "mlp.gate.e_score_correction_bias",   kMoe,    Dim::kExperts,       Dim::kNone,    Split::kReplicated, Part::kNone,         Presence::kNoauxTcBias, WeightUse::kVector, true},
+  {Role::kSharedGate,   "mlp.shared_experts.gate_proj.weight", kMoe,   Dim::kSharedIntermediate, Dim::kHidden, Split::kRows,   Part::kSharedIntermediate, Presence::kSharedExperts, WeightUse::kGateUp, false},
+  {Role::kSharedUp,     "mlp.shared_experts.up_proj.weight",  kMoe,    Dim::kSharedIntermediate, Dim::kHidden, Split::kRows,   Part::kSharedIntermediate, Presence::kSharedExperts, WeightUse::kGateUp, false},
+  {Role::kSharedDown,   "mlp.shared_experts.down_proj.weight", kMoe,   Dim::kHidden,        Dim::kSharedIntermediate, Split::kCols, Part::kSharedIntermediate, Presence::kSharedExperts, WeightUse::kLinear, false},
+};
+// clang-format on
+
+// The rows of `parts`, in order, as one table.
+template <std::size_t... N>
+constexpr auto join(const TensorSpec (&... parts)[N]) {
+  std::array<TensorSpec, (N + ...)> out{};
+  std::size_t at = 0;
+  ((std::copy(std::begin(parts), std::end(parts), out.begin() + at), at += N), ...);
+  return out;
+}
+
+// The Llama family's table; the DeepSeek-V3 family's.
+constexpr auto kLlamaSchema =
+    join(kModelRows, kLayerNormRows, kGqaRows, kDenseMlpRows, kMlpExpertRows, kBlockSparseMoeRows);
+constexpr auto kDeepseekSchema =
+    join(kModelRows, kLayerNormRows, kMlaRows, kDenseMlpRows, kMlpExpertRows, kDeepseekMoeRows);
+
+// clang-format off
 constexpr TensorSpec kEagle3Schema[] = {
   {Role::kFc,           "fc.weight",                          kModel,  Dim::kHidden,        Dim::kFcIn,    Split::kReplicated, Part::kNone,         Presence::kAlways,   WeightUse::kLinear,    false},
   {Role::kInputNorm,    "midlayer.input_layernorm.weight",    kModel,  Dim::kHidden,        Dim::kNone,    Split::kReplicated, Part::kNone,         Presence::kAlways,   WeightUse::kVector,    false},
@@ -96,6 +156,20 @@ std::int64_t dim_value(Dim d, const ModelConfig& c) {
       return c.num_experts;
     case Dim::kMoeIntermediate:
       return c.moe_intermediate_size;
+    case Dim::kQLoraRank:
+      return c.mla.q_lora_rank;
+    case Dim::kKvLoraRank:
+      return c.mla.kv_lora_rank;
+    case Dim::kKvAWidth:
+      return c.mla.cache_floats();
+    case Dim::kMlaQWidth:
+      return static_cast<std::int64_t>(c.num_heads) * c.mla.qk_head_dim();
+    case Dim::kMlaKvBWidth:
+      return static_cast<std::int64_t>(c.num_heads) * (c.mla.qk_nope_head_dim + c.mla.v_head_dim);
+    case Dim::kMlaOWidth:
+      return static_cast<std::int64_t>(c.num_heads) * c.mla.v_head_dim;
+    case Dim::kSharedIntermediate:
+      return static_cast<std::int64_t>(c.moe_intermediate_size) * c.router.n_shared_experts;
   }
   return 0;
 }
@@ -133,12 +207,40 @@ std::string dim_text(Dim d, const ModelConfig& c) {
       os << "3*target hidden_size = " << dim_value(d, c);
       break;
     case Dim::kExperts:
-      os << (c.model_type == "mixtral" ? "num_local_experts" : "num_experts") << " = "
-         << c.num_experts;
+      os << (c.model_type == "mixtral" ? "num_local_experts"
+             : c.is_mla()              ? "n_routed_experts"
+                                       : "num_experts")
+         << " = " << c.num_experts;
       break;
     case Dim::kMoeIntermediate:
       os << (c.model_type == "mixtral" ? "intermediate_size" : "moe_intermediate_size") << " = "
          << c.moe_intermediate_size;
+      break;
+    case Dim::kQLoraRank:
+      os << "q_lora_rank = " << c.mla.q_lora_rank;
+      break;
+    case Dim::kKvLoraRank:
+      os << "kv_lora_rank = " << c.mla.kv_lora_rank;
+      break;
+    case Dim::kKvAWidth:
+      os << "kv_lora_rank+qk_rope_head_dim = " << c.mla.kv_lora_rank << "+"
+         << c.mla.qk_rope_head_dim << " = " << dim_value(d, c);
+      break;
+    case Dim::kMlaQWidth:
+      os << "num_attention_heads*(qk_nope_head_dim+qk_rope_head_dim) = " << c.num_heads << "*("
+         << c.mla.qk_nope_head_dim << "+" << c.mla.qk_rope_head_dim << ") = " << dim_value(d, c);
+      break;
+    case Dim::kMlaKvBWidth:
+      os << "num_attention_heads*(qk_nope_head_dim+v_head_dim) = " << c.num_heads << "*("
+         << c.mla.qk_nope_head_dim << "+" << c.mla.v_head_dim << ") = " << dim_value(d, c);
+      break;
+    case Dim::kMlaOWidth:
+      os << "num_attention_heads*v_head_dim = " << c.num_heads << "*" << c.mla.v_head_dim << " = "
+         << dim_value(d, c);
+      break;
+    case Dim::kSharedIntermediate:
+      os << "moe_intermediate_size*n_shared_experts = " << c.moe_intermediate_size << "*"
+         << c.router.n_shared_experts << " = " << dim_value(d, c);
       break;
   }
   return os.str();
@@ -166,8 +268,23 @@ std::vector<std::int64_t> spec_shape(const TensorSpec& s, const ModelConfig& c) 
 }
 
 // The first index and count of a rank's range.
-std::pair<std::int64_t, std::int64_t> part_range(Part part, const ShardPlan& p, int head_dim) {
+std::pair<std::int64_t, std::int64_t> part_range(Part part, const ShardPlan& p,
+                                                 const ModelConfig& c) {
+  const int head_dim = c.head_dim;
+  // A range of the rank's query heads, `width` rows (or columns) each.
+  auto heads = [&](int width) {
+    return std::pair<std::int64_t, std::int64_t>{static_cast<std::int64_t>(p.q_head_begin) * width,
+                                                 static_cast<std::int64_t>(p.q_heads) * width};
+  };
   switch (part) {
+    case Part::kMlaQHeads:
+      return heads(c.mla.qk_head_dim());
+    case Part::kMlaKvBHeads:
+      return heads(c.mla.qk_nope_head_dim + c.mla.v_head_dim);
+    case Part::kMlaOHeads:
+      return heads(c.mla.v_head_dim);
+    case Part::kSharedIntermediate:
+      return {p.shared_intermediate_begin, p.shared_intermediate};
     case Part::kNone:
       return {0, 0};
     case Part::kQHeads:
@@ -194,13 +311,13 @@ void check_divides(int value, int tp, const char* field, const std::string& sour
 }
 
 // Cuts a rank's shard of tensor `t` by `spec`; copies go to w.owned.
-HostTensor cut(const TensorView& t, const TensorSpec& spec, const ShardPlan& plan, int head_dim,
-               HostWeights& w) {
+HostTensor cut(const TensorView& t, const TensorSpec& spec, const ShardPlan& plan,
+               const ModelConfig& config, HostWeights& w) {
   const std::size_t es = dtype_size(t.dtype);
   const bool vector = spec.cols == Dim::kNone;
   const std::int64_t rows = vector ? 1 : t.dim(0);
   const std::int64_t cols = vector ? t.dim(0) : t.dim(1);
-  auto [begin, count] = part_range(spec.part, plan, head_dim);
+  auto [begin, count] = part_range(spec.part, plan, config);
   HostTensor h{t.data, t.dtype, static_cast<int>(rows), static_cast<int>(cols)};
   if (spec.split == Split::kRows && !vector) {  // a view of the rank's rows
     h.data = t.data + static_cast<std::size_t>(begin) * static_cast<std::size_t>(cols) * es;
@@ -265,6 +382,12 @@ ShardPlan ShardPlan::make(const ModelConfig& c, int tp, int tp_rank, const std::
   p.vocab = c.vocab_size / tp;
   p.vocab_begin = tp_rank * p.vocab;
   if (!c.has_moe_layers()) return p;
+  if (c.router.n_shared_experts > 0) {
+    const int shared = c.moe_intermediate_size * c.router.n_shared_experts;
+    check_divides(shared, tp, "moe_intermediate_size * n_shared_experts", source);
+    p.shared_intermediate = shared / tp;
+    p.shared_intermediate_begin = tp_rank * p.shared_intermediate;
+  }
 
   p.ep = ep == 0 ? tp : ep;
   SPEC_INPUT_CHECK(p.ep == 1 || p.ep == tp,
@@ -293,13 +416,33 @@ std::span<const TensorSpec> llama_schema() {
   return kLlamaSchema;
 }
 
+std::span<const TensorSpec> deepseek_schema() {
+  return kDeepseekSchema;
+}
+
+std::span<const TensorSpec> target_schema(const ModelConfig& config) {
+  return config.is_mla() ? deepseek_schema() : llama_schema();
+}
+
 std::span<const TensorSpec> eagle3_schema() {
   return kEagle3Schema;
 }
 
 Role up_of(Role gate) {
-  SPEC_CHECK(gate == Role::kGate || gate == Role::kExpertGate, "up_of: not a gate role");
-  return gate == Role::kGate ? Role::kUp : Role::kExpertUp;
+  switch (gate) {
+    case Role::kGate:
+      return Role::kUp;
+    case Role::kExpertGate:
+      return Role::kExpertUp;
+    case Role::kSharedGate:
+      return Role::kSharedUp;
+    default:
+      SPEC_FAIL("up_of: not a gate role");
+  }
+}
+
+bool is_up(Role r) {
+  return r == Role::kUp || r == Role::kExpertUp || r == Role::kSharedUp;
 }
 
 bool Scope::holds(LayerKind kind) const {
@@ -331,8 +474,20 @@ bool present(const TensorSpec& spec, const ModelConfig& c, int layer) {
       return c.moe_naming == ModelConfig::MoeNaming::kMlpExperts;
     case Presence::kBlockSparseMoe:
       return c.moe_naming == ModelConfig::MoeNaming::kBlockSparseMoe;
+    case Presence::kQLora:
+      return c.mla.q_lora_rank > 0;
+    case Presence::kNoQLora:
+      return c.mla.q_lora_rank == 0;
+    case Presence::kNoauxTcBias:
+      return c.router.kind == MoeRouterConfig::kSigmoidNoauxTc;
+    case Presence::kSharedExperts:
+      return c.router.n_shared_experts > 0;
   }
   return false;
+}
+
+std::string embedding_tensor(const ModelConfig& config) {
+  return config.tensor_prefix + "model.embed_tokens.weight";
 }
 
 std::string tensor_name(const TensorSpec& spec, int layer, int expert) {
@@ -345,9 +500,12 @@ std::string tensor_name(const TensorSpec& spec, int layer, int expert) {
   return std::string(kLayerPrefix) + std::to_string(layer) + "." + name;
 }
 
-std::vector<std::int64_t> schema_shape(const ModelConfig& c, const std::string& name,
+std::vector<std::int64_t> schema_shape(const ModelConfig& c, const std::string& full_name,
                                        std::string* why) {
   const TensorSpec* found = nullptr;
+  if (full_name.rfind(c.tensor_prefix, 0) != 0) return {};
+  const std::string name = full_name.substr(c.tensor_prefix.size());
+  const std::span<const TensorSpec> schema = target_schema(c);
   if (name.rfind(kLayerPrefix, 0) == 0) {
     const std::string rest = name.substr(kLayerPrefix.size());
     const std::size_t dot = rest.find('.');
@@ -359,10 +517,10 @@ std::vector<std::int64_t> schema_shape(const ModelConfig& c, const std::string& 
       return {};
     const std::string suffix = rest.substr(dot + 1);
     const LayerKind kind = c.layer_kind(std::stoi(digits));
-    for (const TensorSpec& s : kLlamaSchema)
+    for (const TensorSpec& s : schema)
       if (s.per_layer() && s.scope.holds(kind) && names_match(s, suffix, c)) found = &s;
   } else {
-    for (const TensorSpec& s : kLlamaSchema)
+    for (const TensorSpec& s : schema)
       if (!s.per_layer() && s.name == name) found = &s;
   }
   if (found == nullptr) return {};
@@ -411,16 +569,17 @@ HostWeights load_host_weights(const Checkpoint& ckpt, int tp, int tp_rank,
         std::vector<HostTensor>& stack = w.experts[layer][static_cast<int>(s.role)];
         for (int e = 0; e < w.plan.experts; ++e) {
           const int expert = w.plan.expert_begin + e;
-          const TensorView& t = ckpt.tensor(tensor_name(s, layer, expert), spec_shape(s, c));
-          stack.push_back(cut(t, s, w.plan, c.head_dim, w));
+          const TensorView& t =
+              ckpt.tensor(c.tensor_prefix + tensor_name(s, layer, expert), spec_shape(s, c));
+          stack.push_back(cut(t, s, w.plan, c, w));
         }
         continue;
       }
-      const std::string name = c.tie_word_embeddings && !s.tied_source.empty()
-                                   ? std::string(s.tied_source)
-                                   : tensor_name(s, layer);
+      const std::string name = c.tensor_prefix + (c.tie_word_embeddings && !s.tied_source.empty()
+                                                      ? std::string(s.tied_source)
+                                                      : tensor_name(s, layer));
       const TensorView& t = ckpt.tensor(name, spec_shape(s, c));
-      HostTensor h = cut(t, s, w.plan, c.head_dim, w);
+      HostTensor h = cut(t, s, w.plan, c, w);
       (s.per_layer() ? w.layers[layer][static_cast<int>(s.role)]
                      : w.model[static_cast<int>(s.role)]) = h;
     }

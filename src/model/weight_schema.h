@@ -52,6 +52,9 @@ struct ShardPlan {
   int ep = 1;
   int experts = 0, expert_begin = 0;
   int expert_intermediate = 0, expert_intermediate_begin = 0;
+  // DeepSeek-V3's shared experts: this rank's slice of their intermediate dimension
+  // (moe_intermediate_size * n_shared_experts / tp), cut like a dense MLP's.
+  int shared_intermediate = 0, shared_intermediate_begin = 0;
 
   // The rank's local index of expert e, or -1 when another rank holds it.
   int local_expert(int e) const {
@@ -94,11 +97,29 @@ enum class Role : std::uint8_t {
   kExpertGate,  // MoE: each expert's gate and up, prepared as one pair per expert (kExpertGate)
   kExpertUp,
   kExpertDown,  // MoE: each expert's down projection
+  // MLA (DeepSeek-V3 family; q_proj and o_proj are kQ and kO):
+  kQA,       // q_a_proj [q_lora_rank, hidden]
+  kQANorm,   // q_a_layernorm [q_lora_rank]
+  kQB,       // q_b_proj [heads * qk_head_dim, q_lora_rank]
+  kKvA,      // kv_a_proj_with_mqa [kv_lora_rank + qk_rope_head_dim, hidden]
+  kKvANorm,  // kv_a_layernorm [kv_lora_rank]
+  kKvB,      // kv_b_proj [heads * (qk_nope_head_dim + v_head_dim), kv_lora_rank]
+  // Derived from kv_b_proj at load (not checkpoint tensors; deepseek_model.h): per local head,
+  // its key part transposed [kv_lora_rank, qk_nope_head_dim] and its value part [v_head_dim,
+  // kv_lora_rank], the absorbed attention's two projections.
+  kMlaKeyAbsorb,
+  kMlaValueAbsorb,
+  // DeepSeek-V3's router bias and shared experts:
+  kRouterBias,  // mlp.gate.e_score_correction_bias [experts], float32
+  kSharedGate,  // mlp.shared_experts.gate_proj and up_proj, prepared as one pair (kSharedGate)
+  kSharedUp,
+  kSharedDown,
 };
-inline constexpr int kNumRoles = static_cast<int>(Role::kExpertDown) + 1;
+inline constexpr int kNumRoles = static_cast<int>(Role::kSharedDown) + 1;
 // The role prepared together with `gate` as its gate/up pair (kUp for kGate, kExpertUp for
-// kExpertGate).
+// kExpertGate, kSharedUp for kSharedGate); is_up: one of those.
 Role up_of(Role gate);
+bool is_up(Role r);
 
 // A dimension of a tensor, as config.json gives it.
 enum class Dim : std::uint8_t {
@@ -113,6 +134,14 @@ enum class Dim : std::uint8_t {
   kFcIn,             // 3 * target_hidden_size (an EAGLE-3 head's fc input)
   kExperts,          // num_experts (Mixtral: num_local_experts)
   kMoeIntermediate,  // moe_intermediate_size (Mixtral: intermediate_size)
+  // MLA:
+  kQLoraRank,           // q_lora_rank
+  kKvLoraRank,          // kv_lora_rank
+  kKvAWidth,            // kv_lora_rank + qk_rope_head_dim
+  kMlaQWidth,           // num_attention_heads * (qk_nope_head_dim + qk_rope_head_dim)
+  kMlaKvBWidth,         // num_attention_heads * (qk_nope_head_dim + v_head_dim)
+  kMlaOWidth,           // num_attention_heads * v_head_dim
+  kSharedIntermediate,  // moe_intermediate_size * n_shared_experts
 };
 
 // How a rank's shard is cut from the full tensor.
@@ -129,7 +158,13 @@ enum class Part : std::uint8_t {
   kKvHeads,
   kIntermediate,
   kVocab,
-  kExpertIntermediate
+  kExpertIntermediate,
+  // MLA: the rank's query heads' rows of q_b_proj / q_proj (qk_head_dim per head), of kv_b_proj
+  // (qk_nope_head_dim + v_head_dim per head), its columns of o_proj (v_head_dim per head)
+  kMlaQHeads,
+  kMlaKvBHeads,
+  kMlaOHeads,
+  kSharedIntermediate,  // the rank's slice of the shared experts' intermediate dimension
 };
 
 // Which layers hold a tensor: none (a model-level tensor), every layer (a layer's own norms), or
@@ -157,6 +192,10 @@ enum class Presence : std::uint8_t {
   kQkNorm,          // Qwen3: per-head RMSNorm of q and k
   kMlpExperts,      // MoE tensors named as Qwen3-MoE names them (ModelConfig::MoeNaming)
   kBlockSparseMoe,  // ... as Mixtral names them
+  kQLora,           // MLA with q_lora_rank set: q_a_proj, q_a_layernorm, q_b_proj
+  kNoQLora,         // MLA with q_lora_rank null: q_proj
+  kNoauxTcBias,     // DeepSeek-V3's router (MoeRouterConfig::kSigmoidNoauxTc)
+  kSharedExperts,   // n_shared_experts > 0
 };
 
 struct TensorSpec {
@@ -180,6 +219,13 @@ struct TensorSpec {
 // The Llama family's table, model-level entries first; the lm_head entry precedes the embedding
 // (a tied embedding is prepared from lm_head's prepared copy).
 std::span<const TensorSpec> llama_schema();
+// The DeepSeek-V3 family's table (MLA attention, dense and MoE MLPs with the router bias and
+// the shared experts), the Llama table's model-level rows and naming; with
+// ModelConfig::tensor_prefix before every name (Kimi-K2.5: "language_model.").
+std::span<const TensorSpec> deepseek_schema();
+// The table that describes `config`'s checkpoint: deepseek_schema() for an MLA model, else
+// llama_schema().
+std::span<const TensorSpec> target_schema(const ModelConfig& config);
 // An EAGLE-3 head's table (SafeAILab / SGLang names: fc, midlayer.*, norm, lm_head over the
 // draft vocabulary; all model-level). The midlayer and lm_head split like the target's layers
 // when the head is sharded (draft.placement = "sharded"); loaded with tp = 1 it is whole (the
@@ -193,6 +239,10 @@ bool present(const TensorSpec& spec, const ModelConfig& config, int layer);
 // The full checkpoint name of an entry ("model.layers.3.self_attn.k_proj.weight"; expert
 // `expert` of a per-expert one: "model.layers.3.mlp.experts.17.up_proj.weight").
 std::string tensor_name(const TensorSpec& spec, int layer, int expert = -1);
+
+// The full checkpoint name of the token embedding (with ModelConfig::tensor_prefix:
+// "language_model.model.embed_tokens.weight" for Kimi-K2.5).
+std::string embedding_tensor(const ModelConfig& config);
 
 // The shape config.json implies for a tensor name of the schema ({} for names it does not
 // know, a layer past num_hidden_layers, or a layer whose kind has no such tensor); `why` gets
