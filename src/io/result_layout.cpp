@@ -281,6 +281,11 @@ ExpertTables open_experts(const h5::Group& mode_group, const std::string& model)
 
 }  // namespace
 
+void check_mode(const std::string& mode) {
+  SPEC_CHECK(is_known_mode(mode),
+             "unknown decoding mode '" << mode << "'; expected 'baseline' or 'speculative'");
+}
+
 int64_t check_schema(const h5::Group& root) {
   const std::string& file = root.file_path();
   SPEC_INPUT_CHECK(root.has_attr("schema"),

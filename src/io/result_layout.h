@@ -86,6 +86,9 @@ void for_each_dataset(Tables& t, F&& f) {
 // returns the version. Throws (exit code 2) with advice otherwise.
 int64_t check_schema(const h5::Group& root);
 
+// Throws (an internal error) unless `mode` is "baseline" or "speculative".
+void check_mode(const std::string& mode);
+
 // Creates /<mode> with empty tables (output_offsets holds its leading 0).
 ModeTables create_mode(h5::Group& root, const std::string& mode, int32_t draft_len,
                        int32_t n_ranks);
