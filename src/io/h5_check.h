@@ -1,7 +1,10 @@
-// Internal to src/io: checking HDF5 calls (h5.cpp, h5_virtual.cpp).
+// Internal to src/io: checking HDF5 calls (h5.cpp, h5_attr.cpp, h5_virtual.cpp).
 #pragma once
 
+#include <hdf5.h>
+
 #include <string>
+#include <vector>
 
 #include "common/error.h"
 
@@ -10,6 +13,15 @@ namespace specrun::h5 {
 // Appended to every failed call's message: what HDF5 itself said, plus advice for the one
 // failure users hit on cluster file systems.
 std::string failure_detail();
+
+// An HDF5 type in words (int32, float64, string, ...) for messages.
+std::string class_text(hid_t type);
+
+// Reads n strings from `obj` (a dataset or an attribute, chosen by is_attr) with the given file
+// type, in either variable-length or fixed-length form.
+std::vector<std::string> read_string_values(hid_t obj, bool is_attr, hid_t file_type,
+                                            hid_t mem_space, hid_t file_space, size_t n,
+                                            const std::string& where);
 
 }  // namespace specrun::h5
 
