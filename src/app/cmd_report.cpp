@@ -237,6 +237,7 @@ int cmd_report(CommandContext& ctx, const std::vector<std::string>& args) {
     j["hosts"] = hosts_to_json(modes);
     j["identities_checked"] = kIdentitiesChecked;
     j["warnings"] = reader.warnings();
+    j["alarms"] = info.alarms;
     j["file"] = path;
     j["schema"] = info.schema;
     j["schema_version"] = info.schema_version;
@@ -264,6 +265,7 @@ int cmd_report(CommandContext& ctx, const std::vector<std::string>& args) {
   if (!finished)
     std::cout << "NOTE: the job did not finish (no `finished` time): reporting the " << batches
               << " committed batches; continue it with `specrun run ... --resume`\n";
+  for (const std::string& alarm : info.alarms) std::cout << "ALARM " << alarm << "\n";
   if (mismatches.empty()) {
     std::cout << "cross-rank mismatches: none (every rank ran with the same recorded environment "
                  "and versions)\n";

@@ -86,6 +86,11 @@ struct DecodeSection {
   // "real", or a synthetic acceptance that overrides the verifier's (spec/synthetic_acceptance.h):
   // "fixed:L" or "rates:r1,r2,...", to measure the system's costs apart from the draft's quality.
   std::string acceptance = "real";
+  // The run-time acceptance alarm (engine/acceptance_alarm.h): after this many verify steps
+  // (summed over the sequences; 0 = off), an acceptance of 0 or a tau of 1.00 is a warning, and
+  // a tau below min_tau (0 = off) stops the job.
+  int alarm_steps = 32;
+  double min_tau = 0.0;
 };
 
 // What a generation job (decode.modes = ["dataset"]) keeps; io/dataset_file.h, docs/datasets.md.

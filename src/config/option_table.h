@@ -230,6 +230,17 @@ void for_each_option(Config& config, Visitor&& visit) {
           "seeded; the outputs are then meaningless, the costs real (docs/analysis.md)."}
             .required(),
         config.decode.acceptance);
+  visit(S{"decode", "alarm_steps",
+          "Speculative acceptance alarm: after this many verify steps (summed over the "
+          "sequences), an acceptance of 0 or a tau of 1.00 is a warning said once and recorded "
+          "in the result file; 0 = off."}
+            .range(0, 1 << 30),
+        config.decode.alarm_steps);
+  visit(S{"decode", "min_tau",
+          "Stop the job (exit 1, the result file keeping every batch written) when tau after "
+          "decode.alarm_steps verify steps is below this; 0 = never."}
+            .range(0, 64),
+        config.decode.min_tau);
   // [dataset]
   visit(S{"dataset", "hidden_layers",
           "Layers whose hidden states a dataset job keeps: eagle3 (EAGLE-3's three), none, ids "

@@ -20,6 +20,7 @@
 #include "common/log.h"
 #include "dist/gather.h"
 #include "dist/mpi_comm.h"
+#include "engine/acceptance_alarm.h"
 #include "engine/batch_codec.h"
 #include "engine/decoder.h"
 #include "engine/stop_request.h"
@@ -247,19 +248,24 @@ struct BatchPlan {
 
 // Decodes this rank's batches round by round (in round r, group g decodes batch r*dp + g), every
 // mode of decode.modes on each, skipping what `done` holds; rank 0 gathers every group's
-// records and timings after each mode and appends them to `writer`. Returns false when a stop
-// signal ended it early (every rank learns of it at the same mode boundary).
-bool decode_rounds(const JobConfig& config, const World& world, MpiComm& world_comm,
-                   PromptReader& prompts, const BatchPlan& plan,
-                   std::map<std::string, std::set<std::int64_t>>& done, BatchDecoder& decoder,
-                   Communicator& decisions, ModelFactory& factory, ResultWriter* writer,
-                   Progress& progress, const Logger& log) {
+// records and timings after each mode and appends them to `writer`, and feeds the speculative
+// batches to the acceptance alarm. Returns kSignal when a stop signal ended it early, kAlarm when
+// decode.min_tau did (its text in `alarm`, on rank 0); every rank learns of it at the same mode
+// boundary.
+enum class RoundsEnd { kDone, kSignal, kAlarm };
+RoundsEnd decode_rounds(const JobConfig& config, const World& world, MpiComm& world_comm,
+                        PromptReader& prompts, const BatchPlan& plan,
+                        std::map<std::string, std::set<std::int64_t>>& done, BatchDecoder& decoder,
+                        Communicator& decisions, ModelFactory& factory, ResultWriter* writer,
+                        Progress& progress, const Logger& log, std::string& alarm_stop) {
   HostMonitor host(job_pids(world_comm));
+  AcceptanceAlarm alarm(config.decode.alarm_steps, config.decode.min_tau);
+  // 0: go on; 1: a stop signal; 2: rank 0's acceptance alarm stops the job.
   auto stop_everywhere = [&]() {
     set_activity("batch-boundary");  // names the phase should a rank not arrive
-    float flag = stop_requested() ? 1.0f : 0.0f;
+    float flag = !alarm_stop.empty() ? 2.0f : stop_requested() ? 1.0f : 0.0f;
     world_comm.all_reduce_max(&flag, 1);
-    return flag > 0;
+    return flag > 1 ? RoundsEnd::kAlarm : flag > 0 ? RoundsEnd::kSignal : RoundsEnd::kDone;
   };
   const std::int64_t rounds = (plan.n_batches + world.dp - 1) / world.dp;
   for (std::int64_t round = 0; round < rounds; ++round) {
@@ -270,7 +276,7 @@ bool decode_rounds(const JobConfig& config, const World& world, MpiComm& world_c
       batch_prompts = prompts.read(range.first, range.count);
     }
     for (const std::string& mode : config.decode.modes) {
-      if (stop_everywhere()) return false;
+      if (const RoundsEnd end = stop_everywhere(); end != RoundsEnd::kDone) return end;
       const bool mine = my_batch < plan.n_batches && !done[mode].count(my_batch);
       std::string payload;
       if (mine) {
@@ -287,10 +293,24 @@ bool decode_rounds(const JobConfig& config, const World& world, MpiComm& world_c
         BatchResult merged = merge_for_world(blobs, g, world);
         writer->append_batch(mode, merged);
         progress.batch_written(mode, merged, log);
+        if (mode != kModeSpeculative) continue;
+        const AcceptanceAlarm::Verdict verdict = alarm.add(merged);
+        if (!verdict.warning.empty()) {
+          log.warn(verdict.warning);
+          writer->record_alarm(verdict.warning);
+        }
+        if (!verdict.stop.empty() && alarm_stop.empty()) {
+          writer->record_alarm(verdict.stop);
+          alarm_stop = verdict.stop;
+        }
       }
     }
   }
-  return true;
+  // Every batch is done: only the alarm can still end the job as a failure (a stop signal this
+  // late lets it finish).
+  float flag = alarm_stop.empty() ? 0.0f : 1.0f;
+  world_comm.all_reduce_max(&flag, 1);
+  return flag > 0 ? RoundsEnd::kAlarm : RoundsEnd::kDone;
 }
 
 }  // namespace
@@ -391,12 +411,20 @@ int run_decode_job(const JobConfig& config, const RunOptions& options, JobSetup&
       plan.n_batches * static_cast<std::int64_t>(config.decode.modes.size());
   for (auto& [mode, set] : done) batches_total -= static_cast<std::int64_t>(set.size());
   Progress progress(plan.n_prompts, plan.n_batches, batches_total);
-  const bool stopped =
-      !decode_rounds(config, world, world_comm, prompts, plan, done, decoder, decisions,
-                     *models.target.factory, writer.get(), progress, log);
+  std::string alarm_stop;
+  const RoundsEnd end =
+      decode_rounds(config, world, world_comm, prompts, plan, done, decoder, decisions,
+                    *models.target.factory, writer.get(), progress, log, alarm_stop);
 
   set_activity("end-of-job");
-  if (stopped) {
+  if (end == RoundsEnd::kAlarm) {
+    if (world.is_root()) writer.reset();  // closed and flushed; `finished` stays unset
+    throw CollectiveError(
+        Error(world.is_root() ? alarm_stop : "stopped by rank 0's acceptance alarm", "",
+              kExitFailure),
+        world.is_root());
+  }
+  if (end == RoundsEnd::kSignal) {
     int sig = 0;
     stop_requested(&sig);
     if (world.is_root()) {

@@ -603,6 +603,24 @@ int64_t ResultWriter::sequences_committed(const std::string& mode) const {
   return it == impl_->committed.end() ? 0 : it->second.sequences;
 }
 
+void ResultWriter::record_alarm(const std::string& text) {
+  Impl& m = *impl_;
+  SPEC_CHECK(m.file.valid() && !m.broken,
+             m.path << ": record_alarm() after finish() or a failed write");
+  try {
+    m.file.reserve(kMetadataReserve + 2 * text.size(), "an alarm");
+    std::vector<std::string> alarms =
+        m.file.has_attr("alarms") ? m.file.attr_strings("alarms") : std::vector<std::string>{};
+    alarms.push_back(utc_timestamp() + " " + text);
+    m.file.set_attr_strings("alarms", alarms);
+    m.file.flush();
+    m.file.release_reserve();
+  } catch (const Error& e) {
+    m.abandon();
+    throw Error(e.message() + m.committed_text(), e.where(), e.exit_code());
+  }
+}
+
 void ResultWriter::finish(const std::string& models) {
   Impl& m = *impl_;
   SPEC_CHECK(m.file.valid(), m.path << ": finish() called twice");

@@ -69,6 +69,7 @@ struct ResultInfo {
   std::string started;   // ISO-8601 UTC, when the file was created
   std::string finished;  // ISO-8601 UTC set by finish(); "" while running or if the job died
   int32_t resumes = 0;   // how many times ResultWriter::reopen continued the file
+  std::vector<std::string> alarms;  // ResultWriter::record_alarm's lines, oldest first
 };
 
 // Where a job.overwrite replacement of `output` is written until the job finishes (`OUTPUT` +
@@ -123,6 +124,11 @@ class ResultWriter {
   // (never flushed again, not even at exit), and the writer refuses further appends (--resume
   // continues from the last committed batch).
   void append_batch(const std::string& mode, const BatchResult& batch);
+
+  // Records an alarm of the run (the acceptance alarm, engine/acceptance_alarm.h): appended to
+  // the root attribute `alarms` (a list of strings, UTC time first) and flushed. On failure the
+  // file is abandoned as append_batch's failures leave it.
+  void record_alarm(const std::string& text);
 
   // Committed counts of a mode (0 for a mode without batches).
   int64_t batches_committed(const std::string& mode) const;

@@ -66,6 +66,7 @@ ResultReader::ResultReader(const std::string& path) : impl_(std::make_unique<Imp
   info.started = f.attr_string("started");
   info.finished = f.attr_string("finished");
   info.resumes = static_cast<int32_t>(f.attr_int("resumes"));
+  if (f.has_attr("alarms")) info.alarms = f.attr_strings("alarms");
   for (const char* mode : {kModeBaseline, kModeSpeculative}) {
     if (!f.has(mode)) continue;
     ModeTables t = result_layout::open_mode(f, mode);
