@@ -15,21 +15,24 @@
 
 #include "model/eagle3_config.h"
 #include "model/model_config.h"
+#include "model/mtp_config.h"
 
 namespace specrun {
 
 enum class HeadKind {
   kEagle3,  // Eagle3Config: one midlayer over [embedding, fc(three target layers)]
+  kMtp,     // MtpConfig: a DeepSeek-V3 MTP module over [enorm(embedding), hnorm(h)]
 };
 
 struct HeadConfig {
   // Each kind's config, in HeadKind's order. Every one has `head` (its layers as a Llama-shaped
   // ModelConfig) and `capture` (the target layers it reads).
-  using Of = std::variant<Eagle3Config>;
+  using Of = std::variant<Eagle3Config, MtpConfig>;
   Of of;
 
   // Implicit: a kind's config is a head config.
   HeadConfig(Eagle3Config config) : of(std::move(config)) {}
+  HeadConfig(MtpConfig config) : of(std::move(config)) {}
 
   HeadKind kind() const { return static_cast<HeadKind>(of.index()); }
   // The head's layers: the shapes of its checkpoint (hidden size, heads, head_dim, vocabulary).

@@ -24,6 +24,8 @@ std::unique_ptr<DraftHead> make_head(const Checkpoint& head, const Checkpoint& t
     case HeadKind::kEagle3:
       return std::make_unique<Eagle3Model<B>>(head, target, std::get<Eagle3Config>(config.of),
                                               std::move(backend), tp_comm);
+    case HeadKind::kMtp:  // docs/mtp-design.md: the graph (MtpModel<B>) is not written yet
+      SPEC_INPUT_FAIL(head.dir() << ": draft.kind = \"mtp\" has no graph yet");
   }
   SPEC_FAIL("a draft head of kind " << static_cast<int>(config.kind()) << " has no graph");
 }
