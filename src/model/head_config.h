@@ -45,7 +45,8 @@ struct HeadConfig {
   }
 
   // Reads `dir`/config.json, a head for a target of config `target`; the kind is the one whose
-  // reader recognises the file (its "architectures"), else the error names what was expected.
+  // reader recognises the file (its "architectures": a DeepSeek-V3-family checkpoint is its
+  // MTP layer, MtpConfig), else the error names what was expected.
   static HeadConfig from_dir(const std::string& dir, const ModelConfig& target);
 };
 

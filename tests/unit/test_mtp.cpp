@@ -137,5 +137,17 @@ TEST(MtpConfig, RefusalsNameTheKey) {
   EXPECT_EQ(sep.kind.mlp, MlpKind::kMoe);
 }
 
+TEST(MtpConfig, HeadConfigFromDirRecognisesTheTargetsOwnCheckpoint) {
+  for (const char* arch : {"deepseek_v3", "kimi_k25"}) {
+    test::TempDir dir;
+    make_model_pair(small_deepseek(arch, 1), dir.path());
+    const Checkpoint target(dir.file("target"));
+    const HeadConfig head = HeadConfig::from_dir(dir.file("target"), target.config());
+    ASSERT_EQ(head.kind(), HeadKind::kMtp) << arch;
+    EXPECT_EQ(std::get<MtpConfig>(head.of).layer, 2) << arch;
+    EXPECT_EQ(head.target_capture()[0], 2) << arch;
+  }
+}
+
 }  // namespace
 }  // namespace specrun
