@@ -42,6 +42,12 @@ MtpConfig MtpConfig::from_config(const ModelConfig& checkpoint, const ModelConfi
     wide.num_layers += checkpoint.num_nextn_predict_layers;
     c.kind = wide.layer_kind(c.layer);
   }
+  // The head's own config: the module's one decoder layer, of its kind (layer 0 of this config
+  // is read from checkpoint layer c.layer); the embedding and the head are loaded explicitly.
+  c.head.num_layers = 1;
+  c.head.first_k_dense_replace = c.kind.mlp == MlpKind::kMoe ? 0 : 1;
+  c.head.moe_layer_freq = 1;
+  c.head.tie_word_embeddings = false;
   return c;
 }
 

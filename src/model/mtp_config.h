@@ -13,12 +13,16 @@
 namespace specrun {
 
 struct MtpConfig {
-  // The checkpoint's config (MLA shapes, router, YaRN, norms: those of the module's layer).
+  // The checkpoint's config (MLA shapes, router, YaRN, norms) cut to the module: one layer
+  // (layer 0 here, checkpoint layer `layer`) of the module's kind.
   ModelConfig head;
   int layer = 0;             // the module's checkpoint layer: model.layers.{layer}.*
   int modules = 1;           // num_nextn_predict_layers of the checkpoint
   LayerKind kind;            // the module's decoder block: MLA, and MoE or dense
   std::vector<int> capture;  // {target num_layers}: the target's final norm output
+  // What a chain's next step takes as h (draft.mtp_chain_hidden): the module's output before
+  // shared_head.norm ("pre_norm", vLLM: false) or after it ("shared_head_norm", SGLang: true).
+  bool chain_shared_head_norm = false;
 
   // `checkpoint` is the config of the directory holding the module: the target's own
   // (separate = false: the module is layer num_hidden_layers + module) or a NextN checkpoint

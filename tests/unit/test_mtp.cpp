@@ -107,6 +107,32 @@ TEST(MtpConfig, TheModuleIsLayerNumHiddenLayersReadingTheFinalNormOutput) {
   EXPECT_EQ(head.layers().hidden_size, 64);
 }
 
+// The head's config is the module's one layer, of its kind (layer 0 of it = checkpoint layer
+// c.layer), and load_host_weights(..., first_layer) reads that layer's tensors.
+TEST(MtpConfig, TheHeadIsTheModulesOneLayerReadFromItsCheckpointLayer) {
+  for (int first_dense : {1, 5}) {  // the module MoE, then dense
+    test::TempDir dir;
+    SyntheticSpec spec = small_deepseek("deepseek_v3", 1);
+    spec.first_k_dense_replace = first_dense;
+    make_model_pair(spec, dir.path());
+    const Checkpoint target(dir.file("target"));
+    const MtpConfig c = MtpConfig::from_config(target.config(), target.config(), "t", false);
+    EXPECT_EQ(c.kind.mlp, first_dense == 1 ? MlpKind::kMoe : MlpKind::kDenseSwiGlu);
+    EXPECT_EQ(c.head.num_layers, 1);
+    EXPECT_EQ(c.head.layer_kind(0), c.kind);
+    const Checkpoint head(dir.file("target"), [&](const std::string&) { return c.head; });
+    std::vector<TensorSpec> layer_rows;
+    for (const TensorSpec& s : deepseek_schema())
+      if (s.per_layer()) layer_rows.push_back(s);
+    const HostWeights w = load_host_weights(head, 1, 0, layer_rows, 0, c.layer);
+    ASSERT_EQ(w.layers.size(), 1u);
+    const TensorView& kv_a = target.tensor("model.layers.2.self_attn.kv_a_proj_with_mqa.weight");
+    EXPECT_EQ(std::memcmp(w.layers[0][static_cast<int>(Role::kKvA)].data, kv_a.data, kv_a.nbytes),
+              0);
+    EXPECT_EQ(w.experts[0][static_cast<int>(Role::kExpertGate)].size(), first_dense == 1 ? 8u : 0u);
+  }
+}
+
 TEST(MtpConfig, RefusalsNameTheKey) {
   test::TempDir dir;
   make_model_pair(small_deepseek("deepseek_v3", 0), dir.path());
