@@ -156,12 +156,9 @@ ForwardResult MtpModel<B>::forward(std::span<const SeqChunk> batch, const RowsVi
   F in = in_.grow(N * H);
   b_.gather_rows(CF(source.data), source.width, rows, in);
   // x = eh_proj(cat(enorm(embed(token)), hnorm(h))), the residual stream's start.
-  F e = e_.grow(N * H), a = a_.grow(N * 2 * H), tmp = tmp_.grow(N * H);
-  b_.embed(weights_.get(Role::kEmbed), 0, e);
-  b_.rmsnorm(e, n, H, weights_.get(Role::kInputNorm), eps, tmp);
-  b_.copy_rows(a, 2 * H, tmp, H, n, H);
-  b_.rmsnorm(in, n, H, weights_.get(Role::kHiddenNorm), eps, tmp);
-  b_.copy_rows(a + H, 2 * H, tmp, H, n, H);
+  F a = a_.grow(N * 2 * H), tmp = tmp_.grow(N * H);
+  Base::embedding_beside_hidden(weights_.get(Role::kEmbed), weights_.get(Role::kInputNorm), in,
+                                weights_.get(Role::kHiddenNorm), n, H, eps, e_.grow(N * H), tmp, a);
   b_.linear(a, n, weights_.get(Role::kFc), nullptr, tmp);
   F x = residual_.begin(n, H, eps, Decoder::group());
   b_.copy_rows(x, H, tmp, H, n, H);

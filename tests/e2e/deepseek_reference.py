@@ -209,6 +209,16 @@ def forward(cfg, w, tokens, worst_form, margins, hidden=None):
     return x @ lm_head(cfg, w).T
 
 
+def compare(dump_path, want):
+    """(the dump's rows, each row's relative L2 error, the worst row, the rows whose argmax
+    differs) of a --dump-logits style file against the reference rows."""
+    got = read_dump(dump_path).astype(np.float64)
+    assert got.shape == want.shape, f"dump {got.shape} vs reference {want.shape}"
+    rel = np.linalg.norm(got - want, axis=1) / np.linalg.norm(want, axis=1)
+    flips = int(np.sum(np.argmax(got, axis=1) != np.argmax(want, axis=1)))
+    return got, rel, int(np.argmax(rel)), flips
+
+
 def read_model(model_dir):
     """(text config, weights without the Kimi-K2.5 prefix, architecture)."""
     outer = json.load(open(f"{model_dir}/config.json"))
@@ -232,11 +242,7 @@ def main():
         sys.argv else 1e-4
     worst_form, margins = [0.0], []
     want = forward(cfg, w, tokens[:-1], worst_form, margins)
-    got = read_dump(dump_path).astype(np.float64)
-    assert got.shape == want.shape, f"dump {got.shape} vs reference {want.shape}"
-    rel = np.linalg.norm(got - want, axis=1) / np.linalg.norm(want, axis=1)
-    worst = int(np.argmax(rel))
-    flips = int(np.sum(np.argmax(got, axis=1) != np.argmax(want, axis=1)))
+    got, rel, worst, flips = compare(dump_path, want)
     print(f"{arch} reference: {got.shape[0]} positions x {got.shape[1]} logits, worst relative "
           f"L2 {rel[worst]:.3g} at position {worst} (tolerance {tolerance:g}); argmax differs in "
           f"{flips} rows; absorbed vs naive MLA (float64) worst relative {worst_form[0]:.3g}; "

@@ -33,8 +33,8 @@ import sys
 import numpy as np
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from deepseek_reference import decoder_layer, forward, lm_head, read_model, rope  # noqa: E402
-from qwen3_reference import read_dump, rms_norm  # noqa: E402
+from deepseek_reference import compare, decoder_layer, forward, lm_head, read_model, rope  # noqa: E402,E501
+from qwen3_reference import rms_norm  # noqa: E402
 
 
 def module(cfg, w, h, tokens, chain_hidden, worst_form, margins):
@@ -109,11 +109,7 @@ def main():
         out, logits = module(cfg, w, h, pair_tokens, chain_hidden, worst_form, margins)
         want.append(logits[-1:])
     want = np.concatenate(want, axis=0)
-    got = read_dump(dump_path).astype(np.float64)
-    assert got.shape == want.shape, f"dump {got.shape} vs reference {want.shape}"
-    rel = np.linalg.norm(got - want, axis=1) / np.linalg.norm(want, axis=1)
-    worst = int(np.argmax(rel))
-    flips = int(np.sum(np.argmax(got, axis=1) != np.argmax(want, axis=1)))
+    got, rel, worst, flips = compare(dump_path, want)
     p = f"model.layers.{cfg['num_hidden_layers']}."
     print(f"{arch} MTP reference ({chain_hidden}; own embed_tokens "
           f"{p + 'embed_tokens.weight' in w}, own shared_head.head "
