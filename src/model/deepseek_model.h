@@ -4,7 +4,9 @@
 // another block with another cache: the layers are a table of kinds (ModelConfig::layer_kind:
 // MLA attention, then a dense SwiGLU MLP below first_k_dense_replace or a mixture of experts),
 // and the blocks it shares with the Llama family (the residual stream, the logits, MoeBlock) are
-// GraphBase's and moe_block.h's.
+// GraphBase's and moe_block.h's. The layers themselves are MlaDecoder<B>, which the target
+// (DeepseekModel: embedding in, final norm and lm_head out) and its multi-token-prediction module
+// (MtpModel, model/mtp_model.h: eh_proj in, shared_head out) both run.
 //
 // Multi-head latent attention (MLA), per layer on its n rows (H hidden, Hl = this rank's heads,
 // R = kv_lora_rank, dn/dr = qk_nope/qk_rope_head_dim, dv = v_head_dim):

@@ -2,7 +2,7 @@
 // behind it. A head is a small network over the target's hidden states that drafts tokens
 // (model/draft_head.h); each kind is a graph of its own (EAGLE-3: model/eagle3_model.h).
 //
-// Adding a head kind (an MTP head, a block drafter): its config type and reader (as
+// Adding a head kind (as the MTP head was; a block drafter): its config type and reader (as
 // model/eagle3_config.h), one alternative in HeadKind and HeadConfig::Of, the branch of
 // HeadConfig::from_dir that recognises its config.json, its graph implementing DraftHead, and
 // its line in make_head (model/head_graphs.h). ModelFactory::load_head and the loaders of each
