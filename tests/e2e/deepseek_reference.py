@@ -219,6 +219,19 @@ def compare(dump_path, want):
     return got, rel, int(np.argmax(rel)), flips
 
 
+def margin_text(margins, min_margin):
+    return (f"{len(margins)} routing decisions' smallest margin "
+            f"{min(margins) if margins else float('inf'):.3g} (needs > {min_margin:g})")
+
+
+def near_tie(margins, min_margin):
+    """True (and says so) when a routing decision is too close to call."""
+    if margins and min(margins) <= min_margin:
+        print("a routing decision is a near tie: choose another seed")
+        return True
+    return False
+
+
 def read_model(model_dir):
     """(text config, weights without the Kimi-K2.5 prefix, architecture)."""
     outer = json.load(open(f"{model_dir}/config.json"))
@@ -246,10 +259,8 @@ def main():
     print(f"{arch} reference: {got.shape[0]} positions x {got.shape[1]} logits, worst relative "
           f"L2 {rel[worst]:.3g} at position {worst} (tolerance {tolerance:g}); argmax differs in "
           f"{flips} rows; absorbed vs naive MLA (float64) worst relative {worst_form[0]:.3g}; "
-          f"{len(margins)} routing decisions' smallest margin "
-          f"{min(margins) if margins else float('inf'):.3g} (needs > {min_margin:g})")
-    if margins and min(margins) <= min_margin:
-        print("a routing decision is a near tie: choose another seed")
+          f"{margin_text(margins, min_margin)}")
+    if near_tie(margins, min_margin):
         return 1
     if worst_form[0] > 1e-9:
         print("the absorbed and naive forms of MLA disagree")

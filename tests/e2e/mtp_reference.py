@@ -33,7 +33,8 @@ import sys
 import numpy as np
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from deepseek_reference import compare, decoder_layer, forward, lm_head, read_model, rope  # noqa: E402,E501
+from deepseek_reference import (compare, decoder_layer, forward, lm_head, margin_text,  # noqa: E402
+                                near_tie, read_model, rope)
 from qwen3_reference import rms_norm  # noqa: E402
 
 
@@ -116,10 +117,8 @@ def main():
           f"{p + 'shared_head.head.weight' in w}): {got.shape[0]} rows x {got.shape[1]} logits, "
           f"worst relative L2 {rel[worst]:.3g} at row {worst} (tolerance {tolerance:g}; chain "
           f"rows {rel[-2]:.3g} {rel[-1]:.3g}); argmax differs in {flips} rows; "
-          f"{len(margins)} routing decisions' smallest margin "
-          f"{min(margins) if margins else float('inf'):.3g} (needs > {min_margin:g})")
-    if margins and min(margins) <= min_margin:
-        print("a routing decision is a near tie: choose another seed")
+          f"{margin_text(margins, min_margin)}")
+    if near_tie(margins, min_margin):
         return 1
     return 0 if rel.max() < tolerance and flips == 0 else 1
 
