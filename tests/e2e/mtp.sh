@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # The MTP drafter (draft.kind = "mtp", docs/mtp-design.md) on make-model's DeepSeek-V3 targets
 # with one MTP layer (--mtp-layers 1): a dense module (every layer dense) and an MoE one
-# (noaux_tc router with groups and a nonzero bias, a shared expert), F32 weights.
+# (noaux_tc router with groups and a nonzero bias, a shared expert), and a Kimi-K2.5 one
+# (text_config, "language_model." tensors), F32 weights, YaRN factor 4.
 #  1. The head against an independent float64 numpy forward of the module (mtp_reference.py,
 #     written from the design's semantics over deepseek_reference.py's decoder layer): the
 #     logits of `specrun generate --dump-mtp-logits` at every position of a 65-token sequence
@@ -26,6 +27,9 @@ shape=(--hidden 128 --heads 4 --layers 3 --intermediate 192 --vocab 512
 "$SPECRUN_BIN" make-model dense --arch deepseek_v3 "${shape[@]}" --first-k-dense 4 --seed 3 >make.log
 "$SPECRUN_BIN" make-model moe --arch deepseek_v3 "${shape[@]}" --first-k-dense 1 --experts 8 \
   --n-group 2 --topk-group 1 --router-std 0.3 --seed 3 >>make.log
+"$SPECRUN_BIN" make-model kimi --arch kimi_k25 "${shape[@]}" --first-k-dense 1 --experts 8 \
+  --experts-per-tok 3 --n-group 4 --topk-group 2 --router-std 0.3 --yarn-mscale 0.9 \
+  --yarn-mscale-all-dim 0.7 --seed 14 >>make.log
 grep -q '"num_nextn_predict_layers": 1' moe/target/config.json || fail "no MTP layer written"
 "$PY" "$E2E_DIR/mtp_reference.py" --own-head moe/target moe_own 5
 prompt=$("$PY" -c "import random; r = random.Random(1); print(','.join(str(r.randrange(3, 512)) for _ in range(48)))")
@@ -46,6 +50,7 @@ check moe moe/target 1 pre_norm
 check moe_tp2 moe/target 2 shared_head_norm
 check moe_own moe_own 1 pre_norm
 check moe_own_tp2 moe_own 2 pre_norm
+check kimi kimi/target 1 pre_norm  # tensors "language_model.*", text_config
 # The own head's values differ from the target's: the reference with the target's fails.
 "$PY" "$E2E_DIR/mtp_reference.py" moe/target moe_own.bin "$prompt,$(head -n 1 moe_own.txt | tr ' ' ',')" \
   >/dev/null && fail "the layer's own embed_tokens / shared_head.head make no difference"
@@ -74,6 +79,7 @@ run moe_k2_normed moe/target 1 --set decode.draft_len=2 --set draft.mtp_chain_hi
 tree=(--set decode.tree_top_k=2 --set decode.tree_depth=3 --set decode.tree_nodes=6)
 run dense_tree dense/target 2 "${tree[@]}"
 run moe_tree moe_own 1 "${tree[@]}"
+run kimi_k2 kimi/target 2 --set decode.draft_len=2
 
 # The MoE module's passes are the drafter's: experts/draft holds the module's one MoE layer
 # (checkpoint layer 3 is layer 0 of the head), passes of the drafter's kinds only.
