@@ -55,7 +55,10 @@ constexpr char kHelpTail[] =
     "--text encodes the prompt with that tokenizer (special tokens added, as transformers).\n\n"
     "--dump-logits FILE format (little-endian): char[4] \"SRLG\", u32 version (1), u32 rows,\n"
     "u32 vocab, then rows*vocab float32. rows = prompt length + max-new-tokens - 1; row i holds\n"
-    "the logits at position i (prompt positions first, then each generated token fed back).\n";
+    "the logits at position i (prompt positions first, then each generated token fed back).\n"
+    "--dump-mtp-logits FILE (a DeepSeek-V3-family MODEL_DIR with an MTP layer), the same format:\n"
+    "the MTP draft head's logits, rows 0..T-2 over the pairs (the target's final norm output at\n"
+    "position i, token i + 1) of the T = prompt + max-new-tokens ids, then two chain steps.\n";
 
 std::vector<std::int32_t> parse_token_list(const std::string& text) {
   std::vector<std::int32_t> ids;
