@@ -12,6 +12,14 @@
 //   f32      logits[rows][vocab]
 // Row i holds the logits computed at position i (the prediction of token i + 1): rows
 // 0..prompt-1 are the prompt positions, the rest the positions of generated tokens fed back.
+//
+// --dump-mtp-logits FILE (a DeepSeek-V3-family MODEL_DIR with num_nextn_predict_layers >= 1;
+// the same format): the MTP draft head's logits (docs/mtp-design.md) over the sequence S of
+// the prompt and the generated tokens, T = prompt length + max_new_tokens ids. Rows 0..T-2: one
+// head forward over the pairs (the target's final norm output at position i, S[i+1]) at
+// positions i, as the drafter's extend; then rows T-1 and T: two chain steps, each fed the
+// argmax of the previous row and the head's output there (--mtp-chain-hidden: pre_norm or
+// shared_head_norm), as the drafter's chain of depth 3.
 #include <omp.h>
 
 #include <algorithm>
@@ -28,6 +36,7 @@
 #include "common/error.h"
 #include "dist/mpi_comm.h"
 #include "model/checkpoint.h"
+#include "model/draft_head.h"
 #include "model/model_factory.h"
 #include "spec/token_ops.h"
 #include "text/tokenizer.h"
@@ -46,7 +55,10 @@ constexpr char kHelpTail[] =
     "--text encodes the prompt with that tokenizer (special tokens added, as transformers).\n\n"
     "--dump-logits FILE format (little-endian): char[4] \"SRLG\", u32 version (1), u32 rows,\n"
     "u32 vocab, then rows*vocab float32. rows = prompt length + max-new-tokens - 1; row i holds\n"
-    "the logits at position i (prompt positions first, then each generated token fed back).\n";
+    "the logits at position i (prompt positions first, then each generated token fed back).\n"
+    "--dump-mtp-logits FILE (a DeepSeek-V3-family MODEL_DIR with an MTP layer), the same format:\n"
+    "the MTP draft head's logits, rows 0..T-2 over the pairs (the target's final norm output at\n"
+    "position i, token i + 1) of the T = prompt + max-new-tokens ids, then two chain steps.\n";
 
 std::vector<std::int32_t> parse_token_list(const std::string& text) {
   std::vector<std::int32_t> ids;
@@ -113,6 +125,41 @@ std::vector<std::int32_t> greedy_continuation(LanguageModel& model, TokenOps& op
   return generated;
 }
 
+// The --dump-mtp-logits rows (format above) of the MTP head of `checkpoint` over `seq`.
+std::vector<float> mtp_logits(ModelFactory& factory, const Checkpoint& checkpoint,
+                              LanguageModel& model, TokenOps& ops,
+                              const std::vector<std::int32_t>& seq, bool chain_shared_head_norm) {
+  const int V = model.config().vocab_size, T = static_cast<int>(seq.size());
+  std::unique_ptr<DraftHead> head =
+      factory.load_head(checkpoint.dir(), checkpoint, /*sharded=*/true, chain_shared_head_norm);
+  auto target_cache = model.new_cache(T);
+  target_cache->set_sequence_id(0);
+  SeqChunk chunk{target_cache.get(), seq.data(), T - 1};
+  const ForwardResult target =
+      model.forward({&chunk, 1}, ForwardRequest{false, head->target_capture()});
+  auto cache = head->new_cache(T + 2);
+  cache->set_sequence_id(0);
+  std::vector<int> rows(static_cast<std::size_t>(T - 1));
+  for (int i = 0; i < T - 1; ++i) rows[i] = i;
+  SeqChunk pairs{cache.get(), seq.data() + 1, T - 1};
+  ForwardResult out = head->forward({&pairs, 1}, target.hidden, rows, true);
+  std::vector<float> dumped(static_cast<std::size_t>(T - 1) * V);
+  model.read(out.logits, 0, T - 1, dumped.data());
+  int parent = T - 2;  // the row of the previous output
+  for (int step = 0; step < 2; ++step) {
+    std::int32_t token = 0;
+    const int last = out.logits.rows - 1;
+    ops.argmax(out.logits, {&last, 1}, {&token, 1});
+    SeqChunk next{cache.get(), &token, 1};
+    out = head->forward({&next, 1}, out.hidden, {&parent, 1}, true);
+    parent = 0;
+    const std::size_t at = dumped.size();
+    dumped.resize(at + V);
+    model.read(out.logits, 0, 1, dumped.data() + at);
+  }
+  return dumped;
+}
+
 void write_dump(const std::string& path, const std::vector<float>& dumped, int vocab,
                 const OutputPolicy& policy) {
   AtomicOutput out(path, policy);
@@ -141,7 +188,11 @@ int cmd_generate(CommandContext& ctx, const std::vector<std::string>& args) {
       "mixture-of-experts models: expert-parallel ranks, 0 (= the ranks: experts split over "
       "them) or 1 (every expert on every rank, each cut by the ranks)")(
       "dump-logits", po::value<std::string>(), "write float32 logits to FILE (format below)")(
-      "overwrite", "with --dump-logits: replace an existing FILE");
+      "dump-mtp-logits", po::value<std::string>(),
+      "write the MTP draft head's float32 logits to FILE (format below)")(
+      "mtp-chain-hidden", po::value<std::string>()->default_value("pre_norm"),
+      "with --dump-mtp-logits: pre_norm or shared_head_norm (draft.mtp_chain_hidden)")(
+      "overwrite", "with --dump-logits / --dump-mtp-logits: replace an existing FILE");
   cli.positional("model-dir", po::value<std::string>());
   if (!cli.parse(ctx, args, kHelpTail)) return 0;
   const po::variables_map& vm = cli.values();
@@ -155,6 +206,12 @@ int cmd_generate(CommandContext& ctx, const std::vector<std::string>& args) {
   const OutputPolicy dump_policy{vm.count("overwrite") > 0, {model_dir}, "--dump-logits file"};
   if (root && vm.count("dump-logits"))
     check_output_path(vm["dump-logits"].as<std::string>(), dump_policy);
+  if (root && vm.count("dump-mtp-logits"))
+    check_output_path(vm["dump-mtp-logits"].as<std::string>(), dump_policy);
+  const std::string chain_hidden = vm["mtp-chain-hidden"].as<std::string>();
+  SPEC_INPUT_CHECK(
+      chain_hidden == "pre_norm" || chain_hidden == "shared_head_norm",
+      "--mtp-chain-hidden is \"" << chain_hidden << "\": choose pre_norm or shared_head_norm");
   std::unique_ptr<Tokenizer> tokenizer = load_tokenizer_for(model_dir);
   std::vector<std::int32_t> prompt;
   if (vm.count("text")) {
@@ -196,8 +253,16 @@ int cmd_generate(CommandContext& ctx, const std::vector<std::string>& args) {
   std::vector<float> dumped;
   const std::vector<std::int32_t> generated =
       greedy_continuation(*model, *ops, prompt, max_new, dump, dump && root ? &dumped : nullptr);
+  std::vector<float> mtp;
+  if (vm.count("dump-mtp-logits")) {
+    std::vector<std::int32_t> seq = prompt;
+    seq.insert(seq.end(), generated.begin(), generated.end());
+    mtp = mtp_logits(factory, checkpoint, *model, *ops, seq, chain_hidden == "shared_head_norm");
+  }
   if (!root) return 0;
   if (dump) write_dump(vm["dump-logits"].as<std::string>(), dumped, config.vocab_size, dump_policy);
+  if (!mtp.empty())
+    write_dump(vm["dump-mtp-logits"].as<std::string>(), mtp, config.vocab_size, dump_policy);
 
   for (std::size_t i = 0; i < generated.size(); ++i) std::cout << (i ? " " : "") << generated[i];
   std::cout << std::endl;

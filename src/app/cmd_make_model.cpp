@@ -76,6 +76,8 @@ int cmd_make_model(CommandContext& ctx, const std::vector<std::string>& args) {
       "deepseek_v3, kimi_k25: v_head_dim")(
       "first-k-dense", po::value(&s.first_k_dense_replace)->default_value(s.first_k_dense_replace),
       "deepseek_v3, kimi_k25: first_k_dense_replace (layers below it are dense)")(
+      "mtp-layers", po::value(&s.mtp_layers)->default_value(s.mtp_layers),
+      "deepseek_v3, kimi_k25: MTP modules after the decoder (num_nextn_predict_layers)")(
       "n-group", po::value(&s.n_group)->default_value(s.n_group),
       "deepseek_v3, kimi_k25: the router's expert groups (n_group)")(
       "topk-group", po::value(&s.topk_group)->default_value(s.topk_group),

@@ -45,11 +45,12 @@ struct TargetSection {
 };
 
 struct DraftSection {
-  std::string kind = "model";            // a registered drafter (spec/drafter_registry.h)
-  ConfigPath path;                       // Hugging Face model directory when kind = model
-  std::string placement = "replicated";  // sharded | replicated
-  int ngram_max = 4;                     // kind = ngram: longest suffix looked up
-  int ngram_min = 1;                     // kind = ngram: shortest suffix looked up
+  std::string kind = "model";                 // a registered drafter (spec/drafter_registry.h)
+  ConfigPath path;                            // Hugging Face model directory when kind = model
+  std::string placement = "replicated";       // sharded | replicated
+  std::string mtp_chain_hidden = "pre_norm";  // kind = mtp: pre_norm | shared_head_norm
+  int ngram_max = 4;                          // kind = ngram: longest suffix looked up
+  int ngram_min = 1;                          // kind = ngram: shortest suffix looked up
 };
 
 struct ParallelSection {

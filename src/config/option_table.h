@@ -113,13 +113,20 @@ void for_each_option(Config& config, Visitor&& visit) {
             .required(),
         config.draft.kind);
   visit(S{"draft", "path",
-          "Draft model directory (when kind = model); same vocabulary as the target."},
+          "Draft model directory (kind = model), head directory (kind = eagle3), or MTP "
+          "checkpoint (kind = mtp; empty = the target's directory); same vocabulary as the "
+          "target."},
         config.draft.path);
   visit(S{"draft", "placement",
           "sharded = split over the tp group like the target; replicated = whole draft on every "
           "rank (no communication)."}
             .one_of({"sharded", "replicated"}),
         config.draft.placement);
+  visit(S{"draft", "mtp_chain_hidden",
+          "kind = mtp: the hidden state a chain's next step reads, the module's output before "
+          "shared_head.norm (pre_norm, vLLM) or after it (shared_head_norm, SGLang)."}
+            .one_of({"pre_norm", "shared_head_norm"}),
+        config.draft.mtp_chain_hidden);
   visit(S{"draft", "ngram_max",
           "kind = ngram: the longest suffix of the sequence looked up in its earlier tokens."}
             .range(1, 64),

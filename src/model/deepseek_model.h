@@ -4,7 +4,9 @@
 // another block with another cache: the layers are a table of kinds (ModelConfig::layer_kind:
 // MLA attention, then a dense SwiGLU MLP below first_k_dense_replace or a mixture of experts),
 // and the blocks it shares with the Llama family (the residual stream, the logits, MoeBlock) are
-// GraphBase's and moe_block.h's.
+// GraphBase's and moe_block.h's. The layers themselves are MlaDecoder<B>, which the target
+// (DeepseekModel: embedding in, final norm and lm_head out) and its multi-token-prediction module
+// (MtpModel, model/mtp_model.h: eh_proj in, shared_head out) both run.
 //
 // Multi-head latent attention (MLA), per layer on its n rows (H hidden, Hl = this rank's heads,
 // R = kv_lora_rank, dn/dr = qk_nope/qk_rope_head_dim, dv = v_head_dim):
@@ -69,43 +71,47 @@ void prepare_mla(HostWeights& host, const ModelConfig& config,
 // kMlaDerivedSchema.
 std::vector<TensorSpec> mla_prepared_schema();
 
+// The decoder layers of the family, run on a residual stream: what DeepseekModel (the target)
+// and MtpModel (its multi-token-prediction module, model/mtp_model.h) share. `host` is this
+// rank's shard, loaded by the caller (per-layer rows of deepseek_schema(), and the model-level
+// rows of `model_rows`); its MLA weights are prepared here. tp_comm: the tensor-parallel group
+// (nullptr or of size 1: the whole layers on this rank).
 template <class B>
-class DeepseekModel final : public LanguageModel, private GraphBase<B> {
+class MlaDecoder : protected GraphBase<B> {
+ protected:
   using Base = GraphBase<B>;
   using Base::b_;
-  using Base::seqs_;
   using typename Base::CF;
   using typename Base::F;
   using typename Base::Weight;
 
- public:
-  // As LlamaModel's constructor. Throws naming config.json when a layer is of a kind this graph
-  // has not.
-  DeepseekModel(const Checkpoint& checkpoint, B backend, Communicator& tp_comm, int ep = 0)
+  MlaDecoder(B backend, const ModelConfig& config, Communicator* tp_comm, HostWeights host,
+             std::span<const TensorSpec> model_rows, const std::string& source)
       : Base(std::move(backend)),
-        config_(checkpoint.config()),
+        config_(config),
         comm_(tp_comm),
-        tp_(tp_comm.size()),
+        tp_(tp_comm != nullptr ? tp_comm->size() : 1),
         inv_freq_(config_.rope_inv_freq()),
         residual_(b_) {
-    SPEC_CHECK(config_.is_mla(), "DeepseekModel needs an MLA config");
+    SPEC_CHECK(config_.is_mla(), "the DeepSeek-V3 layers need an MLA config");
     for (int layer = 0; layer < config_.num_layers; ++layer) {
       const LayerKind kind = config_.layer_kind(layer);
       SPEC_INPUT_CHECK(kind == kDenseLayer || kind == kMoeLayer,
-                       checkpoint.dir()
-                           << "/config.json: layer " << layer << " is " << layer_kind_name(kind)
-                           << "; the DeepSeek-V3 graph has " << layer_kind_name(kDenseLayer)
-                           << " and " << layer_kind_name(kMoeLayer) << " layers only");
+                       source << "/config.json: layer " << layer << " is " << layer_kind_name(kind)
+                              << "; the DeepSeek-V3 graph has " << layer_kind_name(kDenseLayer)
+                              << " and " << layer_kind_name(kMoeLayer) << " layers only");
       if (kind == kMoeLayer) routing_.layers.push_back(layer);
     }
-    HostWeights host = load_host_weights(checkpoint, tp_, tp_comm.rank(), deepseek_schema(), ep);
+    // A tied embedding is lm_head's: counted once.
     weight_bytes_ =
         host.bytes() -
         (config_.tie_word_embeddings ? host.model[static_cast<int>(Role::kEmbed)].bytes() : 0);
-    b_.check_fits(weight_bytes_, host.plan.tp_rank, host.plan.tp, checkpoint.dir());
+    b_.check_fits(weight_bytes_, host.plan.tp_rank, host.plan.tp, source);
     std::vector<std::vector<float>> derived;
     prepare_mla(host, config_, derived);
-    const std::vector<TensorSpec> schema = mla_prepared_schema();
+    std::vector<TensorSpec> schema(model_rows.begin(), model_rows.end());
+    for (const TensorSpec& s : mla_prepared_schema())
+      if (s.per_layer()) schema.push_back(s);
     weights_ = prepare_weights(b_, host, config_, schema);
     inv_freq_dev_ = b_.upload_floats(inv_freq_);
     moe_ = make_moe_block(b_, config_, host, routing_);
@@ -120,39 +126,48 @@ class DeepseekModel final : public LanguageModel, private GraphBase<B> {
     }
   }
 
-  const ModelConfig& config() const override { return config_; }
-  BackendKind backend() const override { return B::kKind; }
-  const ShardPlan& plan() const { return weights_.plan; }
-  // The latent cache is one row per token: read_kv gives [length, kv_lora_rank +
-  // qk_rope_head_dim] (which = 0; which = 1, the values, are inside those rows).
-  int kv_heads() const override { return 1; }
-  void synchronize() override { b_.synchronize(); }
-  const ExpertRouting* routing() const override {
-    return routing_.layers.empty() ? nullptr : &routing_;
-  }
-  std::size_t weight_bytes() const override { return weight_bytes_; }
-  std::size_t kv_bytes_per_token() const override {
-    return static_cast<std::size_t>(config_.num_layers) * config_.mla.cache_floats() *
-           sizeof(float);
-  }
-
-  std::unique_ptr<KvCache> new_cache(int capacity) override {
+  // The latent cache's shape (one row per token and layer) and its bytes per token.
+  std::unique_ptr<KvCache> new_latent_cache(int capacity) {
     return Base::make_cache(capacity, KvShape{config_.num_layers, config_.mla.cache_floats(), 0},
                             config_.max_position_embeddings);
   }
+  const ExpertRouting* layer_routing() const {
+    return routing_.layers.empty() ? nullptr : &routing_;
+  }
 
-  ForwardResult forward(std::span<const SeqChunk> batch, const ForwardRequest& request) override;
+  // Every layer over the n staged rows of the residual stream (begun by the caller), capturing
+  // the stream before layer l when capture->wants(l).
+  void run_layers(int n, HiddenCapture<B>* capture) {
+    const int dr = config_.mla.qk_rope_head_dim;
+    b_.rope_table(inv_freq_dev_, dr, rope_.grow(static_cast<std::size_t>(n) * dr));
+    xn_.grow(static_cast<std::size_t>(n) * config_.hidden_size);
+    if (!routing_.layers.empty()) {
+      routing_.n_tokens = n;
+      routing_.experts.resize(routing_.layers.size() * static_cast<std::size_t>(n) *
+                              routing_.top_k);
+    }
+    for (int layer = 0, moe_index = 0; layer < config_.num_layers; ++layer) {
+      if (capture != nullptr && capture->wants(layer))
+        capture->copy(b_, layer, residual_.settle(n), n);
+      mla_attention_block(layer, n);
+      if (moe_index < static_cast<int>(routing_.layers.size()) &&
+          routing_.layers[moe_index] == layer)
+        moe_block(layer, moe_index++, n);
+      else
+        dense_swiglu_block(layer, n);
+    }
+  }
+  Communicator* group() { return tp_ > 1 ? comm_ : nullptr; }
 
-  void keep(KvCache& cache, int first, std::span<const int> rows) override {
-    Base::keep_path(cache, config_.num_layers, first, rows);
-  }
-  void read(const RowsView& view, int first, int count, float* host) override {
-    Base::read_rows(view, first, count, host);
-  }
-  void read_kv(const KvCache& cache, int layer, int which, float* host) override {
-    SPEC_CHECK(which == 0, "read_kv: an MLA cache holds latent rows only (which = 0)");
-    Base::read_cache(cache, layer, which, host);
-  }
+  ModelConfig config_;
+  Communicator* comm_;  // nullptr: the whole layers on this rank
+  int tp_;
+  ModelWeights<B> weights_;
+  std::vector<float> inv_freq_;
+  typename B::Floats inv_freq_dev_;
+  std::size_t weight_bytes_ = 0;
+  ResidualStream<B> residual_;
+  typename B::Scratch xn_;
 
  private:
   static constexpr LayerKind kDenseLayer{AttentionKind::kMla, MlpKind::kDenseSwiGlu};
@@ -171,23 +186,78 @@ class DeepseekModel final : public LanguageModel, private GraphBase<B> {
   void mla_attention_block(int layer, int n);
   void dense_swiglu_block(int layer, int n);
   void moe_block(int layer, int moe_index, int n);
-  Communicator* group() { return tp_ > 1 ? &comm_ : nullptr; }
 
-  ModelConfig config_;
-  Communicator& comm_;
-  int tp_;
-  ModelWeights<B> weights_;
-  std::vector<float> inv_freq_;
-  typename B::Floats inv_freq_dev_;
-  std::size_t weight_bytes_ = 0;
   std::unique_ptr<MoeBlock<B>> moe_;
   std::vector<std::vector<float>> router_bias_;  // per layer: its router's bias, host, or empty
   ExpertRouting routing_;
+  typename B::Scratch qa_, q_, kva_, ckv_, qabs_, head_in_, head_out_, olat_, attn_, act_, rope_;
+};
 
-  ResidualStream<B> residual_;
+template <class B>
+class DeepseekModel final : public LanguageModel, private MlaDecoder<B> {
+  using Decoder = MlaDecoder<B>;
+  using Base = GraphBase<B>;
+  using Base::b_;
+  using Decoder::comm_;
+  using Decoder::config_;
+  using Decoder::residual_;
+  using Decoder::tp_;
+  using Decoder::weights_;
+  using Decoder::xn_;
+  using typename Base::F;
+
+ public:
+  // As LlamaModel's constructor. Throws naming config.json when a layer is of a kind this graph
+  // has not.
+  DeepseekModel(const Checkpoint& checkpoint, B backend, Communicator& tp_comm, int ep = 0)
+      : Decoder(
+            std::move(backend), checkpoint.config(), &tp_comm,
+            load_host_weights(checkpoint, tp_comm.size(), tp_comm.rank(), deepseek_schema(), ep),
+            model_rows(), checkpoint.dir()) {}
+
+  const ModelConfig& config() const override { return config_; }
+  BackendKind backend() const override { return B::kKind; }
+  const ShardPlan& plan() const { return weights_.plan; }
+  // The latent cache is one row per token: read_kv gives [length, kv_lora_rank +
+  // qk_rope_head_dim] (which = 0; which = 1, the values, are inside those rows).
+  int kv_heads() const override { return 1; }
+  void synchronize() override { b_.synchronize(); }
+  const ExpertRouting* routing() const override { return Decoder::layer_routing(); }
+  std::size_t weight_bytes() const override { return Decoder::weight_bytes_; }
+  std::size_t kv_bytes_per_token() const override {
+    return static_cast<std::size_t>(config_.num_layers) * config_.mla.cache_floats() *
+           sizeof(float);
+  }
+
+  std::unique_ptr<KvCache> new_cache(int capacity) override {
+    return Decoder::new_latent_cache(capacity);
+  }
+
+  ForwardResult forward(std::span<const SeqChunk> batch, const ForwardRequest& request) override;
+
+  void keep(KvCache& cache, int first, std::span<const int> rows) override {
+    Base::keep_path(cache, config_.num_layers, first, rows);
+  }
+  void read(const RowsView& view, int first, int count, float* host) override {
+    Base::read_rows(view, first, count, host);
+  }
+  void read_kv(const KvCache& cache, int layer, int which, float* host) override {
+    SPEC_CHECK(which == 0, "read_kv: an MLA cache holds latent rows only (which = 0)");
+    Base::read_cache(cache, layer, which, host);
+  }
+
+ private:
+  // The model-level rows of the prepared schema (embedding, final norm, lm_head).
+  static std::span<const TensorSpec> model_rows() {
+    static const std::vector<TensorSpec> rows = [] {
+      std::vector<TensorSpec> t;
+      for (const TensorSpec& s : mla_prepared_schema())
+        if (!s.per_layer()) t.push_back(s);
+      return t;
+    }();
+    return rows;
+  }
   HiddenCapture<B> capture_;
-  typename B::Scratch xn_, qa_, q_, kva_, ckv_, qabs_, head_in_, head_out_, olat_, attn_, act_,
-      rope_;
 };
 
 template <class B>
@@ -198,25 +268,11 @@ ForwardResult DeepseekModel<B>::forward(std::span<const SeqChunk> batch,
   const int L = config_.num_layers, H = config_.hidden_size;
   capture_.begin(request.capture, L, n, H);
   Base::stage_batch(batch, n);
-  const int dr = config_.mla.qk_rope_head_dim;
-  b_.rope_table(inv_freq_dev_, dr, rope_.grow(static_cast<std::size_t>(n) * dr));
 
-  F x = residual_.begin(n, H, config_.rms_norm_eps, group());
+  F x = residual_.begin(n, H, config_.rms_norm_eps, Decoder::group());
   b_.embed(weights_.get(Role::kEmbed), plan.vocab_begin, x);
-  if (tp_ > 1) b_.all_reduce_sum(comm_, x, static_cast<std::size_t>(n) * H);
-  xn_.grow(static_cast<std::size_t>(n) * H);
-  if (!routing_.layers.empty()) {
-    routing_.n_tokens = n;
-    routing_.experts.resize(routing_.layers.size() * static_cast<std::size_t>(n) * routing_.top_k);
-  }
-  for (int layer = 0, moe_index = 0; layer < L; ++layer) {
-    if (capture_.wants(layer)) capture_.copy(b_, layer, residual_.settle(n), n);
-    mla_attention_block(layer, n);
-    if (moe_index < static_cast<int>(routing_.layers.size()) && routing_.layers[moe_index] == layer)
-      moe_block(layer, moe_index++, n);
-    else
-      dense_swiglu_block(layer, n);
-  }
+  if (tp_ > 1) b_.all_reduce_sum(*comm_, x, static_cast<std::size_t>(n) * H);
+  Decoder::run_layers(n, &capture_);
   for (const SeqChunk& s : batch) s.cache->advance(s.n_tokens, s.parents);
 
   F xn = xn_.grow(0);
@@ -226,14 +282,14 @@ ForwardResult DeepseekModel<B>::forward(std::span<const SeqChunk> batch,
   const int out_rows = request.all_logits ? n : static_cast<int>(batch.size());
   ForwardResult result;
   result.logits =
-      Base::logits(xn, out_rows, weights_.get(Role::kLmHead), config_.vocab_size, group());
+      Base::logits(xn, out_rows, weights_.get(Role::kLmHead), config_.vocab_size, Decoder::group());
   b_.end_forward();
   result.hidden = capture_.view(n);
   return result;
 }
 
 template <class B>
-void DeepseekModel<B>::mla_attention_block(int layer, int n) {
+void MlaDecoder<B>::mla_attention_block(int layer, int n) {
   const MlaConfig& m = config_.mla;
   const int R = m.kv_lora_rank, dr = m.qk_rope_head_dim, dn = m.qk_nope_head_dim;
   const int dv = m.v_head_dim, qk = m.qk_head_dim(), row = m.cache_floats();
@@ -301,14 +357,14 @@ void DeepseekModel<B>::mla_attention_block(int layer, int n) {
 }
 
 template <class B>
-void DeepseekModel<B>::dense_swiglu_block(int layer, int n) {
+void MlaDecoder<B>::dense_swiglu_block(int layer, int n) {
   residual_.dense_swiglu(n, weights_.at(layer, Role::kPostAttentionNorm), xn_.grow(0),
                          weights_.at(layer, Role::kGate), weights_.at(layer, Role::kDown),
                          act_.grow(static_cast<std::size_t>(n) * weights_.plan.intermediate));
 }
 
 template <class B>
-void DeepseekModel<B>::moe_block(int layer, int moe_index, int n) {
+void MlaDecoder<B>::moe_block(int layer, int moe_index, int n) {
   std::int32_t* chosen =
       routing_.experts.data() + static_cast<std::size_t>(moe_index) * n * routing_.top_k;
   const typename MoeBlock<B>::Shared shared{weights_.maybe(layer, Role::kSharedGate),

@@ -1,4 +1,4 @@
-// A draft head, as the drafters that use one (spec/eagle3_drafter.h) see it, whatever its kind
+// A draft head, as the drafters that use one (spec/head_drafter.h) see it, whatever its kind
 // and backend: a small network that drafts from the target's hidden states. Unlike a
 // LanguageModel it takes, per token, a hidden input besides the token: the target's captured
 // features (target_capture(): its pass over committed positions, "extend") or its own output for
@@ -11,6 +11,7 @@
 #include <span>
 
 #include "backend/backend.h"
+#include "model/expert_routing.h"
 #include "model/head_config.h"
 #include "model/kv_cache.h"
 #include "model/language_model.h"
@@ -39,6 +40,10 @@ class DraftHead {
   // `source` may be the previous forward's `hidden`.
   virtual ForwardResult forward(std::span<const SeqChunk> batch, const RowsView& source,
                                 std::span<const int> rows, bool all_logits) = 0;
+
+  // The routing of the latest forward when the head has mixture-of-experts layers (an MTP
+  // module's), else nullptr: the drafter's expert accounting, never the target's.
+  virtual const ExpertRouting* routing() const { return nullptr; }
 
   // Target id of each draft id (the identity when the draft vocabulary is the target's).
   virtual std::span<const std::int32_t> draft_to_target() const = 0;

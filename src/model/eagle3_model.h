@@ -170,12 +170,9 @@ ForwardResult Eagle3Model<B>::forward(std::span<const SeqChunk> batch, const Row
   F hin = in;
   if (from_target) b_.linear(in, n, weights_.get(Role::kFc), nullptr, hin = hin_.grow(N * H));
   // x = cat(input_layernorm(embed(token)), hidden_norm(hin)).
-  F e = e_.grow(N * H), a = a_.grow(N * 2 * H), tmp = tmp_.grow(N * H);
-  b_.embed(weights_.get(Role::kEmbed), 0, e);
-  b_.rmsnorm(e, n, H, weights_.get(Role::kInputNorm), eps, tmp);
-  b_.copy_rows(a, 2 * H, tmp, H, n, H);
-  b_.rmsnorm(hin, n, H, weights_.get(Role::kHiddenNorm), eps, tmp);
-  b_.copy_rows(a + H, 2 * H, tmp, H, n, H);
+  F a = a_.grow(N * 2 * H), tmp = tmp_.grow(N * H);
+  Base::embedding_beside_hidden(weights_.get(Role::kEmbed), weights_.get(Role::kInputNorm), hin,
+                                weights_.get(Role::kHiddenNorm), n, H, eps, e_.grow(N * H), tmp, a);
   // The residual stream starts as hin (or its norm). o_proj and down_proj go into it
   // (ResidualStream::add_projection: when sharded, partial sums summed across the group).
   Communicator* group = tp_ > 1 ? comm_ : nullptr;

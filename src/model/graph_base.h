@@ -206,6 +206,19 @@ class GraphBase : protected KvStore {
   explicit GraphBase(B backend) : b_(std::move(backend)) {}
   ~GraphBase() override { b_.finish(); }
 
+  // A draft head's input (EAGLE-3, MTP): a [n, 2H] = [rmsnorm(embed(tokens), embed_norm) ;
+  // rmsnorm(hidden, hidden_norm)], embedding first (the staged tokens, a whole embedding); e and
+  // tmp [n, H] are scratch, tmp holds rmsnorm(hidden) afterwards.
+  void embedding_beside_hidden(const Weight& embed, const Weight& embed_norm, CF hidden,
+                               const Weight& hidden_norm, int n, int H, float eps, F e, F tmp,
+                               F a) {
+    b_.embed(embed, 0, e);
+    b_.rmsnorm(e, n, H, embed_norm, eps, tmp);
+    b_.copy_rows(a, 2 * H, tmp, H, n, H);
+    b_.rmsnorm(hidden, n, H, hidden_norm, eps, tmp);
+    b_.copy_rows(a + H, 2 * H, tmp, H, n, H);
+  }
+
   // A cache of `capacity` slots for `shape`; positions limited to max_positions.
   std::unique_ptr<KvCache> make_cache(int capacity, const KvShape& shape, int max_positions) {
     int slot;

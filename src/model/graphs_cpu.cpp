@@ -10,6 +10,7 @@ namespace specrun {
 template class LlamaModel<CpuBackend>;
 template class Eagle3Model<CpuBackend>;
 template class DeepseekModel<CpuBackend>;
+template class MtpModel<CpuBackend>;
 
 std::unique_ptr<LanguageModel> load_cpu_model(const Checkpoint& checkpoint, Communicator& tp_comm,
                                               int threads, int ep) {

@@ -12,6 +12,7 @@
 #include "model/draft_head.h"
 #include "model/eagle3_model.h"
 #include "model/head_config.h"
+#include "model/mtp_model.h"
 
 namespace specrun {
 
@@ -24,6 +25,18 @@ std::unique_ptr<DraftHead> make_head(const Checkpoint& head, const Checkpoint& t
     case HeadKind::kEagle3:
       return std::make_unique<Eagle3Model<B>>(head, target, std::get<Eagle3Config>(config.of),
                                               std::move(backend), tp_comm);
+    case HeadKind::kMtp:
+      // Its decoder layer is MLA's latent attention, which the CUDA backend does not run yet
+      // (graphs_cuda.cpp refuses an MLA target the same way).
+      if constexpr (B::kKind == BackendKind::kCuda) {
+        SPEC_INPUT_FAIL(head.dir() << "/config.json: draft.kind = \"mtp\": the MTP layer has "
+                                      "multi-head latent attention (MLA), which the CUDA backend "
+                                      "does not run yet: use parallel.backend = \"cpu\" (or "
+                                      "--backend cpu)");
+      } else {
+        return std::make_unique<MtpModel<B>>(head, target, std::get<MtpConfig>(config.of),
+                                             std::move(backend), tp_comm);
+      }
   }
   SPEC_FAIL("a draft head of kind " << static_cast<int>(config.kind()) << " has no graph");
 }

@@ -131,8 +131,10 @@ std::unique_ptr<LanguageModel> ModelFactory::load(const Checkpoint& checkpoint, 
 }
 
 std::unique_ptr<DraftHead> ModelFactory::load_head(const std::string& dir, const Checkpoint& target,
-                                                   bool sharded) {
-  const HeadConfig config = HeadConfig::from_dir(dir, target.config());
+                                                   bool sharded, bool mtp_chain_shared_head_norm) {
+  HeadConfig config = HeadConfig::from_dir(dir, target.config());
+  if (auto* mtp = std::get_if<MtpConfig>(&config.of))
+    mtp->chain_shared_head_norm = mtp_chain_shared_head_norm;
   const Checkpoint head(dir, [&](const std::string&) { return config.layers(); });
 #ifdef SPECRUN_HAVE_CUDA
   if (cuda_) return load_cuda_head(head, target, config, *cuda_, sharded ? &cuda_->tp() : nullptr);

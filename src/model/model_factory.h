@@ -55,8 +55,9 @@ class ModelFactory {
   // Loads the draft head in `dir` (its kind read from its config.json: HeadConfig::from_dir) for
   // the target in `target`: sharded over the tp group like the target (all its ranks call), or
   // replicated (a whole copy on this rank).
+  // mtp_chain_shared_head_norm: an MTP head's MtpConfig::chain_shared_head_norm.
   std::unique_ptr<DraftHead> load_head(const std::string& dir, const Checkpoint& target,
-                                       bool sharded);
+                                       bool sharded, bool mtp_chain_shared_head_norm = false);
 
   // The tp group's communicator for the engine's decisions (host buffers). On CUDA it is the
   // NcclComm of the models, so its comm_seconds() also holds the NCCL time of forward passes.

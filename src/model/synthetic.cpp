@@ -152,9 +152,12 @@ std::vector<TensorToWrite> deepseek_tensors(const SyntheticSpec& spec, const Mod
   const MlaConfig& m = c.mla;
   const std::int64_t H = c.hidden_size, I = c.intermediate_size, V = c.vocab_size;
   const std::int64_t heads = c.num_heads, R = m.kv_lora_rank;
+  // The MTP modules (num_nextn_predict_layers) are layers num_layers.. of the same kind rule.
+  ModelConfig with_mtp = c;
+  with_mtp.num_layers += c.num_nextn_predict_layers;
   std::vector<TensorToWrite> t;
   t.push_back(random_tensor(spec, pre + "model.embed_tokens.weight", {V, H}, spec.embed_std));
-  for (int l = 0; l < c.num_layers; ++l) {
+  for (int l = 0; l < with_mtp.num_layers; ++l) {
     const std::string p = pre + "model.layers." + std::to_string(l) + ".";
     const std::string a = p + "self_attn.";
     const double out_std = spec.weight_std * (l >= spec.draft_layers ? spec.deep_scale : 1.0);
@@ -175,7 +178,7 @@ std::vector<TensorToWrite> deepseek_tensors(const SyntheticSpec& spec, const Mod
                               {heads * (m.qk_nope_head_dim + m.v_head_dim), R},
                               spec.mla_std / std::sqrt(R / 16.0)));
     t.push_back(random_tensor(spec, a + "o_proj.weight", {H, heads * m.v_head_dim}, out_std));
-    if (c.layer_kind(l).mlp == MlpKind::kMoe) {
+    if (with_mtp.layer_kind(l).mlp == MlpKind::kMoe) {
       const std::int64_t E = c.num_experts, IE = c.moe_intermediate_size;
       const std::string x = p + "mlp.";
       t.push_back(random_tensor(spec, x + "gate.weight", {E, H}, spec.router_std));
@@ -189,6 +192,15 @@ std::vector<TensorToWrite> deepseek_tensors(const SyntheticSpec& spec, const Mod
     }
     t.push_back(ones(spec, p + "input_layernorm.weight", H));
     t.push_back(ones(spec, p + "post_attention_layernorm.weight", H));
+    if (l >= c.num_layers) {
+      // An MTP module (docs/mtp-design.md): enorm, hnorm, eh_proj [H, 2H] over
+      // cat(enorm(embed), hnorm(h)), shared_head.norm; embed_tokens and shared_head.head are
+      // the target's (not written).
+      t.push_back(near_ones(spec, p + "enorm.weight", H, spec.norm_std));
+      t.push_back(near_ones(spec, p + "hnorm.weight", H, spec.norm_std));
+      t.push_back(random_tensor(spec, p + "eh_proj.weight", {H, 2 * H}, spec.weight_std));
+      t.push_back(near_ones(spec, p + "shared_head.norm.weight", H, spec.norm_std));
+    }
   }
   t.push_back(ones(spec, pre + "model.norm.weight", H));
   t.push_back(random_tensor(spec, pre + "lm_head.weight", {V, H}, spec.lm_head_std));
@@ -265,6 +277,10 @@ void validate(const SyntheticSpec& s) {
                      "make-model: need --first-k-dense >= 0, --n-shared-experts >= 0, "
                      "--routed-scaling > 0, --rope-factor >= 1 (<= --max-pos), --mla-std > 0");
   }
+  SPEC_INPUT_CHECK(s.mtp_layers >= 0 && s.mtp_layers <= 4 && (s.mtp_layers == 0 || s.deepseek()),
+                   "make-model: --mtp-layers " << s.mtp_layers
+                                               << " must be in 0..4, and 0 unless --arch is "
+                                                  "deepseek_v3 or kimi_k25");
   if (s.moe()) {
     SPEC_INPUT_CHECK(s.experts >= 1 && s.experts_per_tok >= 1 && s.experts_per_tok <= s.experts,
                      "make-model: --experts " << s.experts << " and --experts-per-tok "
@@ -355,6 +371,7 @@ ModelConfig synthetic_config(const SyntheticSpec& spec, bool draft) {
     c.moe_intermediate_size = spec.moe_intermediate > 0 ? spec.moe_intermediate : 64;
     c.norm_topk_prob = spec.norm_topk_prob;
     c.first_k_dense_replace = spec.first_k_dense_replace;
+    c.num_nextn_predict_layers = draft ? 0 : spec.mtp_layers;
     c.router = MoeRouterConfig{MoeRouterConfig::kSigmoidNoauxTc, spec.n_group, spec.topk_group,
                                spec.routed_scaling_factor, spec.n_shared_experts};
     c.vocab_size = spec.vocab;

@@ -91,6 +91,9 @@ struct SyntheticSpec {
   double yarn_mscale_all_dim = 1.0;
   double mla_std = 0.2;
   bool rope_interleave = true;  // config.json's rope_interleave
+  // num_nextn_predict_layers of the target: MTP modules written as layers `layers`.. (enorm,
+  // hnorm, eh_proj, a decoder layer, shared_head.norm; docs/mtp-design.md). 0: none.
+  int mtp_layers = 0;
 
   bool moe() const { return architecture == "qwen3_moe" || architecture == "mixtral"; }
   bool deepseek() const { return architecture == "deepseek_v3" || architecture == "kimi_k25"; }

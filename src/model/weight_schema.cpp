@@ -544,7 +544,7 @@ std::size_t HostWeights::bytes() const {
 }
 
 HostWeights load_host_weights(const Checkpoint& ckpt, int tp, int tp_rank,
-                              std::span<const TensorSpec> schema, int ep) {
+                              std::span<const TensorSpec> schema, int ep, int first_layer) {
   const ModelConfig& c = ckpt.config();
   SPEC_INPUT_CHECK(c.num_kv_heads > 0 && c.num_heads % c.num_kv_heads == 0,
                    "config.json: num_attention_heads = " << c.num_heads
@@ -569,15 +569,15 @@ HostWeights load_host_weights(const Checkpoint& ckpt, int tp, int tp_rank,
         std::vector<HostTensor>& stack = w.experts[layer][static_cast<int>(s.role)];
         for (int e = 0; e < w.plan.experts; ++e) {
           const int expert = w.plan.expert_begin + e;
-          const TensorView& t =
-              ckpt.tensor(c.tensor_prefix + tensor_name(s, layer, expert), spec_shape(s, c));
+          const TensorView& t = ckpt.tensor(
+              c.tensor_prefix + tensor_name(s, first_layer + layer, expert), spec_shape(s, c));
           stack.push_back(cut(t, s, w.plan, c, w));
         }
         continue;
       }
       const std::string name = c.tensor_prefix + (c.tie_word_embeddings && !s.tied_source.empty()
                                                       ? std::string(s.tied_source)
-                                                      : tensor_name(s, layer));
+                                                      : tensor_name(s, first_layer + layer));
       const TensorView& t = ckpt.tensor(name, spec_shape(s, c));
       HostTensor h = cut(t, s, w.plan, c, w);
       (s.per_layer() ? w.layers[layer][static_cast<int>(s.role)]

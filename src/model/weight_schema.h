@@ -275,8 +275,11 @@ struct HostWeights {
 
 // Loads this rank's shard of `checkpoint` for tensor parallelism tp (rank tp_rank) and expert
 // parallelism ep (0: the default, ShardPlan::make); every tensor is checked against the shape
-// config.json implies (errors name the tensor, the file and the config fields).
+// config.json implies (errors name the tensor, the file and the config fields). Per-layer row
+// `layer` is read from the checkpoint's layer first_layer + layer (an MTP module: its one
+// layer past the decoder's, docs/mtp-design.md).
 HostWeights load_host_weights(const Checkpoint& checkpoint, int tp, int tp_rank,
-                              std::span<const TensorSpec> schema = llama_schema(), int ep = 0);
+                              std::span<const TensorSpec> schema = llama_schema(), int ep = 0,
+                              int first_layer = 0);
 
 }  // namespace specrun

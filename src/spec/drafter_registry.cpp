@@ -4,8 +4,9 @@
 
 #include "common/error.h"
 #include "model/checkpoint.h"
+#include "model/head_config.h"
 #include "model/model_factory.h"
-#include "spec/eagle3_drafter.h"
+#include "spec/head_drafter.h"
 #include "spec/model_drafter.h"
 #include "spec/ngram_drafter.h"
 #include "spec/synthetic_acceptance.h"
@@ -60,10 +61,43 @@ void validate_eagle3(const JobConfig& c) {
 // draft.placement: "replicated" (the whole head on every rank, no communication) or "sharded"
 // (split over the tp group like the target; the same tokens, less memory per rank).
 std::unique_ptr<Drafter> make_eagle3(const JobConfig& c, DrafterContext& ctx) {
-  return std::make_unique<Eagle3Drafter>(
+  const HeadKind kind = HeadConfig::from_dir(c.draft.path.resolved, ctx.target.config()).kind();
+  SPEC_INPUT_CHECK(kind == HeadKind::kEagle3, "draft.kind = \"eagle3\" ("
+                                                  << c.origin("draft.kind")
+                                                  << ") but draft.path = " << c.draft.path.resolved
+                                                  << " holds a DeepSeek-V3 checkpoint's MTP layer: "
+                                                     "set draft.kind = \"mtp\"");
+  return std::make_unique<HeadDrafter>(
       ctx.factory.load_head(c.draft.path.resolved, ctx.target_checkpoint,
                             c.draft.placement == "sharded"),
       ctx.ops, ctx.options);
+}
+
+// ---- mtp: a DeepSeek-V3 checkpoint's multi-token-prediction layer --------------------------
+
+// The target's kind is known at load only (make_mtp).
+void validate_mtp(const JobConfig&) {}
+
+// The module of the target's own checkpoint (draft.path empty) or of a NextN checkpoint
+// (draft.path), drafting chains by applying it recursively and trees through the shared tree
+// loop (HeadDrafter); its MoE passes go to the drafter's expert accounting.
+std::unique_ptr<Drafter> make_mtp(const JobConfig& c, DrafterContext& ctx) {
+  const ModelConfig& target = ctx.target.config();
+  SPEC_INPUT_CHECK(target.is_mla(), "draft.kind = \"mtp\" (" << c.origin("draft.kind")
+                                                             << ") needs a DeepSeek-V3-family "
+                                                                "target with an MTP layer, but "
+                                                             << ctx.target_checkpoint.dir()
+                                                             << "/config.json has architectures \""
+                                                             << target.architecture << "\"");
+  const std::string dir =
+      c.draft.path.empty() ? ctx.target_checkpoint.dir() : c.draft.path.resolved;
+  SPEC_INPUT_CHECK(HeadConfig::from_dir(dir, target).kind() == HeadKind::kMtp,
+                   "draft.kind = \"mtp\" (" << c.origin("draft.kind") << ") but draft.path = "
+                                            << dir << " is not a DeepSeek-V3-family checkpoint");
+  return std::make_unique<HeadDrafter>(
+      ctx.factory.load_head(dir, ctx.target_checkpoint, c.draft.placement == "sharded",
+                            c.draft.mtp_chain_hidden == "shared_head_norm"),
+      ctx.ops, ctx.options, ctx.draft_routing);
 }
 
 // ---- ngram: prompt lookup, no model -------------------------------------------------------
@@ -94,6 +128,10 @@ constexpr DrafterKind kKinds[] = {
      "an EAGLE-3 head (draft.path) drafts from the target's hidden states, a chain or "
      "a tree (decode.tree_top_k / tree_depth / tree_nodes)",
      validate_eagle3, make_eagle3},
+    {"mtp",
+     "a DeepSeek-V3-family target's multi-token-prediction layer (draft.path empty: the "
+     "target's own; draft.mtp_chain_hidden) drafts a chain or a tree",
+     validate_mtp, make_mtp},
     {"ngram",
      "prompt lookup: the continuation of the latest earlier occurrence of the last "
      "n tokens (draft.ngram_max .. draft.ngram_min), up to decode.draft_len; no model",

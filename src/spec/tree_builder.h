@@ -86,7 +86,7 @@ class LevelScorer {
 };
 
 // EAGLE-2's dynamic trees for a batch of sequences, grown level by level, the same for every
-// drafter (model_drafter, eagle3_drafter, and the next head-based ones): the roots' top-k
+// drafter (model_drafter, head_drafter: EAGLE-3 and MTP heads): the roots' top-k
 // children, then one scorer call per level with every sequence's frontier (each node's parent
 // slot in its cache, for tree attention), their top-k children, until no frontier is left; then
 // each sequence's best `limits[i].nodes` candidates.

@@ -178,31 +178,62 @@ def moe(cfg, w, p, h, margins):
     return out
 
 
-def forward(cfg, w, tokens, worst_form, margins):
-    L = cfg["num_hidden_layers"]
+def decoder_layer(cfg, w, layer, x, cos, sin, scaling, worst_form, margins):
+    """Checkpoint layer `layer` (MLA, then a dense or MoE MLP by first_k_dense_replace and
+    moe_layer_freq) on the residual stream x [T, H]."""
     first_dense = cfg.get("first_k_dense_replace", 0)
     freq = cfg.get("moe_layer_freq", 1)
     eps = cfg["rms_norm_eps"]
+    p = f"model.layers.{layer}."
+    x = x + mla(cfg, w, p, rms_norm(x, w[p + "input_layernorm.weight"], eps), cos, sin, scaling,
+                worst_form)
+    hn = rms_norm(x, w[p + "post_attention_layernorm.weight"], eps)
+    if cfg.get("n_routed_experts") is not None and layer >= first_dense and layer % freq == 0:
+        return x + moe(cfg, w, p, hn, margins)
+    return x + swiglu(hn, w, p + "mlp.")
+
+
+def lm_head(cfg, w):
+    return w["model.embed_tokens.weight"] if cfg.get("tie_word_embeddings") else w["lm_head.weight"]
+
+
+def forward(cfg, w, tokens, worst_form, margins, hidden=None):
+    """The logits at every position; `hidden`, a list, receives the final norm's output."""
     cos, sin, scaling = rope(cfg, len(tokens))
     x = w["model.embed_tokens.weight"][tokens]
-    for layer in range(L):
-        p = f"model.layers.{layer}."
-        x = x + mla(cfg, w, p, rms_norm(x, w[p + "input_layernorm.weight"], eps), cos, sin,
-                    scaling, worst_form)
-        hn = rms_norm(x, w[p + "post_attention_layernorm.weight"], eps)
-        if cfg.get("n_routed_experts") is not None and layer >= first_dense and layer % freq == 0:
-            x = x + moe(cfg, w, p, hn, margins)
-        else:
-            x = x + swiglu(hn, w, p + "mlp.")
-    x = rms_norm(x, w["model.norm.weight"], eps)
-    head = w["model.embed_tokens.weight"] if cfg.get("tie_word_embeddings") else w["lm_head.weight"]
-    return x @ head.T
+    for layer in range(cfg["num_hidden_layers"]):
+        x = decoder_layer(cfg, w, layer, x, cos, sin, scaling, worst_form, margins)
+    x = rms_norm(x, w["model.norm.weight"], cfg["rms_norm_eps"])
+    if hidden is not None:
+        hidden.append(x)
+    return x @ lm_head(cfg, w).T
 
 
-def main():
-    model_dir, dump_path, tokens_text = sys.argv[1:4]
-    tolerance = float(sys.argv[sys.argv.index("--tolerance") + 1]) if "--tolerance" in sys.argv \
-        else 1e-5
+def compare(dump_path, want):
+    """(the dump's rows, each row's relative L2 error, the worst row, the rows whose argmax
+    differs) of a --dump-logits style file against the reference rows."""
+    got = read_dump(dump_path).astype(np.float64)
+    assert got.shape == want.shape, f"dump {got.shape} vs reference {want.shape}"
+    rel = np.linalg.norm(got - want, axis=1) / np.linalg.norm(want, axis=1)
+    flips = int(np.sum(np.argmax(got, axis=1) != np.argmax(want, axis=1)))
+    return got, rel, int(np.argmax(rel)), flips
+
+
+def margin_text(margins, min_margin):
+    return (f"{len(margins)} routing decisions' smallest margin "
+            f"{min(margins) if margins else float('inf'):.3g} (needs > {min_margin:g})")
+
+
+def near_tie(margins, min_margin):
+    """True (and says so) when a routing decision is too close to call."""
+    if margins and min(margins) <= min_margin:
+        print("a routing decision is a near tie: choose another seed")
+        return True
+    return False
+
+
+def read_model(model_dir):
+    """(text config, weights without the Kimi-K2.5 prefix, architecture)."""
     outer = json.load(open(f"{model_dir}/config.json"))
     arch = outer["architectures"][0]
     cfg, prefix = outer, ""
@@ -211,24 +242,25 @@ def main():
     else:
         assert arch == "DeepseekV3ForCausalLM", arch
     raw = read_safetensors(f"{model_dir}/model.safetensors")
-    w = {k[len(prefix):]: v for k, v in raw.items() if k.startswith(prefix)}
+    return cfg, {k[len(prefix):]: v for k, v in raw.items() if k.startswith(prefix)}, arch
+
+
+def main():
+    model_dir, dump_path, tokens_text = sys.argv[1:4]
+    tolerance = float(sys.argv[sys.argv.index("--tolerance") + 1]) if "--tolerance" in sys.argv \
+        else 1e-5
+    cfg, w, arch = read_model(model_dir)
     tokens = [int(t) for t in tokens_text.split(",")]
     min_margin = float(sys.argv[sys.argv.index("--min-margin") + 1]) if "--min-margin" in \
         sys.argv else 1e-4
     worst_form, margins = [0.0], []
     want = forward(cfg, w, tokens[:-1], worst_form, margins)
-    got = read_dump(dump_path).astype(np.float64)
-    assert got.shape == want.shape, f"dump {got.shape} vs reference {want.shape}"
-    rel = np.linalg.norm(got - want, axis=1) / np.linalg.norm(want, axis=1)
-    worst = int(np.argmax(rel))
-    flips = int(np.sum(np.argmax(got, axis=1) != np.argmax(want, axis=1)))
+    got, rel, worst, flips = compare(dump_path, want)
     print(f"{arch} reference: {got.shape[0]} positions x {got.shape[1]} logits, worst relative "
           f"L2 {rel[worst]:.3g} at position {worst} (tolerance {tolerance:g}); argmax differs in "
           f"{flips} rows; absorbed vs naive MLA (float64) worst relative {worst_form[0]:.3g}; "
-          f"{len(margins)} routing decisions' smallest margin "
-          f"{min(margins) if margins else float('inf'):.3g} (needs > {min_margin:g})")
-    if margins and min(margins) <= min_margin:
-        print("a routing decision is a near tie: choose another seed")
+          f"{margin_text(margins, min_margin)}")
+    if near_tie(margins, min_margin):
         return 1
     if worst_form[0] > 1e-9:
         print("the absorbed and naive forms of MLA disagree")

@@ -17,7 +17,7 @@
 #include "model/checkpoint.h"
 #include "model/eagle3_config.h"
 #include "model/model_factory.h"
-#include "spec/eagle3_drafter.h"
+#include "spec/head_drafter.h"
 #include "spec/ngram_drafter.h"
 #include "spec/token_ops.h"
 
@@ -76,7 +76,7 @@ struct Eagle3Rig {
 
   // sharded: the head split over the world like the target; else whole on every rank.
   std::unique_ptr<Drafter> eagle3(const DecodeOptions& opt, bool sharded = false) {
-    return std::make_unique<Eagle3Drafter>(
+    return std::make_unique<HeadDrafter>(
         load_cpu_head(head_ckpt, target_ckpt, head_config, 1, sharded ? &comm : nullptr), *ops,
         opt.draft());
   }

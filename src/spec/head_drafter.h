@@ -1,15 +1,16 @@
-// draft.kind = "eagle3": an EAGLE-3 head (model/draft_head.h) drafts from the target's hidden
-// states, as the SafeAILab reference and SGLang do:
-//  - the target captures the head's three layers (DraftHead::target_capture) in its prefill and
-//    verify passes;
+// draft.kind = "eagle3" and "mtp": a draft head (model/draft_head.h: an EAGLE-3 head, or a
+// DeepSeek-V3 MTP module, docs/mtp-design.md) drafts from the target's hidden states, as the
+// SafeAILab reference, SGLang and vLLM do:
+//  - the target captures the head's layers (DraftHead::target_capture: EAGLE-3's three, the
+//    MTP module's final norm output) in its prefill and verify passes;
 //  - "extend": the head runs over every position the target has committed, pairing the
 //    embedding of the next token with the target's features at the position (draft position i
 //    holds (embed(x_{i+1}), f_i) at RoPE position i); its last output predicts the token after
 //    the last committed one;
 //  - drafting: a dynamic tree (spec/tree_builder.h's TreeGrower; a chain when decode.tree_top_k
 //    is 1) grown from that last output, each node fed with its token and its parent's output (fc
-//    skipped), one tree-attention forward of the head per depth; draft ids map to target ids
-//    with d2t;
+//    skipped; the MTP module applied recursively), one tree-attention forward of the head per
+//    depth; draft ids map to target ids with d2t;
 //  - after verification the head's cache returns to the committed positions and only the
 //    accepted positions' features are extended (the root and the accepted path).
 // The target's features are full width on every rank and the head's outputs too (replicated:
@@ -24,16 +25,20 @@
 #include <vector>
 
 #include "model/draft_head.h"
+#include "model/routing_observer.h"
 #include "spec/drafter.h"
 #include "spec/token_ops.h"
 #include "spec/tree_builder.h"
 
 namespace specrun {
 
-class Eagle3Drafter final : public Drafter, private LevelScorer {
+class HeadDrafter final : public Drafter, private LevelScorer {
  public:
-  // head: the loaded head (owned); ops: the decisions of its backend (outlives the drafter).
-  Eagle3Drafter(std::unique_ptr<DraftHead> head, TokenOps& ops, const DraftOptions& options);
+  // head: the loaded head (owned); ops: the decisions of its backend (outlives the drafter);
+  // routing: told each head forward's expert routing when the head has MoE layers (the
+  // drafter's expert accounting), or nullptr.
+  HeadDrafter(std::unique_ptr<DraftHead> head, TokenOps& ops, const DraftOptions& options,
+              RoutingObserver* routing = nullptr);
 
   std::span<const int> target_capture() const override { return head_->target_capture(); }
   void begin_batch(std::span<const DraftSequence> seqs, const TargetFeatures* features) override;
@@ -59,8 +64,13 @@ class Eagle3Drafter final : public Drafter, private LevelScorer {
   RowsView score_roots(std::span<const int> growing, std::vector<int>& rows) override;
   RowsView score_level(const TreeLevel& level) override;
 
+  // head_->forward, its routing reported to routing_.
+  ForwardResult forward(std::span<const SeqChunk> batch, const RowsView& source,
+                        std::span<const int> rows, bool all_logits);
+
   std::unique_ptr<DraftHead> head_;
   TokenOps& ops_;
+  RoutingObserver* routing_;
   DraftOptions options_;
   std::vector<Seq> seqs_;
   TreeGrower grower_;

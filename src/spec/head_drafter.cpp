@@ -1,4 +1,4 @@
-#include "spec/eagle3_drafter.h"
+#include "spec/head_drafter.h"
 
 #include <algorithm>
 
@@ -6,17 +6,23 @@
 
 namespace specrun {
 
-Eagle3Drafter::Eagle3Drafter(std::unique_ptr<DraftHead> head, TokenOps& ops,
-                             const DraftOptions& options)
-    : head_(std::move(head)), ops_(ops), options_(options) {
-  SPEC_CHECK(head_->kind() == HeadKind::kEagle3, "the EAGLE-3 drafter was given another head");
-  SPEC_CHECK(head_->backend() == ops.backend(), "the EAGLE-3 head and the token ops' backends");
+HeadDrafter::HeadDrafter(std::unique_ptr<DraftHead> head, TokenOps& ops,
+                         const DraftOptions& options, RoutingObserver* routing)
+    : head_(std::move(head)), ops_(ops), routing_(routing), options_(options) {
+  SPEC_CHECK(head_->backend() == ops.backend(), "the draft head and the token ops' backends");
 }
 
-void Eagle3Drafter::begin_batch(std::span<const DraftSequence> seqs,
-                                const TargetFeatures* features) {
+ForwardResult HeadDrafter::forward(std::span<const SeqChunk> batch, const RowsView& source,
+                                   std::span<const int> rows, bool all_logits) {
+  ForwardResult out = head_->forward(batch, source, rows, all_logits);
+  if (routing_ != nullptr)
+    if (const ExpertRouting* r = head_->routing()) routing_->observe(batch, *r);
+  return out;
+}
+
+void HeadDrafter::begin_batch(std::span<const DraftSequence> seqs, const TargetFeatures* features) {
   SPEC_CHECK(features != nullptr && features->seqs.size() == seqs.size(),
-             "the EAGLE-3 drafter needs the target's features of the prompts");
+             "the head drafter needs the target's features of the prompts");
   seqs_.resize(seqs.size());
   // A drafting step appends every frontier.
   const int room = options_.shape.grown_nodes();
@@ -32,14 +38,14 @@ void Eagle3Drafter::begin_batch(std::span<const DraftSequence> seqs,
   extend(which_, *features);
 }
 
-void Eagle3Drafter::extend(std::span<const int> which, const TargetFeatures& features) {
+void HeadDrafter::extend(std::span<const int> which, const TargetFeatures& features) {
   chunks_.clear();
   input_rows_.clear();
   rows_.clear();  // the sequences actually extended (index into `which`)
   for (std::size_t w = 0; w < which.size(); ++w) {
     Seq& s = seqs_[which[w]];
     const SeqFeatures& f = features.seqs[w];
-    SPEC_CHECK(f.first_position == s.committed, "EAGLE-3: features from position "
+    SPEC_CHECK(f.first_position == s.committed, "draft head: features from position "
                                                     << f.first_position << " for a head at "
                                                     << s.committed);
     // Pairs (next token, features): as many as tokens follow (a sequence cut at its end has
@@ -54,7 +60,7 @@ void Eagle3Drafter::extend(std::span<const int> which, const TargetFeatures& fea
     s.committed += count;
   }
   if (chunks_.empty()) return;
-  const ForwardResult out = head_->forward(chunks_, features.hidden, input_rows_, false);
+  const ForwardResult out = forward(chunks_, features.hidden, input_rows_, false);
   last_hidden_ = out.hidden;
   last_logits_ = out.logits;
   for (std::size_t c = 0, end = 0; c < chunks_.size(); ++c) {
@@ -65,8 +71,8 @@ void Eagle3Drafter::extend(std::span<const int> which, const TargetFeatures& fea
   }
 }
 
-void Eagle3Drafter::propose(std::span<const int> active, std::span<const ProposalLimit> limits,
-                            std::span<DraftTree> out) {
+void HeadDrafter::propose(std::span<const int> active, std::span<const ProposalLimit> limits,
+                          std::span<DraftTree> out) {
   active_ = active;
   caches_.clear();
   for (int b : active)  // a sequence with nothing extended has no root to draft from
@@ -75,13 +81,13 @@ void Eagle3Drafter::propose(std::span<const int> active, std::span<const Proposa
                out);
 }
 
-RowsView Eagle3Drafter::score_roots(std::span<const int> growing, std::vector<int>& rows) {
+RowsView HeadDrafter::score_roots(std::span<const int> growing, std::vector<int>& rows) {
   // The logits of the last head forward (an extend) are still valid: nothing ran since.
   for (int i : growing) rows.push_back(seqs_[active_[i]].root_logits);
   return last_logits_;
 }
 
-RowsView Eagle3Drafter::score_level(const TreeLevel& level) {
+RowsView HeadDrafter::score_level(const TreeLevel& level) {
   // Each node's input: its parent's output (the root's: the last extend's output row).
   input_rows_.clear();
   for (std::size_t r = 0, at = 0; r < level.seqs.size(); ++r) {
@@ -89,15 +95,15 @@ RowsView Eagle3Drafter::score_level(const TreeLevel& level) {
     for (int j = 0; j < level.chunks[r].n_tokens; ++j, ++at)
       input_rows_.push_back(level.parent_rows[at] < 0 ? s.root_hidden : level.parent_rows[at]);
   }
-  const ForwardResult fwd = head_->forward(level.chunks, last_hidden_, input_rows_, true);
+  const ForwardResult fwd = forward(level.chunks, last_hidden_, input_rows_, true);
   last_hidden_ = fwd.hidden;
   return fwd.logits;
 }
 
-void Eagle3Drafter::accepted(std::span<const int> active, std::span<const TreeVerdict>,
-                             const TargetFeatures* features) {
+void HeadDrafter::accepted(std::span<const int> active, std::span<const TreeVerdict>,
+                           const TargetFeatures* features) {
   SPEC_CHECK(features != nullptr && features->seqs.size() == active.size(),
-             "the EAGLE-3 drafter needs the target's features of the committed positions");
+             "the head drafter needs the target's features of the committed positions");
   // Back to the committed positions (the drafted nodes go), then the newly committed ones.
   for (int b : active) {
     Seq& s = seqs_[b];
