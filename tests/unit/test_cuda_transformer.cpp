@@ -52,6 +52,7 @@ TEST(CudaTransformer, RequiresCudaBuild) {
 #include "model/model_factory.h"
 #include "model/synthetic.h"
 #include "single_rank_comm.h"
+#include "small_deepseek.h"
 
 namespace fs = std::filesystem;
 using namespace specrun;
@@ -134,6 +135,42 @@ void compare_logits(const std::vector<float>& cpu, const std::vector<float>& gpu
         cpu::argmax(cpu.data() + r * vocab, vocab) != cpu::argmax(gpu.data() + r * vocab, vocab);
 }
 
+// Three sequences of context_first, - context_step, - 2 context_step tokens in one batch, as in
+// a speculative step: a verify window of 5 tokens per sequence gives the middle one bitwise the
+// logits of decoding them one by one, and truncate-and-redo equals no rollback (this is what
+// makes greedy speculative == baseline).
+void expect_window_equals_steps(LanguageModel& model, int context_first, int context_step,
+                                int capacity) {
+  const int V = model.config().vocab_size;
+  const auto next = prompt(5, V, 4);
+  std::vector<std::unique_ptr<KvCache> > a, b;
+  for (int s = 0; s < 3; ++s) {
+    a.push_back(model.new_cache(capacity));
+    b.push_back(model.new_cache(capacity));
+    run(model, *a[s], prompt(context_first - context_step * s, V, 3 + s), false);
+    run(model, *b[s], prompt(context_first - context_step * s, V, 3 + s), false);
+  }
+  // (a) one verify window of 5 tokens per sequence, all logits.
+  std::vector<SeqChunk> chunks;
+  for (int s = 0; s < 3; ++s) chunks.push_back(SeqChunk{a[s].get(), next.data(), 5});
+  std::vector<float> window;
+  model.forward(chunks, true, window);
+  // (b) the middle sequence decoded alone, token by token; then rolled back by 2 and redone.
+  std::vector<float> steps;
+  for (int i = 0; i < 5; ++i) {
+    const auto l = run(model, *b[1], {next[i]}, false);
+    steps.insert(steps.end(), l.begin(), l.end());
+  }
+  b[1]->truncate(b[1]->length() - 2);
+  const auto redo = run(model, *b[1], {next[3], next[4]}, true);
+  const float* mid = window.data() + static_cast<std::size_t>(5) * V;
+  EXPECT_EQ(0, std::memcmp(mid, steps.data(), steps.size() * sizeof(float)))
+      << "verify-window logits differ from step-by-step decode (first logit " << mid[0] << " vs "
+      << steps[0] << "): greedy speculative output could differ from baseline";
+  EXPECT_EQ(0, std::memcmp(redo.data(), steps.data() + static_cast<std::size_t>(3) * V,
+                           redo.size() * sizeof(float)))
+      << "truncate-and-redo differs from no rollback";
+}
 }  // namespace
 
 TEST(CudaTransformer, LogitsMatchCpuTransformer) {
@@ -174,38 +211,7 @@ TEST(CudaTransformer, VerifyWindowEqualsStepByStepDecodeBitwise) {
   GpuRank rank;
   Checkpoint ckpt(synthetic_target(DType::kBF16));
   auto owned = rank.load(ckpt);
-  LanguageModel& model = *owned;
-  const int V = ckpt.config().vocab_size;
-  const auto context = prompt(100, V, 3);  // prefill through cuBLAS
-  const auto next = prompt(5, V, 4);
-  // Three sequences in the batch, as in a speculative step; the middle one is checked.
-  std::vector<std::unique_ptr<KvCache> > a, b;
-  for (int s = 0; s < 3; ++s) {
-    a.push_back(model.new_cache(200));
-    b.push_back(model.new_cache(200));
-    run(model, *a[s], prompt(100 - 10 * s, V, 3 + s), false);
-    run(model, *b[s], prompt(100 - 10 * s, V, 3 + s), false);
-  }
-  // (a) one verify window of 5 tokens per sequence, all logits.
-  std::vector<SeqChunk> chunks;
-  for (int s = 0; s < 3; ++s) chunks.push_back(SeqChunk{a[s].get(), next.data(), 5});
-  std::vector<float> window;
-  model.forward(chunks, true, window);
-  // (b) the middle sequence decoded alone, token by token; then rolled back by 2 and redone.
-  std::vector<float> steps;
-  for (int i = 0; i < 5; ++i) {
-    const auto l = run(model, *b[1], {next[i]}, false);
-    steps.insert(steps.end(), l.begin(), l.end());
-  }
-  b[1]->truncate(b[1]->length() - 2);
-  const auto redo = run(model, *b[1], {next[3], next[4]}, true);
-  const float* mid = window.data() + static_cast<std::size_t>(5) * V;
-  EXPECT_EQ(0, std::memcmp(mid, steps.data(), steps.size() * sizeof(float)))
-      << "verify-window logits differ from step-by-step decode (first logit " << mid[0] << " vs "
-      << steps[0] << "): greedy speculative output could differ from baseline";
-  EXPECT_EQ(0, std::memcmp(redo.data(), steps.data() + static_cast<std::size_t>(3) * V,
-                           redo.size() * sizeof(float)))
-      << "truncate-and-redo differs from no rollback";
+  expect_window_equals_steps(*owned, 100, 10, 200);  // contexts prefilled through cuBLAS
 }
 
 TEST(CudaTransformer, GreedyContinuationEqualsCpu) {
@@ -727,23 +733,7 @@ std::string deepseek_target(const std::string& arch, int kv_lora = 32, int rope 
                                     "_" + std::to_string(kv_lora) + "_" + std::to_string(rope)))
           .string();
   if (!fs::exists(dir + "/target/config.json")) {
-    SyntheticSpec spec;
-    spec.architecture = arch;
-    spec.hidden = 64;
-    spec.heads = 4;
-    spec.kv_heads = 4;
-    spec.layers = 2;
-    spec.intermediate = 96;
-    spec.vocab = 256;
-    spec.q_lora_rank = 32;
-    spec.kv_lora_rank = kv_lora;
-    spec.qk_nope_head_dim = 16;
-    spec.qk_rope_head_dim = rope;
-    spec.v_head_dim = 24;
-    spec.experts = 8;
-    spec.moe_intermediate = 32;
-    spec.first_k_dense_replace = 1;
-    spec.dtype = DType::kF32;
+    SyntheticSpec spec = test::small_deepseek_spec(arch, 1, 32, kv_lora, rope);
     spec.seed = 5;
     make_model_pair(spec, dir);
   }
@@ -816,33 +806,7 @@ TEST(CudaTransformer, DeepseekVerifyWindowEqualsStepByStepDecodeBitwise) {
   GpuRank rank;
   const Checkpoint ckpt(deepseek_target("kimi_k25"));
   auto owned = load_mla(rank, ckpt);
-  LanguageModel& model = *owned;
-  const int V = ckpt.config().vocab_size;
-  const auto next = prompt(5, V, 4);
-  std::vector<std::unique_ptr<KvCache> > a, b;
-  for (int s = 0; s < 3; ++s) {
-    a.push_back(model.new_cache(64));
-    b.push_back(model.new_cache(64));
-    run(model, *a[s], prompt(30 - 5 * s, V, 3 + s), false);
-    run(model, *b[s], prompt(30 - 5 * s, V, 3 + s), false);
-  }
-  std::vector<SeqChunk> chunks;
-  for (int s = 0; s < 3; ++s) chunks.push_back(SeqChunk{a[s].get(), next.data(), 5});
-  std::vector<float> window;
-  model.forward(chunks, true, window);
-  std::vector<float> steps;
-  for (int i = 0; i < 5; ++i) {
-    const auto l = run(model, *b[1], {next[i]}, false);
-    steps.insert(steps.end(), l.begin(), l.end());
-  }
-  b[1]->truncate(b[1]->length() - 2);
-  const auto redo = run(model, *b[1], {next[3], next[4]}, true);
-  EXPECT_EQ(0, std::memcmp(window.data() + static_cast<std::size_t>(5) * V, steps.data(),
-                           steps.size() * sizeof(float)))
-      << "verify-window logits differ from step-by-step decode";
-  EXPECT_EQ(0, std::memcmp(redo.data(), steps.data() + static_cast<std::size_t>(3) * V,
-                           redo.size() * sizeof(float)))
-      << "truncate-and-redo differs from no rollback";
+  expect_window_equals_steps(*owned, 30, 5, 64);
 }
 
 // A token tree over the latent cache (KvSlot paths in cuda::latent_attention) gives each node
