@@ -15,8 +15,8 @@
 // weighted values; each thread owns value elements tid, tid + kThreads, ...). The order of every
 // operation depends only on p and the head sizes, never on the batch: batch-invariant, as the
 // grouped-query kernel.
-#include "kernels/cuda/device_util.cuh"
 #include "kernels/cuda/attention_latent.h"
+#include "kernels/cuda/device_util.cuh"
 
 namespace specrun::cuda {
 namespace {
