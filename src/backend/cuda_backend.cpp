@@ -7,6 +7,7 @@
 #include <iomanip>
 
 #include "common/error.h"
+#include "kernels/cuda/attention_latent.h"
 #include "kernels/cuda/cuda_check.h"
 
 namespace specrun {
@@ -170,16 +171,16 @@ int CudaBackend::graph_tokens() const {
 
 CudaBackend::KvBlock CudaBackend::new_kv_block(const KvShape& shape, int capacity) const {
   SPEC_CHECK(capacity > 0, "KV cache capacity must be positive, got " << capacity);
-  SPEC_CHECK(shape.key_floats == shape.value_floats,
-             "the CUDA backend's KV cache holds keys and values of one width; this model's are "
-                 << shape.key_floats << " and " << shape.value_floats
-                 << " floats per token (separate key and value head sizes, as MLA's, run on the "
-                    "CPU backend only for now)");
-  const std::size_t bytes = static_cast<std::size_t>(shape.layers) * 2 *
-                            static_cast<std::size_t>(capacity) * shape.key_floats * sizeof(float);
+  SPEC_CHECK(shape.layers > 0 && shape.key_floats > 0 && shape.value_floats >= 0,
+             "KV cache of " << shape.layers << " layers, " << shape.key_floats << " + "
+                            << shape.value_floats << " floats per token");
+  const std::size_t bytes =
+      static_cast<std::size_t>(shape.layers) * static_cast<std::size_t>(capacity) *
+      (static_cast<std::size_t>(shape.key_floats) + shape.value_floats) * sizeof(float);
   KvBlock b;
   b.capacity = capacity;
-  b.row_floats = shape.key_floats;
+  b.key_floats = shape.key_floats;
+  b.value_floats = shape.value_floats;
   try {
     b.data.grow(bytes);
   } catch (const Error& e) {
@@ -202,7 +203,12 @@ void CudaBackend::begin_forward(std::span<const SeqSpan<KvBlock>> seqs, const st
     CUDA_CHECK(cudaEventSynchronize(staged_.get()));
     staged_pending_ = false;
   }
-  graphs_->begin(ctx_->step_graphs() && n <= graph_tokens());
+  graphs_->begin(ctx_->step_graphs() && step_graphs_ && n <= graph_tokens());
+  pass_key_floats_ = B > 0 ? seqs[0].kv->key_floats : 0;
+  pass_value_floats_ = B > 0 ? seqs[0].kv->value_floats : 0;
+  for (const SeqSpan<KvBlock>& s : seqs)
+    if (s.kv->key_floats != pass_key_floats_ || s.kv->value_floats != pass_value_floats_)
+      pass_key_floats_ = pass_value_floats_ = -1;
   recorded_comm_ = nullptr;
   // Token-tree nodes read their ancestors' slots (KvSlot::path): one list per node.
   paths_.clear();
@@ -302,9 +308,14 @@ const std::int32_t* CudaBackend::upload_rows(std::span<const int> rows) {
 void CudaBackend::kv_keep(KvBlock& kv, int layers, int first, std::span<const int> rows) {
   if (rows.empty()) return;
   const std::int32_t* dev_rows = upload_rows(rows);
-  F scratch = moved_.grow(static_cast<std::size_t>(layers) * 2 * rows.size() * kv.row_floats);
-  launch(&cuda::kv_keep, kv.data.as<float>(), kv.capacity, layers, kv.row_floats, first, dev_rows,
-         static_cast<int>(rows.size()), scratch.get());
+  F scratch = moved_.grow(static_cast<std::size_t>(layers) * rows.size() *
+                          (static_cast<std::size_t>(kv.key_floats) + kv.value_floats));
+  if (kv.key_floats == kv.value_floats)
+    launch(&cuda::kv_keep, kv.data.as<float>(), kv.capacity, layers, kv.key_floats, first, dev_rows,
+           static_cast<int>(rows.size()), scratch.get());
+  else
+    launch(&cuda::kv_keep_split, kv.data.as<float>(), kv.capacity, layers, kv.key_floats,
+           kv.value_floats, first, dev_rows, static_cast<int>(rows.size()), scratch.get());
 }
 
 void CudaBackend::embed(const Weight& table, int vocab_begin, F x) {
@@ -449,6 +460,18 @@ int one_head_dim(const AttentionHeads& heads, const char* op) {
 }  // namespace
 
 CudaBackend::KvRows CudaBackend::kv_rows(int, const AttentionHeads& heads) {
+  if (latent_heads(heads)) {
+    SPEC_CHECK(pass_key_floats_ == heads.key_floats() && pass_value_floats_ == heads.value_floats(),
+               "kv_rows: caches of " << pass_key_floats_ << " + " << pass_value_floats_
+                                     << " floats per token for heads of " << heads.key_floats()
+                                     << " + " << heads.value_floats());
+    latent_key_floats_ = heads.key_floats();
+    latent_value_floats_ = heads.value_floats();
+    kv_row_floats_ = 0;
+    const std::size_t n = static_cast<std::size_t>(n_);
+    return {k_.grow(n * heads.key_floats()), v_.grow(n * std::max(heads.value_floats(), 1))};
+  }
+  latent_key_floats_ = latent_value_floats_ = -1;
   const int row_floats = heads.kv_heads * one_head_dim(heads, "kv_rows");
   kv_row_floats_ = row_floats;
   const std::size_t count = static_cast<std::size_t>(n_) * row_floats;
@@ -457,6 +480,10 @@ CudaBackend::KvRows CudaBackend::kv_rows(int, const AttentionHeads& heads) {
 
 void CudaBackend::attend(int layer, CF q, int m, bool last_only, F out,
                          const AttentionHeads& shape) {
+  if (latent_heads(shape)) {
+    latent_attend(layer, q, m, last_only, out, shape);
+    return;
+  }
   const int heads = shape.heads, kv_heads = shape.kv_heads;
   const int head_dim = one_head_dim(shape, "attend");
   SPEC_CHECK(!shape.values_in_keys && shape.scale == 0.0f,
@@ -475,6 +502,10 @@ void CudaBackend::attend(int layer, CF q, int m, bool last_only, F out,
 
 void CudaBackend::rope_attend(int layer, const KvRows& kv, F q, int n, CF table, F out,
                               const AttentionHeads& shape) {
+  if (latent_heads(shape)) {
+    compose_rope_attend(*this, layer, kv, q, n, table, out, shape);
+    return;
+  }
   const int heads = shape.heads, kv_heads = shape.kv_heads;
   const int head_dim = one_head_dim(shape, "rope_attend");
   SPEC_CHECK(n == n_, "rope_attend: " << n << " query rows for a pass of " << n_ << " tokens");
@@ -488,6 +519,29 @@ void CudaBackend::rope_attend(int layer, const KvRows& kv, F q, int n, CF table,
          layer, dependent_launch());
   launch(&cuda::attention_rope, q.get(), n_, heads, kv_heads, head_dim, table.get(), slots_, layer,
          out.get(), attention_split(n_, heads, head_dim), dependent_launch());
+}
+
+void CudaBackend::latent_attend(int layer, CF q, int m, bool last_only, F out,
+                                const AttentionHeads& shape) {
+  SPEC_CHECK(m == (last_only ? n_seqs_ : n_), "attend: " << m << " query rows for a batch of "
+                                                         << n_seqs_ << " sequences, " << n_
+                                                         << " tokens");
+  SPEC_CHECK(
+      latent_key_floats_ == shape.key_floats() && latent_value_floats_ == shape.value_floats(),
+      "attend: kv_rows was not called for this layer's heads");
+  SPEC_CHECK(!shape.values_in_keys || (shape.kv_heads == 1 && shape.value_dim <= shape.key_dim),
+             "attend: values inside the keys need one kv head and value_dim <= key_dim, got "
+                 << shape.kv_heads << " and " << shape.value_dim << " > " << shape.key_dim);
+  SPEC_CHECK(shape.key_dim <= cuda::kMaxLatentDim && shape.value_dim <= cuda::kMaxLatentDim,
+             "attend: head sizes " << shape.key_dim << " / " << shape.value_dim
+                                   << " exceed the CUDA latent attention's limit of "
+                                   << cuda::kMaxLatentDim);
+  launch(&cuda::latent_kv_append, static_cast<const float*>(k_.grow(0).get()),
+         static_cast<const float*>(v_.grow(0).get()), n_, shape.key_floats(), shape.value_floats(),
+         static_cast<const cuda::KvSlot*>(slots_), layer);
+  launch(&cuda::latent_attention, q.get(), m, shape.heads, shape.kv_heads, shape.key_dim,
+         shape.value_dim, shape.softmax_scale(), shape.values_in_keys,
+         static_cast<const cuda::KvSlot*>(last_only ? last_slots_ : slots_), layer, out.get());
 }
 
 cuda::AttentionSplit CudaBackend::attention_split(int m, int heads, int head_dim) {
@@ -610,11 +664,11 @@ void CudaBackend::read(CF src, std::size_t count, float* host) {
 }
 
 void CudaBackend::read_kv(KvBlock& kv, int layer, int which, int rows, float* host) {
-  const std::size_t offset = (static_cast<std::size_t>(layer) * 2 + which) *
-                             static_cast<std::size_t>(kv.capacity) * kv.row_floats;
-  CUDA_CHECK(cudaMemcpyAsync(host, kv.data.as<float>() + offset,
-                             static_cast<std::size_t>(rows) * kv.row_floats * sizeof(float),
-                             cudaMemcpyDeviceToHost, stream_));
+  const int floats = which == 0 ? kv.key_floats : kv.value_floats;
+  if (rows > 0 && floats > 0)
+    CUDA_CHECK(cudaMemcpyAsync(host, kv.data.as<float>() + kv.offset(layer, which),
+                               static_cast<std::size_t>(rows) * floats * sizeof(float),
+                               cudaMemcpyDeviceToHost, stream_));
   ctx_->synchronize();
 }
 

@@ -3,8 +3,11 @@
 // checkpoint dtype in one device allocation (gate and up concatenated as one [2I, H] matrix);
 // activations and KV caches are float32 in device memory. It has every optional fused op of
 // backend/default_ops.h, each falling back to the default composition where its kernel does not
-// apply. Keys and values have one width (AttentionHeads with key_dim != value_dim, MLA's, are
-// refused with an error for now). Collectives of the graph run on NCCL on the same stream.
+// apply. Heads whose keys and values have one width and the default softmax scale take the tuned
+// grouped-query kernels (cuda::attention); others (AttentionHeads with key_dim != value_dim,
+// values_in_keys or an explicit scale: MLA's latent heads) take cuda::latent_attention, a simple
+// kernel built without a GPU and not yet verified on one (docs/gpu.md). Collectives of the graph
+// run on NCCL on the same stream.
 //
 // CudaContext is the rank's device state (device, stream, cuBLAS, the NCCL communicators) made
 // once per process by the model factory; every CudaBackend of the rank and the token decisions
@@ -124,12 +127,20 @@ class CudaBackend {
     bool pair = false;
   };
 
-  // [layers][K, V][capacity][row_floats] (keys and values of one width: KvShape's key_floats =
-  // value_floats).
+  // Per layer [capacity][key_floats] then [capacity][value_floats] (KvShape's widths; the
+  // kernels' [layers][K, V][capacity][row] when they are equal; value_floats 0 for MLA's latent
+  // rows, whose values are inside the keys): exactly layers * capacity * (key_floats +
+  // value_floats) floats.
   struct KvBlock {
     cuda::DeviceBuffer data;
     int capacity = 0;
-    int row_floats = 0;
+    int key_floats = 0, value_floats = 0;
+    std::size_t offset(int layer, int which) const {
+      const std::size_t cap = static_cast<std::size_t>(capacity);
+      return static_cast<std::size_t>(layer) * cap *
+                 (static_cast<std::size_t>(key_floats) + value_floats) +
+             (which == 0 ? 0 : cap * key_floats);
+    }
   };
 
   class Scratch {
@@ -217,10 +228,14 @@ class CudaBackend {
                           const Weight& gate_up, F y);
   void add_inplace(F y, CF x, std::size_t n);
   void add_bias(F y, const Weight& bias, int n, int dim);
-  // heads.key_dim must equal heads.value_dim (the kernels take one head_dim).
+  // Heads of one width and the default scale: the grouped-query kernels (cuda::kv_append,
+  // cuda::attention); other heads (latent_heads below): cuda::latent_kv_append and
+  // cuda::latent_attention over the split layout (KvBlock), every sequence's block of the heads'
+  // widths.
   KvRows kv_rows(int layer, const AttentionHeads& heads);
   void attend(int layer, CF q, int m, bool last_only, F out, const AttentionHeads& heads);
-  // RoPE of kv.k and q with `table`, the append and attention in two launches (the keys rotated
+  // RoPE of kv.k and q with `table`, the append and attention in two launches (latent heads: the
+  // composition) (the keys rotated
   // as they are appended, the queries as attention loads them): bitwise the composition
   // (backend/default_ops.h); q and kv.k are left as they were.
   void rope_attend(int layer, const KvRows& kv, F q, int n, CF table, F out,
@@ -243,6 +258,16 @@ class CudaBackend {
   void all_gather(Communicator& comm, CF send, F recv, std::size_t floats);
   void read(CF src, std::size_t count, float* host);
   void read_kv(KvBlock& kv, int layer, int which, int rows, float* host);
+
+  // Whether heads take the latent attention (cuda::latent_attention) rather than the
+  // grouped-query kernels: keys and values of different widths, values inside the keys or an
+  // explicit softmax scale.
+  static bool latent_heads(const AttentionHeads& heads) {
+    return heads.key_dim != heads.value_dim || heads.values_in_keys || heads.scale != 0.0f;
+  }
+  // Off: no pass of this backend is recorded as a step graph, whatever the context says (a graph
+  // whose ops read results back on the host, as the MoE router does: model/graphs_cuda.cpp).
+  void set_step_graphs(bool on) { step_graphs_ = on; }
 
  private:
   CudaContext* ctx_;
@@ -269,6 +294,8 @@ class CudaBackend {
   // `rows` copied to the device (keep_rows_dev_), valid until the next call.
   const std::int32_t* upload_rows(std::span<const int> rows);
   void finish_forward();
+  // attend for latent heads (cuda::latent_kv_append, cuda::latent_attention).
+  void latent_attend(int layer, CF q, int m, bool last_only, F out, const AttentionHeads& heads);
   // fn(stream_, args...) now, or recorded into the pass's step graph.
   template <class... P, class... A>
   void launch(void (*fn)(cudaStream_t, P...), A&&... args) {
@@ -323,6 +350,11 @@ class CudaBackend {
   Scratch k_, v_, g_, u_, moved_;
   cuda::DeviceBuffer gemm_scratch_;
   int kv_row_floats_ = 0;
+  // The staged sequences' cache widths (-1 when they differ) and the latent heads' widths of the
+  // last kv_rows (checked by attend).
+  int pass_key_floats_ = 0, pass_value_floats_ = 0;
+  int latent_key_floats_ = -1, latent_value_floats_ = -1;
+  bool step_graphs_ = true;
 };
 
 }  // namespace specrun

@@ -121,6 +121,13 @@ class NcclComm;
 // A CUDA model on `context`'s device, sharded over `comm` (context.tp() or context.self()).
 std::unique_ptr<LanguageModel> load_cuda_model(const Checkpoint& checkpoint, CudaContext& context,
                                                NcclComm& comm, int ep = 0);
+// The DeepSeek-V3 family (multi-head latent attention, its MoE layers) on CUDA:
+// DeepseekModel<CudaBackend>, compiled but not yet verified on a GPU, so load_cuda_model refuses
+// it (docs/gpu.md). For the GPU tests only (tests/unit/test_cuda_transformer.cpp), which compare
+// it with the CPU backend.
+std::unique_ptr<LanguageModel> load_cuda_mla_model_unverified(const Checkpoint& checkpoint,
+                                                              CudaContext& context, NcclComm& comm,
+                                                              int ep = 0);
 std::unique_ptr<DraftHead> load_cuda_head(const Checkpoint& head, const Checkpoint& target,
                                           const HeadConfig& config, CudaContext& context,
                                           NcclComm* tp_comm = nullptr);

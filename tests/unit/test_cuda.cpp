@@ -1,6 +1,7 @@
 // CUDA backend smoke test (label "gpu"), step graphs' housekeeping (a capture the driver refuses,
 // the least recently used graph making room, struct arguments in a step's signature), and the
-// attention split's token groups (host arithmetic: runs without a device). Without a CUDA build
+// attention split's token groups and which heads take the latent attention, in which cache layout
+// (host arithmetic: runs without a device). Without a CUDA build
 // only the smoke test is built, and it skips visibly; without a device the device tests skip,
 // saying why.
 #include <gtest/gtest.h>
@@ -10,8 +11,10 @@
 #include <cstring>
 #include <vector>
 
+#include "backend/cuda_backend.h"
 #include "common/error.h"
 #include "cuda_test_util.h"
+#include "kernels/cuda/attention_latent.h"
 #include "kernels/cuda/cuda_check.h"
 #include "kernels/cuda/device_buffer.h"
 #include "kernels/cuda/device_info.h"
@@ -182,6 +185,43 @@ TEST(Cuda, AttentionSplitGroupsFitTheStatesBuffer) {
   EXPECT_THROW(cuda::attention_split_group(9, heads, hd, split(9 * one, 0)), Error);
   EXPECT_THROW(cuda::attention_split_group(9, heads, hd, split(9 * one, 65536)), Error);
   EXPECT_THROW(cuda::attention_split_group(9, heads, hd, cuda::AttentionSplit{nullptr, 2, one}),
+               Error);
+}
+
+// Only heads the grouped-query kernels cannot run (MLA's: key_dim != value_dim, values inside the
+// keys, an explicit scale) take cuda::latent_attention; Llama/Qwen3 heads keep their kernels and,
+// with keys and values of one width, the cache layout those kernels read ([layers][K, V][capacity]
+// [row]); MLA's cache is one latent row per token and layer. The latent kernels refuse bad shapes
+// before launching anything.
+TEST(Cuda, OnlyMlaHeadsTakeTheLatentAttentionAndItsLayout) {
+  EXPECT_FALSE(CudaBackend::latent_heads(AttentionHeads{32, 8, 128, 128}));
+  EXPECT_FALSE(CudaBackend::latent_heads(AttentionHeads{4, 2, 64, 64}));
+  EXPECT_TRUE(CudaBackend::latent_heads(AttentionHeads{16, 1, 576, 512, 0.07f, true}));
+  EXPECT_TRUE(CudaBackend::latent_heads(AttentionHeads{4, 2, 192, 128}));
+  EXPECT_TRUE(CudaBackend::latent_heads(AttentionHeads{4, 2, 64, 64, 0.1f}));
+  CudaBackend::KvBlock dense;
+  dense.capacity = 100;
+  dense.key_floats = dense.value_floats = 8 * 128;
+  for (int layer = 0; layer < 3; ++layer)
+    for (int which : {0, 1})
+      EXPECT_EQ(dense.offset(layer, which), (std::size_t{2} * layer + which) * 100 * 8 * 128);
+  CudaBackend::KvBlock latent;
+  latent.capacity = 100;
+  latent.key_floats = 576;
+  EXPECT_EQ(latent.offset(3, 0), std::size_t{3} * 100 * 576);
+  float* p = reinterpret_cast<float*>(std::uintptr_t{256});  // never dereferenced
+  const auto* slots = reinterpret_cast<const cuda::KvSlot*>(p);
+  EXPECT_THROW(cuda::latent_attention(nullptr, p, 1, 4, 1, 1025, 512, 0.1f, true, slots, 0, p),
+               Error);
+  EXPECT_THROW(cuda::latent_attention(nullptr, p, 1, 4, 2, 576, 512, 0.1f, true, slots, 0, p),
+               Error);
+  EXPECT_THROW(cuda::latent_attention(nullptr, p, 1, 4, 1, 512, 576, 0.1f, true, slots, 0, p),
+               Error);
+  EXPECT_THROW(cuda::latent_attention(nullptr, p, 1, 4, 1, 576, 512, 0.0f, true, slots, 0, p),
+               Error);
+  EXPECT_THROW(cuda::latent_kv_append(nullptr, p, nullptr, 1, 576, 64, slots, 0), Error);
+  EXPECT_THROW(cuda::kv_keep_split(nullptr, p, 10, 2, 576, 0, 8,
+                                   reinterpret_cast<const std::int32_t*>(p), 3, p),
                Error);
 }
 

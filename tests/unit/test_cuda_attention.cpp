@@ -6,7 +6,10 @@
 //  - long contexts split over blocks (kAttentionSplitPositions) within 1e-5, each token bitwise
 //    the same alone and in a window, with more chunks than needed, and as dependent launches;
 //  - RoPE fused into the append and attention (rope_kv_append, attention_rope) bitwise the four
-//    launches it replaces, plain and as dependent launches in a graph.
+//    launches it replaces, plain and as dependent launches in a graph;
+//  - the latent attention (attention_latent.h: keys and values of different widths, values
+//    inside the keys, an explicit scale; MLA's) over a token tree and a chain within 1e-5, a
+//    token alone bitwise as in the batch, and kv_keep_split moving exactly the kept rows.
 // Skips visibly without a CUDA build or without a device.
 #include <gtest/gtest.h>
 
@@ -26,6 +29,7 @@ TEST(CudaAttention, RequiresCudaBuild) {
 #include <vector>
 
 #include "cuda_kernel_checks.h"
+#include "kernels/cuda/attention_latent.h"
 #include "kernels/cuda/device_buffer.h"
 #include "kernels/cuda/ops.h"
 
@@ -334,6 +338,123 @@ TEST(CudaAttention, RopeAttendEqualsRopeAppendAttention) {
     bool finite = true;
     for (float o : outs[1]) finite = finite && std::isfinite(o);
     EXPECT_TRUE(finite) << what << ": a NaN or infinity in the output" << seed_note();
+  }
+}
+
+// The latent attention (cuda::latent_attention, attention_latent.h) against float64: MLA's
+// absorbed shape (one kv head of 576 floats whose first 512 are the values), key_dim 1024 (the
+// limit) and separate values of another width over 2 kv heads. Two sequences: a token tree of 4
+// nodes over a cache of 40 positions (nodes read their ancestors' slots through KvSlot::path) and
+// a chain of 2 tokens; each token alone is bitwise its row of the batch; kv_keep_split then moves
+// exactly the kept path's rows of every layer (keys and values), the others untouched.
+TEST(CudaAttention, LatentAttentionOverATreeAndAChainAgainstFloat64) {
+  REQUIRE_DEVICE();
+  struct Shape {
+    int heads, kv_heads, key_dim, value_dim;
+    bool values_in_keys;
+    float scale;
+  };
+  for (const Shape& sh : {Shape{4, 1, 576, 512, true, 0.07f}, Shape{2, 1, 1024, 1024, true, 0.03f},
+                          Shape{4, 2, 192, 128, false, 0.0721f}}) {
+    const std::string what = "latent attention (key_dim " + std::to_string(sh.key_dim) +
+                             ", value_dim " + std::to_string(sh.value_dim) + ")";
+    const int layers = 2, layer = 1, cap = 48, base = 40;
+    const int kf = sh.kv_heads * sh.key_dim;
+    const int vf = sh.values_in_keys ? 0 : sh.kv_heads * sh.value_dim;
+    const std::size_t per_layer = static_cast<std::size_t>(cap) * (kf + vf);
+    std::vector<std::vector<float> > caches = {randn(layers * per_layer, 700 + sh.key_dim),
+                                               randn(layers * per_layer, 701 + sh.key_dim)};
+    auto dc0 = upload(caches[0]), dc1 = upload(caches[1]);
+    // Tree nodes at slots 40..43: node 0 under the chain, 1 and 2 under node 0, 3 under node 2.
+    const std::vector<std::int32_t> paths = {40, 40, 41, 40, 42, 40, 42, 43};
+    const int path_at[4] = {0, 1, 3, 5}, pos[4] = {40, 41, 41, 42};
+    auto dpaths = upload(paths);
+    const std::int32_t* dp = dpaths.as<std::int32_t>();
+    std::vector<cuda::KvSlot> slots;
+    for (int i = 0; i < 4; ++i)
+      slots.push_back(cuda::KvSlot{dc0.as<float>(), cap, pos[i], base + i, base, dp + path_at[i]});
+    for (int i = 0; i < 2; ++i)  // the chain: positions 20, 21 of the second cache
+      slots.push_back(cuda::KvSlot{dc1.as<float>(), cap, 20 + i, 20 + i, 0, nullptr});
+    const int n = 6;
+    const auto q = randn(static_cast<std::size_t>(n) * sh.heads * sh.key_dim, 710 + sh.key_dim);
+    const auto knew = randn(static_cast<std::size_t>(n) * kf, 711 + sh.key_dim);
+    const auto vnew = randn(static_cast<std::size_t>(n) * std::max(vf, 1), 712 + sh.key_dim);
+    auto dslots = upload(slots), dq = upload(q), dk = upload(knew), dv = upload(vnew);
+    auto out = poisoned(static_cast<std::size_t>(n) * sh.heads * sh.value_dim);
+    cuda::latent_kv_append(stream(), dk.as<float>(), dv.as<float>(), n, kf, vf,
+                           dslots.as<cuda::KvSlot>(), layer);
+    cuda::latent_attention(stream(), dq.as<float>(), n, sh.heads, sh.kv_heads, sh.key_dim,
+                           sh.value_dim, sh.scale, sh.values_in_keys, dslots.as<cuda::KvSlot>(),
+                           layer, out.as<float>());
+    const auto got = download(out, static_cast<std::size_t>(n) * sh.heads * sh.value_dim);
+    // The reference: the new rows written at their slots, then softmax(scale q.k) v in float64.
+    auto key = [&](int s, int slot) {
+      return caches[s].data() + layer * per_layer + static_cast<std::size_t>(slot) * kf;
+    };
+    auto value = [&](int s, int slot) {
+      return sh.values_in_keys
+                 ? key(s, slot)
+                 : caches[s].data() + layer * per_layer + static_cast<std::size_t>(cap) * kf +
+                       static_cast<std::size_t>(slot) * vf;
+    };
+    for (int t = 0; t < n; ++t) {
+      const int s = t < 4 ? 0 : 1, slot = slots[t].slot;
+      std::copy(knew.begin() + t * kf, knew.begin() + (t + 1) * kf, key(s, slot));
+      if (!sh.values_in_keys)
+        std::copy(vnew.begin() + t * vf, vnew.begin() + (t + 1) * vf, value(s, slot));
+    }
+    std::vector<double> ref(got.size());
+    for (int t = 0; t < n; ++t) {
+      const int s = t < 4 ? 0 : 1;
+      for (int h = 0; h < sh.heads; ++h) {
+        const int kv = h / (sh.heads / sh.kv_heads);
+        const float* qh = q.data() + (static_cast<std::size_t>(t) * sh.heads + h) * sh.key_dim;
+        std::vector<double> sc(slots[t].position + 1);
+        std::vector<int> at(sc.size());
+        double mx = -INFINITY;
+        for (int p = 0; p <= slots[t].position; ++p) {
+          at[p] = s == 1 || p < base ? p : paths[path_at[t] + (p - base)];
+          const float* k = key(s, at[p]) + kv * sh.key_dim;
+          double d = 0;
+          for (int e = 0; e < sh.key_dim; ++e) d += static_cast<double>(qh[e]) * k[e];
+          sc[p] = d * sh.scale;
+          mx = std::max(mx, sc[p]);
+        }
+        double sum = 0;
+        for (double& v : sc) sum += (v = std::exp(v - mx));
+        for (int e = 0; e < sh.value_dim; ++e) {
+          double o = 0;
+          for (std::size_t p = 0; p < sc.size(); ++p)
+            o += sc[p] * value(s, at[p])[kv * sh.value_dim + e];
+          ref[(static_cast<std::size_t>(t) * sh.heads + h) * sh.value_dim + e] = o / sum;
+        }
+      }
+    }
+    expect_l2(what, got, ref, 1e-5);
+    // Tree node 3 alone (its rows already in the cache): bitwise its row of the batch.
+    const std::size_t width = static_cast<std::size_t>(sh.heads) * sh.value_dim;
+    auto alone = poisoned(width);
+    cuda::latent_attention(stream(), dq.as<float>() + 3 * sh.heads * sh.key_dim, 1, sh.heads,
+                           sh.kv_heads, sh.key_dim, sh.value_dim, sh.scale, sh.values_in_keys,
+                           dslots.as<cuda::KvSlot>() + 3, layer, alone.as<float>());
+    expect_bitwise(what + ": a token alone vs in the batch", download(alone, width),
+                   std::vector<float>(got.begin() + 3 * width, got.begin() + 4 * width));
+    // Keep the path node 0 -> node 2 -> node 3 (rows 0, 2, 3 from slot 40) in every layer.
+    const std::vector<std::int32_t> keep = {0, 2, 3};
+    auto drows = upload(keep);
+    cuda::DeviceBuffer scratch(layers * keep.size() * (kf + vf) * sizeof(float));
+    cuda::kv_keep_split(stream(), dc0.as<float>(), cap, layers, kf, vf, base,
+                        drows.as<std::int32_t>(), 3, scratch.as<float>());
+    std::vector<float> want = caches[0];  // the cache after the append, rows moved on the host
+    for (int l = 0; l < layers; ++l)
+      for (std::size_t j = 0; j < keep.size(); ++j) {
+        const std::size_t from = base + keep[j], to = base + j;
+        float* k = want.data() + l * per_layer;
+        std::copy(k + from * kf, k + (from + 1) * kf, k + to * kf);
+        float* v = k + static_cast<std::size_t>(cap) * kf;
+        if (vf > 0) std::copy(v + from * vf, v + (from + 1) * vf, v + to * vf);
+      }
+    expect_bitwise(what + ": kv_keep_split", download(dc0, caches[0].size()), want);
   }
 }
 

@@ -28,6 +28,7 @@
 #include "model/synthetic.h"
 #include "model/weight_schema.h"
 #include "single_rank_comm.h"
+#include "small_deepseek.h"
 #include "temp_dir.h"
 
 using namespace specrun;
@@ -257,22 +258,7 @@ struct DeepseekModelFixture {
 
   explicit DeepseekModelFixture(const std::string& arch = "deepseek_v3", bool dense = true,
                                 int q_lora = 32) {
-    spec.architecture = arch;
-    spec.hidden = 64;
-    spec.heads = 4;
-    spec.kv_heads = 4;
-    spec.layers = 2;
-    spec.intermediate = 96;
-    spec.vocab = 256;
-    spec.q_lora_rank = q_lora;
-    spec.kv_lora_rank = 32;
-    spec.qk_nope_head_dim = 16;
-    spec.qk_rope_head_dim = 8;
-    spec.v_head_dim = 24;
-    spec.experts = 8;
-    spec.moe_intermediate = 32;
-    spec.first_k_dense_replace = dense ? 2 : 1;
-    spec.dtype = DType::kF32;
+    spec = test::small_deepseek_spec(arch, dense ? 2 : 1, q_lora);
     make_model_pair(spec, dir.path());
     checkpoint = std::make_unique<Checkpoint>(dir.file("target"));
   }
