@@ -127,6 +127,28 @@ class Expert(nn.Module):
 
 
 
+class CausalLM(nn.Module):
+    """Hugging Face's *ForCausalLM shell: self.model (a backbone with embed_tokens, layers and
+    norm, built by the caller first), an untied lm_head, and the rotary tables of a
+    rope_dim-wide rotary part (HF's cat(freqs, freqs) layout)."""
+
+    def __init__(self, c, backbone, rope_dim):
+        super().__init__()
+        self.c = c
+        self.model = backbone
+        self.lm_head = nn.Linear(c["hidden_size"], c["vocab_size"], bias=False)
+        self.register_buffer("inv_freq", 1.0 / (c["rope_theta"] ** (
+            torch.arange(0, rope_dim, 2, dtype=torch.int64).float() / rope_dim)), persistent=False)
+
+    def rope_tables(self, T, dtype):
+        """cos, sin [T, rope_dim] (computed in float32, then dtype) and the causal mask [T, T]."""
+        with torch.autocast("cpu", enabled=False):
+            freqs = torch.arange(T, dtype=torch.float32)[:, None] * self.inv_freq[None, :]
+            emb = torch.cat((freqs, freqs), -1)
+            cos, sin = emb.cos().to(dtype), emb.sin().to(dtype)
+        return cos, sin, torch.full((T, T), float("-inf")).triu(1)
+
+
 def init_weights(model, c):
     std, out_std = c["initializer_range"], c["initializer_range"] / math.sqrt(
         2 * c["num_hidden_layers"])
@@ -256,7 +278,8 @@ def param_groups(model, wd):
 
 
 def add_common_args(ap, name, minutes):
-    """The arguments both trainers take; OUT defaults to models/NAME, F32OUT to /work/NAME-f32."""
+    """The arguments both trainers take (the run, and the model's width, heads and experts);
+    OUT defaults to models/NAME, F32OUT to /work/NAME-f32."""
     ap.add_argument("--out", default=os.path.join(REPO, "models", name))
     ap.add_argument("--f32-out", default=f"/work/{name}-f32")
     ap.add_argument("--stdlib", default="/usr/lib/python3.11")
@@ -266,12 +289,23 @@ def add_common_args(ap, name, minutes):
                     help=f"wall-time budget of the training loop (at most {MAX_MINUTES:g})")
     ap.add_argument("--steps", type=int, default=0,
                     help="optimizer steps (default: planned from --minutes after 10 steps)")
+    ap.add_argument("--stop-after", type=int, default=0, metavar="N",
+                    help="stop after N steps of the schedule (with --steps PLANNED: replays a run "
+                         "that the budget stopped after N of its PLANNED steps)")
     ap.add_argument("--lr", type=float, default=3e-3)
     ap.add_argument("--warmup", type=int, default=100)
     ap.add_argument("--batch", type=int, default=8)
     ap.add_argument("--seq", type=int, default=512)
     ap.add_argument("--seed", type=int, default=0)
     ap.add_argument("--threads", type=int, default=1)
+    ap.add_argument("--hidden", type=int, default=256)
+    ap.add_argument("--heads", type=int, default=8)
+    ap.add_argument("--experts", type=int, default=16)
+    ap.add_argument("--top-k", type=int, default=2)
+    ap.add_argument("--moe-intermediate", type=int, default=128)
+    ap.add_argument("--eval-every", type=int, default=100)
+    ap.add_argument("--eval-limit", type=int, default=0,
+                    help="held-out windows in the final evaluation (default: all; for smoke runs)")
 
 
 def check_budget_args(a, prog):
@@ -287,7 +321,7 @@ def train_loop(prog, model, opt, a, train, rng, step_loss, quick_eval, after_ste
     """The training loop: random windows of train, step_loss(w) -> (loss, {name: float}) under
     bf16 autocast, clip 1.0, AdamW; after_step() after each optimizer step. The number of steps
     is planned once, after 10 steps, from their speed and the --minutes budget (--steps N:
-    exactly N). Every a.eval_every steps, quick_eval() (a held-out loss) goes to the history.
+    exactly N; --stop-after M: only the first M of them). Every a.eval_every steps, quick_eval() (a held-out loss) goes to the history.
     Returns (steps, planned steps, stopped by the budget, seconds, history)."""
     budget = a.minutes * 60.0
     total = a.steps if a.steps else None
@@ -297,6 +331,8 @@ def train_loop(prog, model, opt, a, train, rng, step_loss, quick_eval, after_ste
     while total is None or step < total:
         if time.time() - t0 >= budget:
             stopped_by_budget = True
+            break
+        if a.stop_after and step >= a.stop_after:
             break
         lr = lr_at(step, total or 10**9, a)
         for g in opt.param_groups:
@@ -407,6 +443,23 @@ def run_record(a, command, data_info, run):
             "planned_steps": total, "stopped_by_budget": stopped_by_budget,
             "epochs": tokens / data_info["train_tokens"], "threads": a.threads,
             "command": command, "history": history, "args": dict(vars(a))}
+
+
+def finish_metrics(a, metrics, prompts, greedy_f32, greedy_bf16, eval_seconds, t_start,
+                   write_readme):
+    """Adds the greedy references and the timings to metrics, writes metrics.json (OUT and
+    F32OUT) and README.md."""
+    metrics.update({
+        "reference": {
+            "what": "prompts: every 25th python prompt of ../shared/prompts/code_prompts.jsonl; "
+                    "32 greedy tokens, no cache, no EOS stop, ties -> lowest id, float32 compute",
+            "prompt_ids": [p["id"] for p in prompts],
+            "greedy_f32_weights": greedy_f32,
+            "greedy_bf16_weights": greedy_bf16},
+        "evaluation_seconds": round(eval_seconds, 1),
+        "total_seconds": round(time.time() - t_start, 1)})
+    save_metrics(a, metrics)
+    write_readme(a, metrics)
 
 
 def save_metrics(a, metrics):

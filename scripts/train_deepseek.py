@@ -57,11 +57,11 @@ import torch
 import torch.nn as nn
 import torch.nn.functional as F
 
-from train_common import (BOS, EOS, Expert, RMSNorm, add_common_args, add_readme_from,
-                          check_budget_args, expert_stats, greedy, init_weights, linear, load_data,
-                          matmul_nt, metrics_head, param_groups, read_earlier_runs,
-                          reference_prompts, rewrite_readme, rotate_half, run_record, save_metrics,
-                          train_loop, train_windows, write_both)
+from train_common import (BOS, EOS, CausalLM, Expert, RMSNorm, add_common_args, add_readme_from,
+                          check_budget_args, expert_stats, finish_metrics, greedy, init_weights,
+                          linear, load_data, matmul_nt, metrics_head, param_groups,
+                          read_earlier_runs, reference_prompts, rewrite_readme, rotate_half,
+                          run_record, train_loop, train_windows, write_both)
 
 PROG = "train_deepseek"
 
@@ -236,15 +236,9 @@ class Backbone(nn.Module):
         self.norm = RMSNorm(c["hidden_size"], c["rms_norm_eps"])
 
 
-class DeepseekV3ForCausalLM(nn.Module):
+class DeepseekV3ForCausalLM(CausalLM):
     def __init__(self, c):
-        super().__init__()
-        self.c = c
-        self.model = Backbone(c)
-        self.lm_head = nn.Linear(c["hidden_size"], c["vocab_size"], bias=False)
-        d = c["qk_rope_head_dim"]
-        self.register_buffer("inv_freq", 1.0 / (c["rope_theta"] ** (
-            torch.arange(0, d, 2, dtype=torch.int64).float() / d)), persistent=False)
+        super().__init__(c, Backbone(c), c["qk_rope_head_dim"])
 
     def moe_blocks(self):
         """The MoE blocks of the main layers, then the MTP module's."""
@@ -255,11 +249,7 @@ class DeepseekV3ForCausalLM(nn.Module):
         [B, T - 1, V] (position i predicts ids[i + 2] from h_i and ids[i + 1])."""
         B, T = ids.shape
         emb = self.model.embed_tokens(ids)
-        with torch.autocast("cpu", enabled=False):
-            freqs = torch.arange(T, dtype=torch.float32)[:, None] * self.inv_freq[None, :]
-            freqs = torch.cat((freqs, freqs), -1)
-            cos, sin = freqs.cos().to(emb.dtype), freqs.sin().to(emb.dtype)
-        mask = torch.full((T, T), float("-inf")).triu(1)
+        cos, sin, mask = self.rope_tables(T, emb.dtype)
         L = self.c["num_hidden_layers"]
         x = emb
         for layer in self.model.layers[:L]:
@@ -384,31 +374,19 @@ def main():
     add_common_args(ap, "code-dsv3", 18.0)
     ap.add_argument("--layers", type=int, default=4, help="num_hidden_layers (the MTP module "
                     "is one more)")
-    ap.add_argument("--hidden", type=int, default=256)
-    ap.add_argument("--heads", type=int, default=8)
-    ap.add_argument("--q-lora-rank", type=int, default=128)
-    ap.add_argument("--kv-lora-rank", type=int, default=64)
-    ap.add_argument("--qk-nope-head-dim", type=int, default=32)
-    ap.add_argument("--qk-rope-head-dim", type=int, default=16)
-    ap.add_argument("--v-head-dim", type=int, default=32)
+    # The MLA and MoE shapes (config.json's q_lora_rank, ..., routed_scaling_factor).
+    for name, value in (("q-lora-rank", 128), ("kv-lora-rank", 64), ("qk-nope-head-dim", 32),
+                        ("qk-rope-head-dim", 16), ("v-head-dim", 32), ("first-k-dense", 1),
+                        ("n-group", 4), ("topk-group", 2), ("shared-experts", 1),
+                        ("routed-scaling", 2.5)):
+        ap.add_argument("--" + name, type=type(value), default=value)
     ap.add_argument("--intermediate", type=int, default=768, help="the dense layer's")
-    ap.add_argument("--first-k-dense", type=int, default=1)
-    ap.add_argument("--experts", type=int, default=16)
-    ap.add_argument("--top-k", type=int, default=2)
-    ap.add_argument("--n-group", type=int, default=4)
-    ap.add_argument("--topk-group", type=int, default=2)
-    ap.add_argument("--shared-experts", type=int, default=1)
-    ap.add_argument("--moe-intermediate", type=int, default=128)
-    ap.add_argument("--routed-scaling", type=float, default=2.5)
     ap.add_argument("--bias-update", type=float, default=0.001,
                     help="gamma of the aux-loss-free balancing (DeepSeek-V3: 0.001)")
     ap.add_argument("--seq-aux-alpha", type=float, default=0.0001,
                     help="alpha of the sequence-wise balance loss (DeepSeek-V3: 0.0001)")
     ap.add_argument("--mtp-weight", type=float, default=0.3,
                     help="lambda of the MTP loss (DeepSeek-V3: 0.3, then 0.1)")
-    ap.add_argument("--eval-every", type=int, default=100)
-    ap.add_argument("--eval-limit", type=int, default=0,
-                    help="held-out windows in the final evaluation (default: all; for smoke runs)")
     ap.add_argument("--init", metavar="F32DIR",
                     help="continue from the float32 checkpoint of an earlier run (its --f32-out)")
     add_readme_from(ap)
@@ -512,17 +490,9 @@ def main():
                 "blocks": bf["margins"]},
             "e_score_correction_bias": [b.gate.e_score_correction_bias.tolist() for b in blocks],
             "blocks": stats},
-        "reference": {
-            "what": "prompts: every 25th python prompt of ../shared/prompts/code_prompts.jsonl; "
-                    "32 greedy tokens, no cache, no EOS stop, ties -> lowest id, float32 compute",
-            "prompt_ids": [p["id"] for p in prompts],
-            "greedy_f32_weights": greedy_f32,
-            "greedy_bf16_weights": greedy_bf16},
-        "evaluation_seconds": round(eval_seconds, 1),
-        "total_seconds": round(time.time() - t_start, 1),
     })
-    save_metrics(a, metrics)
-    write_readme(a, metrics)
+    finish_metrics(a, metrics, prompts, greedy_f32, greedy_bf16, eval_seconds, t_start,
+                   write_readme)
 
 
 def write_readme(a, m):
@@ -532,6 +502,15 @@ def write_readme(a, m):
                       f"{s['effective_experts']:.1f} | "
                       + " ".join(f"{100 * a.top_k * u:.1f}" for u in s["usage"]) + " |"
                       for b, s in enumerate(ex["blocks"]))
+    planned = (f"{t['planned_steps']} steps planned from the speed of the first 10 and the "
+               f"{a.minutes:g}-minute budget" if not a.steps else f"{a.steps} steps asked")
+    replay = f"--steps {t['planned_steps']}"
+    if t["stopped_by_budget"]:
+        planned += (f"; the budget stopped it after {t['steps']} (the machine's other work slowed "
+                    "it), before the cosine schedule's end")
+        replay += f" --stop-after {t['steps']}"
+    elif t["planned_steps"] != t["steps"]:
+        replay += f" --stop-after {t['steps']}"
     text = f"""# code-dsv3: a small trained DeepSeek-V3-architecture code model with an MTP module
 
 A real (tiny, weak) DeepSeek-V3-architecture model (MLA, the noaux_tc router with groups and a
@@ -553,7 +532,7 @@ Hugging Face `DeepseekV3ForCausalLM` (`model_type` deepseek_v3; `config.json` wi
 | hidden_size / vocab_size | {a.hidden} / 2048 (the shared sentencepiece tokenizer) |
 | MLA | {a.heads} heads, q_lora_rank {a.q_lora_rank}, kv_lora_rank {a.kv_lora_rank}, qk_nope_head_dim {a.qk_nope_head_dim}, qk_rope_head_dim {a.qk_rope_head_dim}, v_head_dim {a.v_head_dim}; rope_interleave true, rope_theta 10000, no rope_scaling |
 | dense MLP | intermediate_size {a.intermediate} |
-| MoE | {a.experts} routed experts, top-{a.top_k}, n_group {a.n_group}, topk_group {a.topk_group}, {a.shared_experts} shared expert(s), moe_intermediate_size {a.moe_intermediate}, routed_scaling_factor {a.routed_scaling}, norm_topk_prob true, noaux_tc / sigmoid |
+| MoE | {a.experts} routed experts, top-{a.top_k}, n_group {a.n_group}, topk_group {a.topk_group}, {a.shared_experts} shared (`n_shared_experts`), moe_intermediate_size {a.moe_intermediate}, routed_scaling_factor {a.routed_scaling}, norm_topk_prob true, noaux_tc / sigmoid |
 | rms_norm_eps | 1e-6 |
 | tie_word_embeddings | false |
 | model.safetensors | {m['bf16_safetensors_bytes']:,} bytes: BF16 (round to nearest even from float32; equals torch's cast: {m['bf16_equals_torch_cast']}), `e_score_correction_bias` F32 as in DeepSeek-V3's checkpoints |
@@ -577,8 +556,8 @@ lm_head(shared_head.norm(y)). The float32 weights are kept outside the repositor
   {a.warmup} steps then cosine to 10% of the peak lr {a.lr:g}, batch {a.batch} x {a.seq}, bf16 autocast
   with float32 master weights, router in float32), {a.threads} CPU thread.
 * Run: {t['steps']} steps, {t['tokens']:,} tokens ({t['epochs']:.2f} epochs) in {t['seconds'] / 60:.1f} minutes
-  ({'planned from the speed of the first 10 steps and the ' + format(a.minutes, 'g') + '-minute budget' if not a.steps else str(a.steps) + ' steps asked'}).
-  Command: `{m['command']}` (add `--steps {t['steps']}` to replay the same steps).
+  ({planned}).
+  Command: `{m['command']}` (add `{replay}` to replay the same steps).
 
 | loss (nats/token) | float32 weights | BF16 weights |
 |---|---|---|
@@ -598,8 +577,10 @@ All held-out windows, float32 compute, the text's t_{{i+1}} as the module's inpu
 | greedy agreement with the main model (argmax MTP(h_i, t_{{i+1}}) == main argmax at i+1) | {mt['agreement']:.4f} | {mt['agreement_bf16_weights']:.4f} |
 | accuracy (argmax == t_{{i+2}}) | {mt['accuracy']:.4f} | {mt['accuracy_bf16_weights']:.4f} |
 
-The agreement is an upper-bound-like proxy of the first drafted token's acceptance under greedy
-verification (in decoding, t_{{i+1}} is the target's own token, and h_i is computed from it).
+The agreement is a proxy of the first drafted token's acceptance under greedy verification
+(in decoding, t_{{i+1}} is the main model's own greedy token, not the text's). The module's loss
+on t_{{i+2}} is below the main model's on t_{{i+1}}: it sees the same tokens (t_{{<=i+1}}) through one
+more decoder layer, and at this size depth still pays.
 
 ## Experts
 
@@ -616,11 +597,16 @@ Smallest margins of the biased choice (k-th expert, topk_group-th group), BF16 w
 
 ## Checks
 
-* `metrics.json`'s `reference` holds 32 greedy tokens of 4 held-out prompts (float32 and BF16
+* `metrics.json`'s `reference` holds 32 greedy tokens of {len(m['reference']['prompt_ids'])} held-out prompts (float32 and BF16
   weights, the torch model in memory).
-* `tests/e2e/code_dsv3.sh` (ctest `code_dsv3`): specrun's logits on this model against the
-  float64 numpy reference `tests/e2e/deepseek_reference.py` (from Hugging Face's
-  modeling_deepseek_v3), and the greedy tokens against `reference.greedy_bf16_weights`.
+* `tests/e2e/code_dsv3.sh` (ctest `code_dsv3`): the layout above; specrun's greedy tokens on 3
+  of those prompts equal `reference.greedy_bf16_weights`, and its logits at every position agree
+  with the float64 numpy reference `tests/e2e/deepseek_reference.py` (written from Hugging
+  Face's modeling_deepseek_v3) to a relative L2 below 1e-5.
+* The float32 copy, the same way for all {len(m['reference']['prompt_ids'])} prompts (32 tokens each):
+  `specrun generate {a.f32_out} --tokens PROMPT --max-new-tokens 32 --dump-logits L.bin` then
+  `tests/e2e/deepseek_reference.py {a.f32_out} L.bin PROMPT,GENERATED --tolerance 1e-5
+  --min-margin 0`.
 
 ## Files
 

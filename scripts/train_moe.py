@@ -42,11 +42,11 @@ import torch
 import torch.nn as nn
 import torch.nn.functional as F
 
-from train_common import (BOS, EOS, REPO, Expert, RMSNorm, add_common_args, add_readme_from,
-                          check_budget_args, expert_stats, greedy, init_weights, linear, load_data,
-                          matmul_nt, metrics_head, param_groups, read_earlier_runs,
-                          reference_prompts, rewrite_readme, rotate_half, run_record, save_metrics,
-                          train_loop, train_windows, write_both)
+from train_common import (BOS, EOS, REPO, CausalLM, Expert, RMSNorm, add_common_args,
+                          add_readme_from, check_budget_args, expert_stats, finish_metrics, greedy,
+                          init_weights, linear, load_data, matmul_nt, metrics_head, param_groups,
+                          read_earlier_runs, reference_prompts, rewrite_readme, rotate_half,
+                          run_record, train_loop, train_windows, write_both)
 
 # ---- model: Hugging Face Qwen3MoeForCausalLM (parameter names are HF's) -------------------------
 
@@ -135,25 +135,15 @@ class Backbone(nn.Module):
         self.norm = RMSNorm(c["hidden_size"], c["rms_norm_eps"])
 
 
-class Qwen3MoeForCausalLM(nn.Module):
+class Qwen3MoeForCausalLM(CausalLM):
     def __init__(self, c):
-        super().__init__()
-        self.c = c
-        self.model = Backbone(c)
-        self.lm_head = nn.Linear(c["hidden_size"], c["vocab_size"], bias=False)
-        hd = c["head_dim"]
-        self.register_buffer("inv_freq", 1.0 / (c["rope_theta"] ** (
-            torch.arange(0, hd, 2, dtype=torch.int64).float() / hd)), persistent=False)
+        super().__init__(c, Backbone(c), c["head_dim"])
 
     def forward(self, ids):
         """ids [B, T] -> logits [B, T, V], router logits per layer [B*T, E], experts [B*T, k]."""
         B, T = ids.shape
         x = self.model.embed_tokens(ids)
-        with torch.autocast("cpu", enabled=False):
-            freqs = torch.arange(T, dtype=torch.float32)[:, None] * self.inv_freq[None, :]
-            emb = torch.cat((freqs, freqs), -1)
-            cos, sin = emb.cos().to(x.dtype), emb.sin().to(x.dtype)
-        mask = torch.full((T, T), float("-inf")).triu(1)
+        cos, sin, mask = self.rope_tables(T, x.dtype)
         routers, sels = [], []
         for layer in self.model.layers:
             x, logits, sel = layer(x, cos, sin, mask)
@@ -254,17 +244,9 @@ def main():
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     add_common_args(ap, "code-moe", 25.0)
     ap.add_argument("--layers", type=int, default=6)
-    ap.add_argument("--hidden", type=int, default=256)
-    ap.add_argument("--heads", type=int, default=8)
     ap.add_argument("--kv-heads", type=int, default=4)
     ap.add_argument("--head-dim", type=int, default=32)
-    ap.add_argument("--experts", type=int, default=16)
-    ap.add_argument("--top-k", type=int, default=2)
-    ap.add_argument("--moe-intermediate", type=int, default=128)
     ap.add_argument("--aux-coef", type=float, default=0.001)
-    ap.add_argument("--eval-every", type=int, default=100)
-    ap.add_argument("--eval-limit", type=int, default=0,
-                    help="held-out windows in the final evaluation (default: all; for smoke runs)")
     ap.add_argument("--no-check", action="store_true", help="skip scripts/check_moe_numpy.py")
     ap.add_argument("--init", metavar="F32DIR",
                     help="continue from the float32 checkpoint of an earlier run (its --f32-out): "
@@ -344,17 +326,9 @@ def main():
                 "fraction_below_1e-4": float((margin_bf16 < 1e-4).mean()),
                 "fraction_below_1e-3": float((margin_bf16 < 1e-3).mean())},
             "layers": stats},
-        "reference": {
-            "what": "prompts: every 25th python prompt of ../shared/prompts/code_prompts.jsonl; "
-                    "32 greedy tokens, no cache, no EOS stop, ties -> lowest id, float32 compute",
-            "prompt_ids": [p["id"] for p in prompts],
-            "greedy_f32_weights": greedy_f32,
-            "greedy_bf16_weights": greedy_bf16},
-        "evaluation_seconds": round(eval_seconds, 1),
-        "total_seconds": round(time.time() - t_start, 1),
     })
-    save_metrics(a, metrics)
-    write_readme(a, metrics)
+    finish_metrics(a, metrics, prompts, greedy_f32, greedy_bf16, eval_seconds, t_start,
+                   write_readme)
     if not a.no_check:
         rc = subprocess.call([sys.executable, os.path.join(REPO, "scripts", "check_moe_numpy.py"),
                               a.out, "--prompts", "4"])
