@@ -29,7 +29,8 @@ to metrics.json; --steps N replays the same run (seeds are fixed, one thread is 
 Writes OUT (default models/code-moe): config.json, model.safetensors (BF16, round to nearest
 even), generation_config.json, tokenizer.model, tokenizer_config.json, metrics.json, README.md;
 and F32OUT (default /work/code-moe-f32): the float32 weights. Then runs
-scripts/check_moe_numpy.py on OUT (a float64 numpy forward of the saved checkpoint).
+scripts/check_moe_numpy.py on OUT (a float64 numpy forward of the saved checkpoint). The pieces
+it shares with scripts/train_deepseek.py are in scripts/train_common.py.
 """
 import argparse
 import os
