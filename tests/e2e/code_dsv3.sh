@@ -12,7 +12,9 @@
 #    of prompt + generated tokens agree with the independent float64 numpy forward
 #    deepseek_reference.py (Hugging Face's modeling_deepseek_v3 semantics, the BF16 weights
 #    widened) to a relative L2 below 1e-5, every argmax equal.
-# 3. The same weights with rope_interleave false (a planted pairing error) do not give the
+# 3. specrun's MTP logits (the module at every position, then two chain steps) agree with the
+#    float64 numpy forward mtp_reference.py to a relative L2 below 1e-5, every argmax equal.
+# 4. The same weights with rope_interleave false (a planted pairing error) do not give the
 #    training run's greedy tokens.
 set -euo pipefail
 source "$(dirname "$0")/run_common.sh"
@@ -74,6 +76,16 @@ while read -r pid prompt want; do
     --min-margin 1e-6 || fail "prompt $pid: specrun differs from the independent reference"
 done <cases.txt
 [[ $(wc -l <cases.txt) -ge 2 ]] || fail "fewer than 2 reference prompts in metrics.json"
+
+# The MTP module: specrun's MTP logits (every pair (h_i, t_{i+1}) of prompt + 16 generated
+# tokens, then two chain steps) against the float64 numpy forward mtp_reference.py.
+read -r pid prompt want <cases.txt
+"$SPECRUN_BIN" generate "$MODEL" --tokens "$prompt" --max-new-tokens 16 --threads 2 \
+  --dump-mtp-logits mtp.bin --mtp-chain-hidden pre_norm >mtp.txt 2>mtp.err ||
+  fail "MTP: $(cat mtp.err)"
+"$PY" "$E2E_DIR/mtp_reference.py" "$MODEL" mtp.bin "$prompt,$(head -n 1 mtp.txt | tr ' ' ',')" \
+  --chain-hidden pre_norm --tolerance 1e-5 --min-margin 1e-6 ||
+  fail "the MTP module differs from the independent reference"
 
 # A planted error: the same weights read with rope_interleave false (rotate_half on the rope
 # parts as they are, the pairing a checkpoint converter can get wrong) must not give the training
