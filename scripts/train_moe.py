@@ -29,119 +29,27 @@ to metrics.json; --steps N replays the same run (seeds are fixed, one thread is 
 Writes OUT (default models/code-moe): config.json, model.safetensors (BF16, round to nearest
 even), generation_config.json, tokenizer.model, tokenizer_config.json, metrics.json, README.md;
 and F32OUT (default /work/code-moe-f32): the float32 weights. Then runs
-scripts/check_moe_numpy.py on OUT (a float64 numpy forward of the saved checkpoint).
+scripts/check_moe_numpy.py on OUT (a float64 numpy forward of the saved checkpoint). The pieces
+it shares with scripts/train_deepseek.py are in scripts/train_common.py.
 """
 import argparse
-import json
-import math
 import os
-import shutil
-import struct
 import subprocess
 import sys
 import time
-import zlib
 
 import numpy as np
 import torch
 import torch.nn as nn
 import torch.nn.functional as F
 
-REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-SHARED = os.path.join(os.path.dirname(REPO), "shared")
-BOS, EOS = 1, 2
-MAX_MINUTES = 30.0
-
-# ---- data -------------------------------------------------------------------------------------
-
-
-def stdlib_files(root):
-    """Relative paths of the training corpus, sorted (the concatenation order)."""
-    out = []
-    for d, dirs, files in os.walk(root):
-        dirs.sort()
-        rel = os.path.relpath(d, root)
-        parts = [] if rel == "." else rel.split(os.sep)
-        if any(p in ("test", "tests", "dist-packages") for p in parts):
-            continue
-        for f in files:
-            p = os.path.join(d, f)
-            if f.endswith(".py") and not os.path.islink(p) and os.path.getsize(p) <= 300 * 1024:
-                out.append(os.path.relpath(p, root))
-    return sorted(out)
-
-
-def is_held_out(rel):
-    return zlib.crc32(rel.encode()) % 10 == 0
-
-
-def load_corpus(root, sp):
-    train, held, info = [], [], {"train_files": 0, "held_out_files": 0, "train_bytes": 0,
-                                 "held_out_bytes": 0}
-    for rel in stdlib_files(root):
-        raw = open(os.path.join(root, rel), "rb").read()
-        ids = [BOS] + sp.encode(raw.decode("utf-8")) + [EOS]
-        key = "held_out" if is_held_out(rel) else "train"
-        (held if key == "held_out" else train).extend(ids)
-        info[key + "_files"] += 1
-        info[key + "_bytes"] += len(raw)
-    train, held = np.array(train, np.int64), np.array(held, np.int64)
-    info["train_tokens"], info["held_out_tokens"] = int(train.size), int(held.size)
-    return train, held, info
-
-
-def windows(ids, seq):
-    """All non-overlapping windows of seq inputs (+1 target): [n, seq + 1]."""
-    n = (ids.size - 1) // seq
-    return np.stack([ids[i * seq:i * seq + seq + 1] for i in range(n)])
-
+from train_common import (BOS, EOS, REPO, CausalLM, Expert, RMSNorm, add_common_args,
+                          add_readme_from, check_budget_args, expert_stats, finish_metrics, greedy,
+                          init_weights, linear, load_data, matmul_nt, metrics_head, param_groups,
+                          read_earlier_runs, reference_prompts, rewrite_readme, rotate_half,
+                          run_record, train_loop, train_windows, write_both)
 
 # ---- model: Hugging Face Qwen3MoeForCausalLM (parameter names are HF's) -------------------------
-
-
-def fast_f32():
-    """True where a float32 product should go through oneDNN: this torch (Debian's) does float32
-    GEMMs with the reference BLAS, ~17x slower; oneDNN computes the same products in float32.
-    Only without autograd (evaluation); training runs under bf16 autocast (oneDNN already)."""
-    return not torch.is_grad_enabled() and not torch.is_autocast_cpu_enabled()
-
-
-def linear(x, w):
-    """x [..., in] @ w[out, in]^T."""
-    if x.dtype != torch.float32 or not fast_f32():
-        return F.linear(x, w)
-    y = torch._C._nn.mkldnn_linear(x.reshape(-1, x.shape[-1]).contiguous().to_mkldnn(),
-                                   w.contiguous(), None).to_dense()
-    return y.view(*x.shape[:-1], w.shape[0])
-
-
-def matmul_nt(a, b):
-    """a [B, H, T, D] @ b[B, H, S, D]^T -> [B, H, T, S]."""
-    if a.dtype != torch.float32 or not fast_f32():
-        return torch.matmul(a, b.transpose(-1, -2))
-    out = a.new_empty(a.shape[:-1] + b.shape[-2:-1])
-    for i in range(a.shape[0]):
-        for h in range(a.shape[1]):
-            out[i, h] = linear(a[i, h], b[i, h])
-    return out
-
-
-class RMSNorm(nn.Module):
-    def __init__(self, n, eps):
-        super().__init__()
-        self.weight = nn.Parameter(torch.ones(n))
-        self.variance_epsilon = eps
-
-    def forward(self, x):
-        dt = x.dtype
-        h = x.float()
-        h = h * torch.rsqrt(h.pow(2).mean(-1, keepdim=True) + self.variance_epsilon)
-        return self.weight * h.to(dt)
-
-
-def rotate_half(x):
-    h = x.shape[-1] // 2
-    return torch.cat((-x[..., h:], x[..., :h]), -1)
 
 
 class Attention(nn.Module):
@@ -170,18 +78,6 @@ class Attention(nn.Module):
         att = F.softmax(att, dim=-1, dtype=torch.float32).to(q.dtype)
         o = matmul_nt(att, v.transpose(2, 3)).transpose(1, 2).reshape(B, T, self.nh * self.hd)
         return linear(o, self.o_proj.weight)
-
-
-class Expert(nn.Module):
-    def __init__(self, H, I):
-        super().__init__()
-        self.gate_proj = nn.Linear(H, I, bias=False)
-        self.up_proj = nn.Linear(H, I, bias=False)
-        self.down_proj = nn.Linear(I, H, bias=False)
-
-    def forward(self, x):
-        return linear(F.silu(linear(x, self.gate_proj.weight)) * linear(x, self.up_proj.weight),
-                      self.down_proj.weight)
 
 
 class SparseMoeBlock(nn.Module):
@@ -240,25 +136,15 @@ class Backbone(nn.Module):
         self.norm = RMSNorm(c["hidden_size"], c["rms_norm_eps"])
 
 
-class Qwen3MoeForCausalLM(nn.Module):
+class Qwen3MoeForCausalLM(CausalLM):
     def __init__(self, c):
-        super().__init__()
-        self.c = c
-        self.model = Backbone(c)
-        self.lm_head = nn.Linear(c["hidden_size"], c["vocab_size"], bias=False)
-        hd = c["head_dim"]
-        self.register_buffer("inv_freq", 1.0 / (c["rope_theta"] ** (
-            torch.arange(0, hd, 2, dtype=torch.int64).float() / hd)), persistent=False)
+        super().__init__(c, Backbone(c), c["head_dim"])
 
     def forward(self, ids):
         """ids [B, T] -> logits [B, T, V], router logits per layer [B*T, E], experts [B*T, k]."""
         B, T = ids.shape
         x = self.model.embed_tokens(ids)
-        with torch.autocast("cpu", enabled=False):
-            freqs = torch.arange(T, dtype=torch.float32)[:, None] * self.inv_freq[None, :]
-            emb = torch.cat((freqs, freqs), -1)
-            cos, sin = emb.cos().to(x.dtype), emb.sin().to(x.dtype)
-        mask = torch.full((T, T), float("-inf")).triu(1)
+        cos, sin, mask = self.rope_tables(T, x.dtype)
         routers, sels = [], []
         for layer in self.model.layers:
             x, logits, sel = layer(x, cos, sin, mask)
@@ -276,18 +162,6 @@ def load_balancing_loss(router_logits, E, k):
     _, sel = torch.topk(probs, k, dim=-1)
     mask = F.one_hot(sel, E).float()  # [N, k, E]
     return torch.sum(mask.mean(0) * probs.mean(0)[None, :]) * E
-
-
-def init_weights(model, c):
-    std, out_std = c["initializer_range"], c["initializer_range"] / math.sqrt(
-        2 * c["num_hidden_layers"])
-    for name, p in model.named_parameters():
-        if name.endswith("norm.weight"):
-            nn.init.ones_(p)
-        elif name.endswith(("o_proj.weight", "down_proj.weight")):
-            nn.init.normal_(p, 0.0, out_std)
-        else:
-            nn.init.normal_(p, 0.0, std)
 
 
 # ---- checkpoint files ---------------------------------------------------------------------------
@@ -336,47 +210,6 @@ def hf_config(a, dtype):
     }
 
 
-def bf16_bits(a):
-    """float32 -> bfloat16 bit patterns, round to nearest even (finite inputs)."""
-    u = np.ascontiguousarray(a, np.float32).view(np.uint32).astype(np.uint64)
-    return ((u + 0x7FFF + ((u >> 16) & 1)) >> 16).astype(np.uint16)
-
-
-def bf16_widen(bits):
-    return (bits.astype(np.uint32) << 16).view(np.float32)
-
-
-def write_safetensors(path, tensors, dtype):
-    """tensors: list of (name, float32 array), written in this (state-dict) order."""
-    header, blobs, off = {}, [], 0
-    for name, a in tensors:
-        raw = (bf16_bits(a) if dtype == "BF16" else np.ascontiguousarray(a, np.float32)).tobytes()
-        header[name] = {"dtype": dtype, "shape": list(a.shape),
-                        "data_offsets": [off, off + len(raw)]}
-        blobs.append(raw)
-        off += len(raw)
-    header["__metadata__"] = {"format": "pt"}
-    text = json.dumps(header, separators=(",", ":")).encode()
-    text += b" " * ((8 - (8 + len(text)) % 8) % 8)
-    with open(path, "wb") as f:
-        f.write(struct.pack("<Q", len(text)))
-        f.write(text)
-        for b in blobs:
-            f.write(b)
-
-
-def write_checkpoint(out, model, cfg, dtype):
-    os.makedirs(out, exist_ok=True)
-    sd = [(n, p.detach().float().numpy()) for n, p in model.state_dict().items()]
-    write_safetensors(os.path.join(out, "model.safetensors"), sd,
-                      "BF16" if dtype == "bfloat16" else "F32")
-    with open(os.path.join(out, "config.json"), "w") as f:
-        f.write(json.dumps(cfg, indent=2, sort_keys=True) + "\n")
-    src = os.path.join(SHARED, "models", "code-target")
-    for name in ("generation_config.json", "tokenizer.model", "tokenizer_config.json"):
-        shutil.copyfile(os.path.join(src, name), os.path.join(out, name))
-
-
 # ---- evaluation ---------------------------------------------------------------------------------
 
 
@@ -405,154 +238,37 @@ def evaluate(model, wins, batch=8, collect=False):
     return total / count, sel_all, margin
 
 
-def expert_stats(sel, E, max_w=8, seed=7):
-    """Per layer, from the experts chosen on held-out windows sel [L, n, T, k]."""
-    L, n, T, k = sel.shape
-    rng = np.random.default_rng(seed)
-    layers = []
-    for l in range(L):
-        oh = np.zeros((n, T, E), bool)
-        np.put_along_axis(oh, sel[l].astype(np.int64), True, axis=-1)
-        usage = oh.sum((0, 1)) / (n * T * k)
-        flat = oh.reshape(n * T, E)
-        shuf = flat[rng.permutation(n * T)].reshape(n, T, E)
-
-        def locality(o):
-            inter = (o[:, 1:] & o[:, :-1]).sum(-1)
-            union = []
-            for w in range(1, max_w + 1):
-                u = o[:, :T - w + 1].copy()
-                for j in range(1, w):
-                    u |= o[:, j:T - w + 1 + j]
-                union.append(float(u.sum(-1).mean()))
-            return {"shared_fraction": float(inter.mean() / k),
-                    "p_share_any": float((inter >= 1).mean()),
-                    "p_same_set": float((inter == k).mean()),
-                    "unique_experts_w": union}
-
-        nz = usage[usage > 0]
-        layers.append({"usage": [float(u) for u in usage],
-                       "effective_experts": float(np.exp(-(nz * np.log(nz)).sum())),
-                       "max_usage": float(usage.max()), "min_usage": float(usage.min()),
-                       "consecutive": locality(oh), "shuffled": locality(shuf)})
-    return layers
-
-
-@torch.no_grad()
-def greedy(model, prompt, n):
-    """n greedy tokens, full recompute each step (no cache), ties -> lowest id."""
-    ids = list(prompt)
-    for _ in range(n):
-        last = model(torch.tensor([ids]))[0][0, -1].float()
-        ids.append(int(torch.nonzero(last == last.max())[0, 0]))
-    return ids[len(prompt):]
-
-
-def reference_prompts():
-    rows = [json.loads(l) for l in open(os.path.join(SHARED, "prompts", "code_prompts.jsonl"))]
-    python = [r for r in rows if r["category"] == "python"]
-    return [python[i] for i in range(0, len(python), 25)]  # as ../shared/models/reference.json
-
-
 # ---- main ---------------------------------------------------------------------------------------
-
-
-def lr_at(step, total, a):
-    if step < a.warmup:
-        return a.lr * (step + 1) / a.warmup
-    frac = (step - a.warmup) / max(1, total - a.warmup)
-    return a.lr * (0.1 + 0.9 * 0.5 * (1 + math.cos(math.pi * min(1.0, frac))))
-
-
-def param_groups(model, wd):
-    decay = [p for n, p in model.named_parameters() if p.dim() >= 2]
-    no_decay = [p for n, p in model.named_parameters() if p.dim() < 2]
-    return [{"params": decay, "weight_decay": wd}, {"params": no_decay, "weight_decay": 0.0}]
 
 
 def main():
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    ap.add_argument("--out", default=os.path.join(REPO, "models", "code-moe"))
-    ap.add_argument("--f32-out", default="/work/code-moe-f32")
-    ap.add_argument("--stdlib", default="/usr/lib/python3.11")
-    ap.add_argument("--tokenizer", default=os.path.join(SHARED, "models", "tokenizer",
-                                                        "tokenizer.model"))
-    ap.add_argument("--minutes", type=float, default=25.0,
-                    help=f"wall-time budget of the training loop (at most {MAX_MINUTES:g})")
-    ap.add_argument("--steps", type=int, default=0,
-                    help="optimizer steps (default: planned from --minutes after 10 steps)")
-    ap.add_argument("--lr", type=float, default=3e-3)
-    ap.add_argument("--warmup", type=int, default=100)
-    ap.add_argument("--batch", type=int, default=8)
-    ap.add_argument("--seq", type=int, default=512)
-    ap.add_argument("--seed", type=int, default=0)
-    ap.add_argument("--threads", type=int, default=1)
+    add_common_args(ap, "code-moe", 25.0)
     ap.add_argument("--layers", type=int, default=6)
-    ap.add_argument("--hidden", type=int, default=256)
-    ap.add_argument("--heads", type=int, default=8)
     ap.add_argument("--kv-heads", type=int, default=4)
     ap.add_argument("--head-dim", type=int, default=32)
-    ap.add_argument("--experts", type=int, default=16)
-    ap.add_argument("--top-k", type=int, default=2)
-    ap.add_argument("--moe-intermediate", type=int, default=128)
     ap.add_argument("--aux-coef", type=float, default=0.001)
-    ap.add_argument("--eval-every", type=int, default=100)
-    ap.add_argument("--eval-limit", type=int, default=0,
-                    help="held-out windows in the final evaluation (default: all; for smoke runs)")
     ap.add_argument("--no-check", action="store_true", help="skip scripts/check_moe_numpy.py")
     ap.add_argument("--init", metavar="F32DIR",
                     help="continue from the float32 checkpoint of an earlier run (its --f32-out): "
                          "its weights, a fresh optimizer and schedule (as the dense code-target's "
                          "continuation run, which used --seed 1); metrics.json lists every run")
-    ap.add_argument("--readme-from", metavar="METRICS",
-                    help="only rewrite README.md beside METRICS (a metrics.json of this script)")
+    add_readme_from(ap)
     a = ap.parse_args()
     if a.readme_from:
-        m = json.load(open(a.readme_from))
-        args = argparse.Namespace(**m["training"]["args"])
-        args.out = os.path.dirname(os.path.abspath(a.readme_from))
-        write_readme(args, m)
-        return
-    if a.minutes > MAX_MINUTES:
-        sys.exit(f"train_moe: --minutes {a.minutes:g} is over {MAX_MINUTES:g}: this machine is "
-                 f"shared; use --minutes {MAX_MINUTES:g} or less")
-    if not a.steps and a.warmup <= 10:
-        sys.exit("train_moe: --warmup must be over 10 when the steps are planned (the first 10 "
-                 "steps time the run before the schedule is known)")
+        return rewrite_readme(a.readme_from, write_readme)
+    check_budget_args(a, "train_moe")
     command = " ".join(["/usr/bin/python3 scripts/train_moe.py"] + sys.argv[1:])
     torch.set_num_threads(a.threads)
     torch.manual_seed(a.seed)
     rng = np.random.default_rng(a.seed)
     t_start = time.time()
-
-    import sentencepiece as spm
-    sp = spm.SentencePieceProcessor(model_file=a.tokenizer)
-    train, held, data_info = load_corpus(a.stdlib, sp)
-    print(f"train_moe: {data_info}", flush=True)
-    held_w = windows(held, a.seq)
-    quick_w = held_w[np.random.default_rng(11).choice(held_w.shape[0], 8, replace=False)]
-    if a.eval_limit:
-        held_w = held_w[:a.eval_limit]
+    train, held_w, quick_w, data_info = load_data("train_moe", a)
 
     cfg = hf_config(a, "float32")
     model = Qwen3MoeForCausalLM(cfg)
     init_weights(model, cfg)
-    earlier = []
-    if a.init:
-        from check_moe_numpy import read_safetensors
-        path = os.path.join(a.init, "model.safetensors")
-        weights, dtypes = read_safetensors(path)
-        if dtypes != {"F32"}:
-            sys.exit(f"train_moe: {path} holds {sorted(dtypes)}; --init takes the float32 "
-                     "checkpoint (the --f32-out of the earlier run)")
-        model.load_state_dict({n: torch.from_numpy(weights[n].astype(np.float32))
-                               for n in model.state_dict()})
-        prev = os.path.join(a.init, "metrics.json")
-        if os.path.exists(prev):
-            m = json.load(open(prev))
-            earlier = m.get("training_runs", [m["training"]])
-        print(f"train_moe: continuing from {a.init} ({sum(r['tokens'] for r in earlier):,} "
-              "tokens before)", flush=True)
+    earlier = read_earlier_runs("train_moe", a, model) if a.init else []
     n_params = sum(p.numel() for p in model.parameters())
     per_expert = 3 * a.hidden * a.moe_intermediate
     n_active = n_params - a.layers * (a.experts - a.top_k) * per_expert
@@ -560,75 +276,23 @@ def main():
           f"BF16 {2 * n_params / 1e6:.2f} MB", flush=True)
     opt = torch.optim.AdamW(param_groups(model, 0.1), lr=a.lr, betas=(0.9, 0.95), eps=1e-8)
 
-    budget = a.minutes * 60.0
-    total = a.steps if a.steps else None
-    history, log = [], {"ce": 0.0, "aux": 0.0, "n": 0}
-    t0 = time.time()
-    step, stopped_by_budget = 0, False
-    while total is None or step < total:
-        if time.time() - t0 >= budget:
-            stopped_by_budget = True
-            break
-        lr = lr_at(step, total or 10**9, a)
-        for g in opt.param_groups:
-            g["lr"] = lr
-        starts = rng.integers(0, train.size - a.seq - 1, size=a.batch)
-        w = torch.from_numpy(np.stack([train[s:s + a.seq + 1] for s in starts]))
-        model.train()
+    def step_loss(w):
         with torch.autocast("cpu", dtype=torch.bfloat16):
             logits, routers, _ = model(w[:, :-1])
         ce = F.cross_entropy(logits.float().reshape(-1, logits.shape[-1]), w[:, 1:].reshape(-1))
         aux = load_balancing_loss(routers, a.experts, a.top_k)
-        loss = ce + a.aux_coef * aux
-        opt.zero_grad(set_to_none=True)
-        loss.backward()
-        torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
-        opt.step()
-        step += 1
-        log["ce"] += ce.item()
-        log["aux"] += aux.item()
-        log["n"] += 1
-        if step == 1:
-            t1 = time.time()
-        if total is None and step == 11:
-            # Plan the run once: the schedule must not depend on later timings.
-            per_step = (time.time() - t1) / 10
-            total = step + int(0.9 * (budget - (time.time() - t0)) / per_step)
-            print(f"train_moe: {per_step:.2f} s/step: planned {total} steps", flush=True)
-        if step % 10 == 0:
-            print(f"step {step}/{total}: ce {log['ce'] / log['n']:.3f} aux "
-                  f"{log['aux'] / log['n']:.3f} lr {lr:.2e} {time.time() - t0:.0f} s", flush=True)
-            log = {"ce": 0.0, "aux": 0.0, "n": 0}
-        if step % a.eval_every == 0:
-            model.eval()
-            with torch.autocast("cpu", dtype=torch.bfloat16):
-                q, _, _ = evaluate(model, quick_w)
-            history.append({"step": step, "held_out_quick": q, "seconds": time.time() - t0})
-            print(f"step {step}: held-out (8 windows, bf16 autocast) {q:.3f}", flush=True)
-    train_seconds = time.time() - t0
-    tokens = step * a.batch * a.seq
-    print(f"train_moe: {step} steps, {tokens:,} tokens in {train_seconds:.0f} s"
-          + (" (stopped by the budget)" if stopped_by_budget else ""), flush=True)
+        return ce + a.aux_coef * aux, {"ce": ce.item(), "aux": aux.item()}
 
-    # ---- write the checkpoints ----
-    model.eval()
-    write_checkpoint(a.f32_out, model, hf_config(a, "float32"), "float32")
-    write_checkpoint(a.out, model, hf_config(a, "bfloat16"), "bfloat16")
-    f32_state = {n: p.detach().clone() for n, p in model.state_dict().items()}
-    bf16_state = {n: torch.from_numpy(bf16_widen(bf16_bits(p.numpy()))) for n, p in
-                  f32_state.items()}
-    cast_ok = all(torch.equal(bf16_state[n], f32_state[n].to(torch.bfloat16).float())
-                  for n in f32_state)
-    size = os.path.getsize(os.path.join(a.out, "model.safetensors"))
-    print(f"train_moe: wrote {a.out} (model.safetensors {size:,} bytes; equals torch's bf16 "
-          f"cast: {cast_ok}) and {a.f32_out}", flush=True)
+    def quick_eval():
+        with torch.autocast("cpu", dtype=torch.bfloat16):
+            return evaluate(model, quick_w)[0]
+
+    run = train_loop("train_moe", model, opt, a, train, rng, step_loss, quick_eval)
+    size, cast_ok, f32_state, bf16_state = write_both("train_moe", a, model, hf_config)
 
     # ---- evaluate (float32 compute) ----
     t_eval = time.time()
-    train_w = np.stack([train[s:s + a.seq + 1] for s in
-                        np.random.default_rng(1234).integers(0, train.size - a.seq - 1, 256)])
-    if a.eval_limit:
-        train_w = train_w[:a.eval_limit]
+    train_w = train_windows(train, a)
     train_loss, _, _ = evaluate(model, train_w)
     held_f32, sel_f32, margin_f32 = evaluate(model, held_w, collect=True)
     prompts = reference_prompts()
@@ -644,22 +308,10 @@ def main():
           f"{held_bf16:.4f} (bf16 weights); evaluation {eval_seconds:.0f} s", flush=True)
 
     n_held = held_w.shape[0]
-    this_run = {"steps": step, "tokens": tokens, "seconds": round(train_seconds, 1),
-                "planned_steps": total, "stopped_by_budget": stopped_by_budget,
-                "epochs": tokens / data_info["train_tokens"], "threads": a.threads,
-                "command": command, "history": history, "args": dict(vars(a))}
-    metrics = {
-        "model": "code-moe",
-        "command": command,
-        "params": n_params,
-        "active_params_per_token": n_active,
-        "bf16_safetensors_bytes": size,
-        "bf16_equals_torch_cast": cast_ok,
-        "data": dict(data_info, stdlib=a.stdlib,
-                     split="held out iff zlib.crc32(relative path) % 10 == 0"),
-        "training": this_run,
-        "training_runs": earlier + [this_run],
-
+    this_run = run_record(a, command, data_info, run)
+    metrics = metrics_head("code-moe", command, n_params, {"active_params_per_token": n_active},
+                           size, cast_ok, data_info, this_run, earlier)
+    metrics.update({
         "train_loss": train_loss,
         "heldout_loss": held_f32,
         "heldout_loss_bf16_weights": held_bf16,
@@ -675,20 +327,9 @@ def main():
                 "fraction_below_1e-4": float((margin_bf16 < 1e-4).mean()),
                 "fraction_below_1e-3": float((margin_bf16 < 1e-3).mean())},
             "layers": stats},
-        "reference": {
-            "what": "prompts: every 25th python prompt of ../shared/prompts/code_prompts.jsonl; "
-                    "32 greedy tokens, no cache, no EOS stop, ties -> lowest id, float32 compute",
-            "prompt_ids": [p["id"] for p in prompts],
-            "greedy_f32_weights": greedy_f32,
-            "greedy_bf16_weights": greedy_bf16},
-        "evaluation_seconds": round(eval_seconds, 1),
-        "total_seconds": round(time.time() - t_start, 1),
-    }
-    with open(os.path.join(a.out, "metrics.json"), "w") as f:
-        json.dump(metrics, f, indent=1)
-        f.write("\n")
-    shutil.copyfile(os.path.join(a.out, "metrics.json"), os.path.join(a.f32_out, "metrics.json"))
-    write_readme(a, metrics)
+    })
+    finish_metrics(a, metrics, prompts, greedy_f32, greedy_bf16, eval_seconds, t_start,
+                   write_readme)
     if not a.no_check:
         rc = subprocess.call([sys.executable, os.path.join(REPO, "scripts", "check_moe_numpy.py"),
                               a.out, "--prompts", "4"])
