@@ -1,10 +1,16 @@
 #include "model/quant_config.h"
 
+#include <nlohmann/json.hpp>
+#include <regex>
 #include <sstream>
 
 #include "common/error.h"
 
 namespace specrun {
+
+struct CompiledPattern {
+  std::regex re;
+};
 
 namespace {
 
@@ -86,7 +92,8 @@ QuantTarget make_target(const std::string& text, const std::string& where, const
                                                              << "regular-expression syntax (" << bad
                                                              << "), which specrun does not read");
     try {
-      t.pattern = std::make_shared<const std::regex>(p, std::regex::ECMAScript);
+      t.pattern = std::make_shared<const CompiledPattern>(
+          CompiledPattern{std::regex(p, std::regex::ECMAScript)});
     } catch (const std::regex_error& e) {
       SPEC_INPUT_FAIL(src << ": \"" << where << "\" = \"" << text
                           << "\" is not a valid regular expression: " << e.what());
@@ -233,7 +240,7 @@ bool QuantTarget::matches(const std::string& module, ModuleClass cls) const {
     case Kind::kClass:
       return cls == ModuleClass::kLinear;
     case Kind::kPattern:
-      return std::regex_search(module, *pattern, std::regex_constants::match_continuous);
+      return std::regex_search(module, pattern->re, std::regex_constants::match_continuous);
     case Kind::kName:
       break;
   }

@@ -13,8 +13,7 @@
 
 #include <cstdint>
 #include <memory>
-#include <nlohmann/json.hpp>
-#include <regex>
+#include <nlohmann/json_fwd.hpp>
 #include <string>
 #include <vector>
 
@@ -27,13 +26,15 @@ enum class QuantKind : std::uint8_t { kNone, kInt4, kInt8, kFp8E4M3 };
 // is not an nn.Linear, Qwen3-MoE's and Mixtral's (mlp.gate) are.
 enum class ModuleClass : std::uint8_t { kLinear, kRouter, kEmbedding, kOther };
 
+struct CompiledPattern;  // a compiled regular expression (quant_config.cpp)
+
 // One entry of a compressed-tensors `targets` or `ignore` list: a module's full name, a pattern
 // ("re:<p>", matched at the start of the name as Python's re.match), or the class "Linear".
 struct QuantTarget {
   enum class Kind : std::uint8_t { kName, kPattern, kClass };
   std::string text;  // verbatim
   Kind kind = Kind::kName;
-  std::shared_ptr<const std::regex> pattern;  // kPattern
+  std::shared_ptr<const CompiledPattern> pattern;  // kPattern
   bool matches(const std::string& module, ModuleClass cls) const;
 };
 

@@ -5,11 +5,18 @@
 // its path.
 #include <gtest/gtest.h>
 
+#include <fstream>
 #include <functional>
+#include <nlohmann/json.hpp>
 #include <string>
 
 #include "common/error.h"
+#include "model/checkpoint.h"
 #include "model/quant_config.h"
+#include "model/synthetic.h"
+#include "model/weight_schema.h"
+#include "small_deepseek.h"
+#include "temp_dir.h"
 
 using namespace specrun;
 using json = nlohmann::json;
@@ -214,4 +221,37 @@ TEST(QuantConfig, UnsupportedKeysAreRefusedByTheirPath) {
     const std::string e = error_of([&] { parse(j); });
     EXPECT_NE(e.find(k.want), std::string::npos) << k.want << ": " << e;
   }
+}
+
+// Quantized weights are not read yet: a checkpoint whose quantization_config quantizes a module
+// of the schema is refused at load naming the module and the config entry; one that leaves every
+// module unquantized loads as the float checkpoint it is.
+TEST(QuantConfig, TheLoaderRefusesQuantizedModulesNamingTheEntry) {
+  test::TempDir dir;
+  make_model_pair(test::small_deepseek_spec("deepseek_v3", /*first_k_dense=*/1, /*q_lora=*/32),
+                  dir.path());
+  const std::string target = dir.path() + "/target";
+  auto with_quant = [&](const json& q) {
+    std::ifstream in(target + "/config.json");
+    json cfg = json::parse(in);
+    cfg["quantization_config"] = q;
+    std::ofstream(target + "/config.json") << cfg.dump(2);
+    return Checkpoint(target);
+  };
+  json q = kimi_k25();
+  q["ignore"].push_back("re:.*embed_tokens$");
+  const Checkpoint quantized = with_quant(q);
+  const std::string e = error_of([&] { load_host_weights(quantized, 1, 0, deepseek_schema()); });
+  EXPECT_NE(e.find("config.json: quantized weights are not read yet"), std::string::npos) << e;
+  // lm_head is ignored by name, attention and the dense MLP by patterns: layer 1's routed
+  // experts are the first modules the class target "Linear" quantizes.
+  EXPECT_NE(e.find("module model.layers.1.mlp.experts.0.gate_proj is int4 by "
+                   "quantization_config.config_groups.group_0.targets[0] \"Linear\""),
+            std::string::npos)
+      << e;
+  // The same config with the experts ignored too: nothing quantized, the float weights load.
+  q["ignore"].push_back("re:.*experts.*");
+  const Checkpoint float_only = with_quant(q);
+  const HostWeights w = load_host_weights(float_only, 1, 0, deepseek_schema());
+  EXPECT_EQ(w.experts[1][static_cast<int>(Role::kExpertGate)].size(), 8u);
 }
