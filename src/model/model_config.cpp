@@ -187,9 +187,6 @@ ModelConfig ModelConfig::from_json_text(const std::string& text, const std::stri
   if (rd.present("architectures") && j["architectures"].is_array() &&
       j["architectures"].size() == 1 &&
       j["architectures"][0] == "KimiK25ForConditionalGeneration") {
-    SPEC_INPUT_CHECK(!rd.present("quantization_config"),
-                     source_name << ": \"quantization_config\" is present: quantized checkpoints "
-                                    "are not supported; use an F32/F16/BF16 checkpoint");
     SPEC_INPUT_CHECK(rd.present("text_config") && j["text_config"].is_object(),
                      source_name << ": KimiK25ForConditionalGeneration needs a \"text_config\" "
                                     "object (its text model)");
@@ -202,6 +199,13 @@ ModelConfig ModelConfig::from_json_text(const std::string& text, const std::stri
     c.tensor_prefix = "language_model.";
     if (rd.present("eos_token_id")) add_eos_ids(c, j["eos_token_id"], source_name);
     c.tie_word_embeddings = rd.get_bool("tie_word_embeddings", c.tie_word_embeddings);
+    // Kimi-K2.5 keeps its quantization_config in the outer object; one of the two, not both.
+    if (rd.present("quantization_config")) {
+      SPEC_INPUT_CHECK(!c.quant.quantized(),
+                       source_name << ": \"quantization_config\" is both in the outer config and "
+                                      "in text_config: which one applies is ambiguous");
+      c.quant = QuantConfig::parse(j["quantization_config"], source_name);
+    }
     return c;
   }
   ModelConfig c;
@@ -294,9 +298,8 @@ ModelConfig ModelConfig::from_json_text(const std::string& text, const std::stri
                      source_name << ": hidden_act " << j["hidden_act"].dump()
                                  << " is not supported (only \"silu\")");
   }
-  SPEC_INPUT_CHECK(!rd.present("quantization_config"),
-                   source_name << ": \"quantization_config\" is present: quantized checkpoints are "
-                                  "not supported; use an F32/F16/BF16 checkpoint");
+  if (rd.present("quantization_config"))
+    c.quant = QuantConfig::parse(j["quantization_config"], source_name);
   SPEC_INPUT_CHECK(!rd.get_bool("mlp_bias", false),
                    source_name << ": \"mlp_bias\": true is not supported");
 

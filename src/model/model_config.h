@@ -9,6 +9,8 @@
 #include <string>
 #include <vector>
 
+#include "model/quant_config.h"
+
 namespace specrun {
 
 // What a layer's attention computes. The weight schema's per-layer rows and a graph's blocks are
@@ -87,6 +89,9 @@ struct ModelConfig {
   // Prefix of every tensor name in the checkpoint: "" or, for KimiK25ForConditionalGeneration,
   // "language_model." (its text model's tensors; the vision tower's are not read).
   std::string tensor_prefix;
+  // quantization_config (model/quant_config.h; method kNone when absent): parsed and checked
+  // here; the weight loader refuses the modules it quantizes (not supported yet, issue 44).
+  QuantConfig quant;
   int hidden_size = 0;
   int intermediate_size = 0;  // the dense MLP's (Mixtral: each expert's, = moe_intermediate_size)
   int num_layers = 0;

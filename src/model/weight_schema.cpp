@@ -543,6 +543,53 @@ std::size_t HostWeights::bytes() const {
   return total;
 }
 
+namespace {
+
+// What compressed-tensors' class targets see of a schema row: DeepSeek's router (MoEGate) is not
+// an nn.Linear; Qwen3-MoE's and Mixtral's routers are.
+ModuleClass module_class(const TensorSpec& s, const ModelConfig& c) {
+  if (s.use == WeightUse::kEmbedding) return ModuleClass::kEmbedding;
+  if (s.role == Role::kRouter) return c.is_mla() ? ModuleClass::kRouter : ModuleClass::kLinear;
+  if (s.use == WeightUse::kLinear || s.use == WeightUse::kGateUp) return ModuleClass::kLinear;
+  return ModuleClass::kOther;
+}
+
+// Quantized weights are not read yet (issue 44): the first module quantization_config quantizes
+// is refused, naming its tensor and the config entry that quantizes it. A config that leaves
+// every module of the schema unquantized loads as a float checkpoint.
+void refuse_quantized_modules(const Checkpoint& ckpt, std::span<const TensorSpec> schema,
+                              const ShardPlan& plan, int first_layer) {
+  const ModelConfig& c = ckpt.config();
+  if (!c.quant.quantized()) return;
+  auto check = [&](const TensorSpec& s, const std::string& name) {
+    constexpr std::string_view kSuffix = ".weight";
+    if (name.size() <= kSuffix.size() ||
+        name.compare(name.size() - kSuffix.size(), kSuffix.size(), kSuffix) != 0)
+      return;  // a bias or a router bias: not a module's weight
+    const std::string module = name.substr(0, name.size() - kSuffix.size());
+    const QuantDecision d = c.quant.decide(module, module_class(s, c));
+    SPEC_INPUT_CHECK(d.kind == QuantKind::kNone,
+                     (std::filesystem::path(ckpt.dir()) / "config.json").string()
+                         << ": quantized weights are not read yet: module " << module << " is "
+                         << quant_kind_name(d.kind) << " by " << d.why << " (" << c.quant.describe()
+                         << "); use an F32/F16/BF16 checkpoint");
+  };
+  for (const TensorSpec& s : schema)
+    for (int layer = 0; layer < (s.per_layer() ? c.num_layers : 1); ++layer) {
+      if (!present(s, c, layer)) continue;
+      if (s.per_expert()) {
+        for (int e = 0; e < plan.experts; ++e)
+          check(s, c.tensor_prefix + tensor_name(s, first_layer + layer, plan.expert_begin + e));
+        continue;
+      }
+      check(s, c.tensor_prefix + (c.tie_word_embeddings && !s.tied_source.empty()
+                                      ? std::string(s.tied_source)
+                                      : tensor_name(s, first_layer + layer)));
+    }
+}
+
+}  // namespace
+
 HostWeights load_host_weights(const Checkpoint& ckpt, int tp, int tp_rank,
                               std::span<const TensorSpec> schema, int ep, int first_layer) {
   const ModelConfig& c = ckpt.config();
@@ -554,6 +601,7 @@ HostWeights load_host_weights(const Checkpoint& ckpt, int tp, int tp_rank,
   HostWeights w;
   w.plan = ShardPlan::make(c, tp, tp_rank,
                            (std::filesystem::path(ckpt.dir()) / "config.json").string(), ep);
+  refuse_quantized_modules(ckpt, schema, w.plan, first_layer);
   w.layers.resize(c.num_layers);
   w.experts.resize(c.num_layers);
   // Every copy is made before any view into `owned` is taken: reserve so that it never moves.
