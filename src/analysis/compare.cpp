@@ -106,7 +106,8 @@ void attribute_to_host(Comparison& out, const std::vector<ModeData>& base,
     next_busier = next_busier || out.hosts.back().next_busier;
     base_busier = base_busier || out.hosts.back().base_busier;
   }
-  if (next_busier == base_busier) return;  // neither (or both: no side to blame)
+  // Neither (or both: no side to blame), or a recorded difference is the suspect.
+  if (next_busier == base_busier || !options.attribute_host) return;
   double gpu_ratio = 1;   // the slower GPU's clock against the other's, over the modes
   bool cpu_side = false;  // CPU evidence (not the GPU's alone): CPU-time attribution applies
   for (HostChange& h : out.hosts) {
@@ -526,6 +527,18 @@ bool is_experiment_key(const std::string& key) {
   return kBookkeeping.count(key) == 0 && key.rfind("debug.", 0) != 0;
 }
 
+std::vector<const ProvenanceChange*> recorded_causes(const ProvenanceDiff& diff) {
+  std::vector<const ProvenanceChange*> out;
+  for (const ProvenanceChange& c : diff.run) out.push_back(&c);
+  for (const ProvenanceChange& c : diff.libraries)
+    if (c.name != "hostname" && c.name != "cuda_devices") out.push_back(&c);
+  for (const ProvenanceChange& c : diff.models) out.push_back(&c);
+  for (const ProvenanceChange& c : diff.config)
+    if (is_experiment_key(c.name) || c.name.rfind("debug.", 0) == 0) out.push_back(&c);
+  for (const ProvenanceChange& c : diff.environment) out.push_back(&c);
+  return out;
+}
+
 std::vector<std::string> recorded_mismatches(const ResultInfo& info, const std::string& path) {
   std::vector<std::string> out;
   const nlohmann::json j = parse_json_or_discarded(info.header.provenance_mismatches);
@@ -544,8 +557,11 @@ std::vector<std::string> recorded_mismatches(const ResultInfo& info, const std::
 
 Comparison compare_results(const ResultReader& base, const ResultReader& next,
                            const CompareOptions& options) {
-  Comparison c = compare_modes(load_mode_data(base), load_mode_data(next), options);
-  c.provenance = diff_provenance(base.info(), next.info(), base.path(), next.path());
+  ProvenanceDiff provenance = diff_provenance(base.info(), next.info(), base.path(), next.path());
+  CompareOptions o = options;
+  o.attribute_host = options.attribute_host && recorded_causes(provenance).empty();
+  Comparison c = compare_modes(load_mode_data(base), load_mode_data(next), o);
+  c.provenance = std::move(provenance);
   for (const ProvenanceChange& ch : c.provenance.models) c.experiment_keys.push_back(ch.name);
   for (const ProvenanceChange& ch : c.provenance.config)
     if (is_experiment_key(ch.name)) c.experiment_keys.push_back(ch.name);

@@ -32,6 +32,10 @@ struct CompareOptions {
   double min_abs_ms = 0.05;    // phases: and move the mean by more than this many ms per step
   int resamples = 2000;        // bootstrap resamples per interval
   std::uint64_t seed = 1;      // bootstrap seed (deterministic output)
+  // Whether a busier host may take the blame for a timing change (analysis/host_load.h).
+  // compare_results turns it off when the runs recorded a difference that can cause one
+  // (recorded_causes): a change the run itself recorded is never the environment's.
+  bool attribute_host = true;
 };
 
 // One timing quantity compared between the two runs.
@@ -195,8 +199,15 @@ bool is_per_launch_variable(const std::string& name);
 ProvenanceDiff diff_provenance(const ResultInfo& base, const ResultInfo& next,
                                const std::string& base_path, const std::string& next_path);
 
+// The recorded differences that can cause a timing change, most likely first: the run's root
+// attributes (code commit and state, version, world size), build and libraries (the CPU kernel
+// variant included), models, configuration (experiment keys and debug.*, not bookkeeping), and
+// environment variables. Not causes: the hostname and the GPUs' identities (another node of the
+// same kind; its load and clocks are judged by the host attribution).
+std::vector<const ProvenanceChange*> recorded_causes(const ProvenanceDiff& diff);
+
 // Both files: modes, speedup, provenance, experiment keys, mismatches, notes about unfinished
-// jobs.
+// jobs. Host attribution only when recorded_causes is empty.
 Comparison compare_results(const ResultReader& base, const ResultReader& next,
                            const CompareOptions& options);
 

@@ -146,8 +146,8 @@ std::string graph_note(const Comparison& c, const TimingChange& t) {
   return "";
 }
 
-// The headline: what the runs are, and what changed with confidence, worst first.
-std::string verdict_line(const Comparison& c) {
+// What the runs are, and what changed with confidence, worst first.
+std::string timing_verdict(const Comparison& c) {
   // The phases that changed, speculative before baseline, largest first; "total" and tokens/s
   // only when no phase explains them.
   std::vector<const TimingChange*> worse, better;
@@ -234,6 +234,18 @@ std::string verdict_line(const Comparison& c) {
          (diffuse.empty()
               ? std::string()
               : " (spread over no phase, not judged: " + join_limited(diffuse, 2) + ")");
+}
+
+// The headline: CHANGED first when the runs recorded a difference that can cause a timing change
+// (compare.h recorded_causes; code first), then the timings' verdict.
+std::string verdict_line(const Comparison& c) {
+  if (!c.experiment_keys.empty()) return timing_verdict(c);
+  std::vector<std::string> causes;
+  if (c.base_code != c.next_code) causes.push_back("code " + c.base_code + " -> " + c.next_code);
+  for (const ProvenanceChange* ch : recorded_causes(c.provenance))
+    if (ch->name != "git_commit" && ch->name != "git_dirty") causes.push_back(describe_change(*ch));
+  if (causes.empty()) return timing_verdict(c);
+  return "CHANGED: " + join_limited(causes, 3) + " | " + timing_verdict(c);
 }
 
 std::string speedup_line(const Comparison& c) {

@@ -5,7 +5,8 @@
 # dirty state, and the variable set on rank 0 alone; exit 1. Also: a cross-rank mismatch present
 # in both runs is printed by compare and report (the red herring that never reached the workers),
 # a configuration change is reported as two experiments (exit 3), not as a regression, and so is
-# a draft checkpoint replaced at the same path (content fingerprints).
+# a draft checkpoint replaced at the same path (content fingerprints), and a forced CPU kernel
+# variant leads the verdict as a recorded change (CHANGED), never as the host's.
 # The new build is simulated: debug.inject_delay_ms slows verify by 2 ms per step, and the
 # result file's git_commit/git_dirty attributes are set to another commit, dirty.
 set -euo pipefail
@@ -48,8 +49,9 @@ rc=0
 head -6 story.txt
 [[ $rc -eq 1 ]] || fail "exit $rc, expected 1 (regression)"
 head -5 story.txt >top.txt
-grep -qE '^REGRESSION: speculative verify \+[0-9.]+% \[95% CI \+[0-9.]+%, \+[0-9.]+%\] per step' top.txt ||
-  fail "line 1 does not name speculative verify: $(head -1 top.txt)"
+# A difference the runs recorded comes first (the code, then the rest), then the timings' verdict.
+grep -qE '^CHANGED: code 1111111 \(clean\) -> 2222222 \(dirty\); .* \| REGRESSION: speculative verify \+[0-9.]+% \[95% CI \+[0-9.]+%, \+[0-9.]+%\] per step' top.txt ||
+  fail "line 1 does not name the code change, then speculative verify: $(head -1 top.txt)"
 grep -qE '^speedup [0-9.]+x -> [0-9.]+x: [-+][0-9.]+% \[95% CI' top.txt || fail "no speedup change in the first 5 lines"
 grep -qF 'code 1111111 (clean) -> 2222222 (dirty)' top.txt || fail "no code change with its state in the first 5 lines"
 grep -qF 'NCCL_PROTO differs: "LL" on rank 0; <unset> on rank 1' top.txt ||
@@ -63,7 +65,8 @@ fi
 import json
 c = json.load(open("story.json"))
 assert c["exit_code"] == 1 and c["regression"] is True, c["exit_code"]
-assert c["verdict"][0].startswith("REGRESSION: speculative verify"), c["verdict"]
+assert c["verdict"][0].startswith("CHANGED: code 1111111 (clean) -> 2222222 (dirty)"), c["verdict"]
+assert " | REGRESSION: speculative verify" in c["verdict"][0], c["verdict"]
 assert c["speedup"] is not None and c["speedup"]["ci_low"] <= c["speedup"]["relative_change"] <= c["speedup"]["ci_high"]
 assert c["code"] == {"base": "1111111 (clean)", "new": "2222222 (dirty)"}, c["code"]
 assert c["mismatches"]["base"] == [] and len(c["mismatches"]["new"]) == 1, c["mismatches"]
@@ -107,4 +110,15 @@ head -1 swapped.txt | grep -qF 'DIFFERENT EXPERIMENTS (draft model differ' || fa
 head -5 swapped.txt | grep -qE 'models: draft model: "xxh3:[0-9a-f]{16} \(.*models/draft\)" -> "xxh3:[0-9a-f]{16} \(.*models/draft; model.safetensors: values \(same tensors\)\)"' ||
   fail "the draft's fingerprints are not shown"
 if head -5 swapped.txt | grep -q 'target model'; then fail "the unchanged target is reported"; fi
+# 5. The CPU kernel variant forced (SPECRUN_CPU_ISA=baseline, as a user testing a kernel change
+# would): a difference the run recorded leads the verdict whatever the timings did, never the
+# host's load (issue 48: the forced variant doubled verify and was called ENVIRONMENT).
+"${MPIRUN[@]}" -np 2 -x SPECRUN_CPU_ISA=baseline "$SPECRUN_BIN" run job.toml --set job.output=isa.h5 \
+  >isa.h5.log 2>&1 || fail "run isa.h5 failed: $(tail -5 isa.h5.log)"
+rc=0
+"$SPECRUN_BIN" compare swapped.h5 isa.h5 >isa.txt || rc=$?  # both with the swapped draft
+head -2 isa.txt
+[[ $rc -eq 0 || $rc -eq 1 ]] || fail "forced kernel variant: exit $rc, expected 0 or 1"
+head -1 isa.txt | grep -qE '^CHANGED: .*cpu_isa' || fail "the kernel variant does not lead: $(head -1 isa.txt)"
+if head -1 isa.txt | grep -q ENVIRONMENT; then fail "a recorded change was called ENVIRONMENT"; fi
 echo "compare_story: OK"

@@ -2,7 +2,8 @@
 // and host snapshots: a rerun on a busier host is not a regression (its wall times grew, its CPU
 // times barely did), slower code on the same busier host still is and is named, a quiet rerun
 // is judged as before, files without the records are never reattributed, and communication is
-// judged on the rank that waited least.
+// judged on the rank that waited least; a difference the runs recorded (code, kernel variant,
+// configuration, environment variables) is never attributed to the host.
 #include <gtest/gtest.h>
 
 #include <cmath>
@@ -250,4 +251,54 @@ TEST(HostLoad, ThrottledGpuExplainsSlowdownsUpToItsClockRatio) {
             std::string::npos)
       << hosts;
   EXPECT_EQ(format_hosts(make_run(RunSpec{}, RunSpec{}, 3)).find("GPU"), std::string::npos);
+}
+
+// A difference the runs recorded (here the CPU kernel variant, forced with SPECRUN_CPU_ISA) is
+// never the environment's: the same slower rerun on a busier host that the previous tests call
+// ENVIRONMENT is judged as code when compare_results finds a recorded cause
+// (attribute_host = false), and the verdict names the recorded difference first.
+TEST(HostLoad, ARecordedDifferenceIsNeverTheEnvironment) {
+  const RunSpec quiet;
+  const std::vector<ModeData> base = make_run(quiet, quiet, 1);
+  const std::vector<ModeData> next = make_run(on_busier_host(quiet), on_busier_host(quiet), 11);
+  CompareOptions options;
+  options.attribute_host = false;
+  Comparison c = compare_modes(base, next, options);
+  EXPECT_TRUE(c.regression);
+  EXPECT_EQ(c.exit_code(), kCompareRegression);
+  EXPECT_TRUE(find(c, kModeSpeculative, "verify").regression);
+  for (const TimingChange& t : c.timings) EXPECT_FALSE(t.environment) << t.mode << " " << t.name;
+  ASSERT_FALSE(c.hosts.empty());
+  EXPECT_TRUE(c.hosts[0].next_busier);  // still measured and printed, just not blamed
+  c.base_code = c.next_code = "abc1234 (clean)";
+  c.provenance.libraries.push_back(
+      ProvenanceChange{"cpu_isa", ProvenanceChange::Kind::kChanged, "avx512", "avx2", {0, 1}});
+  const std::string verdict = format_verdict(c);
+  EXPECT_EQ(
+      verdict.rfind("CHANGED: cpu_isa: \"avx512\" -> \"avx2\" on ranks 0-1 | REGRESSION: ", 0), 0u)
+      << verdict;
+  EXPECT_EQ(verdict.find("ENVIRONMENT"), std::string::npos) << verdict;
+}
+
+// What counts as a recorded cause: build, libraries, models, configuration that defines the
+// experiment or stands in for code (debug.*), environment variables; not the node's name, the
+// GPUs' identities, or bookkeeping keys.
+TEST(HostLoad, RecordedCausesLeaveOutTheNodeAndBookkeeping) {
+  using K = ProvenanceChange::Kind;
+  ProvenanceDiff d;
+  d.libraries = {{"hostname", K::kChanged, "node1", "node2", {0}},
+                 {"cuda_devices", K::kChanged, "[uuid-a]", "[uuid-b]", {0}}};
+  d.config = {{"job.name", K::kChanged, "a", "b", {}},
+              {"parallel.comm_timeout_s", K::kChanged, "60", "120", {}}};
+  EXPECT_TRUE(recorded_causes(d).empty());
+  d.config.push_back({"debug.inject_delay_ms", K::kChanged, "0", "2", {}});
+  d.environment.push_back({"OMP_PROC_BIND", K::kAdded, "", "close", {0, 1}});
+  d.libraries.push_back({"cpu_isa", K::kChanged, "avx512", "avx2", {0}});
+  d.run.push_back({"git_commit", K::kChanged, "aaa", "bbb", {}});
+  const auto causes = recorded_causes(d);
+  ASSERT_EQ(causes.size(), 4u);
+  EXPECT_EQ(causes[0]->name, "git_commit");  // code first
+  EXPECT_EQ(causes[1]->name, "cpu_isa");
+  EXPECT_EQ(causes[2]->name, "debug.inject_delay_ms");
+  EXPECT_EQ(causes[3]->name, "OMP_PROC_BIND");
 }
