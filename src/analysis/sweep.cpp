@@ -89,13 +89,18 @@ GridAxis parse_grid_axis(const std::string& text) {
     SPEC_INPUT_CHECK(k.find('.') != std::string::npos && k.front() != '.' && k.back() != '.',
                      "--grid " << text << ": '" << k
                                << "' is not a section.key option name (e.g. decode.draft_len)");
+  // Coupled parts are separated by '/', or by '|' when the axis has one (values that are paths).
+  const char sep = text.find('|', eq) != std::string::npos ? '|' : '/';
   for (const std::string& v : split(text.substr(eq + 1), ',')) {
     std::vector<std::string> tuple =
-        axis.keys.size() == 1 ? std::vector<std::string>{v} : split(v, '/');
-    SPEC_INPUT_CHECK(tuple.size() == axis.keys.size(),
-                     "--grid " << text << ": value '" << v << "' has " << tuple.size()
-                               << " part(s) for " << axis.keys.size()
-                               << " coupled keys (separate them with '/')");
+        axis.keys.size() == 1 ? std::vector<std::string>{v} : split(v, sep);
+    SPEC_INPUT_CHECK(
+        tuple.size() == axis.keys.size(),
+        "--grid " << text << ": value '" << v << "' has " << tuple.size() << " part(s) for "
+                  << axis.keys.size() << " coupled keys (separate them with '/'"
+                  << (sep == '/' ? ", or with '|' when a value holds a '/', e.g. a path"
+                                 : " or '|'")
+                  << ")");
     for (const std::string& part : tuple)
       SPEC_INPUT_CHECK(!part.empty(), "--grid " << text << ": an empty value");
     axis.values.push_back(std::move(tuple));

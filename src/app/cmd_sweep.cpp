@@ -99,7 +99,8 @@ int cmd_sweep(const std::vector<std::string>& args) {
   CommandLine cli("specrun sweep JOB.toml --grid KEY=V1,V2,... [options]");
   cli.add_options()(
       "grid", po::value<std::vector<std::string>>()->composing(),
-      "an axis: KEY=V1,V2 or coupled KEY1+KEY2=A1/A2,B1/B2 (repeatable; first varies slowest)")(
+      "an axis: KEY=V1,V2 or coupled KEY1+KEY2=A1/A2,B1/B2 ('|' instead of '/' when values are "
+      "paths: KEY1+KEY2='A1|/p/a,B1|/p/b'; repeatable; first varies slowest)")(
       "set", po::value<std::vector<std::string>>()->composing(),
       "section.key=value for every point (repeatable; grid values win)")(
       "out", po::value<std::string>()->default_value("sweep-out"),

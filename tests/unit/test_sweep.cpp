@@ -64,6 +64,17 @@ TEST(Sweep, CoupledKeysTakeTuples) {
   EXPECT_EQ(p[1].sets[2], (std::pair<std::string, std::string>{"decode.tree_nodes", "15"}));
 }
 
+// Values that are paths hold '/': their coupled parts are separated by '|' (issue 48).
+TEST(Sweep, CoupledPathsAreSeparatedByABar) {
+  const GridAxis a = parse_grid_axis("draft.kind+draft.path=model|/m/draft a,eagle3|/m/heads/e3");
+  ASSERT_EQ(a.values.size(), 2u);
+  EXPECT_EQ(a.values[0], (std::vector<std::string>{"model", "/m/draft a"}));
+  EXPECT_EQ(a.values[1], (std::vector<std::string>{"eagle3", "/m/heads/e3"}));
+  EXPECT_NE(error_of("draft.kind+draft.path=model/m/draft")
+                .find("or with '|' when a value holds a '/', e.g. a path"),
+            std::string::npos);
+}
+
 TEST(Sweep, MalformedAxesAreErrorsNamingThem) {
   EXPECT_NE(error_of("decode.draft_len").find("--grid decode.draft_len: expected KEY=V1,V2"),
             std::string::npos);
