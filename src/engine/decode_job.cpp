@@ -392,8 +392,8 @@ int run_decode_job(const JobConfig& config, const RunOptions& options, JobSetup&
     line << "specrun run " << config.job.name << ": " << plan.n_prompts << " prompts in "
          << plan.n_batches << " batches of " << plan.batch_size << ", world " << world.size
          << " = dp " << world.dp << " x tp " << world.tp << ", " << job.threads
-         << " thread(s) per rank; models loaded in " << std::fixed << std::setprecision(3) << load_s
-         << " s";
+         << " thread(s) per rank (" << job.thread_choice.why << "); models loaded in " << std::fixed
+         << std::setprecision(3) << load_s << " s";
     log.info(line.str());
   }
   if (backend != BackendKind::kCpu) log.info("backend: " + models.target.factory->description());

@@ -3,6 +3,7 @@
 #include <omp.h>
 
 #include <algorithm>
+#include <cstdlib>
 #include <filesystem>
 #include <functional>
 #include <iomanip>
@@ -18,6 +19,7 @@
 #include "engine/stop_tokens.h"
 #include "io/checked_read.h"
 #include "io/model_fingerprint.h"
+#include "io/prompt_sources.h"
 #include "model/checkpoint.h"
 #include "model/model_factory.h"
 #include "model/weight_schema.h"
@@ -50,15 +52,13 @@ MpiComm tp_communicator(const JobConfig& config, const World& world) {
   return comm;
 }
 
-// parallel.threads, or the node's cores divided among its ranks; set for OpenMP.
-int set_threads(const JobConfig& config, const World& world) {
-  int threads = config.parallel.threads;
-  if (threads <= 0) {
-    unsigned hw = std::max(1u, std::thread::hardware_concurrency());
-    threads = std::max(1, static_cast<int>(hw) / std::max(1, world.local_size));
-  }
-  omp_set_num_threads(threads);
-  return threads;
+// choose_threads for this rank, set for OpenMP.
+ThreadChoice set_threads(const JobConfig& config, const World& world) {
+  ThreadChoice choice =
+      choose_threads(config.parallel.threads, std::getenv("OMP_NUM_THREADS"),
+                     std::max(1u, std::thread::hardware_concurrency()), world.local_size);
+  omp_set_num_threads(choice.threads);
+  return choice;
 }
 
 // The prompts a job decodes: the first data.max_prompts, or all.
@@ -76,6 +76,8 @@ std::string check_prompts(const JobConfig& config, const World& world, const Log
   const ModelConfig target = have_target ? ModelConfig::from_file(target_config) : ModelConfig{};
   const SteadyClockPoint t_check = SteadyClock::now();
   std::string hash = check_prompt_file(config.data.prompts.resolved, [&](const PromptReader& p) {
+    check_prompt_tokenizer(p.root_attribute("prepared"), config.data.prompts.resolved,
+                           config.target.path.resolved, "target.path");
     if (have_target)
       check_prompt_lengths(p, prompts_used(config, p), target, config.decode.max_new_tokens);
   });
@@ -102,6 +104,30 @@ OutputLock claim_output(const JobConfig& config, const World& world) {
 
 }  // namespace
 
+ThreadChoice choose_threads(int configured, const char* omp_num_threads, unsigned cores,
+                            int local_ranks) {
+  const std::string omp = omp_num_threads == nullptr ? "" : omp_num_threads;
+  const std::string omp_text = "OMP_NUM_THREADS=" + omp;
+  if (configured > 0)
+    return {configured, "parallel.threads = " + std::to_string(configured) +
+                            (omp.empty() ? "" : ", over " + omp_text)};
+  if (!omp.empty()) {
+    // OpenMP's form: a positive integer, or a comma-separated list of them (nesting levels);
+    // the first is this rank's.
+    const std::string first = omp.substr(0, omp.find(','));
+    const bool digits = !first.empty() && first.size() <= 6 &&
+                        first.find_first_not_of("0123456789 ") == std::string::npos &&
+                        first.find_first_not_of(' ') != std::string::npos;
+    const int n = digits ? std::stoi(first) : 0;
+    SPEC_INPUT_CHECK(n > 0, omp_text << " is not a positive thread count: set it to one (e.g. 2), "
+                                     << "unset it, or set parallel.threads, which wins over it");
+    return {n, omp_text + " (parallel.threads = 0)"};
+  }
+  const int n = std::max(1, static_cast<int>(cores) / std::max(1, local_ranks));
+  return {n, std::to_string(cores) + " cores / " + std::to_string(std::max(1, local_ranks)) +
+                 " ranks on the node (parallel.threads = 0, OMP_NUM_THREADS unset)"};
+}
+
 JobSetup::JobSetup(const JobConfig& config, MpiSession& mpi)
     : world(mpi.world(config.parallel.tp)),
       log(world.rank, world.size),
@@ -109,7 +135,8 @@ JobSetup::JobSetup(const JobConfig& config, MpiSession& mpi)
       world_comm(world_communicator(config)),
       tp_comm(tp_communicator(config, world)),
       self_comm(MPI_COMM_SELF),
-      threads(set_threads(config, world)),
+      thread_choice(set_threads(config, world)),
+      threads(thread_choice.threads),
       prompts_hash(check_prompts(config, world, log)),
       prompts(open_prompts(config, world_comm)),
       n_prompts(prompts_used(config, prompts)),

@@ -40,7 +40,8 @@ struct RunOptions {
 //     for, since between them a dp group decodes alone, or rank 0 checks or fingerprints alone);
 //     the tensor-parallel group's, which fails on any wait past it (the CUDA backend bounds its
 //     device waits with the same value); this rank's own;
-//   - the OpenMP threads per rank (parallel.threads, or the node's cores among its ranks);
+//   - the OpenMP threads per rank (choose_threads: parallel.threads, OMP_NUM_THREADS, or the
+//     node's cores among its ranks);
 //   - rank 0 reads the whole prompt file in a child process (a corrupted file that would crash
 //     or hang libhdf5 fails the job with a clear message), checks the prompt lengths against the
 //     target's context from the offsets alone (a file declaring one enormous prompt is refused
@@ -49,6 +50,18 @@ struct RunOptions {
 //   - rank 0 claims job.output (io/output_lock.h) until the job ends: another job writing it, or
 //     its replacement, would remove or rename this one's files. A job.output whose directory is
 //     missing is left to the job's own checks, with their message.
+// The OpenMP threads per rank and why (for the start-up line): parallel.threads when set, which
+// wins over OMP_NUM_THREADS (then named as overridden); else OMP_NUM_THREADS's first value when
+// set (a Slurm script's --cpus-per-task); else the node's cores divided among its local ranks. A
+// set OMP_NUM_THREADS that is not a positive integer list is an input error naming it when it
+// would be used. omp_num_threads: the variable's value, nullptr when unset.
+struct ThreadChoice {
+  int threads = 1;
+  std::string why;  // "parallel.threads = 4, over OMP_NUM_THREADS=2", "OMP_NUM_THREADS=2", ...
+};
+ThreadChoice choose_threads(int configured, const char* omp_num_threads, unsigned cores,
+                            int local_ranks);
+
 struct JobSetup {
   JobSetup(const JobConfig& config, MpiSession& mpi);
   JobSetup(const JobSetup&) = delete;
@@ -60,7 +73,8 @@ struct JobSetup {
   MpiComm world_comm;
   MpiComm tp_comm;
   MpiComm self_comm;
-  const int threads;
+  const ThreadChoice thread_choice;
+  const int threads;         // thread_choice.threads
   std::string prompts_hash;  // rank 0 only
   PromptReader prompts;
   const std::int64_t n_prompts;  // the prompts the job decodes: the first data.max_prompts, or all
