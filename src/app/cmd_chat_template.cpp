@@ -45,6 +45,8 @@ int cmd_chat_template(CommandContext& ctx, const std::vector<std::string>& args)
       "model folder: its chat template (chat_template.jinja or tokenizer_config.json) and tokens")(
       "template", po::value<std::string>(),
       "a Jinja template file to use instead of the folder's (bos/eos still come from --model)")(
+      "chat-template", po::value<std::string>(),
+      "the same as --template (the spelling of `specrun prepare`)")(
       "name", po::value<std::string>()->default_value(""),
       "which of several named templates (tokenizer_config.json lists them; default: \"default\")");
   cli.positional("input", po::value<std::string>());
@@ -55,14 +57,21 @@ int cmd_chat_template(CommandContext& ctx, const std::vector<std::string>& args)
                  "byte for byte, with no newline added.\n"))
     return 0;
   const po::variables_map& vm = cli.values();
-  SPEC_INPUT_CHECK(vm.count("input") && (vm.count("model") || vm.count("template")),
+  SPEC_INPUT_CHECK(!(vm.count("template") && vm.count("chat-template")),
+                   "--template and --chat-template both given: they are the same option; give "
+                   "one");
+  const std::string template_file = vm.count("template") ? vm["template"].as<std::string>()
+                                    : vm.count("chat-template")
+                                        ? vm["chat-template"].as<std::string>()
+                                        : "";
+  SPEC_INPUT_CHECK(vm.count("input") && (vm.count("model") || !template_file.empty()),
                    "usage: specrun chat-template (--model DIR | --template FILE) [--name N] "
                    "IN.json");
   if (ctx.mpi.rank() != 0) return 0;
 
-  const ChatTemplate chat_template = load_chat_template(
-      vm.count("model") ? vm["model"].as<std::string>() : "",
-      vm.count("template") ? vm["template"].as<std::string>() : "", vm["name"].as<std::string>());
+  const ChatTemplate chat_template =
+      load_chat_template(vm.count("model") ? vm["model"].as<std::string>() : "", template_file,
+                         vm["name"].as<std::string>());
   nlohmann::ordered_json conversation = read_conversation(vm["input"].as<std::string>());
   const nlohmann::ordered_json messages = conversation["messages"];
   bool add_generation_prompt = false;

@@ -35,6 +35,8 @@ int cmd_prepare(CommandContext& ctx, const std::vector<std::string>& args) {
       "always (plain text too, as a user message), never")(
       "chat-template", po::value(&prepare.template_file),
       "a Jinja chat template file to use instead of the model's")(
+      "template", po::value<std::string>(),
+      "the same as --chat-template (the spelling of `specrun chat-template`)")(
       "template-name", po::value(&prepare.template_name),
       "one of the named templates of tokenizer_config.json (default: \"default\")")(
       "system", po::value(&prepare.system_prompt),
@@ -64,6 +66,12 @@ int cmd_prepare(CommandContext& ctx, const std::vector<std::string>& args) {
   SPEC_INPUT_CHECK(
       vm.count("input") && vm.count("output"),
       "usage: specrun prepare IN.jsonl OUT.h5 [--model DIR] [--format F] [--overwrite]");
+  if (vm.count("template")) {
+    SPEC_INPUT_CHECK(!vm.count("chat-template"),
+                     "--template and --chat-template both given: they are the same option; "
+                     "give one");
+    prepare.template_file = vm["template"].as<std::string>();
+  }
   const std::string in = vm["input"].as<std::string>();
   const std::string out = vm["output"].as<std::string>();
 
@@ -84,6 +92,15 @@ int cmd_prepare(CommandContext& ctx, const std::vector<std::string>& args) {
             << (summary.columns.ids ? ", ids" : "")
             << (summary.columns.categories ? ", categories" : "")
             << (summary.columns.text ? ", text" : "") << std::endl;
+  if (summary.templated_without_bos > 0)
+    std::cerr << "warning: " << summary.templated_without_bos
+              << " rendered conversation(s) do not start with BOS (id " << summary.bos_id
+              << "), which the tokenizer puts before plain text: the chat template does not "
+                 "write {{ bos_token }}. Stored as rendered (as transformers' "
+                 "apply_chat_template(tokenize=True) does); if the model expects BOS, add "
+                 "{{ bos_token }} to the template's start (recorded in the file's `prepared` "
+                 "attribute: templated_without_bos)"
+              << std::endl;
   return 0;
 }
 

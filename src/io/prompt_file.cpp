@@ -226,6 +226,11 @@ std::string PromptReader::read_text(int64_t index) const {
   return m.text->read_strings(index, 1)[0];
 }
 
+std::string PromptReader::root_attribute(const std::string& name) const {
+  const Impl& m = *impl_;
+  return m.file.has_attr(name) ? m.file.attr_string(name) : std::string();
+}
+
 std::string PromptReader::content_hash() const {
   const Impl& m = *impl_;
   // This seed is not FNV's offset basis (a digit short) but it is what every prompt file's

@@ -80,6 +80,9 @@ class PromptReader {
   std::pair<int64_t, int64_t> longest(int64_t n) const;
   // The text of prompt `index`, "" when the file has no /prompts/text.
   std::string read_text(int64_t index) const;
+  // A root string attribute (`prepared`: how `specrun prepare` made the prompts, JSON), "" when
+  // the file has none.
+  std::string root_attribute(const std::string& name) const;
 
   // A hash of the content `run` uses (N, offsets, tokens, ids, categories), as
   // "fnv1a64:<16 hex digits>", computed in windows. `--resume` compares it with the one
@@ -136,6 +139,10 @@ struct PrepareSummary {
   int64_t min_len = 0;
   int64_t max_len = 0;
   PromptColumns columns;
+  // Rendered conversations that do not start with the BOS the tokenizer puts before plain text
+  // (PromptConverter::templated_without_bos), and that BOS id (-1: the tokenizer adds none).
+  int64_t templated_without_bos = 0;
+  int bos_id = -1;
 };
 
 // `specrun prepare`: converts JSONL (one {"tokens": [...], "id": ..., "category": ...,

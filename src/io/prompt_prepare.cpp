@@ -40,6 +40,25 @@ void for_each_line(const std::string& path, Fn fn) {
   SPEC_INPUT_CHECK(in.eof(), "error while reading " << path << " at line " << number + 1);
 }
 
+// "line 7", or "lines 1-3, 5, 9-20 (16 lines)" (at most 8 runs shown, then "...").
+std::string format_line_numbers(const std::vector<int64_t>& lines) {
+  if (lines.size() == 1) return "line " + std::to_string(lines[0]);
+  std::string out = "lines ";
+  size_t runs = 0;
+  for (size_t i = 0; i < lines.size();) {
+    size_t j = i;
+    while (j + 1 < lines.size() && lines[j + 1] == lines[j] + 1) ++j;
+    if (++runs > 8) {
+      out += ", ...";
+      break;
+    }
+    out += (i ? ", " : "") + std::to_string(lines[i]) +
+           (j > i ? "-" + std::to_string(lines[j]) : std::string());
+    i = j + 1;
+  }
+  return out + " (" + std::to_string(lines.size()) + " lines)";
+}
+
 }  // namespace
 
 PrepareSummary prepare_prompt_file(const std::string& jsonl_path, const std::string& out_path,
@@ -60,16 +79,21 @@ PrepareSummary prepare_prompt_file(const std::string& jsonl_path, const std::str
   policy.inputs = {jsonl_path, options.template_file, options.model_dir};
   check_output_path(out_path, policy);
 
-  // Pass 1: validate everything, collect errors, learn the columns.
+  // Pass 1: validate everything, collect errors, learn the columns. Lines with the same message
+  // (a missing --model makes every text line fail alike) are reported once, with their numbers.
   PrepareSummary summary;
-  std::vector<std::string> errors;
-  int64_t n_errors = 0;
+  std::vector<std::pair<std::string, std::vector<int64_t>>> errors;  // message, its lines
+  std::unordered_map<std::string, size_t> error_index;
+  int64_t n_errors = 0, n_unreported = 0;
   int64_t first_with_id = 0, first_without_id = 0, n_without_id = 0;
   std::unordered_map<std::string, int64_t> id_lines;
   auto report = [&](int64_t line, const std::string& what) {
     ++n_errors;
-    if (errors.size() < kMaxReportedErrors)
-      errors.push_back("  line " + std::to_string(line) + ": " + what);
+    if (auto it = error_index.find(what); it != error_index.end())
+      return errors[it->second].second.push_back(line);
+    if (errors.size() >= kMaxReportedErrors) return void(++n_unreported);
+    error_index.emplace(what, errors.size());
+    errors.push_back({what, {line}});
   };
   auto count = [&](int64_t line, const PreparedPrompt& p) {
     if (p.has_id) {
@@ -103,10 +127,9 @@ PrepareSummary prepare_prompt_file(const std::string& jsonl_path, const std::str
                                  " lines lack one); give every prompt an id, or none");
   if (n_errors > 0) {
     std::string text;
-    for (const std::string& e : errors) text += "\n" + e;
-    if (n_errors > static_cast<int64_t>(errors.size()))
-      text += "\n  ... and " + std::to_string(n_errors - static_cast<int64_t>(errors.size())) +
-              " more bad lines";
+    for (const auto& [what, lines] : errors)
+      text += "\n  " + format_line_numbers(lines) + ": " + what;
+    if (n_unreported > 0) text += "\n  ... and " + std::to_string(n_unreported) + " more bad lines";
     SPEC_INPUT_FAIL(jsonl_path << ": " << n_errors << " bad line" << (n_errors == 1 ? "" : "s")
                                << "; nothing was written. "
                                << (options.layout == PromptLayout::kJsonl
@@ -118,6 +141,8 @@ PrepareSummary prepare_prompt_file(const std::string& jsonl_path, const std::str
                                << " (specrun prepare --help):" << text);
   }
   SPEC_INPUT_CHECK(summary.prompts > 0, jsonl_path << " holds no prompts; nothing was written");
+  summary.templated_without_bos = converter.templated_without_bos();  // pass 1's count
+  summary.bos_id = converter.plain_bos();
   summary.columns.ids = first_with_id != 0;
 
   // Pass 2: write OUT.tmp, then rename over OUT.
@@ -141,7 +166,9 @@ PrepareSummary prepare_prompt_file(const std::string& jsonl_path, const std::str
       for (const PreparedPrompt& p : prompts) writer.append(p.tokens, p.id, p.category, p.text);
     });
     // How the prompts were made: tokenizer fingerprint, chat template, layout and options.
-    writer.set_attribute("prepared", converter.provenance().dump());
+    nlohmann::json prepared = converter.provenance();
+    prepared["templated_without_bos"] = summary.templated_without_bos;
+    writer.set_attribute("prepared", prepared.dump());
     if (const std::string source = converter.chat_template_source(); !source.empty())
       writer.set_attribute("chat_template", source);
     SPEC_INPUT_CHECK(writer.size() == summary.prompts,

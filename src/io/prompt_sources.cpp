@@ -1,8 +1,12 @@
 #include "io/prompt_sources.h"
 
+#include <algorithm>
 #include <cstdio>
+#include <filesystem>
+#include <initializer_list>
 #include <limits>
 #include <sstream>
+#include <utility>
 
 #include "common/error.h"
 #include "common/hash.h"
@@ -65,6 +69,40 @@ std::string read_string(const nlohmann::json& j, const char* key, bool* has, std
   *value = v->get<std::string>();
   *has = true;
   return "";
+}
+
+// Edit distance between two short keys (insertions, deletions, substitutions).
+size_t edit_distance(const std::string& a, const std::string& b) {
+  std::vector<size_t> row(b.size() + 1);
+  for (size_t j = 0; j <= b.size(); ++j) row[j] = j;
+  for (size_t i = 1; i <= a.size(); ++i) {
+    size_t diagonal = row[0];
+    row[0] = i;
+    for (size_t j = 1; j <= b.size(); ++j) {
+      const size_t up = row[j];
+      row[j] = std::min({row[j] + 1, row[j - 1] + 1, diagonal + (a[i - 1] != b[j - 1])});
+      diagonal = up;
+    }
+  }
+  return row[b.size()];
+}
+
+// "; unknown keys \"txt\" (did you mean \"text\"?), \"src\"" for the keys of `j` not in `known`;
+// "" when there are none.
+std::string unknown_keys(const nlohmann::json& j, std::initializer_list<const char*> known) {
+  std::string out;
+  int n = 0;
+  for (auto it = j.begin(); it != j.end(); ++it) {
+    const std::string& key = it.key();
+    if (std::any_of(known.begin(), known.end(), [&](const char* k) { return key == k; })) continue;
+    out += std::string(n++ ? ", " : "") + "\"" + key + "\"";
+    for (const char* k : known)
+      if (edit_distance(key, k) <= 2 && key.size() > 1) {
+        out += std::string(" (did you mean \"") + k + "\"?)";
+        break;
+      }
+  }
+  return n == 0 ? "" : (n == 1 ? "; unknown key " : "; unknown keys ") + out;
 }
 
 std::string read_tokens(const nlohmann::json& list, std::vector<int32_t>& tokens) {
@@ -192,6 +230,12 @@ PromptConverter::PromptConverter(const PrepareOptions& options) : options_(optio
                    options_.model_dir << ": its " << tokenizer_->format()
                                       << " tokenizer cannot encode text; give prompts as "
                                          "\"tokens\"");
+  // The token the tokenizer puts before plain text (BOS), if any: what encode adds in front
+  // beyond the text's own ids (an appended EOS does not count).
+  const std::vector<int> with = tokenizer_->encode("a", /*add_special=*/true);
+  const std::vector<int> without = tokenizer_->encode("a", /*add_special=*/false);
+  if (with.size() > without.size() && (without.empty() || with.front() != without.front()))
+    plain_bos_ = with.front();
   const bool has_template =
       !options_.template_file.empty() || model_has_chat_template(options_.model_dir);
   if (options_.chat == ChatUse::kAlways)
@@ -246,6 +290,7 @@ std::string PromptConverter::encode_messages(const nlohmann::ordered_json& messa
   // The template writes BOS and the turn markers itself.
   const std::vector<int> ids = tokenizer_->encode(rendered, /*add_special=*/false);
   if (ids.empty()) return "the rendered conversation encodes to no tokens";
+  if (plain_bos_ >= 0 && ids.front() != plain_bos_) ++without_bos_;
   p.tokens.assign(ids.begin(), ids.end());
   p.text = rendered;
   p.has_text = true;
@@ -303,7 +348,8 @@ std::string PromptConverter::convert_object(const std::string& line, const nlohm
     const std::string text = p.text;
     if (std::string what = encode_text(text, p); !what.empty()) return what;
   } else {
-    return "missing \"tokens\" (a list of token ids), \"text\" or \"messages\"";
+    return "missing \"tokens\" (a list of token ids), \"text\" or \"messages\"" +
+           unknown_keys(j, {"id", "category", "text", "tokens", "messages"});
   }
   out.push_back(std::move(p));
   return "";
@@ -349,6 +395,52 @@ std::string PromptConverter::convert_turns(const nlohmann::json& j,
     out.push_back(std::move(p));
   }
   return "";
+}
+
+void check_prompt_tokenizer(const std::string& prepared, const std::string& prompt_file,
+                            const std::string& model_dir, const std::string& key) {
+  const nlohmann::json j = nlohmann::json::parse(prepared, nullptr, /*allow_exceptions=*/false);
+  if (!j.is_object() || !j.contains("tokenizer") || !j["tokenizer"].is_object()) return;
+  // The tokenizer's own files: (file name, fnv1a64), sorted; "" when not specrun's layout.
+  auto own_files = [](const nlohmann::json& fingerprint) {
+    std::vector<std::pair<std::string, std::string>> out;
+    if (!fingerprint.contains("files") || !fingerprint["files"].is_array()) return out;
+    for (const nlohmann::json& f : fingerprint["files"]) {
+      if (!f.is_object() || !f.contains("path") || !f["path"].is_string() ||
+          !f.contains("fnv1a64") || !f["fnv1a64"].is_string())
+        return decltype(out){};
+      const std::string name =
+          std::filesystem::path(f["path"].get<std::string>()).filename().string();
+      if (name == "tokenizer_config.json" || name == "special_tokens_map.json") continue;
+      out.emplace_back(name, f["fnv1a64"].get<std::string>());
+    }
+    std::sort(out.begin(), out.end());
+    return out;
+  };
+  const auto prepared_files = own_files(j["tokenizer"]);
+  if (prepared_files.empty()) return;
+  std::unique_ptr<Tokenizer> tokenizer;
+  try {
+    tokenizer = load_tokenizer_for(model_dir);
+  } catch (const Error&) {
+    return;  // a folder whose tokenizer cannot be read has nothing to compare with
+  }
+  if (!tokenizer) return;
+  const auto model_files = own_files(tokenizer_fingerprint(*tokenizer, model_dir));
+  if (model_files == prepared_files) return;
+  auto describe = [](const std::vector<std::pair<std::string, std::string>>& files) {
+    std::string out;
+    for (const auto& [name, hash] : files) out += (out.empty() ? "" : ", ") + name + " " + hash;
+    return out;
+  };
+  const std::string made_with =
+      j.contains("model") && j["model"].is_string() ? j["model"].get<std::string>() : "";
+  SPEC_INPUT_FAIL(prompt_file << " was prepared with another tokenizer than " << key << "'s ("
+                              << model_dir << "): its token ids mean other text to this model. "
+                              << "Prepared with " << (made_with.empty() ? "?" : made_with) << " ("
+                              << describe(prepared_files) << " fnv1a64), the model has "
+                              << describe(model_files)
+                              << ". Run `specrun prepare` again with --model " << model_dir);
 }
 
 nlohmann::json PromptConverter::provenance() const {

@@ -74,6 +74,12 @@ class PromptConverter {
   nlohmann::json provenance() const;
   // The template's source text ("" when none was loaded).
   std::string chat_template_source() const;
+  // The token the tokenizer puts before plain text (BOS; -1 when none), and how many rendered
+  // conversations converted so far do not start with it: a chat template that does not write
+  // {{ bos_token }} for a model whose tokenizer adds BOS (kept as rendered, as transformers'
+  // apply_chat_template(tokenize=True) does; `prepare` warns).
+  int plain_bos() const { return plain_bos_; }
+  std::int64_t templated_without_bos() const { return without_bos_; }
 
  private:
   std::string convert_object(const std::string& line, const nlohmann::json& j,
@@ -87,10 +93,23 @@ class PromptConverter {
   std::unique_ptr<Tokenizer> tokenizer_;
   std::unique_ptr<ChatTemplate> template_;
   mutable bool template_used_ = false;
+  int plain_bos_ = -1;
+  mutable std::int64_t without_bos_ = 0;
 };
 
 // Fingerprint of a tokenizer's files and tokenizer_config.json beside them: {"format", "files":
 // [{path, bytes, fnv1a64}], "fingerprint": fnv1a64 over every file's bytes, as 16 hex digits}.
 nlohmann::json tokenizer_fingerprint(const Tokenizer& tokenizer, const std::string& model_dir);
+
+// Checks that a prompt file's prompts were encoded by the tokenizer of the model in `model_dir`
+// (named `key`, e.g. "target.path"): `prepared` is the file's `prepared` attribute (JSON, "" when
+// absent). The tokenizer's own files (tokenizer.json, tokenizer.model) must have the same bytes;
+// tokenizer_config.json is left out (a changed chat template does not change the ids). Nothing
+// to check when the prompts were given as token ids, the attribute is not specrun's, or the folder
+// has no readable tokenizer. Otherwise an input error naming both files and the way out: ids made
+// by another tokenizer mean other text to this model, and were caught only when one exceeded
+// the vocabulary.
+void check_prompt_tokenizer(const std::string& prepared, const std::string& prompt_file,
+                            const std::string& model_dir, const std::string& key);
 
 }  // namespace specrun

@@ -107,7 +107,15 @@ cat >chat.jsonl <<'EOF'
 {"messages": [{"role": "system", "content": "You write Python."}, {"role": "user", "content": "Reverse a list."}], "id": 1}
 {"messages": [{"role": "user", "content": "Sort a dict by value."}], "id": 2}
 EOF
-"$SPECRUN_BIN" prepare chat.jsonl chat.h5 --model "$CODE/code-target" --chat-template chatml.jinja >/dev/null
+"$SPECRUN_BIN" prepare chat.jsonl chat.h5 --model "$CODE/code-target" --chat-template chatml.jinja >/dev/null 2>chat-prepare.err
+if grep -q "do not start with BOS" chat-prepare.err; then fail "a template writing bos_token was warned about"; fi
+# A template without {{ bos_token }} for this tokenizer (it puts BOS before plain text): warned
+# and recorded, not silently stored without BOS (issue 48).
+sed 's/{{ bos_token }}//' chatml.jinja >nobos.jinja
+"$SPECRUN_BIN" prepare chat.jsonl nobos.h5 --model "$CODE/code-target" --chat-template nobos.jinja >/dev/null 2>nobos.err
+grep -q "warning: 2 rendered conversation(s) do not start with BOS (id 1)" nobos.err ||
+  fail "no BOS warning: $(cat nobos.err)"
+$PY -c "import h5py, json; assert json.loads(h5py.File('nobos.h5').attrs['prepared'])['templated_without_bos'] == 2"
 $PY - "$CODE/code-target/tokenizer.model" <<'PYEOF'
 import json, sys
 import h5py, sentencepiece as spm
@@ -127,6 +135,13 @@ assert prepared["chat_template"]["used"] and prepared["chat_template"]["origin"]
 assert "im_start" in template
 print("prepare messages: rendered with the template file, ids equal sentencepiece's (template BOS)")
 PYEOF
+# Each command takes the other's spelling (issue 48): prepare --template, chat-template
+# --chat-template (before, prepare's --template was taken as a prefix of --template-name).
+"$SPECRUN_BIN" prepare chat.jsonl chat2.h5 --model "$CODE/code-target" --template chatml.jinja >/dev/null
+$PY -c "import h5py, numpy as np; a, b = (h5py.File(p)['prompts/tokens'][:] for p in ('chat.h5', 'chat2.h5')); assert np.array_equal(a, b)"
+echo '{"messages": [{"role": "user", "content": "Hi"}], "add_generation_prompt": true}' >conv.json
+"$SPECRUN_BIN" chat-template --model "$CODE/code-target" --chat-template chatml.jinja conv.json >conv.txt
+grep -qF '<|im_start|>user' conv.txt || { echo "chat-template --chat-template did not render"; exit 1; }
 
 # 3. Benchmark layouts --------------------------------------------------------------------------
 cat >mt.jsonl <<'EOF'
@@ -213,6 +228,12 @@ max_new_tokens = 8
 draft_len = 2
 TOML
   "$SPECRUN_BIN" run qwen.toml >qwen-run.log 2>&1 || fail "qwen run failed: $(tail -5 qwen-run.log)"
+  # The code pair's prompts (sentencepiece ids, all inside qwen's vocabulary) run on the qwen3
+  # target: refused before the first step, naming the prompt file and the target's tokenizer.
+  sed 's/^prompts = "qwen.h5"/prompts = "text.h5"/; s/qwen-result.h5/qwen-other.h5/' qwen.toml >qwen-other.toml
+  expect_exit 2 'text.h5 was prepared with another tokenizer than target.path.s \(.*qwen/target\)' \
+    qwen-other.log -- "$SPECRUN_BIN" run qwen-other.toml
+  [[ ! -e qwen-other.h5 ]] || fail "a job refused for its prompts' tokenizer wrote a result file"
   "$SPECRUN_BIN" report qwen-result.h5 --outputs qwen-out.jsonl >/dev/null
   $PY - <<'PYEOF'
 import json
@@ -280,9 +301,9 @@ print(f"EOS: id {stop} only in generation_config.json stops after {n} tokens; de
 PYEOF
 
 # 6. Bad input names the line --------------------------------------------------------------------
-expect_exit 2 'line 1: has "text" but no "tokens": pass --model DIR' bad1.log -- \
+expect_exit 2 'lines 1-4 \(4 lines\): has "text" but no "tokens": pass --model DIR' bad1.log -- \
   "$SPECRUN_BIN" prepare text.jsonl bad1.h5
-expect_exit 2 'line 1: .*has no chat template' bad2.log -- \
+expect_exit 2 'lines 1-2 \(2 lines\): .*has no chat template' bad2.log -- \
   "$SPECRUN_BIN" prepare chat.jsonl bad2.h5 --model "$CODE/code-target"
 printf '%s\n' '{"question_id": 1, "turns": ["x"]}' >bad.jsonl
 expect_exit 2 'line 1: missing "category", which every mt-bench question has' bad3.log -- \

@@ -282,12 +282,55 @@ TEST(Prepare, LongErrorListIsCapped) {
   TempDir dir;
   std::string in = dir.file("in.jsonl"), out = dir.file("p.h5");
   std::string text;
-  for (int i = 0; i < 25; ++i) text += "nope\n";
+  for (int i = 1; i <= 25; ++i) text += "{\"tokens\": [-" + std::to_string(i) + "]}\n";
   write_text(in, text);
   std::string msg = error_of([&] { prepare_prompt_file(in, out, false); });
+  EXPECT_NE(msg.find("25 bad lines"), std::string::npos) << msg;
   EXPECT_NE(msg.find("line 20:"), std::string::npos);
   EXPECT_EQ(msg.find("line 21:"), std::string::npos);
   EXPECT_NE(msg.find("and 5 more bad lines"), std::string::npos) << msg;
+  EXPECT_FALSE(fs::exists(out));
+}
+
+// A line with none of "tokens", "text" or "messages" names its unknown keys, with the nearest
+// known key (issue 48: {"txt": ...} said only what was missing).
+TEST(Prepare, UnknownKeysAreNamedWithTheNearestKnownOne) {
+  TempDir dir;
+  std::string in = dir.file("in.jsonl"), out = dir.file("p.h5");
+  write_text(in, "{\"txt\": \"hello\", \"id\": \"a\"}\n{\"token\": [1], \"source\": \"x\"}\n");
+  std::string msg = error_of([&] { prepare_prompt_file(in, out, false); });
+  EXPECT_NE(msg.find("line 1: missing \"tokens\" (a list of token ids), \"text\" or \"messages\"; "
+                     "unknown key \"txt\" (did you mean \"text\"?)"),
+            std::string::npos)
+      << msg;
+  EXPECT_NE(msg.find("line 2: missing \"tokens\" (a list of token ids), \"text\" or \"messages\"; "
+                     "unknown keys \"source\", \"token\" (did you mean \"tokens\"?)"),
+            std::string::npos)
+      << msg;
+  EXPECT_FALSE(fs::exists(out));
+}
+
+// Lines failing with the same message (text prompts without --model, issue 48: "the same error
+// 20 times") are reported once with their line numbers; other messages still get their own line.
+TEST(Prepare, RepeatedErrorsAreReportedOnceWithTheirLines) {
+  TempDir dir;
+  std::string in = dir.file("in.jsonl"), out = dir.file("p.h5");
+  std::string text;
+  for (int i = 1; i <= 30; ++i)
+    text += i == 7 ? "{\"tokens\": [-1]}\n" : "{\"text\": \"prompt " + std::to_string(i) + "\"}\n";
+  write_text(in, text);
+  std::string msg = error_of([&] { prepare_prompt_file(in, out, false); });
+  EXPECT_NE(msg.find("30 bad lines"), std::string::npos) << msg;
+  EXPECT_NE(
+      msg.find("lines 1-6, 8-30 (29 lines): has \"text\" but no \"tokens\": pass --model DIR"),
+      std::string::npos)
+      << msg;
+  EXPECT_NE(msg.find("line 7: \"tokens\"[0] is -1"), std::string::npos) << msg;
+  std::size_t count = 0;
+  for (std::size_t at = msg.find("pass --model DIR"); at != std::string::npos;
+       at = msg.find("pass --model DIR", at + 1))
+    ++count;
+  EXPECT_EQ(count, 1u) << msg;
   EXPECT_FALSE(fs::exists(out));
 }
 

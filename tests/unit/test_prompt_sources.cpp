@@ -84,6 +84,17 @@ TEST(PromptSources, MessagesRenderWithATemplateFile) {
   EXPECT_EQ(out[0].text, "<|im_start|>user\nHi<|im_end|>\n<|im_start|>assistant\n");
   EXPECT_NE(out[0].tokens.front(), 1);  // no BOS added to a rendered chat
   EXPECT_TRUE(c.provenance()["chat_template"]["used"].get<bool>());
+  // ... which the converter counts (prepare warns): sentencepiece puts BOS (1) before plain text.
+  EXPECT_EQ(c.plain_bos(), 1);
+  EXPECT_EQ(c.templated_without_bos(), 1);
+  const std::string with_bos = dir.file("bos.jinja");
+  std::ofstream(with_bos) << "{{ bos_token }}{% for m in messages %}{{ m['content'] }}{% endfor %}";
+  o.template_file = with_bos;
+  PromptConverter b(o);
+  EXPECT_EQ(convert_ok(b, R"({"messages": [{"role": "user", "content": "Hi"}]})")[0].tokens.front(),
+            1);
+  EXPECT_EQ(b.templated_without_bos(), 0);
+  o.template_file = tmpl;
   // Benchmark turns through the same template, after the system prompt.
   o.layout = PromptLayout::kMtBench;
   o.all_turns = true;
@@ -144,3 +155,42 @@ TEST(PromptSources, ModelWithoutATokenizerIsRefused) {
 }
 
 }  // namespace
+
+// A prompt file made with another tokenizer is refused before the first step (issue 48: caught
+// only when an id exceeded the vocabulary), naming both files; the same tokenizer, token-id
+// prompts and a folder without a tokenizer pass; tokenizer_config.json does not count.
+TEST(PromptSources, PromptsOfAnotherTokenizerAreRefused) {
+  PrepareOptions o;
+  o.model_dir = kCodeTarget;
+  PromptConverter c(o);
+  nlohmann::json prepared = c.provenance();
+  EXPECT_NO_THROW(check_prompt_tokenizer(prepared.dump(), "p.h5", kCodeTarget, "target.path"));
+  EXPECT_NO_THROW(check_prompt_tokenizer("", "p.h5", kCodeTarget, "target.path"));
+  EXPECT_NO_THROW(check_prompt_tokenizer(PromptConverter{PrepareOptions{}}.provenance().dump(),
+                                         "p.h5", kCodeTarget, "target.path"));
+  TempDir dir;
+  EXPECT_NO_THROW(check_prompt_tokenizer(prepared.dump(), "p.h5", dir.path(), "target.path"));
+  bool changed_model_file = false;
+  for (nlohmann::json& f : prepared["tokenizer"]["files"]) {
+    const std::string path = f["path"];
+    if (path.ends_with("tokenizer_config.json")) {
+      f["fnv1a64"] = "0000000000000000";  // another chat template: the same ids
+    } else {
+      f["fnv1a64"] = "1111111111111111";  // another tokenizer
+      changed_model_file = true;
+    }
+  }
+  ASSERT_TRUE(changed_model_file);
+  try {
+    check_prompt_tokenizer(prepared.dump(), "p.h5", kCodeTarget, "target.path");
+    ADD_FAILURE() << "prompts of another tokenizer accepted";
+  } catch (const Error& e) {
+    EXPECT_EQ(e.exit_code(), kExitUsage);
+    const std::string m = e.message();
+    for (const std::string& part :
+         std::vector<std::string>{"p.h5 was prepared with another tokenizer than target.path's",
+                                  "tokenizer.model 1111111111111111",
+                                  "Run `specrun prepare` again with --model " + kCodeTarget})
+      EXPECT_NE(m.find(part), std::string::npos) << part << "\n" << m;
+  }
+}
