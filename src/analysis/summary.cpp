@@ -95,11 +95,12 @@ std::string category_name(const std::string& c) {
 
 }  // namespace
 
-Interval bootstrap_ratio(const std::vector<double>& num, const std::vector<double>& den,
-                         int resamples, std::uint64_t seed) {
+namespace {
+
+// The ratio of sums of `resamples` resamples of the items (with replacement).
+std::vector<double> ratio_resamples(const std::vector<double>& num, const std::vector<double>& den,
+                                    int resamples, std::uint64_t seed) {
   const std::size_t n = num.size();
-  if (n == 0 || den.size() != n) return Interval{};
-  double value = ratio_of_sums(num, den, identity(n));
   std::mt19937_64 rng(seed);
   std::vector<std::size_t> idx;
   std::vector<double> samples;
@@ -108,7 +109,30 @@ Interval bootstrap_ratio(const std::vector<double>& num, const std::vector<doubl
     resample(rng, n, idx);
     samples.push_back(ratio_of_sums(num, den, idx));
   }
-  return interval_from(value, std::move(samples));
+  return samples;
+}
+
+}  // namespace
+
+Interval bootstrap_ratio(const std::vector<double>& num, const std::vector<double>& den,
+                         int resamples, std::uint64_t seed) {
+  const std::size_t n = num.size();
+  if (n == 0 || den.size() != n) return Interval{};
+  double value = ratio_of_sums(num, den, identity(n));
+  return interval_from(value, ratio_resamples(num, den, resamples, seed));
+}
+
+double bootstrap_ratio_variance(const std::vector<double>& num, const std::vector<double>& den,
+                                int resamples, std::uint64_t seed) {
+  const std::size_t n = num.size();
+  if (n < 2 || den.size() != n || resamples < 2) return 0;
+  const std::vector<double> samples = ratio_resamples(num, den, resamples, seed);
+  double mean = 0;
+  for (double x : samples) mean += x;
+  mean /= static_cast<double>(samples.size());
+  double ss = 0;
+  for (double x : samples) ss += (x - mean) * (x - mean);
+  return ss / static_cast<double>(samples.size() - 1);
 }
 
 Interval bootstrap_relative_change(const std::vector<double>& base_num,
