@@ -16,16 +16,6 @@ const MetricEstimate* find_metric(const std::vector<MetricEstimate>& metrics,
   return nullptr;
 }
 
-double sample_variance(const std::vector<double>& x) {
-  if (x.size() < 2) return 0;
-  double mean = 0;
-  for (double v : x) mean += v;
-  mean /= static_cast<double>(x.size());
-  double ss = 0;
-  for (double v : x) ss += (v - mean) * (v - mean);
-  return ss / static_cast<double>(x.size() - 1);
-}
-
 // A required member of a golden's object, of the wanted JSON type.
 const nlohmann::json& member(const nlohmann::json& obj, const char* key, const std::string& where,
                              nlohmann::json::value_t type, const std::string& path) {

@@ -126,13 +126,17 @@ double bootstrap_ratio_variance(const std::vector<double>& num, const std::vecto
                                 int resamples, std::uint64_t seed) {
   const std::size_t n = num.size();
   if (n < 2 || den.size() != n || resamples < 2) return 0;
-  const std::vector<double> samples = ratio_resamples(num, den, resamples, seed);
+  return sample_variance(ratio_resamples(num, den, resamples, seed));
+}
+
+double sample_variance(const std::vector<double>& x) {
+  if (x.size() < 2) return 0;
   double mean = 0;
-  for (double x : samples) mean += x;
-  mean /= static_cast<double>(samples.size());
+  for (double v : x) mean += v;
+  mean /= static_cast<double>(x.size());
   double ss = 0;
-  for (double x : samples) ss += (x - mean) * (x - mean);
-  return ss / static_cast<double>(samples.size() - 1);
+  for (double v : x) ss += (v - mean) * (v - mean);
+  return ss / static_cast<double>(x.size() - 1);
 }
 
 Interval bootstrap_relative_change(const std::vector<double>& base_num,

@@ -215,6 +215,8 @@ Interval bootstrap_ratio(const std::vector<double>& num, const std::vector<doubl
 // drawn. 0 for fewer than two items.
 double bootstrap_ratio_variance(const std::vector<double>& num, const std::vector<double>& den,
                                 int resamples, std::uint64_t seed);
+// The sample variance of `x` (denominator n - 1); 0 for fewer than two values.
+double sample_variance(const std::vector<double>& x);
 
 // Relative change between two independent samples of ratio statistics:
 // value = (sum new_num / sum new_den) / (sum base_num / sum base_den) - 1 (0.2 = +20%), each
