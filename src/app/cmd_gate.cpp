@@ -2,6 +2,7 @@
 // acceptance against a golden (analysis/golden.h). The verdict first; exit 0 PASS, 1 a
 // significant drop, 2 missing statistics or unreadable input (never a silent pass), 3 another
 // experiment. A serial command.
+#include <algorithm>
 #include <boost/program_options.hpp>
 #include <iostream>
 #include <nlohmann/json.hpp>
@@ -40,7 +41,7 @@ int cmd_gate(CommandContext& ctx, const std::vector<std::string>& args) {
       "alpha", po::value<double>(&alpha)->default_value(alpha),
       "false-alarm rate of the whole gate (family-wise, Holm)")(
       "resamples", po::value<int>(&resamples)->default_value(resamples),
-      "bootstrap resamples per metric of the run")(
+      "bootstrap resamples per metric of the run (default: the golden's)")(
       "json", "print the verdict and the tests as one JSON object (keys: docs/analysis.md)");
   cli.positional("result", po::value<std::string>());
   if (!cli.parse(ctx, args,
@@ -59,6 +60,7 @@ int cmd_gate(CommandContext& ctx, const std::vector<std::string>& args) {
   GateResult result;
   try {
     const Golden golden = read_golden(golden_path);
+    if (cli.values()["resamples"].defaulted()) resamples = std::max(100, golden.resamples);
     check_result_file(path);  // first in a child process: a corrupted file fails clearly
     ResultReader reader(path);
     print_reader_warnings(reader);
