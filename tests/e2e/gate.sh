@@ -10,8 +10,8 @@
 #     identity, another fingerprint) is a drop: exit 1, the position named, the draft change noted;
 #  4. another experiment exits 3 naming the field: a temperature change, the n-gram drafter,
 #     fewer draft tokens;
-#  5. missing statistics exit 2, never a pass: a baseline-only result, a golden without a field
-#     the gate needs, a file that is not a result; `golden` refuses runs of two experiments,
+#  5. missing statistics exit 2, never a pass: a baseline-only result, a job that did not finish,
+#     a golden without a field the gate needs, a file that is not a result; `golden` refuses runs of two experiments,
 #     naming the file and the field.
 set -euo pipefail
 source "$(dirname "$0")/run_common.sh"
@@ -166,6 +166,14 @@ run base --set 'decode.modes=["baseline"]'
 gate base 2
 grep -q '^MISSING: cannot gate base.h5 against golden.json: base.h5: no speculative mode' base.gate ||
   fail "base: $(cat base.gate)"
+# A job stopped after its first batch (decode.min_tau above any tau): unfinished, part of the
+# workload only.
+rc=0
+timeout 120 "${MPIRUN[@]}" -np 1 "$SPECRUN_BIN" run job.toml --set job.output=stopped.h5 \
+  --set decode.alarm_steps=1 --set decode.min_tau=9 >stopped.log 2>&1 || rc=$?
+[[ $rc -eq 1 ]] || fail "the stopped job: exit $rc: $(tail -3 stopped.log)"
+gate stopped 2
+grep -q '^MISSING: .*stopped.h5: the job did not finish' stopped.gate || fail "stopped: $(cat stopped.gate)"
 "$PY" -c '
 import json, sys
 g = json.load(open("golden.json"))

@@ -14,6 +14,7 @@
 
 #include "analysis/golden.h"
 #include "common/error.h"
+#include "io/result_file.h"
 
 namespace specrun {
 namespace {
@@ -318,6 +319,45 @@ TEST(Golden, MissingStatisticsExit2) {
   EXPECT_NE(r.missing[0].find("position 3 (unconditional acceptance)"), std::string::npos);
   // No test at all is never a pass.
   EXPECT_EQ(GateResult{}.exit_code(), kGateMissing);
+}
+
+// The identity read from a result file's header: the drafter's keys but its path and placement,
+// the sampling, the workload, the target's fingerprint; the draft's fingerprint apart.
+TEST(Golden, ExperimentIdentityFromTheHeader) {
+  ResultInfo info;
+  info.header.resolved_json = R"({"job": {"seed": 3, "output": "a.h5"},
+    "draft": {"kind": "model", "path": "/d", "placement": "replicated", "ngram_max": 4},
+    "decode": {"draft_len": 4, "tree_top_k": 0, "tree_depth": 0, "tree_nodes": 0,
+               "acceptance": "real", "temperature": 0.8, "top_k": 0, "top_p": 1.0,
+               "max_new_tokens": 32, "stop_at_eos": false, "stop_tokens": [],
+               "modes": ["speculative"]},
+    "data": {"max_prompts": 0, "batch_size": 8}, "parallel": {"tp": 2}})";
+  info.header.models =
+      R"({"target": {"path": "/t", "fingerprint": "xxh3:aa"},
+          "draft": {"path": "/d", "fingerprint": "xxh3:bb"}})";
+  info.header.prompts_hash = "fnv1a64:cc";
+  const std::map<std::string, std::string> id = experiment_identity(info, "a.h5");
+  EXPECT_EQ(id.at("target model"), "xxh3:aa");
+  EXPECT_EQ(id.at("prompts"), "fnv1a64:cc");
+  EXPECT_EQ(id.at("decode.temperature"), "0.8");
+  EXPECT_EQ(id.at("draft.kind"), "model");
+  EXPECT_EQ(id.at("draft.ngram_max"), "4");
+  EXPECT_EQ(id.at("decode.draft_len"), "4");
+  for (const char* not_identity : {"draft.path", "draft.placement", "job.seed", "data.batch_size",
+                                   "parallel.tp", "decode.modes"})
+    EXPECT_EQ(id.count(not_identity), 0u) << not_identity;
+  EXPECT_EQ(draft_fingerprint(info, "a.h5"), "xxh3:bb");
+  // Without the target's fingerprint (debug.fingerprints = false): refused, exit 2.
+  info.header.models = R"({"target": {"path": "/t"}})";
+  try {
+    experiment_identity(info, "a.h5");
+    FAIL() << "an identity without the target's fingerprint";
+  } catch (const Error& e) {
+    EXPECT_EQ(e.exit_code(), kExitUsage);
+    EXPECT_NE(e.message().find("a.h5: the file records no fingerprint of the target model"),
+              std::string::npos)
+        << e.message();
+  }
 }
 
 TEST(Golden, JsonRoundTripAndRefusals) {
