@@ -19,8 +19,7 @@
 // with Student's t at the Welch-Satterthwaite degrees of freedom of the run part (k - 1) and the
 // sampling variances (the fewer prompts - 1): a run-to-run spread estimated from 3 runs is
 // itself uncertain, and a normal tail would make a golden whose runs happened to agree alarm on
-// later runs;
-// and controls the family-wise false-alarm rate at alpha over all the metrics with Holm's
+// later runs. The family-wise false-alarm rate is alpha over all the metrics, with Holm's
 // step-down rule (the i-th smallest of m p-values is compared with alpha / (m - i + 1); valid
 // under any dependence between the metrics).
 #pragma once
