@@ -95,11 +95,12 @@ std::string category_name(const std::string& c) {
 
 }  // namespace
 
-Interval bootstrap_ratio(const std::vector<double>& num, const std::vector<double>& den,
-                         int resamples, std::uint64_t seed) {
+namespace {
+
+// The ratio of sums of `resamples` resamples of the items (with replacement).
+std::vector<double> ratio_resamples(const std::vector<double>& num, const std::vector<double>& den,
+                                    int resamples, std::uint64_t seed) {
   const std::size_t n = num.size();
-  if (n == 0 || den.size() != n) return Interval{};
-  double value = ratio_of_sums(num, den, identity(n));
   std::mt19937_64 rng(seed);
   std::vector<std::size_t> idx;
   std::vector<double> samples;
@@ -108,7 +109,34 @@ Interval bootstrap_ratio(const std::vector<double>& num, const std::vector<doubl
     resample(rng, n, idx);
     samples.push_back(ratio_of_sums(num, den, idx));
   }
-  return interval_from(value, std::move(samples));
+  return samples;
+}
+
+}  // namespace
+
+Interval bootstrap_ratio(const std::vector<double>& num, const std::vector<double>& den,
+                         int resamples, std::uint64_t seed) {
+  const std::size_t n = num.size();
+  if (n == 0 || den.size() != n) return Interval{};
+  double value = ratio_of_sums(num, den, identity(n));
+  return interval_from(value, ratio_resamples(num, den, resamples, seed));
+}
+
+double bootstrap_ratio_variance(const std::vector<double>& num, const std::vector<double>& den,
+                                int resamples, std::uint64_t seed) {
+  const std::size_t n = num.size();
+  if (n < 2 || den.size() != n || resamples < 2) return 0;
+  return sample_variance(ratio_resamples(num, den, resamples, seed));
+}
+
+double sample_variance(const std::vector<double>& x) {
+  if (x.size() < 2) return 0;
+  double mean = 0;
+  for (double v : x) mean += v;
+  mean /= static_cast<double>(x.size());
+  double ss = 0;
+  for (double v : x) ss += (v - mean) * (v - mean);
+  return ss / static_cast<double>(x.size() - 1);
 }
 
 Interval bootstrap_relative_change(const std::vector<double>& base_num,

@@ -210,6 +210,13 @@ RunSummary summarize_run(const std::vector<ModeData>& modes, bool greedy, std::u
 // with replacement. Empty input or a zero denominator gives 0.
 Interval bootstrap_ratio(const std::vector<double>& num, const std::vector<double>& den,
                          int resamples, std::uint64_t seed);
+// The bootstrap variance of the same statistic (the sample variance of its resamples, the same
+// resamples as bootstrap_ratio's for the same seed): the statistic's noise from which items were
+// drawn. 0 for fewer than two items.
+double bootstrap_ratio_variance(const std::vector<double>& num, const std::vector<double>& den,
+                                int resamples, std::uint64_t seed);
+// The sample variance of `x` (denominator n - 1); 0 for fewer than two values.
+double sample_variance(const std::vector<double>& x);
 
 // Relative change between two independent samples of ratio statistics:
 // value = (sum new_num / sum new_den) / (sum base_num / sum base_den) - 1 (0.2 = +20%), each

@@ -42,6 +42,8 @@ int cmd_make_model(CommandContext& ctx, const std::vector<std::string>& args);
 int cmd_prepare(CommandContext& ctx, const std::vector<std::string>& args);
 int cmd_report(CommandContext& ctx, const std::vector<std::string>& args);
 int cmd_compare(CommandContext& ctx, const std::vector<std::string>& args);
+int cmd_golden(CommandContext& ctx, const std::vector<std::string>& args);
+int cmd_gate(CommandContext& ctx, const std::vector<std::string>& args);
 int cmd_bench(CommandContext& ctx, const std::vector<std::string>& args);
 int cmd_verify_data(CommandContext& ctx, const std::vector<std::string>& args);
 int cmd_tokenize(CommandContext& ctx, const std::vector<std::string>& args);
