@@ -7,6 +7,8 @@
 #  2. a fresh greedy job, baseline and speculative on 2 ranks (tp 2), two categories;
 #  3. a fresh sampled job on 2 ranks as 2 data-parallel groups (tp 1: timing rows with NaN ranks),
 #     stopping at EOS (sequences of different lengths), with its job.seed as the bootstrap seed;
+#  4. the greedy file with its last speculative commit record damaged (both readers stop at the
+#     record before it, with the same warning);
 # with numpy record arrays (pandas is not required) and, where pandas is installed, DataFrames.
 # The comparison can fail: a report made with another --seed gives other intervals, and the check
 # must say so. A result file whose step rows break an identity is refused by the package, naming
@@ -42,6 +44,19 @@ check greedy.h5
   --set job.seed=11 >sampled.log 2>&1 || fail "sampled run: $(tail -5 sampled.log)"
 check sampled.h5
 "$PY" -c 'import json,sys; j=json.load(open(sys.argv[1])); assert j["dp"] == 2 and not j["greedy"], j["dp"]' sampled.json
+
+# A damaged last commit record (it points past the rows): both read up to the record before it
+# and give the same warning and the same numbers.
+cp greedy.h5 damaged.h5
+"$PY" - damaged.h5 <<'PY'
+import sys
+import h5py
+with h5py.File(sys.argv[1], "r+") as f:
+    d = f["speculative/batches/sequences_end"]
+    d[-1] = d[-1] + 1000
+PY
+check damaged.h5
+"$PY" -c 'import json,sys; j=json.load(open(sys.argv[1])); assert len(j["warnings"]) == 1 and "points past the rows" in j["warnings"][0], j["warnings"]' damaged.json
 
 # The comparison can fail: another seed, other intervals (the point estimate stays).
 "$SPECRUN_BIN" report greedy.h5 --json --seed 99 >seed99.json
