@@ -39,6 +39,15 @@ def _strings(ds, n):
     return [_text(v) for v in ds[:n]]
 
 
+def _json_or_empty(text):
+    """JSON text parsed, {} when it is not JSON (report's parse_json_or_discarded: the figures
+    then take their defaults)."""
+    try:
+        return json.loads(text)
+    except ValueError:
+        return {}
+
+
 def _attr_value(v):
     """An attribute as plain Python: str, bool, int, float, or a list of them."""
     if isinstance(v, (bytes, str)):
@@ -135,11 +144,12 @@ def _find_committed(g, where):
     return c
 
 
-def _long_table(values, batch, names, tables):
-    """A [rows x ranks x columns] per-step table in long form: one row per (step row, rank), with
-    the step row's index (`row`, the row of `timings`), its batch, the rank, one column per name."""
+def _long_table(values, batch, names, tables, index="row"):
+    """A [rows x ranks x columns] table in long form: one row per (row, rank), with the row's
+    index (`row`: the row of `timings`; `commit` for the host snapshots: the commit record), its
+    batch, the rank, one column per name."""
     rows, ranks = values.shape[0], values.shape[1]
-    cols = {"row": np.repeat(np.arange(rows, dtype=np.int64), ranks),
+    cols = {index: np.repeat(np.arange(rows, dtype=np.int64), ranks),
             "batch": np.repeat(np.asarray(batch, dtype=np.int64), ranks),
             "rank": np.tile(np.arange(ranks, dtype=np.int32), rows)}
     for i, name in enumerate(names):
@@ -156,16 +166,19 @@ class Mode:
       steps        one row per (decoding step, sequence), with depth, bonus, emitted (version 1
                    files: derived as specrun derives them, emitted -1)
       timings      one row per (step row, rank): row, batch, rank and ms per phase
-      cpu_timings, device_timings, device_passes, host: the same long form (None when the file
+      cpu_timings, device_timings, device_passes: the same long form (None when the file
                    predates them)
+      host         one row per (committed batch, rank): commit, batch, rank, the snapshot's
+                   fields; host_busy: the busy processes per batch
       acceptance   one row per depth i: offered, reached, prior, unconditional, conditional,
                    stored (accepted_per_position)
     Raw arrays: timings_ms [rows x ranks x phases], timing_batch [rows].
     """
 
-    def __init__(self, f, name, path, tables):
+    def __init__(self, f, name, path, tables, batch_size=0):
         g = f[name]
         self.name = name
+        self.batch_size = batch_size  # data.batch_size: places sequences that have no step
         self.path = path
         where = "%s:/%s" % (path, name)
         self.schema_version = int(f.attrs["schema_version"])
@@ -218,7 +231,8 @@ class Mode:
         if "host" in g["batches"]:
             hv = g["batches/host"][: c.batches]
             fields = [_text(x) for x in g["batches/host"].attrs["fields"]]
-            self.host = _long_table(hv, g["batches/batch"][: c.batches], fields, tables)
+            self.host = _long_table(hv, g["batches/batch"][: c.batches], fields, tables,
+                                    index="commit")
             self.host_busy = _strings(g["batches/host_busy"], c.batches)
         apos = g["batches/accepted_per_position"][: c.batches]
         self.accepted_per_position = (apos.sum(axis=0).astype(np.int64) if c.batches
@@ -239,10 +253,10 @@ class Mode:
         """A column of `sequences` or `steps` as a numpy array, whatever the table type."""
         return np.asarray({"sequences": self._seq, "steps": self._steps}[table][name])
 
-    def summary(self, batch_size=0):
-        """The mode's figures as `report --json` gives them under modes.<name> (the phase,
-        acceptance and category figures; not the expert, device-pass or host ones)."""
-        return stats.summarize_mode(self, batch_size)
+    def summary(self):
+        """The mode's figures as `report --json` gives them under modes.<name> (all but the
+        expert accounting)."""
+        return stats.summarize_mode(self, self.batch_size)
 
     def __repr__(self):
         return "<specrun.Mode %s: %d prompts, %d steps, %d ranks>" % (
@@ -280,7 +294,7 @@ class Result:
             self.attrs = {k: _attr_value(v) for k, v in f.attrs.items()}
             self.alarms = list(self.attrs.get("alarms", []))
             self.job = {k: _text(v) for k, v in f["job"].attrs.items()}
-            self.resolved = json.loads(self.job.get("resolved", "{}") or "{}")
+            self.resolved = _json_or_empty(self.job.get("resolved", ""))
             prov = f["provenance"]
             self.rank_records = [json.loads(_text(r)) for r in prov["ranks"][:]]
             self.mismatches = json.loads(_text(prov["mismatches"][()]))
@@ -291,7 +305,7 @@ class Result:
                              if not isinstance(v, (dict, list))})
             self.provenance = make_table(
                 {k: [r.get(k) for r in self.rank_records] for k in scalar}, tables, objects=True)
-            self.modes = {m: Mode(f, m, self.path, tables) for m in MODES if m in f}
+            self.modes = {m: Mode(f, m, self.path, tables, self.batch_size) for m in MODES if m in f}
         self.warnings = [m.warning for m in self.modes.values() if m.warning]
 
     @property
