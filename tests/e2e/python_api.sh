@@ -7,7 +7,9 @@
 #  2. a fresh greedy job, baseline and speculative on 2 ranks (tp 2), two categories;
 #  3. a fresh sampled job on 2 ranks as 2 data-parallel groups (tp 1: timing rows with NaN ranks),
 #     stopping at EOS (sequences of different lengths), with its job.seed as the bootstrap seed;
-#  4. the greedy file with its last speculative commit record damaged (both readers stop at the
+#  4. a job of one new token (every sequence ends at the prefill: no step rows; batches placed by
+#     data.batch_size);
+#  5. the greedy file with its last speculative commit record damaged (both readers stop at the
 #     record before it, with the same warning);
 # with numpy record arrays (pandas is not required) and, where pandas is installed, DataFrames.
 # The comparison can fail: a report made with another --seed gives other intervals, and the check
@@ -44,6 +46,11 @@ check greedy.h5
   --set job.seed=11 >sampled.log 2>&1 || fail "sampled run: $(tail -5 sampled.log)"
 check sampled.h5
 "$PY" -c 'import json,sys; j=json.load(open(sys.argv[1])); assert j["dp"] == 2 and not j["greedy"], j["dp"]' sampled.json
+# One new token: every sequence ends at the prefill, no step rows, batches from data.batch_size.
+"${MPIRUN[@]}" -np 2 "$SPECRUN_BIN" run job.toml --set job.output=prefill_only.h5 \
+  --set decode.max_new_tokens=1 >prefill_only.log 2>&1 || fail "prefill-only run: $(tail -5 prefill_only.log)"
+check prefill_only.h5
+"$PY" -c 'import json,sys; m=json.load(open(sys.argv[1]))["modes"]["speculative"]; assert m["verify_steps"] == 0 and m["batches"] == 3, m' prefill_only.json
 
 # A damaged last commit record (it points past the rows): both read up to the record before it
 # and give the same warning and the same numbers.
