@@ -96,11 +96,14 @@ def acceptance_counts(depth, accepted):
     depth = np.asarray(depth, dtype=np.int64)
     accepted = np.asarray(accepted, dtype=np.int64)
     k_max = int(depth.max()) if depth.size else 0
-    i = np.arange(1, k_max + 1)[:, None]
-    reach = depth[None, :] >= i
-    return {"offered": reach.sum(axis=1).astype(np.int64),
-            "reached": (reach & (accepted[None, :] >= i)).sum(axis=1).astype(np.int64),
-            "prior": (reach & (accepted[None, :] >= i - 1)).sum(axis=1).astype(np.int64)}
+
+    def at_least(v):  # index i-1: how many of v are >= i, for i = 1..k_max
+        counts = np.bincount(np.clip(v, 0, k_max), minlength=k_max + 1)
+        return np.cumsum(counts[::-1])[::-1][1:].astype(np.int64)
+
+    # depth >= i and accepted >= i  <=>  min(depth, accepted) >= i (and likewise for i - 1)
+    return {"offered": at_least(depth), "reached": at_least(np.minimum(depth, accepted)),
+            "prior": at_least(np.minimum(depth, accepted + 1))}
 
 
 def acceptance_by_depth(counts):
