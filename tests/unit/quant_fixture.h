@@ -59,7 +59,7 @@ inline TensorToWrite other_tensor(const std::string& name, const std::string& dt
 // layer-0 Linears the test rewrites; `expected` holds each rewritten module's values.
 class QuantFixture {
  public:
-  QuantFixture() {
+  static SyntheticSpec default_spec() {
     SyntheticSpec spec;
     spec.hidden = 128;
     spec.heads = 4;
@@ -68,6 +68,9 @@ class QuantFixture {
     spec.draft_layers = 1;
     spec.intermediate = 256;
     spec.vocab = 128;
+    return spec;
+  }
+  explicit QuantFixture(const SyntheticSpec& spec = default_spec()) {
     make_model_pair(spec, dir_.path());
     SafetensorsFile f(target() + "/model.safetensors");
     for (const std::string& n : f.names()) {

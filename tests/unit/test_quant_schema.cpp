@@ -323,16 +323,23 @@ TEST(QuantSchema, KimiK25DecidesOnTheTextModelsNames) {
   EXPECT_EQ(e.find("lm_head"), std::string::npos) << e;
 }
 
-// Until the CPU kernels compute them (step 4), quantized weights are refused at prepare.
-TEST(QuantSchema, TheCpuBackendRefusesQuantizedWeightsAtPrepare) {
+// The CPU prepares quantized weights kept packed (pack_quantized: half a byte per int4 weight
+// plus its scales), gate/up as one pair; test_quant_matmul checks what it computes.
+TEST(QuantSchema, TheCpuBackendPreparesQuantizedWeightsPacked) {
   test::QuantFixture fx;
   std::uint64_t seed = 111;
   for (const std::string& m : test::QuantFixture::linears()) fx.pack_int(m, 4, 32, true, seed++);
   const Checkpoint ckpt = fx.write(test::compressed_config(4, 32, true));
   const HostWeights host = load_host_weights(ckpt, 1, 0);
   CpuBackend b(1);
-  const std::string e = error_of([&] { prepare_weights(b, host, ckpt.config()); });
-  EXPECT_NE(e.find("the CPU backend does not compute quantized weights yet"), std::string::npos)
-      << e;
-  EXPECT_NE(e.find("int4 group 32 (BF16 scales) [128, 128]"), std::string::npos) << e;
+  const ModelWeights<CpuBackend> w = prepare_weights(b, host, ckpt.config());
+  const CpuBackend::Weight& q = w.at(0, Role::kQ);
+  EXPECT_EQ(q.quant.kind, QuantKind::kInt4);
+  EXPECT_EQ(q.layout, CpuBackend::Weight::Layout::kPacked);
+  // 4 blocks of 32 rows: 16 bytes per input, then 4 groups of 32 BF16 scales.
+  EXPECT_EQ(b.weight_bytes(host.layers[0][static_cast<int>(Role::kQ)], WeightUse::kLinear),
+            4u * (16 * 128 + 4 * 32 * 2));
+  EXPECT_EQ(w.at(0, Role::kGate).layout, CpuBackend::Weight::Layout::kPackedPair);
+  EXPECT_EQ(w.at(0, Role::kGate).quant.kind, QuantKind::kInt4);
+  EXPECT_EQ(w.get(Role::kLmHead).quant.kind, QuantKind::kNone);
 }
