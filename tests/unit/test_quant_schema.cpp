@@ -343,3 +343,25 @@ TEST(QuantSchema, TheCpuBackendPreparesQuantizedWeightsPacked) {
   EXPECT_EQ(w.at(0, Role::kGate).quant.kind, QuantKind::kInt4);
   EXPECT_EQ(w.get(Role::kLmHead).quant.kind, QuantKind::kNone);
 }
+
+// A tied head reads the embedding's rows, which are float: a config that quantizes lm_head is
+// refused naming tie_word_embeddings and the entry.
+TEST(QuantSchema, ATiedQuantizedHeadIsRefused) {
+  test::QuantFixture fx;
+  std::uint64_t seed = 121;
+  for (const std::string& m : test::QuantFixture::linears()) fx.pack_int(m, 4, 32, true, seed++);
+  fx.write(test::compressed_config(4, 32, true, json::array()));
+  const std::string config = fx.target() + "/config.json";
+  std::ifstream in(config);
+  json cfg = json::parse(in);
+  in.close();
+  cfg["tie_word_embeddings"] = true;
+  std::ofstream(config) << cfg.dump(2);
+  const Checkpoint ckpt(fx.target());
+  const std::string e = error_of([&] { load_host_weights(ckpt, 1, 0); });
+  EXPECT_NE(e.find("tie_word_embeddings is true"), std::string::npos) << e;
+  EXPECT_NE(e.find("quantization_config.config_groups.group_0.targets[0] \"Linear\" makes lm_head "
+                   "int4"),
+            std::string::npos)
+      << e;
+}
