@@ -4,9 +4,10 @@
 // through the variant chosen at start-up (dispatch.h); the weight layout functions here are the
 // same for every variant. These functions know nothing of models, checkpoints or ranks. Every
 // buffer is row-major and contiguous unless a stride is given; activations are float32; weights may
-// stay in their storage dtype (F32, BF16, F16) and are widened on the fly, never copied to float32
-// in memory. All arithmetic accumulates in float32. Ops that take a noticeable amount of work split
-// it over OpenMP threads; the caller chooses the thread count (omp_set_num_threads).
+// stay in their storage dtype (F32, BF16, F16), or quantized (int4, int8, fp8 e4m3 with scales),
+// and are widened on the fly, never copied to float32 in memory. All arithmetic accumulates in
+// float32. Ops that take a noticeable amount of work split it over OpenMP threads; the caller
+// chooses the thread count (omp_set_num_threads).
 #pragma once
 
 #include <cstddef>
@@ -52,12 +53,52 @@ constexpr int packed_blocks(int out) {
 }
 }  // namespace SPECRUN_ISA_NS
 
+// Quantized weights (issue 44; docs/quantization-design.md 3.4), as loaded: `data` the codes in
+// the checkpoint's layout (quant_row_bytes per row), `scales` [quant_scale_rows(out),
+// quant_scale_cols(in)] row-major in quant.scale_dtype, `zeros` the signed zero points (one per
+// scale) when quant.zero_points.
+struct QuantMatrix {
+  const void* data;
+  const void* scales;
+  const std::int8_t* zeros;
+  QuantFormat quant;
+  int out, in;
+};
+
+// Quantized weights packed for matmul (pack_quantized): blocks of kPackRows rows, each block one
+// record: its codes k-major (int4: 16 bytes per input, byte j = row j's stored nibble (q + 8) in
+// the low half and row j + 16's in the high half; int8 and fp8: 32 bytes per input, byte j = row
+// j's code, q + 128 or the e4m3 bits), then per scale group (quant_scale_cols(in) of them) the
+// block's 32 row scales in the scale dtype, then (zero points) per group 32 int8 zero points.
+// Rows past `out`: code of q = 0 (fp8: +0), scale 0. Kept packed: never widened in memory.
+inline namespace SPECRUN_ISA_NS {
+constexpr std::size_t quant_block_values(const QuantFormat& f, int in) {
+  return static_cast<std::size_t>(in) * (f.kind == QuantKind::kInt4 ? 16 : 32);
+}
+constexpr std::size_t quant_block_scales(const QuantFormat& f, int in) {
+  return static_cast<std::size_t>(quant_scale_cols(f, in)) * kPackRows * dtype_size(f.scale_dtype);
+}
+constexpr std::size_t quant_block_bytes(const QuantFormat& f, int in) {
+  return quant_block_values(f, in) + quant_block_scales(f, in) +
+         (f.zero_points ? static_cast<std::size_t>(quant_scale_cols(f, in)) * kPackRows : 0);
+}
+}  // namespace SPECRUN_ISA_NS
+
+// Bytes of a packed quantized [out, in] matrix: packed_blocks(out) * quant_block_bytes.
+std::size_t packed_quant_bytes(const QuantFormat& f, int out, int in);
+// Packs w into dst (packed_quant_bytes bytes), and two matrices of one shape and format (an
+// MLP's gate and up) as pairs of blocks as pack_weight_pairs does (2 * packed_quant_bytes).
+void pack_quantized(const QuantMatrix& w, void* dst);
+void pack_quantized_pairs(const QuantMatrix& a, const QuantMatrix& b, void* dst);
+
 // A packed weight matrix: `data` from pack_weights(w, dtype, out, in, data), or, for a swiglu
-// output, from pack_weight_pairs(gate, up, dtype, out, in, data).
+// output, from pack_weight_pairs(gate, up, dtype, out, in, data); quantized (quant.kind not
+// kNone): from pack_quantized / pack_quantized_pairs, and dtype is ignored.
 struct PackedWeights {
   const void* data;
   DType dtype;
   int out, in;
+  QuantFormat quant{};
 };
 
 // One product of matmul_multi: y[t, o] = sum_i x[t, i] * W[o, i] (+ bias[o]), bias [out] or

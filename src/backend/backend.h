@@ -84,14 +84,36 @@ class Ptr {
 
 // A matrix or vector as the checkpoint loader hands it to a backend: host memory (a view of the
 // mapped file or a copy), row-major [rows, cols] in dtype (vectors: rows = 1).
+// A quantized matrix (quant.kind != kNone; docs/quantization-design.md 3.1): rows and cols are
+// the logical shape, `data` the packed values in the checkpoint's layout (quant_row_bytes per
+// row), `scales` the scale matrix (quant_scale_rows x quant_scale_cols, row-major, in
+// quant.scale_dtype), `zeros` the signed zero points (int8, one per scale) when
+// quant.zero_points; `dtype` is then the scale dtype and never an element type.
 struct HostTensor {
   const std::byte* data = nullptr;
   DType dtype = DType::kF32;
   int rows = 0, cols = 0;
+  QuantFormat quant{};
+  const std::byte* scales = nullptr;
+  const std::int8_t* zeros = nullptr;
+
+  bool quantized() const { return quant.kind != QuantKind::kNone; }
+  // Bytes held: the elements, or packed values + scales + zero points.
   std::size_t bytes() const {
-    return static_cast<std::size_t>(rows) * static_cast<std::size_t>(cols) * dtype_size(dtype);
+    if (!quantized())
+      return static_cast<std::size_t>(rows) * static_cast<std::size_t>(cols) * dtype_size(dtype);
+    const std::size_t scales_n =
+        static_cast<std::size_t>(quant_scale_rows(quant, rows) * quant_scale_cols(quant, cols));
+    return static_cast<std::size_t>(rows) * quant_row_bytes(quant, cols) +
+           scales_n * dtype_size(quant.scale_dtype) + (quant.zero_points ? scales_n : 0);
   }
 };
+
+// The exact value W'[r, c] of a quantized matrix, by the format's rule in float32
+// ((q - z) * s, e4m3(b) * s; design 3.5). For tests and load-time conversions, not for kernels.
+float dequantized(const HostTensor& t, int r, int c);
+// "int4 group 32 (BF16 scales) [rows, cols]": a quantized tensor for messages.
+std::string describe_quantized(const HostTensor& t);
 
 // How a weight is used, so that a backend can lay it out for its kernels (CPU: packed blocks).
 enum class WeightUse {

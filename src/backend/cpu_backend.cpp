@@ -31,7 +31,7 @@ cpu::PackedWeights packed(const CpuBackend::Weight& w) {
   SPEC_CHECK(w.layout != CpuBackend::Weight::Layout::kRowMajor,
              "weight matrix [" << w.rows << ", " << w.cols
                                << "] is not packed for the CPU kernels (prepare it as kLinear)");
-  return {w.data, w.dtype, w.rows, w.cols};
+  return {w.data, w.dtype, w.rows, w.cols, w.quant};
 }
 
 const float* bias_of(const CpuBackend::Weight* bias) {
@@ -65,7 +65,21 @@ void attention_over(const AttentionHeads& heads, const float* q, int n_tokens, c
 
 CpuBackend::CpuBackend(int threads) : threads_(std::max(1, threads)) {}
 
+namespace {
+
+// A quantized HostTensor as the packing functions read it.
+cpu::QuantMatrix quant_matrix(const HostTensor& t) {
+  return {t.data, t.scales, t.zeros, t.quant, t.rows, t.cols};
+}
+
+}  // namespace
+
 std::size_t CpuBackend::weight_bytes(const HostTensor& t, WeightUse use) const {
+  SPEC_CHECK(!t.quantized() || use == WeightUse::kLinear || use == WeightUse::kGateUp,
+             "a quantized " << describe_quantized(t) << " is only read as a linear weight");
+  if (t.quantized())
+    return aligned((use == WeightUse::kGateUp ? 2 : 1) *
+                   cpu::packed_quant_bytes(t.quant, t.rows, t.cols));
   switch (use) {
     case WeightUse::kLinear:
       return aligned(cpu::packed_weight_bytes(t.dtype, t.rows, t.cols));
@@ -106,7 +120,17 @@ std::byte* CpuBackend::carve(std::size_t bytes) {
 
 CpuBackend::Weight CpuBackend::prepare(const HostTensor& t, WeightUse use) {
   SPEC_CHECK(use != WeightUse::kGateUp, "gate/up weights are prepared with prepare_pair");
+  SPEC_CHECK(!t.quantized() || use == WeightUse::kLinear,
+             "a quantized " << describe_quantized(t) << " is only read as a linear weight");
   Weight w{nullptr, t.dtype, t.rows, t.cols, Weight::Layout::kRowMajor};
+  if (t.quantized()) {
+    std::byte* dst = carve(cpu::packed_quant_bytes(t.quant, t.rows, t.cols));
+    cpu::pack_quantized(quant_matrix(t), dst);
+    w.data = dst;
+    w.layout = Weight::Layout::kPacked;
+    w.quant = t.quant;
+    return w;
+  }
   if (use == WeightUse::kLinear) {
     std::byte* dst = carve(cpu::packed_weight_bytes(t.dtype, t.rows, t.cols));
     cpu::pack_weights(t.data, t.dtype, t.rows, t.cols, dst);
@@ -121,6 +145,20 @@ CpuBackend::Weight CpuBackend::prepare(const HostTensor& t, WeightUse use) {
 }
 
 CpuBackend::Weight CpuBackend::prepare_pair(const HostTensor& gate, const HostTensor& up) {
+  if (gate.quantized() || up.quantized()) {
+    const QuantFormat &a = gate.quant, &b = up.quant;
+    SPEC_INPUT_CHECK(a.kind == b.kind && a.group == b.group && a.block_rows == b.block_rows &&
+                         a.scale_dtype == b.scale_dtype && a.zero_points == b.zero_points &&
+                         gate.rows == up.rows && gate.cols == up.cols,
+                     "gate_proj " << describe_quantized(gate) << " and up_proj "
+                                  << describe_quantized(up)
+                                  << " differ in format or shape: they are computed as one pair");
+    std::byte* dst = carve(2 * cpu::packed_quant_bytes(a, gate.rows, gate.cols));
+    cpu::pack_quantized_pairs(quant_matrix(gate), quant_matrix(up), dst);
+    Weight w{dst, gate.dtype, gate.rows, gate.cols, Weight::Layout::kPackedPair};
+    w.quant = a;
+    return w;
+  }
   SPEC_CHECK(gate.rows == up.rows && gate.cols == up.cols && gate.dtype == up.dtype,
              "gate_proj and up_proj differ in shape or dtype");
   std::byte* dst = carve(2 * cpu::packed_weight_bytes(gate.dtype, gate.rows, gate.cols));
@@ -130,6 +168,8 @@ CpuBackend::Weight CpuBackend::prepare_pair(const HostTensor& gate, const HostTe
 
 CpuBackend::Weight CpuBackend::prepare_tied(const Weight& lm_head) const {
   SPEC_CHECK(lm_head.layout == Weight::Layout::kPacked, "a tied embedding needs a packed lm_head");
+  SPEC_CHECK(lm_head.quant.kind == QuantKind::kNone,
+             "a tied embedding cannot gather rows of a quantized lm_head");
   return lm_head;  // gather_rows_packed reads the packed rows
 }
 
@@ -190,8 +230,7 @@ void CpuBackend::linear_multi(CF x, int n, std::span<const LinearOut> outs) {
 
 void CpuBackend::swiglu(CF x, int n, const Weight& gate_up, F y) {
   SPEC_CHECK(gate_up.layout == Weight::Layout::kPackedPair, "swiglu needs a gate/up pair");
-  cpu::MatmulOutput out{
-      {gate_up.data, gate_up.dtype, gate_up.rows, gate_up.cols}, nullptr, y.get()};
+  cpu::MatmulOutput out{packed(gate_up), nullptr, y.get()};
   out.swiglu = true;
   cpu::matmul_multi(x.get(), n, &out, 1);
 }
@@ -393,9 +432,7 @@ void CpuBackend::moe_experts(CF xn, int n, int dim, std::span<const Weight> gate
       if (stage == 0) {
         SPEC_CHECK(gate_up[e].layout == Weight::Layout::kPackedPair,
                    "moe_experts needs gate/up pairs");
-        cpu::MatmulOutput o{{gate_up[e].data, gate_up[e].dtype, gate_up[e].rows, gate_up[e].cols},
-                            nullptr,
-                            act.get() + rows * width};
+        cpu::MatmulOutput o{packed(gate_up[e]), nullptr, act.get() + rows * width};
         o.swiglu = true;
         expert_groups_.push_back({xg.get() + rows * dim, m, o});
       } else {

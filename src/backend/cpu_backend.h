@@ -40,6 +40,7 @@ class CpuBackend {
     DType dtype = DType::kF32;
     int rows = 0, cols = 0;
     Layout layout = Layout::kRowMajor;
+    QuantFormat quant{};  // quantized (kPacked / kPackedPair): pack_quantized's layout
   };
 
   // One sequence's keys and values, float32: per layer the keys [capacity][key_floats], then

@@ -121,7 +121,22 @@ void CudaBackend::finish() {
   if (!cuda::unwinding()) (void)cudaStreamSynchronize(stream_);
 }
 
+namespace {
+
+// Quantized weights are loaded kept packed (issue 44 step 3); the CUDA kernels for them are not
+// yet run on a GPU: refused before anything is sized or uploaded.
+void refuse_quantized(const HostTensor& t) {
+  SPEC_INPUT_CHECK(!t.quantized(), "quantized weight " << describe_quantized(t)
+                                                       << ": the CUDA backend's quantized kernels "
+                                                          "are not yet run on a GPU (issue 44); "
+                                                          "use backend = \"cpu\" or an "
+                                                          "F32/F16/BF16 checkpoint");
+}
+
+}  // namespace
+
 std::size_t CudaBackend::weight_bytes(const HostTensor& t, WeightUse use) const {
+  refuse_quantized(t);
   return aligned(use == WeightUse::kGateUp ? 2 * t.bytes() : t.bytes());
 }
 
@@ -132,6 +147,7 @@ void CudaBackend::reserve_weights(std::size_t bytes) {
 
 CudaBackend::Weight CudaBackend::prepare(const HostTensor& t, WeightUse use) {
   SPEC_CHECK(use != WeightUse::kGateUp, "gate/up weights are prepared with prepare_pair");
+  refuse_quantized(t);
   SPEC_CHECK(weights_used_ + aligned(t.bytes()) <= weights_bytes_, "weight allocation overflow");
   std::byte* dst = weights_.as<std::byte>() + weights_used_;
   // Stream-ordered before every kernel that reads it (see upload_floats); the pageable source
@@ -143,6 +159,8 @@ CudaBackend::Weight CudaBackend::prepare(const HostTensor& t, WeightUse use) {
 }
 
 CudaBackend::Weight CudaBackend::prepare_pair(const HostTensor& gate, const HostTensor& up) {
+  refuse_quantized(gate);
+  refuse_quantized(up);
   SPEC_CHECK(gate.rows == up.rows && gate.cols == up.cols && gate.dtype == up.dtype,
              "gate_proj and up_proj differ in shape or dtype");
   SPEC_CHECK(weights_used_ + aligned(2 * gate.bytes()) <= weights_bytes_,

@@ -62,6 +62,14 @@ void prepare_mla(HostWeights& host, const ModelConfig& config,
     std::array<HostTensor, kNumRoles>& w = host.layers[layer];
     // q's rope rows, per head, and kv_a's.
     HostTensor& q = w[static_cast<int>(m.q_lora_rank > 0 ? Role::kQB : Role::kQ)];
+    for (Role r : {m.q_lora_rank > 0 ? Role::kQB : Role::kQ, Role::kKvA, Role::kKvB})
+      SPEC_INPUT_CHECK(!w[static_cast<int>(r)].quantized(),
+                       "layer " << layer << ": a quantized MLA projection ("
+                                << describe_quantized(w[static_cast<int>(r)])
+                                << ") is not read yet: q_b_proj/q_proj, kv_a_proj_with_mqa and "
+                                   "kv_b_proj are converted to float32 at load, which quantized "
+                                   "weights do not support yet (docs/quantization-design.md "
+                                   "step 8); exclude self_attn in quantization_config");
     q = to_f32(q, owned);
     for (int h = 0; h < heads; ++h) prepare_rope_rows(q, h * qk + dn, dr, m.rope_interleave, scale);
     HostTensor& kv_a = w[static_cast<int>(Role::kKvA)];

@@ -160,9 +160,13 @@ std::unique_ptr<MoeBlock<B>> make_moe_block(B& b, const ModelConfig& config,
   routing.ep = p.ep;
   const HostTensor& gate =
       host.experts[routing.layers.front()][static_cast<int>(Role::kExpertGate)].front();
-  routing.expert_bytes = 3 * static_cast<std::int64_t>(config.hidden_size) *
-                         config.moe_intermediate_size *
-                         static_cast<std::int64_t>(dtype_size(gate.dtype));
+  // Bytes per weight as stored (a quantized expert: its packed codes, scales and zero points
+  // over its weights; docs/quantization-design.md 3.6).
+  const double per_weight = gate.quantized() ? static_cast<double>(gate.bytes()) /
+                                                   (static_cast<double>(gate.rows) * gate.cols)
+                                             : static_cast<double>(dtype_size(gate.dtype));
+  routing.expert_bytes = static_cast<std::int64_t>(
+      3.0 * config.hidden_size * config.moe_intermediate_size * per_weight + 0.5);
   return std::make_unique<MoeBlock<B>>(b, config.num_experts, router_rule(config), p.expert_begin,
                                        p.experts);
 }

@@ -17,10 +17,11 @@
 #include <string>
 #include <vector>
 
+#include "kernels/cpu/dtype.h"
+
 namespace specrun {
 
 enum class QuantMethod : std::uint8_t { kNone, kCompressedTensors, kFp8Block };
-enum class QuantKind : std::uint8_t { kNone, kInt4, kInt8, kFp8E4M3 };
 
 // What a module is, for compressed-tensors' class targets ("Linear"): DeepSeek's router (MoEGate)
 // is not an nn.Linear, Qwen3-MoE's and Mixtral's (mlp.gate) are.

@@ -411,6 +411,15 @@ const TensorView& SafetensorsFile::get_other(const std::string& name,
   return it->second;
 }
 
+std::string SafetensorsFile::dtype_of(const std::string& name) const {
+  auto it = tensors_.find(name);
+  if (it != tensors_.end()) return dtype_name(it->second.dtype);
+  auto other = unsupported_dtype_.find(name);
+  SPEC_INPUT_CHECK(other != unsupported_dtype_.end(),
+                   path_ << ": tensor '" << name << "' not found");
+  return other->second;
+}
+
 std::vector<std::string> SafetensorsFile::names() const {
   std::vector<std::string> out;
   for (const auto& kv : tensors_) out.push_back(kv.first);

@@ -65,6 +65,9 @@ class SafetensorsFile {
   // bytes) and its dtype name in `dtype`. Throws naming the file and tensor when absent, or
   // when its dtype is not `want`.
   const TensorView& get_other(const std::string& name, const std::string& want) const;
+  // The safetensors dtype name of tensor `name` ("BF16", "I32", "F8_E4M3", ...). Throws naming
+  // the file and tensor when absent.
+  std::string dtype_of(const std::string& name) const;
 };
 
 // Writes tensors in safetensors format (used by make-model and import-llama2c). Tensors are

@@ -7,6 +7,7 @@
 
 #include "common/error.h"
 #include "model/checkpoint.h"
+#include "model/quant_weights.h"
 
 namespace specrun {
 
@@ -554,38 +555,20 @@ ModuleClass module_class(const TensorSpec& s, const ModelConfig& c) {
   return ModuleClass::kOther;
 }
 
-// Quantized weights are not read yet (issue 44): the first module quantization_config quantizes
-// is refused, naming its tensor and the config entry that quantizes it. A config that leaves
-// every module of the schema unquantized loads as a float checkpoint.
-void refuse_quantized_modules(const Checkpoint& ckpt, std::span<const TensorSpec> schema,
-                              const ShardPlan& plan, int first_layer) {
+// One schema row's tensor `name` on this rank: float as before, or kept packed when
+// quantization_config and the file agree that its module is quantized (quant_weights.h).
+HostTensor load_tensor(const Checkpoint& ckpt, const TensorSpec& s, const std::string& name,
+                       bool tied_head, HostWeights& w) {
   const ModelConfig& c = ckpt.config();
-  if (!c.quant.quantized()) return;
-  auto check = [&](const TensorSpec& s, const std::string& name) {
-    constexpr std::string_view kSuffix = ".weight";
-    if (name.size() <= kSuffix.size() ||
-        name.compare(name.size() - kSuffix.size(), kSuffix.size(), kSuffix) != 0)
-      return;  // a bias or a router bias: not a module's weight
-    const std::string module = name.substr(0, name.size() - kSuffix.size());
-    const QuantDecision d = c.quant.decide(module, module_class(s, c));
-    SPEC_INPUT_CHECK(d.kind == QuantKind::kNone,
-                     (std::filesystem::path(ckpt.dir()) / "config.json").string()
-                         << ": quantized weights are not read yet: module " << module << " is "
-                         << quant_kind_name(d.kind) << " by " << d.why << " (" << c.quant.describe()
-                         << "); use an F32/F16/BF16 checkpoint");
-  };
-  for (const TensorSpec& s : schema)
-    for (int layer = 0; layer < (s.per_layer() ? c.num_layers : 1); ++layer) {
-      if (!present(s, c, layer)) continue;
-      if (s.per_expert()) {
-        for (int e = 0; e < plan.experts; ++e)
-          check(s, c.tensor_prefix + tensor_name(s, first_layer + layer, plan.expert_begin + e));
-        continue;
-      }
-      check(s, c.tensor_prefix + (c.tie_word_embeddings && !s.tied_source.empty()
-                                      ? std::string(s.tied_source)
-                                      : tensor_name(s, first_layer + layer)));
-    }
+  const QuantDecision d = resolve_storage(
+      ckpt, s, name, tied_head ? ModuleClass::kEmbedding : module_class(s, c), tied_head);
+  if (d.kind == QuantKind::kNone) return cut(ckpt.tensor(name, spec_shape(s, c)), s, w.plan, c, w);
+  std::string why;
+  const std::vector<std::int64_t> shape = spec_shape(s, c);
+  schema_shape(c, name, &why);
+  if (why.empty()) why = "[" + dim_text(s.rows, c) + ", " + dim_text(s.cols, c) + "]";
+  const auto [begin, count] = part_range(s.part, w.plan, c);
+  return load_quantized(ckpt, name, d, shape, why, s.split, begin, count, w.plan.tp, w.owned);
 }
 
 }  // namespace
@@ -601,14 +584,13 @@ HostWeights load_host_weights(const Checkpoint& ckpt, int tp, int tp_rank,
   HostWeights w;
   w.plan = ShardPlan::make(c, tp, tp_rank,
                            (std::filesystem::path(ckpt.dir()) / "config.json").string(), ep);
-  refuse_quantized_modules(ckpt, schema, w.plan, first_layer);
   w.layers.resize(c.num_layers);
   w.experts.resize(c.num_layers);
   // Every copy is made before any view into `owned` is taken: reserve so that it never moves.
   std::size_t copies = 0;
   for (const TensorSpec& s : schema)
     for (int layer = 0; layer < (s.per_layer() ? c.num_layers : 1); ++layer)
-      if (present(s, c, layer)) copies += 2 * (s.per_expert() ? w.plan.experts : 1);
+      if (present(s, c, layer)) copies += 4 * (s.per_expert() ? w.plan.experts : 1);
   w.owned.reserve(copies);
   for (const TensorSpec& s : schema) {
     for (int layer = 0; layer < (s.per_layer() ? c.num_layers : 1); ++layer) {
@@ -617,17 +599,15 @@ HostWeights load_host_weights(const Checkpoint& ckpt, int tp, int tp_rank,
         std::vector<HostTensor>& stack = w.experts[layer][static_cast<int>(s.role)];
         for (int e = 0; e < w.plan.experts; ++e) {
           const int expert = w.plan.expert_begin + e;
-          const TensorView& t = ckpt.tensor(
-              c.tensor_prefix + tensor_name(s, first_layer + layer, expert), spec_shape(s, c));
-          stack.push_back(cut(t, s, w.plan, c, w));
+          stack.push_back(load_tensor(
+              ckpt, s, c.tensor_prefix + tensor_name(s, first_layer + layer, expert), false, w));
         }
         continue;
       }
-      const std::string name = c.tensor_prefix + (c.tie_word_embeddings && !s.tied_source.empty()
-                                                      ? std::string(s.tied_source)
-                                                      : tensor_name(s, first_layer + layer));
-      const TensorView& t = ckpt.tensor(name, spec_shape(s, c));
-      HostTensor h = cut(t, s, w.plan, c, w);
+      const bool tied = c.tie_word_embeddings && !s.tied_source.empty();
+      const std::string name = c.tensor_prefix + (tied ? std::string(s.tied_source)
+                                                       : tensor_name(s, first_layer + layer));
+      const HostTensor h = load_tensor(ckpt, s, name, tied, w);
       (s.per_layer() ? w.layers[layer][static_cast<int>(s.role)]
                      : w.model[static_cast<int>(s.role)]) = h;
     }
