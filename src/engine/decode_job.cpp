@@ -383,6 +383,10 @@ int run_decode_job(const JobConfig& config, const RunOptions& options, JobSetup&
                       config.decode.max_new_tokens);
     writer = open_result(config, world, options, job.records, prompts_hash, models_text,
                          models.target.weight_bytes, log);
+    if (const std::string warning = draft_is_target(config); !warning.empty()) {
+      log.warn(warning);
+      writer->record_alarm(warning);
+    }
   }
   world_comm.barrier();
   auto done = options.resume ? committed_batches(config, world_comm, world)
@@ -458,6 +462,11 @@ int run_decode_job(const JobConfig& config, const RunOptions& options, JobSetup&
       log.warn(std::string("model files not fingerprinted whole (the result keeps their sizes and "
                            "headers): ") +
                e.what());
+    }
+    if (const std::string warning = same_model_contents(fingerprints);
+        !warning.empty() && draft_is_target(config).empty()) {
+      log.warn(warning);
+      writer->record_alarm(warning);
     }
     writer->finish(fingerprints);
     writer.reset();

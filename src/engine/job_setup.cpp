@@ -208,6 +208,39 @@ std::string models_json(const JobConfig& config, bool contents) {
   return models.dump();
 }
 
+std::string draft_is_target(const JobConfig& config) {
+  if (config.draft.kind != "model" || config.draft.path.empty()) return "";
+  std::error_code ec;
+  if (!std::filesystem::equivalent(config.target.path.resolved, config.draft.path.resolved, ec))
+    return "";
+  return "preflight: draft.path (" + config.draft.path.resolved + ") is target.path (" +
+         config.target.path.resolved +
+         "): the draft model is the target itself, so acceptance says nothing about a draft (set "
+         "draft.path to the draft's folder)";
+}
+
+std::string same_model_contents(const std::string& models_json_text) {
+  const nlohmann::json j = nlohmann::json::parse(models_json_text, nullptr, false);
+  auto fingerprint = [&](const char* role) -> std::string {
+    if (!j.is_object() || !j.contains(role) || !j[role].is_object()) return "";
+    const nlohmann::json& m = j[role];
+    if (!m.contains("fingerprint") || !m["fingerprint"].is_string()) return "";
+    if (m.contains("complete") && m["complete"].is_boolean() && !m["complete"].get<bool>())
+      return "";
+    return m["fingerprint"].get<std::string>();
+  };
+  const std::string target = fingerprint("target"), draft = fingerprint("draft");
+  if (target.empty() || target != draft) return "";
+  auto path = [&](const char* role) {
+    return j[role].contains("path") && j[role]["path"].is_string()
+               ? j[role]["path"].get<std::string>()
+               : std::string("?");
+  };
+  return "preflight: the draft model's files (" + path("draft") + ") are the target's (" +
+         path("target") + "; content fingerprint " + target +
+         "): the draft is a copy of the target, so acceptance says nothing about a draft";
+}
+
 ResultHeader job_header(const JobConfig& config, const World& world,
                         const std::string& prompts_hash,
                         const std::vector<ProvenanceRecord>& records, const std::string* models) {

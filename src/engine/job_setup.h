@@ -114,6 +114,15 @@ ResultHeader job_header(const JobConfig& config, const World& world,
 // contents when the job finishes.
 std::string models_json(const JobConfig& config, bool contents = true);
 
+// Preflight (issue 47: a draft worker that silently loaded the target as its draft): "" or the
+// warning that a job's draft model is its target. draft_is_target: draft.path names the target's
+// folder (the same directory, through links too). same_model_contents: the models attribute
+// (models_json with contents) gives the draft the target's content fingerprint, from another
+// folder (a copy). The job runs on (self-speculation is a legitimate upper bound), and the
+// warning is recorded among the result file's alarms.
+std::string draft_is_target(const JobConfig& config);
+std::string same_model_contents(const std::string& models_json_text);
+
 // The job's [decode] sampling settings (temperature, top_k, top_p) as the samplers take them.
 SamplingParams sampling_params(const JobConfig& config);
 

@@ -229,7 +229,11 @@ ModelConfig ModelConfig::from_json_text(const std::string& text, const std::stri
                                  << "\" is not supported (supported: LlamaForCausalLM, "
                                     "MistralForCausalLM, Qwen2ForCausalLM, Qwen3ForCausalLM, "
                                     "Qwen3MoeForCausalLM, MixtralForCausalLM, "
-                                    "DeepseekV3ForCausalLM, KimiK25ForConditionalGeneration)");
+                                    "DeepseekV3ForCausalLM, KimiK25ForConditionalGeneration)"
+                                 << (c.architecture.find("Eagle3") != std::string::npos
+                                         ? ": it is an EAGLE-3 draft head, which runs beside a "
+                                           "target as draft.kind = \"eagle3\""
+                                         : ""));
   } else {
     SPEC_INPUT_CHECK(rd.present("model_type") && j["model_type"].is_string(),
                      source_name << ": neither \"architectures\" nor \"model_type\" is given");

@@ -7,7 +7,9 @@
 #  2. the same job with decode.min_tau = 1.5 stops after the batch that reached alarm_steps:
 #     exit 1, the reason printed once (by rank 0; no rank hangs), the file readable in h5py with
 #     the batches written before the stop, unfinished, the stop's reason among its alarms;
-#  3. no alarm with real acceptance (the truncated draft accepts), nor with alarm_steps = 0.
+#  3. no alarm with real acceptance (the truncated draft accepts), nor with alarm_steps = 0;
+#  4. preflight: a draft that is the target (its folder, or a copy) warns and is recorded; an
+#     EAGLE-3 head run as draft.kind = "model" is refused naming the kind.
 set -euo pipefail
 source "$(dirname "$0")/run_common.sh"
 rm -rf w && mkdir w && cd w
@@ -71,4 +73,28 @@ for name in real off; do
   ! grep -q 'acceptance alarm\|min_tau' $name.log $name.err || fail "$name: an alarm: $(cat $name.err)"
   "$PY" -c 'import h5py, sys; assert "alarms" not in h5py.File(sys.argv[1], "r").attrs' $name.h5
 done
+# 4. Preflight (issue 47): a draft that is the target warns and is recorded, the job runs on;
+# the same folder through draft.path, and a copy of it (caught by the content fingerprints at
+# the end). An EAGLE-3 head run as draft.kind = "model" is refused, naming the kind to use.
+run self 0 --set draft.path=models/target
+grep -q 'preflight: draft.path (.*models/target) is target.path' self.err self.log ||
+  fail "no warning for a draft that is the target: $(tail -3 self.err)"
+cp -r models/target models/copy
+run copy 0 --set draft.path=models/copy
+grep -q "preflight: the draft model's files (.*models/copy) are the target's" copy.err copy.log ||
+  fail "no warning for a copy of the target: $(tail -3 copy.err)"
+for name in self copy; do
+  "$SPECRUN_BIN" report $name.h5 >${name}_report.txt
+  [[ $(grep -c '^ALARM .*preflight: ' ${name}_report.txt) -eq 1 ]] ||
+    fail "$name: report does not show the preflight warning once: $(grep ALARM ${name}_report.txt)"
+done
+SHARED=${SPECRUN_SHARED_DIR:-/nonexistent}
+if [[ -f "$SHARED/models/code-eagle3/config.json" ]]; then
+  rc=0
+  "$SPECRUN_BIN" run job.toml --set job.output=e3.h5 --set parallel.tp=1 \
+    --set draft.path="$SHARED/models/code-eagle3" >e3.log 2>&1 || rc=$?
+  [[ $rc -eq 2 ]] || fail "an EAGLE-3 head as draft.kind = model: exit $rc"
+  grep -q 'LlamaForCausalLMEagle3.*is not supported.*EAGLE-3 draft head.*draft.kind = "eagle3"' e3.log ||
+    fail "the refusal does not name the kind: $(tail -3 e3.log)"
+fi
 echo "acceptance_alarm: OK"
