@@ -106,8 +106,17 @@ void attribute_to_host(Comparison& out, const std::vector<ModeData>& base,
     next_busier = next_busier || out.hosts.back().next_busier;
     base_busier = base_busier || out.hosts.back().base_busier;
   }
-  // Neither (or both: no side to blame), or a recorded difference is the suspect.
-  if (next_busier == base_busier || !options.attribute_host) return;
+  if (next_busier == base_busier) return;  // neither (or both: no side to blame)
+  // A recorded difference is the suspect: what the host would explain is only marked.
+  const bool reattribute = options.attribute_host;
+  auto to_host = [&](TimingChange& t) {
+    if (!reattribute) {
+      t.host_suspect = true;
+      return;
+    }
+    t.regression = t.improvement = false;
+    t.environment = true;
+  };
   double gpu_ratio = 1;   // the slower GPU's clock against the other's, over the modes
   bool cpu_side = false;  // CPU evidence (not the GPU's alone): CPU-time attribution applies
   for (HostChange& h : out.hosts) {
@@ -130,8 +139,7 @@ void attribute_to_host(Comparison& out, const std::vector<ModeData>& base,
       if (gpu_explains_change(t.relative.value, gpu_ratio, options.threshold_pct) ||
           (cpu_side && host_explains_phase(*b, *n, phase_index(t.name), ref_b, ref_n, ref_phase,
                                            options.threshold_pct, options.min_abs_ms))) {
-        t.regression = t.improvement = false;
-        t.environment = true;
+        to_host(t);
       } else {
         code_here = true;
       }
@@ -141,15 +149,14 @@ void attribute_to_host(Comparison& out, const std::vector<ModeData>& base,
     for (TimingChange& t : out.timings) {
       if (!suspect(t) || is_compute_phase(t.name)) continue;
       if (code_here && (t.name == "total" || t.name == "tokens/s")) continue;
-      t.regression = t.improvement = false;
-      t.environment = true;
+      to_host(t);
     }
   }
   // The speedup pairs the two modes on the same prompts, and host load weighs on them unequally
   // (the baseline's many more steps wait for partners more often): the host's whenever one run
   // ran on a busier host, even beside a code regression.
   SpeedupChange& s = out.speedup;
-  if (s.regression || s.improvement) {
+  if (reattribute && (s.regression || s.improvement)) {
     s.regression = s.improvement = false;
     s.environment = true;
   }

@@ -52,6 +52,10 @@ struct TimingChange {
   // A change beyond the threshold that the busier host of one run explains better than the code
   // (analysis/host_load.h); regression and improvement are then false.
   bool environment = false;
+  // With host attribution off (a recorded cause, CompareOptions::attribute_host): a change the
+  // busier host would have explained, judged anyway (regression/improvement kept) and listed
+  // after the changes it would not explain.
+  bool host_suspect = false;
   // The step total changed beyond the threshold while none of the mode's phases did: a change
   // spread thinly over every phase is run-to-run variance of the machine far more often than
   // code, which concentrates in a phase. Reported, not judged (regression/improvement false).

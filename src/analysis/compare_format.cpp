@@ -164,6 +164,7 @@ std::string timing_verdict(const Comparison& c) {
     if (t.improvement && !explained(t, false)) better.push_back(&t);
   }
   auto by_size = [](const TimingChange* a, const TimingChange* b) {
+    if (a->host_suspect != b->host_suspect) return b->host_suspect;
     const bool sa = a->mode == kModeSpeculative, sb = b->mode == kModeSpeculative;
     if (sa != sb) return sa;
     return std::fabs(a->relative.value) > std::fabs(b->relative.value);
@@ -176,10 +177,13 @@ std::string timing_verdict(const Comparison& c) {
     if (e.regression) w.push_back(describe_experts(e));
     if (e.improvement) b.push_back(describe_experts(e));
   }
+  auto suspect = [](const TimingChange* t) {
+    return t->host_suspect ? std::string(" (the busier host could explain it)") : std::string();
+  };
   for (const TimingChange* t : worse)
-    w.push_back(describe_timing(*t) + device_note(c, *t) + graph_note(c, *t));
+    w.push_back(describe_timing(*t) + device_note(c, *t) + graph_note(c, *t) + suspect(t));
   for (const TimingChange* t : better)
-    b.push_back(describe_timing(*t) + device_note(c, *t) + graph_note(c, *t));
+    b.push_back(describe_timing(*t) + device_note(c, *t) + graph_note(c, *t) + suspect(t));
   if (!c.experiment_keys.empty()) {
     std::vector<std::string> costs;
     for (const TimingChange& t : c.timings)
@@ -453,6 +457,7 @@ nlohmann::json timing_to_json(const TimingChange& t) {
                         {"regression", t.regression},
                         {"improvement", t.improvement},
                         {"environment", t.environment},
+                        {"host_suspect", t.host_suspect},
                         {"diffuse", t.diffuse},
                         {"base_ms_per_token", t.base_per_token},
                         {"new_ms_per_token", t.next_per_token}};

@@ -268,6 +268,7 @@ TEST(HostLoad, ARecordedDifferenceIsNeverTheEnvironment) {
   EXPECT_EQ(c.exit_code(), kCompareRegression);
   EXPECT_TRUE(find(c, kModeSpeculative, "verify").regression);
   for (const TimingChange& t : c.timings) EXPECT_FALSE(t.environment) << t.mode << " " << t.name;
+  EXPECT_TRUE(find(c, kModeSpeculative, "comm").host_suspect);  // marked, judged anyway
   ASSERT_FALSE(c.hosts.empty());
   EXPECT_TRUE(c.hosts[0].next_busier);  // still measured and printed, just not blamed
   c.base_code = c.next_code = "abc1234 (clean)";
