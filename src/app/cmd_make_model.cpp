@@ -99,6 +99,14 @@ int cmd_make_model(CommandContext& ctx, const std::vector<std::string>& args) {
       "deepseek_v3, kimi_k25: rope_interleave (1: DeepSeek's interleaved rope pairs)")(
       "mla-std", po::value(&s.mla_std)->default_value(s.mla_std),
       "deepseek_v3, kimi_k25: std scale of q_b/q_proj, kv_a and kv_b (attention scores O(1))")(
+      "quantize", po::value(&s.quantize),
+      "write target and draft quantized as their publishers ship them: int4-g32 "
+      "(compressed-tensors pack-quantized, 4-bit, group 32, symmetric: Kimi-K2.5's experts), "
+      "int4-g128-asym (group 128 with zero points) or fp8-block (DeepSeek-V3's e4m3 with 128x128 "
+      "weight_scale_inv); the rules are in docs/reference.md")(
+      "quant-roles", po::value(&s.quant_roles),
+      "with --quantize: experts (the routed experts only; the default for MoE targets), linear "
+      "(every Linear but lm_head and routers; the default otherwise) or all (lm_head too)")(
       "overwrite", "replace the files of a model already in OUTDIR (otherwise an error)");
   cli.positional("outdir", po::value(&outdir));
   if (!cli.parse(
@@ -139,6 +147,8 @@ int cmd_make_model(CommandContext& ctx, const std::vector<std::string>& args) {
       << (head ? " and " + outdir + "/eagle3 (an EAGLE-3 head)" : "") << ": hidden " << s.hidden
       << ", heads " << s.heads << "/" << s.kv_heads << ", vocab " << s.vocab << ", " << dtype
       << ", " << s.architecture << ", seed " << s.seed;
+  if (!s.quantize.empty())
+    msg << ", quantized " << s.quantize << " (" << s.resolved_quant_roles() << ")";
   log.info(msg.str());
   return 0;
 }

@@ -11,6 +11,7 @@
 #include "common/error.h"
 #include "common/hash.h"
 #include "model/safetensors.h"
+#include "model/synthetic_quant.h"
 
 namespace specrun {
 
@@ -125,12 +126,24 @@ void add_dense_mlp(const SyntheticSpec& spec, const std::string& p, std::int64_t
 }
 
 // model.safetensors, config.json and generation_config.json (bos 1, eos 2) of a model in dir.
-void write_model_files(const std::string& dir, const ModelConfig& c,
-                       const std::vector<TensorToWrite>& t) {
+// With spec.quantize, the modules its quantization_config quantizes are written quantized and
+// the config carries it (Kimi-K2.5: in the outer object, as its publisher ships it).
+void write_model_files(const SyntheticSpec& spec, const std::string& dir, ModelConfig c,
+                       std::vector<TensorToWrite> t) {
+  std::string config_text = c.to_json_text();
+  if (!spec.quantize.empty()) {
+    const nlohmann::ordered_json q =
+        quantization_config_json(c, spec.quantize, spec.resolved_quant_roles());
+    c.quant = QuantConfig::parse(nlohmann::json::parse(q.dump()), dir + "/config.json");
+    t = quantize_tensors(c, std::move(t));
+    nlohmann::ordered_json j = nlohmann::ordered_json::parse(config_text);
+    j["quantization_config"] = q;
+    config_text = j.dump(2) + "\n";
+  }
   create_output_folder(dir);
   write_safetensors(dir + "/model.safetensors", t);
   const OutputPolicy replace{true, {}, "model file"};
-  write_file_atomically(dir + "/config.json", c.to_json_text(), replace);
+  write_file_atomically(dir + "/config.json", config_text, replace);
   write_file_atomically(dir + "/generation_config.json",
                         "{\n  \"bos_token_id\": 1,\n  \"eos_token_id\": 2,\n  \"do_sample\": "
                         "false\n}\n",
@@ -210,7 +223,7 @@ std::vector<TensorToWrite> deepseek_tensors(const SyntheticSpec& spec, const Mod
 void write_model(const SyntheticSpec& spec, bool draft, const std::string& dir) {
   const ModelConfig c = synthetic_config(spec, draft);
   if (spec.deepseek()) {
-    write_model_files(dir, c, deepseek_tensors(spec, c));
+    write_model_files(spec, dir, c, deepseek_tensors(spec, c));
     return;
   }
   const std::int64_t H = c.hidden_size, I = c.intermediate_size, V = c.vocab_size;
@@ -240,7 +253,7 @@ void write_model(const SyntheticSpec& spec, bool draft, const std::string& dir) 
   }
   t.push_back(ones(spec, "model.norm.weight", H));
   t.push_back(random_tensor(spec, "lm_head.weight", {V, H}, spec.lm_head_std));
-  write_model_files(dir, c, t);
+  write_model_files(spec, dir, c, std::move(t));
 }
 
 }  // namespace
@@ -319,6 +332,19 @@ void validate(const SyntheticSpec& s) {
                    "make-model: --dtype must be bf16 or f32");
   SPEC_INPUT_CHECK(s.weight_std > 0 && s.embed_std > 0 && s.lm_head_std > 0 && s.deep_scale >= 0,
                    "make-model: standard deviations must be positive and --deep-scale >= 0");
+  if (!s.quantize.empty()) {
+    validate_quantize(s.quantize, s.quant_roles);
+    SPEC_INPUT_CHECK(!s.deepseek() || s.resolved_quant_roles() == "experts",
+                     "make-model: --quant-roles " << s.resolved_quant_roles() << " on --arch "
+                                                  << s.architecture
+                                                  << " would quantize the MLA projections, which "
+                                                     "specrun does not read yet: use experts");
+    SPEC_INPUT_CHECK(s.mtp_layers == 0,
+                     "make-model: --quantize with --mtp-layers: quantized MTP modules are not "
+                     "written yet");
+  } else {
+    SPEC_INPUT_CHECK(s.quant_roles.empty(), "make-model: --quant-roles needs --quantize");
+  }
 }
 
 ModelConfig synthetic_config(const SyntheticSpec& spec, bool draft) {

@@ -95,8 +95,17 @@ struct SyntheticSpec {
   // hnorm, eh_proj, a decoder layer, shared_head.norm; docs/mtp-design.md). 0: none.
   int mtp_layers = 0;
 
+  // make-model --quantize (model/synthetic_quant.h): "" (float), "int4-g32", "int4-g128-asym"
+  // or "fp8-block"; quant_roles "experts", "linear", "all" or "" (experts when the target has
+  // routed experts, else linear). Target and draft alike; the EAGLE-3 head stays float.
+  std::string quantize;
+  std::string quant_roles;
+
   bool moe() const { return architecture == "qwen3_moe" || architecture == "mixtral"; }
   bool deepseek() const { return architecture == "deepseek_v3" || architecture == "kimi_k25"; }
+  std::string resolved_quant_roles() const {
+    return !quant_roles.empty() ? quant_roles : moe() || deepseek() ? "experts" : "linear";
+  }
 };
 
 // Throws (exit code 2) naming the option (--hidden, --heads, ...) when `spec` is inconsistent.
