@@ -450,6 +450,15 @@ ProvenanceDiff diff_provenance(const ResultInfo& base, const ResultInfo& next,
       const std::string f = e->value("fingerprint", std::string());
       return f.substr(0, f.find(':'));
     };
+    // How the weights are stored (issue 44): named on its own, whatever the files say.
+    auto quantization = [](const nlohmann::json* e) -> std::optional<std::string> {
+      if (!e || !e->contains("quantization") || !(*e)["quantization"].is_string())
+        return std::nullopt;
+      return (*e)["quantization"].get<std::string>();
+    };
+    if (quantization(be) && quantization(ne))
+      add_change(d.models, std::string(role) + " quantization", quantization(be), quantization(ne),
+                 std::nullopt);
     if (bh.models == "{}" || nh.models == "{}") continue;
     if (be && ne && be->contains("files") && ne->contains("files")) {
       // File by file, on what both recorded (a job that did not finish has the weights' headers,

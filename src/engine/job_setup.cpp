@@ -200,6 +200,13 @@ std::string models_json(const JobConfig& config, bool contents) {
     nlohmann::json m = config.debug.fingerprints ? nlohmann::json(fingerprint_model(dir, contents))
                                                  : nlohmann::json::object();
     m["path"] = dir;
+    // How its weights are stored (issue 44): compare names a change. A folder whose config.json
+    // is not a model's (an EAGLE-3 head) or not readable has none here; the load says why.
+    try {
+      m["quantization"] = quantization_summary(
+          ModelConfig::from_file((std::filesystem::path(dir) / "config.json").string()));
+    } catch (const Error&) {
+    }
     models[role] = std::move(m);
   };
   add_model("target", config.target.path.resolved);

@@ -37,12 +37,6 @@ std::string where(const Checkpoint& ckpt, const std::string& name) {
          (ckpt.has(name) ? ckpt.file_of(name).path() : "the checkpoint in " + ckpt.dir());
 }
 
-// DeepSeek-V3's FP8 files keep these Linears in BF16 by convention, not by config (design 1.2).
-bool fp8_float_by_convention(const TensorSpec& spec, const std::string& module) {
-  return spec.role == Role::kLmHead || ends_with(module, "eh_proj") ||
-         ends_with(module, "shared_head.head");
-}
-
 std::string kind_text(const QuantDecision& d) {
   if (d.kind == QuantKind::kFp8E4M3) return "fp8 e4m3 (M.weight F8_E4M3 with M.weight_scale_inv)";
   return std::string(quant_kind_name(d.kind)) +
@@ -50,6 +44,11 @@ std::string kind_text(const QuantDecision& d) {
 }
 
 }  // namespace
+
+bool fp8_float_by_convention(const TensorSpec& spec, const std::string& module) {
+  return spec.role == Role::kLmHead || ends_with(module, "eh_proj") ||
+         ends_with(module, "shared_head.head");
+}
 
 std::string quant_module_name(const ModelConfig& c, const std::string& tensor) {
   if (!ends_with(tensor, kWeight)) return {};

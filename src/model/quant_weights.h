@@ -25,6 +25,10 @@ class Checkpoint;
 // name that is not a module's weight (a bias).
 std::string quant_module_name(const ModelConfig& config, const std::string& tensor);
 
+// DeepSeek-V3's FP8 files keep these Linears float by convention, not by config (design 1.2):
+// lm_head, an MTP module's eh_proj and shared_head.head.
+bool fp8_float_by_convention(const TensorSpec& spec, const std::string& module);
+
 // How the module of `tensor` (row `spec`, compressed-tensors class `cls`) is stored, agreed
 // between config.json and the file: kind kNone when it is a float `tensor` (read as before),
 // else the decision whose packed tensors the file holds. Throws (exit code 2) naming the tensor,

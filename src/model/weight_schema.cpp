@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <cstring>
 #include <filesystem>
+#include <map>
 #include <sstream>
 
 #include "common/error.h"
@@ -572,6 +573,45 @@ HostTensor load_tensor(const Checkpoint& ckpt, const TensorSpec& s, const std::s
 }
 
 }  // namespace
+
+std::string quantization_summary(const ModelConfig& c) {
+  if (!c.quant.quantized()) return "none";
+  // Per schema row: how many of its layers are stored as each kind (expert 0 stands for every
+  // expert: a config that quantizes some experts of a layer and not others is not a release).
+  std::map<std::string, std::map<std::string, int>> rows;
+  std::map<std::string, int> layers;
+  for (const TensorSpec& s : target_schema(c)) {
+    if (module_class(s, c) == ModuleClass::kOther) continue;
+    for (int layer = 0; layer < (s.per_layer() ? c.num_layers : 1); ++layer) {
+      if (!present(s, c, layer)) continue;
+      const std::string module =
+          quant_module_name(c, c.tensor_prefix + tensor_name(s, layer, s.per_expert() ? 0 : -1));
+      if (module.empty()) continue;
+      const QuantDecision d = c.quant.decide(module, module_class(s, c));
+      const bool float_anyway =
+          c.quant.method == QuantMethod::kFp8Block && fp8_float_by_convention(s, module);
+      std::string row(s.name);
+      row = row.substr(0, row.size() - std::min<std::size_t>(row.size(), 7));  // ".weight"
+      ++rows[row][float_anyway ? "none" : quant_kind_name(d.kind)];
+      ++layers[row];
+    }
+  }
+  std::map<std::string, std::vector<std::string>> by_kind;
+  for (const auto& [row, kinds] : rows)
+    for (const auto& [kind, n] : kinds) {
+      if (kind == "none") continue;
+      by_kind[kind].push_back(n == layers[row] ? row
+                                               : row + " (" + std::to_string(n) + " of " +
+                                                     std::to_string(layers[row]) + " layers)");
+    }
+  std::string out = c.quant.describe();
+  for (const auto& [kind, names] : by_kind) {
+    out += "; " + kind + ":";
+    for (std::size_t i = 0; i < names.size(); ++i) out += (i == 0 ? " " : ", ") + names[i];
+  }
+  if (by_kind.empty()) out += "; no module of this model is quantized";
+  return out;
+}
 
 HostWeights load_host_weights(const Checkpoint& ckpt, int tp, int tp_rank,
                               std::span<const TensorSpec> schema, int ep, int first_layer) {

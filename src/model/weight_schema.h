@@ -251,6 +251,12 @@ std::string embedding_tensor(const ModelConfig& config);
 std::vector<std::int64_t> schema_shape(const ModelConfig& config, const std::string& name,
                                        std::string* why = nullptr);
 
+// One line naming a model's quantization (the result file's provenance, `compare`): "none", or
+// the config's description and, per kind, the schema rows stored so ("compressed-tensors
+// pack-quantized: group_0 int4 group 32 symmetric; 4 ignore entries; int4:
+// mlp.experts.{e}.down_proj, ..."), a row quantized in only some layers with "(k of n layers)".
+std::string quantization_summary(const ModelConfig& config);
+
 // One rank's shard on the host, as the schema cuts it: row ranges view the mapped checkpoint,
 // column ranges and widened biases are copies owned here. The Checkpoint must outlive it.
 struct HostWeights {

@@ -253,6 +253,30 @@ TEST(Compare, ModelFingerprintsNameTheFilesAndSkipOtherSchemes) {
   EXPECT_TRUE(diff_provenance(base, base, "a.h5", "a.h5").models.empty());
 }
 
+// Quantization (issue 44): a changed `quantization` line is named on its own ("target
+// quantization"), also when the files' fingerprints are of another scheme; one that only one run
+// recorded (an older file) is not a change.
+TEST(Compare, QuantizationChangeIsNamed) {
+  auto models = [](const std::string& quantization) {
+    nlohmann::json m;
+    m["target"] = {{"path", "/m/target"}, {"fingerprint", "xxh3:0000000000000001"}};
+    if (!quantization.empty()) m["target"]["quantization"] = quantization;
+    return m.dump();
+  };
+  ResultInfo base = make_info("aaa", false, false, "4", "1.10.8");
+  ResultInfo next = base;
+  base.header.models = models("none");
+  next.header.models =
+      models("fp8 e4m3 blocks 128x128; 0 modules not converted; fp8: mlp.down_proj");
+  ProvenanceDiff d = diff_provenance(base, next, "a.h5", "b.h5");
+  ASSERT_EQ(d.models.size(), 1u);
+  EXPECT_EQ(d.models[0].name, "target quantization");
+  EXPECT_EQ(d.models[0].base, "none");
+  EXPECT_NE(d.models[0].next.find("fp8 e4m3"), std::string::npos);
+  next.header.models = models("");
+  EXPECT_TRUE(diff_provenance(base, next, "a.h5", "b.h5").models.empty());
+}
+
 // An MCA parameter file edited between two runs (nothing in the environment changed): compare
 // names the parameter and the file, per rank, among the per-rank differences.
 TEST(Compare, EditedMcaParameterFileIsNamedByParameter) {

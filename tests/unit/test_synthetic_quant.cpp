@@ -13,7 +13,9 @@
 #include "common/error.h"
 #include "kernels/cpu/dtype.h"
 #include "kernels/cpu/quant.h"
+#include "model/synthetic.h"
 #include "model/synthetic_quant.h"
+#include "model/weight_schema.h"
 
 using namespace specrun;
 
@@ -194,6 +196,47 @@ TEST(SyntheticQuant, RolesPickTheModules) {
   EXPECT_THROW(validate_quantize("fp8-block", "all"), Error);
   EXPECT_THROW(validate_quantize("int3", ""), Error);
   EXPECT_THROW(validate_quantize("int4-g32", "heads"), Error);
+}
+
+// The provenance line (weight_schema.h's quantization_summary) of make-model's own configs: the
+// experts of a Qwen3-MoE with Kimi-K2.5's ignore list (the dense layer's MLP and the routers
+// float), every Linear but lm_head of a Llama in fp8.
+TEST(SyntheticQuant, ProvenanceNamesTheQuantizedRows) {
+  SyntheticSpec moe;
+  moe.architecture = "qwen3_moe";
+  moe.hidden = 64;
+  moe.heads = 4;
+  moe.kv_heads = 2;
+  moe.layers = 3;
+  moe.mlp_only_layers = {0};
+  ModelConfig c = synthetic_config(moe, false);
+  EXPECT_EQ(quantization_summary(c), "none");
+  c.quant = QuantConfig::parse(
+      nlohmann::json::parse(quantization_config_json(c, "int4-g32", "experts").dump()), "t");
+  EXPECT_EQ(quantization_summary(c),
+            c.quant.describe() +
+                "; int4: mlp.experts.{e}.down_proj, mlp.experts.{e}.gate_proj, "
+                "mlp.experts.{e}.up_proj");
+  c.quant = QuantConfig::parse(
+      nlohmann::json::parse(quantization_config_json(c, "int4-g32", "linear").dump()), "t");
+  const std::string linear = quantization_summary(c);
+  EXPECT_NE(linear.find("int4: mlp.down_proj, mlp.experts"), std::string::npos) << linear;
+  EXPECT_NE(linear.find("self_attn.q_proj"), std::string::npos) << linear;
+  EXPECT_EQ(linear.find("mlp.gate,"), std::string::npos) << linear;  // the router stays float
+  EXPECT_EQ(linear.find("lm_head"), std::string::npos) << linear;
+
+  SyntheticSpec dense;
+  dense.hidden = 64;
+  dense.heads = 4;
+  dense.kv_heads = 2;
+  dense.layers = 2;
+  ModelConfig d = synthetic_config(dense, false);
+  d.quant = QuantConfig::parse(
+      nlohmann::json::parse(quantization_config_json(d, "fp8-block", "linear").dump()), "t");
+  const std::string fp8 = quantization_summary(d);
+  EXPECT_EQ(fp8.rfind("fp8 e4m3 blocks 128x128", 0), 0u) << fp8;
+  EXPECT_NE(fp8.find("fp8-e4m3: mlp.down_proj"), std::string::npos) << fp8;
+  EXPECT_EQ(fp8.find("lm_head"), std::string::npos) << fp8;
 }
 
 }  // namespace
