@@ -6,12 +6,16 @@ are the existing independent references' (qwen3_reference.py, moe_reference.py,
 deepseek_reference.py), which read their checkpoint through this reader.
 
 usage: quant_reference.py FAMILY MODEL_DIR LOGITS_DUMP TOKENS [--tolerance T] [--min-margin M]
+                          [--float]
   FAMILY: qwen3 (Qwen3ForCausalLM, and LlamaForCausalLM: the same forward without the q/k
   norms), moe (moe_reference.py: Qwen3-MoE, Mixtral) or deepseek (deepseek_reference.py:
   DeepSeek-V3, Kimi-K2.5). The other arguments are the reference's. For qwen3 the comparison is
   done here as moe_reference does it: every row's relative L2 error ||specrun - reference|| /
   ||reference|| below the tolerance (default 1e-5) and every row's argmax equal (qwen3_reference's
   own main compares absolute differences and knows Qwen3 only).
+  --float: MODEL_DIR is the float checkpoint the quantized one was written from, read as it is
+  (a control: quant_reference.sh requires its error on a quantized model's dump to be large,
+  which shows that the quantization is in effect at the tolerance).
 
 The rules (docs/quantization-design.md 1.1, 1.2, 3.5), from config.json's quantization_config
 (the outer config or the text config):
@@ -164,7 +168,7 @@ def read_quantized(path):
     return out
 
 
-def dense(model_dir, argv):
+def dense(model_dir, argv, reader):
     """Qwen3 and Llama through qwen3_reference.forward, compared by relative L2 per row."""
     tolerance = float(argv[argv.index("--tolerance") + 1]) if "--tolerance" in argv else 1e-5
     cfg = json.load(open(f"{model_dir}/config.json"))
@@ -175,7 +179,7 @@ def dense(model_dir, argv):
         qwen3_reference.attention = lambda c, w, p, x, tables: attention(c, w, p, x, tables,
                                                                            qk_norm=False)
     tokens = [int(v) for v in argv[3].split(",")]
-    want = qwen3_reference.forward(cfg, read_quantized(f"{model_dir}/model.safetensors"),
+    want = qwen3_reference.forward(cfg, reader(f"{model_dir}/model.safetensors"),
                                    tokens[:-1])
     got = qwen3_reference.read_dump(argv[2]).astype(np.float64)
     assert got.shape == want.shape, f"dump {got.shape} vs reference {want.shape}"
@@ -191,14 +195,15 @@ def dense(model_dir, argv):
 def main():
     if len(sys.argv) < 5 or sys.argv[1] not in ("qwen3", "moe", "deepseek"):
         raise SystemExit(__doc__)
-    family, argv = sys.argv[1], [sys.argv[0]] + sys.argv[2:]
+    family, argv = sys.argv[1], [a for a in [sys.argv[0]] + sys.argv[2:] if a != "--float"]
+    reader = qwen3_reference.read_safetensors if "--float" in sys.argv else read_quantized
     if family == "qwen3":
-        return dense(argv[1], argv)
+        return dense(argv[1], argv, reader)
     if family == "moe":
         import moe_reference as module
     else:
         import deepseek_reference as module
-    module.read_safetensors = read_quantized
+    module.read_safetensors = reader
     sys.argv = argv
     return module.main()
 

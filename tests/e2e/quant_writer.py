@@ -341,12 +341,14 @@ def convert(src, dst, fmt, roles):
         if fp8:
             codes, s = quantize_fp8(w)
             out.append((name, "F8_E4M3", shape, codes.tobytes()))
-            out.append((base + ".weight_scale_inv", "F32", list(s.shape), s.astype("<f4").tobytes()))
+            out.append((base + ".weight_scale_inv", "F32", list(s.shape),
+                        s.astype("<f4").tobytes()))
             continue
         g, sym = (32, True) if fmt == "int4-g32" else (128, False)
         q, s, z = quantize_int4(w, g, sym, dtype)
         packed = pack_cols(q)
-        out.append((base + ".weight_packed", "I32", list(packed.shape), packed.astype("<i4").tobytes()))
+        out.append((base + ".weight_packed", "I32", list(packed.shape),
+                    packed.astype("<i4").tobytes()))
         out.append((base + ".weight_scale", dtype, list(s.shape), scale_bytes(s, dtype)))
         out.append((base + ".weight_shape", "I64", [2], np.array([rows, cols], "<i8").tobytes()))
         if z is not None:
