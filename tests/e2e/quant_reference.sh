@@ -16,7 +16,8 @@
 #     intermediate 84: columns not a multiple of 8, 32 or 128, rows not a multiple of 8 or 128)
 #     and on a Mixtral with roles linear (attention and experts packed, the router float), tp 1;
 #   - Kimi-K2.5's real layout: routed experts int4-g32, attention and shared experts BF16 (the
-#     deepseek reference, tp 1), and a DeepSeek-V3 with fp8 experts;
+#     deepseek reference, tp 1 and tp 2 with ep 1 and 0), and a DeepSeek-V3 with fp8 experts;
+#   - a tp whose shard would start inside a group / an fp8 block is refused naming the field;
 #   - BF16 and F32 checkpoints across the cases (the scale dtype is the checkpoint's).
 # MoE checks require every routing decision to have a margin (moe: 1e-3), so that float32
 # round-off cannot pick another expert. A control per format: the FLOAT model's reference is far
@@ -152,7 +153,24 @@ quant kimi-bf16 kimi-bf16-int4-g32 int4-g32 experts
   kimi-bf16-int4-g32/config.json || fail "Kimi-K2.5: quantization_config not in the outer config"
 check deepseek kimi-bf16-int4-g32 kimi-bf16-int4-g32-tp1 1
 float_far deepseek kimi-bf16-float/target kimi-bf16-int4-g32-tp1
+for ep in 1 0; do # ep 1: each expert's down_proj split at column 32 (moe_intermediate 64)
+  check deepseek kimi-bf16-int4-g32 kimi-bf16-int4-g32-tp2-ep$ep 2 --ep $ep
+  same_tokens kimi-bf16-int4-g32-tp2-ep$ep kimi-bf16-int4-g32-tp1
+done
 float_model dsv3-f32 --arch deepseek_v3 "${ds[@]}" --n-group 2 --topk-group 1 --seed 3 --dtype f32
 quant dsv3-f32 dsv3-f32-fp8-block fp8-block experts
 check deepseek dsv3-f32-fp8-block dsv3-f32-fp8-block-tp1 1
+
+# A tp whose shard would start inside a scale group / an fp8 block is refused on every rank,
+# naming the field (hidden 96 at tp 2: o_proj's columns and q_proj's rows start at 48).
+refused() { # refused MODEL WANT-TEXT
+  if "${MPIRUN[@]}" -np 2 "$SPECRUN_BIN" generate "$1" --tokens 5,6,7 --max-new-tokens 2 \
+    --threads 1 >"$1.refused" 2>&1; then
+    fail "$1 at tp 2: a shard inside a group / block was not refused"
+  fi
+  grep -q "$2" "$1.refused" ||
+    fail "$1 at tp 2: the refusal does not name '$2': $(grep -i error "$1.refused")"
+}
+refused odd-bf16-int4-g128-asym 'group_0.weights.group_size 128'
+refused odd-f32-fp8-block 'weight_block_size \[128, 128\]'
 echo "quant_reference: ok"
