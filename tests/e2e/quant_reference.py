@@ -8,8 +8,10 @@ deepseek_reference.py), which read their checkpoint through this reader.
 usage: quant_reference.py FAMILY MODEL_DIR LOGITS_DUMP TOKENS [--tolerance T] [--min-margin M]
                           [--float]
   FAMILY: qwen3 (Qwen3ForCausalLM, and LlamaForCausalLM: the same forward without the q/k
-  norms), moe (moe_reference.py: Qwen3-MoE, Mixtral) or deepseek (deepseek_reference.py:
-  DeepSeek-V3, Kimi-K2.5). The other arguments are the reference's. For qwen3 the comparison is
+  norms), moe (moe_reference.py: Qwen3-MoE, Mixtral), deepseek (deepseek_reference.py:
+  DeepSeek-V3, Kimi-K2.5) or mtp (mtp_reference.py: the MTP module's logits, a
+  --dump-mtp-logits file, with its --chain-hidden option). The other arguments are the
+  reference's. For qwen3 the comparison is
   done here as moe_reference does it: every row's relative L2 error ||specrun - reference|| /
   ||reference|| below the tolerance (default 1e-5) and every row's argmax equal (qwen3_reference's
   own main compares absolute differences and knows Qwen3 only).
@@ -193,7 +195,7 @@ def dense(model_dir, argv, reader):
 
 
 def main():
-    if len(sys.argv) < 5 or sys.argv[1] not in ("qwen3", "moe", "deepseek"):
+    if len(sys.argv) < 5 or sys.argv[1] not in ("qwen3", "moe", "deepseek", "mtp"):
         raise SystemExit(__doc__)
     family, argv = sys.argv[1], [a for a in [sys.argv[0]] + sys.argv[2:] if a != "--float"]
     reader = qwen3_reference.read_safetensors if "--float" in sys.argv else read_quantized
@@ -201,9 +203,14 @@ def main():
         return dense(argv[1], argv, reader)
     if family == "moe":
         import moe_reference as module
+        module.read_safetensors = reader
     else:
-        import deepseek_reference as module
-    module.read_safetensors = reader
+        import deepseek_reference  # mtp_reference reads the model through its read_model
+        deepseek_reference.read_safetensors = reader
+        if family == "mtp":
+            import mtp_reference as module
+        else:
+            module = deepseek_reference
     sys.argv = argv
     return module.main()
 

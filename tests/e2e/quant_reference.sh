@@ -16,7 +16,8 @@
 #     intermediate 84: columns not a multiple of 8, 32 or 128, rows not a multiple of 8 or 128)
 #     and on a Mixtral with roles linear (attention and experts packed, the router float), tp 1;
 #   - Kimi-K2.5's real layout: routed experts int4-g32, attention and shared experts BF16 (the
-#     deepseek reference, tp 1 and tp 2 with ep 1 and 0), and a DeepSeek-V3 with fp8 experts;
+#     deepseek reference, tp 1 and tp 2 with ep 1 and 0), a DeepSeek-V3 with fp8 experts, and
+#     one with an MTP layer whose experts are int4-g128-asym (mtp_reference.py, its logits);
 #   - a tp whose shard would start inside a group / an fp8 block is refused naming the field;
 #   - BF16 and F32 checkpoints across the cases (the scale dtype is the checkpoint's).
 # MoE checks require every routing decision to have a margin (moe: 1e-3), so that float32
@@ -160,6 +161,17 @@ done
 float_model dsv3-f32 --arch deepseek_v3 "${ds[@]}" --n-group 2 --topk-group 1 --seed 3 --dtype f32
 quant dsv3-f32 dsv3-f32-fp8-block fp8-block experts
 check deepseek dsv3-f32-fp8-block dsv3-f32-fp8-block-tp1 1
+# DeepSeek-V3 with an MTP layer (an MoE layer: its routed experts quantized too), int4-g128-asym:
+# the model's logits and the MTP module's (mtp_reference.py) against the references.
+float_model mtp-bf16 --arch deepseek_v3 "${ds[@]}" --n-group 2 --topk-group 1 --mtp-layers 1 \
+  --seed 3 --dtype bf16
+quant mtp-bf16 mtp-bf16-int4-g128-asym int4-g128-asym experts
+check deepseek mtp-bf16-int4-g128-asym mtp-bf16-int4-g128-asym-tp1 1 --dump-mtp-logits mtp.bin
+"$PY" "$E2E_DIR/quant_reference.py" mtp mtp-bf16-int4-g128-asym mtp.bin \
+  "$prompt,$(head -n 1 mtp-bf16-int4-g128-asym-tp1.txt | tr ' ' ',')" --tolerance 1e-5 \
+  >mtp.ref 2>&1 ||
+  fail "the MTP module of mtp-bf16-int4-g128-asym differs from the reference: $(cat mtp.ref)"
+echo "mtp-bf16-int4-g128-asym MTP module: $(grep -o 'worst relative L2 [^ ]*' mtp.ref)"
 
 # A tp whose shard would start inside a scale group / an fp8 block is refused on every rank,
 # naming the field (hidden 96 at tp 2: o_proj's columns and q_proj's rows start at 48).
