@@ -24,6 +24,10 @@
 # round-off cannot pick another expert. A control per format: the FLOAT model's reference is far
 # (> 1e-4) from the quantized dump, so the tolerance would see a weight not dequantized.
 # quant_writer.py --self-test first (e4m3 codes and rounding, int4 packing, BF16 rounding).
+# Then `specrun make-model --quantize` (the C++ writer) against quant_writer.py byte for byte, every
+# format, dense / MoE / Mixtral / Kimi-K2.5 / DeepSeek-V3, BF16 and F32; and jobs at tp 2: greedy
+# speculative == baseline with a quantized target and draft and with a quantized draft only, the
+# result file's provenance naming the quantization, compare naming its change (exit 3).
 set -euo pipefail
 source "$(dirname "$0")/run_common.sh"
 rm -rf quant && mkdir quant && cd quant
@@ -34,9 +38,11 @@ prompt=$("$PY" -c "import random; r = random.Random(1); \
 tp_shape=(--hidden 128 --heads 4 --kv-heads 4 --head-dim 128 --layers 2 --vocab 512)
 moe=(--experts 8 --experts-per-tok 2 --router-std 0.3)
 
+declare -A options # NAME -> its make-model options (for make-model --quantize below)
 float_model() { # float_model NAME MAKE-MODEL-OPTIONS...: NAME-float/target
   local name=$1
   shift
+  options[$name]="$*"
   "$SPECRUN_BIN" make-model "$name-float" "$@" >/dev/null
 }
 
@@ -100,8 +106,6 @@ float_model odd-f32 --arch llama --hidden 96 --heads 4 --kv-heads 2 --intermedia
   --vocab 512 --seed 8 --dtype f32
 float_model mixtral-bf16 --arch mixtral --hidden 96 --heads 4 --kv-heads 2 --intermediate 84 \
   --layers 2 --vocab 512 "${moe[@]}" --seed 5 --dtype bf16
-
-# make-model --quantize vs quant_writer.py: added by the lead
 
 # Per format: dense checkpoint dtype, MoE checkpoint dtype.
 declare -A dense_dtype=([int4-g32]=bf16 [int4-g128-asym]=f32 [fp8-block]=bf16)
@@ -185,4 +189,86 @@ refused() { # refused MODEL WANT-TEXT
 }
 refused odd-bf16-int4-g128-asym 'group_0.weights.group_size 128'
 refused odd-f32-fp8-block 'weight_block_size \[128, 128\]'
+# make-model --quantize against quant_writer.py: the same model written by both (two
+# implementations of docs/reference.md's rules) holds the same tensors, byte for byte (names,
+# dtypes, shapes, data), and the same quantization_config; the draft is the target's first layer.
+same_bytes() { # same_bytes NAME FORMAT ROLES
+  local out="$1-mm-$2-$3"
+  # shellcheck disable=SC2086 # the recorded options are words
+  "$SPECRUN_BIN" make-model "$out" ${options[$1]} --quantize "$2" --quant-roles "$3" \
+    >"$out.log" 2>&1 || fail "make-model --quantize $2 --quant-roles $3 ($1): $(cat "$out.log")"
+  quant "$1" "$1-py-$2-$3" "$2" "$3"
+  "$PY" - "$out/target" "$1-py-$2-$3" "$out/draft" <<'PYEOF' || fail "make-model --quantize $2 --quant-roles $3 ($1) differs from quant_writer.py"
+import json, struct, sys
+def tensors(path):
+    raw = open(path + "/model.safetensors", "rb").read()
+    n = struct.unpack("<Q", raw[:8])[0]
+    header = json.loads(raw[8:8 + n])
+    header.pop("__metadata__", None)
+    return {k: (v["dtype"], v["shape"], raw[8 + n + v["data_offsets"][0]:8 + n + v["data_offsets"][1]])
+            for k, v in header.items()}
+def quant_config(path):
+    c = json.load(open(path + "/config.json"))
+    return c.get("quantization_config", c.get("text_config", {}).get("quantization_config"))
+mine, theirs, draft = tensors(sys.argv[1]), tensors(sys.argv[2]), tensors(sys.argv[3])
+bad = sorted(set(mine) ^ set(theirs))
+bad += [k for k in sorted(set(mine) & set(theirs)) if mine[k] != theirs[k]]
+if bad:
+    sys.exit(f"tensors differ: {bad[:6]} ({len(bad)} in all)")
+if quant_config(sys.argv[1]) != quant_config(sys.argv[2]):
+    sys.exit(f"quantization_config differs: {quant_config(sys.argv[1])} / {quant_config(sys.argv[2])}")
+packed = [k for k in mine if k.endswith(("weight_packed", "weight_scale_inv"))]
+assert packed, "nothing is quantized"
+assert all(draft[k] == mine[k] for k in draft if k in mine and ".layers.0." in k), "draft layer 0"
+# The draft's config is its own (fp8 lists the routers of its layers only).
+assert quant_config(sys.argv[3])["quant_method"] == quant_config(sys.argv[1])["quant_method"]
+print(f"{sys.argv[1]}: {len(mine)} tensors ({len(packed)} quantized modules) equal")
+PYEOF
+}
+for fmt in int4-g32 int4-g128-asym fp8-block; do
+  same_bytes odd-bf16 $fmt linear
+  same_bytes odd-f32 $fmt linear
+  same_bytes moe-bf16 $fmt experts
+done
+same_bytes moe-f32 fp8-block linear        # the routers by full name in modules_to_not_convert
+same_bytes mixtral-bf16 int4-g128-asym all # the router's pattern; lm_head packed
+same_bytes kimi-bf16 int4-g32 experts       # Kimi-K2.5: the outer config, language_model.*
+same_bytes dsv3-f32 fp8-block experts
+
+# The result file's provenance records each model's quantization and compare names its change
+# (a float and a quantized Kimi-shaped Qwen3-MoE pair, one job each).
+make_prompt_file prompts.h5 4 --vocab 512
+mkdir -p models
+# Greedy speculative == baseline with the quantized target and draft, and with a float target
+# and a quantized draft (tp 2).
+for q in float mm-int4-g32-experts float:mm-fp8-block-experts; do
+  target=${q%%:*} draft=${q##*:}
+  ln -sfn "../moe-bf16-$target/target" models/target
+  ln -sfn "../moe-bf16-$draft/draft" models/draft
+  write_job "job-$q.toml" "run-$q.h5" prompts.h5
+  "${MPIRUN[@]}" -np 2 "$SPECRUN_BIN" run "job-$q.toml" >"job-$q.log" 2>&1 ||
+    fail "the $q job failed: $(tail -3 "job-$q.log")"
+  grep -q 'greedy outputs identical: 4 / 4 prompts' "job-$q.log" ||
+    fail "$q: speculative outputs differ from the baseline: $(grep -i greedy "job-$q.log")"
+done
+"$PY" - run-float.h5 run-mm-int4-g32-experts.h5 <<'PYEOF' || fail "provenance: quantization not recorded"
+import h5py, json, sys
+def models(path):
+    with h5py.File(path, "r") as f:
+        return json.loads(f["provenance"].attrs["models"])
+f, q = models(sys.argv[1]), models(sys.argv[2])
+assert f["target"]["quantization"] == "none" and f["draft"]["quantization"] == "none", f
+want = "int4: mlp.experts.{e}.down_proj, mlp.experts.{e}.gate_proj, mlp.experts.{e}.up_proj"
+for role in ("target", "draft"):
+    line = q[role]["quantization"]
+    assert line.startswith("compressed-tensors pack-quantized: group_0 int4 group 32") and line.endswith(want), line
+print("provenance:", q["target"]["quantization"])
+PYEOF
+set +e
+"$SPECRUN_BIN" compare run-float.h5 run-mm-int4-g32-experts.h5 >compare.txt 2>&1
+rc=$?
+set -e
+[[ $rc -eq 3 ]] || fail "compare of a float and a quantized target: exit $rc, not 3 (different experiments): $(head -3 compare.txt)"
+head -n 1 compare.txt | grep -q 'target quantization' ||
+  fail "compare does not name the quantization first: $(head -1 compare.txt)"
 echo "quant_reference: ok"
