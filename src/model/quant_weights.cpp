@@ -363,9 +363,11 @@ HostTensor load_quantized(const Checkpoint& ckpt, const std::string& tensor, con
   const std::size_t rb = quant_row_bytes(f, cols);
   const std::size_t ss = dtype_size(f.scale_dtype);
   const std::int64_t sc = quant_scale_cols(f, cols);
+  // The tensor that holds the codes, for the shard refusals (fp8: M.weight itself).
+  const std::string data = d.kind == QuantKind::kFp8E4M3 ? tensor : m + ".weight_packed";
   if (split == Split::kRows && count != rows) {
     SPEC_INPUT_CHECK(begin % f.block_rows == 0,
-                     where(ckpt, tensor)
+                     where(ckpt, data)
                          << ": tp = " << tp << " starts a rank's rows at row " << begin
                          << ", inside a block of " << f.block_rows << " rows (" << group_field
                          << "): choose a tp whose row shard is a multiple of " << f.block_rows);
@@ -377,7 +379,7 @@ HostTensor load_quantized(const Checkpoint& ckpt, const std::string& tensor, con
     const int per_word = f.kind == QuantKind::kInt4 ? 8 : f.kind == QuantKind::kInt8 ? 4 : 1;
     const std::int64_t align = channel ? per_word : f.group;
     SPEC_INPUT_CHECK(begin % align == 0,
-                     where(ckpt, tensor)
+                     where(ckpt, data)
                          << ": tp = " << tp << " starts a rank's columns at column " << begin
                          << ", inside a scale group of " << align << " inputs (" << group_field
                          << "): a group cannot straddle two ranks; choose a tp whose column "
