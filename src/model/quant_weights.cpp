@@ -68,7 +68,7 @@ QuantDecision resolve_storage(const Checkpoint& ckpt, const TensorSpec& spec,
   if (c.quant.quantized())
     d = c.quant.decide(module, cls);
   else
-    d.why = "config.json has no quantization_config";
+    d.why = "quantization_config (absent from config.json)";
   const std::string cfg = config_path(ckpt);
   if (tied_head && c.quant.method == QuantMethod::kCompressedTensors) {
     const QuantDecision head = c.quant.decide("lm_head", ModuleClass::kLinear);

@@ -271,4 +271,36 @@ set -e
 [[ $rc -eq 3 ]] || fail "compare of a float and a quantized target: exit $rc, not 3 (different experiments): $(head -3 compare.txt)"
 head -n 1 compare.txt | grep -q 'target quantization' ||
   fail "compare does not name the quantization first: $(head -1 compare.txt)"
+# EAGLE-3 heads quantized by their own config.json (issue 44: a packed head read as BF16 is the
+# silent collapse other engines had): int4-g32 (fc and the midlayer packed), int4-g128-asym with
+# lm_head packed too, fp8-block; greedy speculative == baseline at tp 2 beside a float target.
+# Its file and its config disagreeing is refused naming the tensor and the field, both ways.
+"$SPECRUN_BIN" make-model e3 --hidden 128 --heads 4 --kv-heads 2 --intermediate 256 --layers 4 \
+  --vocab 512 --seed 9 >/dev/null
+ln -sfn ../e3/target models/target
+for h in int4-g32:linear int4-g128-asym:all fp8-block:linear; do
+  fmt=${h%%:*} roles=${h##*:}
+  "$PY" "$E2E_DIR/quant_writer.py" e3/eagle3 "e3-$fmt" --quantize "$fmt" --quant-roles "$roles" \
+    >/dev/null || fail "quant_writer.py on the EAGLE-3 head ($fmt)"
+  ln -sfn "../e3-$fmt" models/draft
+  write_job "job-e3-$fmt.toml" "run-e3-$fmt.h5" prompts.h5
+  sed -i 's/^kind = "model"/kind = "eagle3"/' "job-e3-$fmt.toml"
+  "${MPIRUN[@]}" -np 2 "$SPECRUN_BIN" run "job-e3-$fmt.toml" >"job-e3-$fmt.log" 2>&1 ||
+    fail "the EAGLE-3 $fmt job failed: $(tail -3 "job-e3-$fmt.log")"
+  grep -q 'greedy outputs identical: 4 / 4 prompts' "job-e3-$fmt.log" ||
+    fail "EAGLE-3 $fmt: speculative outputs differ from the baseline"
+done
+mkdir -p e3-mirror e3-unsaid
+cp e3/eagle3/model.safetensors e3-int4-g32/config.json e3-mirror/  # says packed, holds BF16
+cp e3-int4-g32/model.safetensors e3/eagle3/config.json e3-unsaid/  # holds packed, says nothing
+for bad in mirror:"'fc.weight' in .* is BF16, but quantization_config.config_groups.group_0" \
+  unsaid:"'fc.weight_packed' in .* is packed, but quantization_config (absent from config.json)"; do
+  ln -sfn "../e3-${bad%%:*}" models/draft
+  if "${MPIRUN[@]}" -np 2 "$SPECRUN_BIN" run job-e3-int4-g32.toml --set job.overwrite=true \
+    >"e3-${bad%%:*}.log" 2>&1; then
+    fail "an EAGLE-3 head whose file and config disagree (${bad%%:*}) was run"
+  fi
+  grep -q "${bad#*:}" "e3-${bad%%:*}.log" ||
+    fail "EAGLE-3 ${bad%%:*}: the refusal does not name the tensor and field: $(grep error "e3-${bad%%:*}.log")"
+done
 echo "quant_reference: ok"

@@ -306,7 +306,7 @@ def quantization_config(fmt, roles, arch, routers):
 
 ARCHS = {"LlamaForCausalLM": "llama", "Qwen3ForCausalLM": "qwen3", "Qwen3MoeForCausalLM":
          "qwen3_moe", "MixtralForCausalLM": "mixtral", "DeepseekV3ForCausalLM": "deepseek_v3",
-         "KimiK25ForConditionalGeneration": "kimi_k25"}
+         "KimiK25ForConditionalGeneration": "kimi_k25", "LlamaForCausalLMEagle3": "eagle3"}
 
 
 def convert(src, dst, fmt, roles):
@@ -364,8 +364,9 @@ def convert(src, dst, fmt, roles):
     with open(os.path.join(dst, "config.json"), "w") as f:
         json.dump(cfg, f, indent=2)
         f.write("\n")
-    shutil.copyfile(os.path.join(src, "generation_config.json"),
-                    os.path.join(dst, "generation_config.json"))
+    if os.path.exists(os.path.join(src, "generation_config.json")):  # an EAGLE-3 head has none
+        shutil.copyfile(os.path.join(src, "generation_config.json"),
+                        os.path.join(dst, "generation_config.json"))
     write_raw(os.path.join(dst, "model.safetensors"), out, meta)
     print(f"quant_writer: {dst}: {n_quantized} modules {fmt} ({roles})")
 

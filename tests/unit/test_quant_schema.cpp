@@ -253,7 +253,7 @@ TEST(QuantSchema, DisagreementsAreRefusedNamingTheTensorAndTheField) {
          all_int4(fx);
          return json();
        },
-       L + "self_attn.q_proj.weight_packed", "config.json has no quantization_config"},
+       L + "self_attn.q_proj.weight_packed", "quantization_config (absent from config.json)"},
       {"a BF16 weight where fp8 is expected",
        [&](test::QuantFixture& fx) {
          std::uint64_t seed = 71;
