@@ -40,6 +40,10 @@ int cmd_bench(CommandContext& ctx, const std::vector<std::string>& args) {
       "MLP intermediate size")("vocab", po::value(&s.vocab)->default_value(s.vocab),
                                "vocabulary size")("dtype", po::value(&dtype)->default_value(dtype),
                                                   "weight dtype: bf16 or f32")(
+      "quantize", po::value(&s.quantize),
+      "write the synthetic model quantized, as make-model --quantize: int4-g32, "
+      "int4-g128-asym or fp8-block")("quant-roles", po::value(&s.quant_roles),
+                                     "with --quantize: experts, linear or all (as make-model)")(
       "model-dir", po::value(&o.model_dir),
       "benchmark this make-model target directory instead of making one")(
       "tp", po::value(&tp)->default_value(0),
@@ -76,6 +80,9 @@ int cmd_bench(CommandContext& ctx, const std::vector<std::string>& args) {
   SPEC_INPUT_CHECK(dtype == "bf16" || dtype == "f32",
                    "--dtype " << dtype << " is not supported: use bf16 or f32");
   s.dtype = dtype == "f32" ? DType::kF32 : DType::kBF16;
+  SPEC_INPUT_CHECK(o.model_dir.empty() || (s.quantize.empty() && s.quant_roles.empty()),
+                   "--quantize and --quant-roles shape the synthetic model; --model-dir "
+                       << o.model_dir << " is benchmarked as its files store it");
   if (tp == 0) tp = ctx.mpi.size();
   SPEC_INPUT_CHECK(tp == ctx.mpi.size(), "--tp " << tp << " must equal the number of ranks ("
                                                  << ctx.mpi.size() << "): run `mpirun -np " << tp

@@ -71,14 +71,23 @@ class ModelDir {
   std::string path_;
 };
 
-// Bytes one decode step reads: every tensor but the embedding table, of which it reads one row
-// (a tied lm_head reads the whole table as the classifier).
+// A tensor's view whatever its dtype (a quantized module's I32 codes, F8_E4M3 weight, scales).
+const TensorView& raw_view(const Checkpoint& ckpt, const std::string& name) {
+  const SafetensorsFile& f = ckpt.file_of(name);
+  const std::string dtype = f.dtype_of(name);
+  if (dtype == "F32" || dtype == "F16" || dtype == "BF16") return f.get(name);
+  return f.get_other(name, dtype);
+}
+
+// Bytes one decode step reads: every tensor as the file stores it (a quantized module's codes,
+// scales and zero points) but the embedding table, of which it reads one row (a tied lm_head
+// reads the whole table as the classifier).
 double decode_weight_bytes(const Checkpoint& ckpt) {
   double bytes = 0;
   const ModelConfig& c = ckpt.config();
   for (const std::string& name : ckpt.names()) {
-    const TensorView& t = ckpt.tensor(name);
-    const double b = static_cast<double>(t.numel()) * static_cast<double>(dtype_size(t.dtype));
+    const TensorView& t = raw_view(ckpt, name);
+    const double b = static_cast<double>(t.nbytes);
     if (name == embedding_tensor(c)) {
       bytes += static_cast<double>(c.hidden_size) * static_cast<double>(dtype_size(t.dtype));
       if (c.tie_word_embeddings) bytes += b;
@@ -89,9 +98,35 @@ double decode_weight_bytes(const Checkpoint& ckpt) {
   return bytes;
 }
 
+// Weights: float tensors' elements, a packed module's [rows, cols] from its weight_shape, an
+// FP8 weight's elements (scales, zero points and shapes are not parameters).
 double parameter_count(const Checkpoint& ckpt) {
   double n = 0;
-  for (const std::string& name : ckpt.names()) n += static_cast<double>(ckpt.tensor(name).numel());
+  auto ends_with = [](const std::string& s, const std::string& tail) {
+    return s.size() >= tail.size() && s.compare(s.size() - tail.size(), tail.size(), tail) == 0;
+  };
+  for (const std::string& name : ckpt.names()) {
+    const std::string dtype = ckpt.file_of(name).dtype_of(name);
+    if (ends_with(name, ".weight_shape")) {
+      const TensorView& t = raw_view(ckpt, name);
+      double elements = 1;
+      for (std::int64_t i = 0; i < t.numel(); ++i) {
+        std::int64_t v = 0;
+        if (dtype == "I64") {
+          std::memcpy(&v, t.data + 8 * i, 8);
+        } else {
+          std::int32_t w = 0;
+          std::memcpy(&w, t.data + 4 * i, 4);
+          v = w;
+        }
+        elements *= static_cast<double>(v);
+      }
+      n += elements;
+    } else if (dtype == "F32" || dtype == "F16" || dtype == "BF16" || dtype == "F8_E4M3") {
+      if (!ends_with(name, ".weight_scale") && !ends_with(name, ".weight_scale_inv"))
+        n += static_cast<double>(raw_view(ckpt, name).numel());
+    }
+  }
   return n;
 }
 
@@ -439,10 +474,9 @@ BenchReport run_bench(const BenchOptions& o, ModelFactory& factory, Communicator
   rep.cpu_model = cpu::cpu_model_name();
   rep.kernels = factory.kernel_description();
   rep.date = utc_timestamp();
-  // The layers' dtype (a mixture-of-experts layer 0 has no mlp.up_proj, an MLA layer no q_proj
-  // when it has q_a_proj / q_b_proj; every layer has o_proj).
-  rep.dtype = dtype_name(
-      ckpt.tensor(ckpt.config().tensor_prefix + "model.layers.0.self_attn.o_proj.weight").dtype);
+  // The float dtype (the embedding's) and how the Linears are stored.
+  rep.dtype = dtype_name(ckpt.tensor(embedding_tensor(ckpt.config())).dtype);
+  rep.quantization = quantization_summary(ckpt.config());
   rep.weight_bytes = decode_weight_bytes(ckpt);
   rep.parameters = parameter_count(ckpt);
   rep.tp = tp;
@@ -513,6 +547,8 @@ std::string format_table(const BenchReport& r) {
   out << "model: " << std::setprecision(1) << r.parameters / 1e6 << "M parameters, " << r.dtype
       << ", decode reads " << std::setprecision(1) << r.weight_bytes / 1e6 << " MB/token; tp "
       << r.tp << ", threads " << r.threads << ", " << r.repeats << " repeats\n";
+  if (!r.quantization.empty() && r.quantization != "none")
+    out << "quantized: " << r.quantization << "\n";
   out << "cpu: " << r.cpu_model << "; kernels: " << r.kernels << "\n";
   out << "bandwidth probes, GB/s (median of the rounds; the best is the bandwidth row):\n";
   for (std::size_t i = 0; i < r.probes.size(); ++i) {
@@ -575,6 +611,7 @@ std::string to_json(const BenchReport& r, const std::string& command_line) {
   j["kernels"] = r.kernels;
   j["date"] = r.date;
   j["dtype"] = r.dtype;
+  j["quantization"] = r.quantization;
   j["parameters"] = r.parameters;
   j["decode_weight_bytes"] = r.weight_bytes;
   j["tp"] = r.tp;

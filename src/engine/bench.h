@@ -85,12 +85,13 @@ struct BandwidthProbe {
 };
 
 struct BenchReport {
-  std::string cpu_model;    // /proc/cpuinfo "model name"
-  std::string kernels;      // the kernel variant in use (cpu::describe_kernel_choice)
-  std::string date;         // UTC, ISO 8601
-  std::string dtype;        // weight dtype of the model
-  double weight_bytes = 0;  // bytes one decode step reads (all ranks): layers, lm_head, norms
-  double parameters = 0;    // all parameters (embedding included)
+  std::string cpu_model;     // /proc/cpuinfo "model name"
+  std::string kernels;       // the kernel variant in use (cpu::describe_kernel_choice)
+  std::string date;          // UTC, ISO 8601
+  std::string dtype;         // weight dtype of the model
+  std::string quantization;  // quantization_summary of the model ("none": float weights)
+  double weight_bytes = 0;   // bytes one decode step reads (all ranks): layers, lm_head, norms
+  double parameters = 0;     // all parameters (embedding included)
   int tp = 1, threads = 1, repeats = 0;
   std::vector<BenchCase> cases;        // bandwidth (the best probe) first
   std::vector<BandwidthProbe> probes;  // every probe, in variant then kernel order

@@ -9,7 +9,7 @@ fail() {
   echo "FAIL: $*" >&2
   exit 1
 }
-rm -f one.json two.json # a rerun starts clean: outputs are never silently replaced
+rm -f one.json two.json q.json # a rerun starts clean: outputs are never silently replaced
 TINY=(--hidden 64 --layers 2 --heads 4 --kv-heads 2 --intermediate 128 --vocab 256
   --repeats 1 --warmup 1 --steps 2 --context 4 --verify-k 3 --prefill 16 --batch 3)
 
@@ -59,6 +59,31 @@ assert t["threads"] >= 2 and t["device_marks"] is False, t
 assert two["timing"]["us_per_step"] == 0, two["timing"]
 print("bench JSON ok")
 PYEOF
+
+# A quantized synthetic model (issue 44): the bytes a decode step reads are the packed ones
+# (int4 group 32 with BF16 scales: 4.5 bits per weight where BF16 has 16), the parameters the
+# unpacked shapes, the quantization named in the table and the JSON.
+rm -f q.json
+"$SPECRUN_BIN" bench "${TINY[@]}" --threads 2 --cases decode --quantize int4-g32 --quant-roles all \
+  --json q.json >q.txt
+grep -q '^quantized: compressed-tensors pack-quantized: group_0 int4 group 32' q.txt ||
+  fail "the table does not name the quantization: $(head -3 q.txt)"
+$PY - <<'PYEOF'
+import json
+one, q = json.load(open("one.json")), json.load(open("q.json"))
+assert q["parameters"] == one["parameters"], (q["parameters"], one["parameters"])
+assert one["quantization"] == "none" and q["quantization"].startswith("compressed-tensors"), q
+# Only the embedding table (256 x 64, one row read) and the norms stay BF16: the rest reads
+# 4.5 / 16 of its BF16 bytes.
+ratio = q["decode_weight_bytes"] / one["decode_weight_bytes"]
+assert 0.25 < ratio < 0.35, ratio
+print(f"quantized bench ok: decode reads {ratio:.3f} of the BF16 bytes")
+PYEOF
+set +e
+"$SPECRUN_BIN" bench --model-dir . --quantize int4-g32 >bad.txt 2>&1
+code=$?
+set -e
+[[ $code -eq 2 ]] || fail "--quantize with --model-dir exited $code, expected 2"
 
 set +e
 "$SPECRUN_BIN" bench --dtype f16 >bad.txt 2>&1
