@@ -7,7 +7,11 @@ namespace specrun {
 
 namespace {
 
+// Element i (row-major) of `t`; a quantized tensor's exact W' (backend.h dequantized).
 float element(const HostTensor& t, std::size_t i) {
+  if (t.quantized())
+    return dequantized(t, static_cast<int>(i / static_cast<std::size_t>(t.cols)),
+                       static_cast<int>(i % static_cast<std::size_t>(t.cols)));
   switch (t.dtype) {
     case DType::kF32: {
       float f;
@@ -57,19 +61,11 @@ void prepare_mla(HostWeights& host, const ModelConfig& config,
   const int heads = host.plan.q_heads;
   const double scale = config.rope_attention_scaling();
   // Every copy is made before any tensor points into `owned`: reserve so that it never moves.
-  owned.reserve(owned.size() + static_cast<std::size_t>(config.num_layers) * (2 + heads));
+  owned.reserve(owned.size() + static_cast<std::size_t>(config.num_layers) * (2 + 2 * heads));
   for (int layer = 0; layer < config.num_layers; ++layer) {
     std::array<HostTensor, kNumRoles>& w = host.layers[layer];
     // q's rope rows, per head, and kv_a's.
     HostTensor& q = w[static_cast<int>(m.q_lora_rank > 0 ? Role::kQB : Role::kQ)];
-    for (Role r : {m.q_lora_rank > 0 ? Role::kQB : Role::kQ, Role::kKvA, Role::kKvB})
-      SPEC_INPUT_CHECK(!w[static_cast<int>(r)].quantized(),
-                       "layer " << layer << ": a quantized MLA projection ("
-                                << describe_quantized(w[static_cast<int>(r)])
-                                << ") is not read yet: q_b_proj/q_proj, kv_a_proj_with_mqa and "
-                                   "kv_b_proj are converted to float32 at load, which quantized "
-                                   "weights do not support yet (docs/quantization-design.md "
-                                   "step 8); exclude self_attn in quantization_config");
     q = to_f32(q, owned);
     for (int h = 0; h < heads; ++h) prepare_rope_rows(q, h * qk + dn, dr, m.rope_interleave, scale);
     HostTensor& kv_a = w[static_cast<int>(Role::kKvA)];
@@ -93,8 +89,16 @@ void prepare_mla(HostWeights& host, const ModelConfig& config,
           t[static_cast<std::size_t>(c) * dn + i] = element(kv_b, (first + i) * R + c);
       key_absorb.push_back(
           HostTensor{reinterpret_cast<const std::byte*>(t.data()), DType::kF32, R, dn});
-      // W_uv [dv, R]: a view of the checkpoint's rows.
-      value_absorb.push_back(HostTensor{kv_b.data + (first + dn) * R * es, kv_b.dtype, dv, R});
+      // W_uv [dv, R]: a view of the checkpoint's rows; of a quantized kv_b, their exact W' in
+      // float32 (a row range inside a scale block or a packed word is no view).
+      if (!kv_b.quantized()) {
+        value_absorb.push_back(HostTensor{kv_b.data + (first + dn) * R * es, kv_b.dtype, dv, R});
+        continue;
+      }
+      std::vector<float>& v = owned.emplace_back(static_cast<std::size_t>(dv) * R);
+      for (std::size_t i = 0; i < v.size(); ++i) v[i] = element(kv_b, (first + dn) * R + i);
+      value_absorb.push_back(
+          HostTensor{reinterpret_cast<const std::byte*>(v.data()), DType::kF32, dv, R});
     }
   }
 }

@@ -31,7 +31,9 @@
 // apply_rotary_pos_emb_interleave does to q and k before rotate_half: the same rows, permuted
 // alike in q and k, so every score is unchanged) and multiplied by YaRN's cos/sin magnitude
 // (ModelConfig::rope_attention_scaling; RoPE is linear, so scaling its input is scaling the
-// table). Those tensors are copied to float32 for it.
+// table). Those tensors are copied to float32 for it; a quantized q_b/q, kv_a or kv_b
+// (DeepSeek-V3's FP8 attention) by its exact dequantized W' (backend.h dequantized), W_uv too: the
+// one place quantized weights are widened at load (docs/quantization-design.md 3.3.1).
 // Mixture-of-experts layers run MoeBlock with the config's router rule (router_rule: DeepSeek-V3's
 // noaux_tc over the float32 e_score_correction_bias, kept on the host) and the shared experts.
 #pragma once

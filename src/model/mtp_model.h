@@ -18,6 +18,7 @@
 // summed, logits gathered); eh_proj, the norms and the embedding are whole on every rank.
 #pragma once
 
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -27,6 +28,7 @@
 #include "model/deepseek_model.h"
 #include "model/draft_head.h"
 #include "model/mtp_config.h"
+#include "model/quant_weights.h"
 
 namespace specrun {
 
@@ -108,9 +110,24 @@ class MtpModel final : public DraftHead, private MlaDecoder<B> {
                         t.shape.size() > 1 ? static_cast<int>(t.dim(1)) : 1};
     };
     auto set = [&](Role role, const HostTensor& t) { host.model[static_cast<int>(role)] = t; };
+    // A Linear of the module as its config.json's quantization_config and the file agree
+    // (quant_weights.h): float, or kept packed; rows [begin, begin + count) of it.
+    auto linear = [&](const Checkpoint& ckpt, const TensorSpec& spec, const std::string& name,
+                      std::vector<std::int64_t> shape, std::int64_t begin,
+                      std::int64_t count) -> std::optional<HostTensor> {
+      const QuantDecision d = resolve_storage(ckpt, spec, name, ModuleClass::kLinear);
+      if (d.kind == QuantKind::kNone) return std::nullopt;
+      const std::string why =
+          "[" + std::to_string(shape[0]) + ", " + std::to_string(shape[1]) + "]";
+      return load_quantized(ckpt, name, d, shape, why,
+                            count == shape[0] ? Split::kReplicated : Split::kRows, begin, count, tp,
+                            host.owned);
+    };
     set(Role::kInputNorm, whole(head.tensor(layer + "enorm.weight", {H})));
     set(Role::kHiddenNorm, whole(head.tensor(layer + "hnorm.weight", {H})));
-    set(Role::kFc, whole(head.tensor(layer + "eh_proj.weight", {H, 2 * H})));
+    const std::string eh = layer + "eh_proj.weight";
+    const std::optional<HostTensor> eh_packed = linear(head, model_rows()[2], eh, {H, 2 * H}, 0, H);
+    set(Role::kFc, eh_packed ? *eh_packed : whole(head.tensor(eh, {H, 2 * H})));
     set(Role::kFinalNorm, whole(head.tensor(layer + "shared_head.norm.weight", {H})));
     // The embedding: the layer's own copy, else the target's (whole on every rank).
     const std::string own_embed = layer + "embed_tokens.weight";
@@ -120,11 +137,22 @@ class MtpModel final : public DraftHead, private MlaDecoder<B> {
     // The head: the layer's shared_head.head, else the target's lm_head (its embedding when
     // tied); this rank's rows of the vocabulary.
     const std::string own_head = layer + "shared_head.head.weight";
-    const TensorView& lm =
-        head.has(own_head) ? head.tensor(own_head, {V, H})
-        : target.config().tie_word_embeddings
-            ? target.tensor(embedding_tensor(target.config()), {V, H})
-            : target.tensor(target.config().tensor_prefix + "lm_head.weight", {V, H});
+    const bool own = head.has(own_head) || head.has(layer + "shared_head.head.weight_packed");
+    const std::string target_head = target.config().tensor_prefix + "lm_head.weight";
+    const std::optional<HostTensor> packed =
+        own ? linear(head, model_rows()[4], own_head, {V, H}, host.plan.vocab_begin,
+                     host.plan.vocab)
+        : target.config().tie_word_embeddings ? std::nullopt
+                                              : linear(target, model_rows()[4], target_head, {V, H},
+                                                       host.plan.vocab_begin, host.plan.vocab);
+    if (packed) {
+      set(Role::kLmHead, *packed);
+      return host;
+    }
+    const TensorView& lm = head.has(own_head) ? head.tensor(own_head, {V, H})
+                           : target.config().tie_word_embeddings
+                               ? target.tensor(embedding_tensor(target.config()), {V, H})
+                               : target.tensor(target_head, {V, H});
     HostTensor rows = whole(lm);
     rows.data += static_cast<std::size_t>(host.plan.vocab_begin) * H * dtype_size(lm.dtype);
     rows.rows = host.plan.vocab;

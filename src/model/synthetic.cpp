@@ -334,14 +334,6 @@ void validate(const SyntheticSpec& s) {
                    "make-model: standard deviations must be positive and --deep-scale >= 0");
   if (!s.quantize.empty()) {
     validate_quantize(s.quantize, s.quant_roles);
-    SPEC_INPUT_CHECK(!s.deepseek() || s.resolved_quant_roles() == "experts",
-                     "make-model: --quant-roles " << s.resolved_quant_roles() << " on --arch "
-                                                  << s.architecture
-                                                  << " would quantize the MLA projections, which "
-                                                     "specrun does not read yet: use experts");
-    SPEC_INPUT_CHECK(s.mtp_layers == 0,
-                     "make-model: --quantize with --mtp-layers: quantized MTP modules are not "
-                     "written yet");
   } else {
     SPEC_INPUT_CHECK(s.quant_roles.empty(), "make-model: --quant-roles needs --quantize");
   }

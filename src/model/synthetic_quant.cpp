@@ -215,6 +215,9 @@ nlohmann::ordered_json quantization_config_json(const ModelConfig& c, const std:
       for (const char* p : {"re:.*self_attn.*", "re:.*shared_experts.*",
                             "re:.*mlp\\.(gate|up|gate_up|down)_proj.*"})
         ignore.push_back(p);
+    // An MTP module's eh_proj and head are no routed experts (Kimi's list does not name them).
+    if (roles == "experts" && c.num_nextn_predict_layers > 0)
+      for (const char* p : {"re:.*eh_proj$", "re:.*shared_head\\.head$"}) ignore.push_back(p);
     if (c.model_type == "qwen3_moe") ignore.push_back("re:.*mlp\\.gate$");
     if (c.model_type == "mixtral") ignore.push_back("re:.*block_sparse_moe\\.gate$");
     q["quant_method"] = "compressed-tensors";

@@ -303,4 +303,28 @@ for bad in mirror:"'fc.weight' in .* is BF16, but quantization_config.config_gro
   grep -q "${bad#*:}" "e3-${bad%%:*}.log" ||
     fail "EAGLE-3 ${bad%%:*}: the refusal does not name the tensor and field: $(grep error "e3-${bad%%:*}.log")"
 done
+# DeepSeek-V3's own FP8 layout: every Linear fp8 (the MLA projections too: q_b/kv_a/kv_b are
+# dequantized exactly into prepare_mla's float32 copies), lm_head BF16; and an MTP module whose
+# eh_proj is int4 (roles linear) or whose head is the target's packed lm_head (roles all): the
+# model's and the MTP module's logits against the references, make-model == quant_writer.py, and
+# greedy speculative == baseline with draft.kind = "mtp" at tp 2.
+quant dsv3-f32 dsv3-f32-fp8-linear fp8-block linear
+check deepseek dsv3-f32-fp8-linear dsv3-f32-fp8-linear-tp1 1
+same_bytes dsv3-f32 fp8-block linear
+for h in int4-g32:linear int4-g128-asym:all; do
+  fmt=${h%%:*} roles=${h##*:}
+  quant mtp-bf16 "mtp-bf16-$fmt-$roles" "$fmt" "$roles"
+  check deepseek "mtp-bf16-$fmt-$roles" "mtp-bf16-$fmt-$roles-tp1" 1 --dump-mtp-logits "mtp-$fmt.bin"
+  "$PY" "$E2E_DIR/quant_reference.py" mtp "mtp-bf16-$fmt-$roles" "mtp-$fmt.bin" \
+    "$prompt,$(head -n 1 "mtp-bf16-$fmt-$roles-tp1.txt" | tr ' ' ',')" --tolerance 1e-5 \
+    >"mtp-$fmt.ref" 2>&1 || fail "the MTP module of mtp-bf16-$fmt-$roles: $(cat "mtp-$fmt.ref")"
+  echo "mtp-bf16-$fmt-$roles MTP module: $(grep -o 'worst relative L2 [^ ]*' "mtp-$fmt.ref")"
+  same_bytes mtp-bf16 "$fmt" "$roles"
+done
+ln -sfn ../mtp-bf16-int4-g32-linear models/target
+write_job job-mtp.toml run-mtp.h5 prompts.h5
+"${MPIRUN[@]}" -np 2 "$SPECRUN_BIN" run job-mtp.toml --set draft.kind=mtp --set draft.path= \
+  >job-mtp.log 2>&1 || fail "the quantized MTP job failed: $(tail -3 job-mtp.log)"
+grep -q 'greedy outputs identical: 4 / 4 prompts' job-mtp.log ||
+  fail "quantized MTP: speculative outputs differ from the baseline"
 echo "quant_reference: ok"

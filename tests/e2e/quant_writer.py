@@ -275,7 +275,7 @@ def chosen(name, arch, roles, fp8):
     return True
 
 
-def quantization_config(fmt, roles, arch, routers):
+def quantization_config(fmt, roles, arch, routers, mtp=False):
     if fmt == "fp8-block":
         skip = {"experts": ["self_attn", "shared_experts", "mlp.gate_proj", "mlp.up_proj",
                             "mlp.down_proj"], "linear": []}[roles]
@@ -288,6 +288,8 @@ def quantization_config(fmt, roles, arch, routers):
     ignore = {"experts": ["lm_head", "re:.*self_attn.*", "re:.*shared_experts.*",
                           "re:.*mlp\\.(gate|up|gate_up|down)_proj.*"],
               "linear": ["lm_head"], "all": []}[roles]
+    if roles == "experts" and mtp:
+        ignore = ignore + ["re:.*eh_proj$", "re:.*shared_head\\.head$"]
     if arch == "qwen3_moe":
         ignore = ignore + ["re:.*mlp\\.gate$"]
     elif arch == "mixtral":
@@ -357,8 +359,9 @@ def convert(src, dst, fmt, roles):
                         zp.astype("<i4").tobytes()))
     if n_quantized == 0:
         raise SystemExit(f"quant_writer: {src}: no module to quantize with --quant-roles {roles}")
+    text = cfg.get("text_config", cfg)
     qc = quantization_config(fmt, roles, arch, routers if roles in ("experts", "linear") and fp8
-                             else [])
+                             else [], mtp=(text.get("num_nextn_predict_layers") or 0) > 0)
     cfg["quantization_config"] = qc
     os.makedirs(dst, exist_ok=True)
     with open(os.path.join(dst, "config.json"), "w") as f:
