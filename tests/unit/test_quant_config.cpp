@@ -223,9 +223,9 @@ TEST(QuantConfig, UnsupportedKeysAreRefusedByTheirPath) {
   }
 }
 
-// Quantized weights are not read yet: a checkpoint whose quantization_config quantizes a module
-// of the schema is refused at load naming the module and the config entry; one that leaves every
-// module unquantized loads as the float checkpoint it is.
+// A float checkpoint whose quantization_config quantizes a module of the schema is refused at
+// load naming the module and the config entry; one that leaves every module unquantized loads
+// as the float checkpoint it is.
 TEST(QuantConfig, TheLoaderRefusesQuantizedModulesNamingTheEntry) {
   test::TempDir dir;
   make_model_pair(test::small_deepseek_spec("deepseek_v3", /*first_k_dense=*/1, /*q_lora=*/32),
