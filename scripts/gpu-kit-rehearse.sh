@@ -124,7 +124,7 @@ for f in check.log summary.json logs.tar.gz; do
   [[ -s $WORK/out/$f ]] || { echo "rehearse: check.sh left no $f"; ok=0; }
 done
 mkdir -p "$WORK/logs" && tar -C "$WORK/logs" -xzf "$WORK/out/logs.tar.gz" 2>/dev/null || true
-for t in test_cuda test_cuda_ops test_cuda_kernels test_cuda_attention test_cuda_sampling test_cuda_tree_sampling test_cuda_transformer test_cuda_deepseek; do
+for t in test_cuda test_cuda_ops test_cuda_kernels test_cuda_attention test_cuda_sampling test_cuda_tree_sampling test_cuda_transformer test_cuda_deepseek test_cuda_quant; do
   if ! grep -q 'skipped=' "$WORK/logs/logs/$t.xml" 2>/dev/null; then
     echo "rehearse: $t wrote no GoogleTest XML (did it start?)"
     ok=0

@@ -29,7 +29,7 @@ BUILD=$(realpath -m "${1:-$SRC/build-kit}")
 KIT=$(realpath -m "${2:-$SRC/.gpu-kit}")
 SHARED=${SPECRUN_SHARED_DIR:-$SRC/../shared}
 ARCHS=${KIT_CUDA_ARCHS:-90}
-BINARIES=(specrun test_cuda test_cuda_ops test_cuda_kernels test_cuda_attention test_cuda_sampling test_cuda_tree_sampling test_cuda_transformer test_cuda_deepseek test_cuda_bench)
+BINARIES=(specrun test_cuda test_cuda_ops test_cuda_kernels test_cuda_attention test_cuda_sampling test_cuda_tree_sampling test_cuda_transformer test_cuda_deepseek test_cuda_quant test_cuda_bench)
 # The trained pair and its EAGLE-3 head (BF16; the f32 copies would not fit the 64 MiB a device
 # call carries, and GPU-vs-CPU checks need none: both backends compute in float32).
 MODELS=(code-target code-draft code-eagle3 code-eagle3-bf16)

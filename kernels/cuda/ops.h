@@ -73,6 +73,22 @@ void matmul(cublasHandle_t cublas, cudaStream_t stream, const float* x, int n_to
             const void* w, DType w_dtype, int out, const float* bias, float* y, void* scratch,
             std::size_t scratch_bytes, int flags = 0);
 
+// A weight kept packed as its checkpoint stores it (issue 44; matmul_quant.cu): codes [out,
+// ceil(in / per_word)] int32 words (int4 / int8, stored q + 2^(b-1)) or [out, in] e4m3 bytes;
+// scales [ceil(out / block_rows), ceil(in / group)] in format.scale_dtype; zeros (int only, or
+// nullptr) [out, ceil(in / group)] int8, the offset already removed.
+struct QuantWeight {
+  const void* codes = nullptr;
+  const void* scales = nullptr;
+  const std::int8_t* zeros = nullptr;
+  QuantFormat format{};
+  int out = 0;
+};
+// y [n_tokens, out] = x W'^T with W' the exact dequantized weight ((q - z) * s, e4m3(b) * s),
+// float32 fused multiply-adds; a token's result independent of the batch. Not yet run on a GPU.
+void quant_matmul(cudaStream_t stream, const float* x, int n_tokens, int in, const QuantWeight& w,
+                  float* y);
+
 // The input's RMSNorm fused into the GEMV (matmul_multi and swiglu_gemv given norm_w): every
 // block of the launch normalises x's rows into its shared memory, with the sums of rmsnorm
 // below in the same order, so the outputs are bitwise rmsnorm into a buffer followed by the

@@ -128,7 +128,7 @@ if [[ -z ${KIT:-} ]]; then
   stage configure 600 cmake -S "$SRC" -B "$BUILD" -DSPECRUN_CUDA=ON -DSPECRUN_WERROR=ON \
     -DCMAKE_BUILD_TYPE=Release || exit 1
   stage build 1800 cmake --build "$BUILD" -j"${JOBS:-16}" --target specrun test_cuda test_cuda_ops test_cuda_kernels test_cuda_attention \
-    test_cuda_sampling test_cuda_tree_sampling test_cuda_transformer test_cuda_deepseek test_cuda_bench || exit 1
+    test_cuda_sampling test_cuda_tree_sampling test_cuda_transformer test_cuda_deepseek test_cuda_quant test_cuda_bench || exit 1
 fi
 "$BIN/specrun" --version >"$LOGS/specrun_version.txt" 2>&1
 "$BIN/specrun" env >"$LOGS/specrun_env.txt" 2>&1
@@ -144,7 +144,7 @@ fi
 # Correctness, in parallel (three process groups on one GPU).
 unit_tests() {
   local rc=0 t
-  for t in test_cuda test_cuda_ops test_cuda_kernels test_cuda_attention test_cuda_sampling test_cuda_tree_sampling test_cuda_transformer test_cuda_deepseek; do
+  for t in test_cuda test_cuda_ops test_cuda_kernels test_cuda_attention test_cuda_sampling test_cuda_tree_sampling test_cuda_transformer test_cuda_deepseek test_cuda_quant; do
     stage "unit_$t" 180 "$TESTS/$t" --gtest_color=no "--gtest_output=xml:$LOGS/$t.xml" || rc=1
   done
   return $rc
