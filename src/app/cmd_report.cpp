@@ -11,6 +11,7 @@
 #include <sstream>
 
 #include "analysis/compare.h"
+#include "analysis/csv_export.h"
 #include "analysis/host_load.h"
 #include "analysis/outputs_export.h"
 #include "analysis/summary.h"
@@ -182,10 +183,13 @@ int cmd_report(CommandContext& ctx, const std::vector<std::string>& args) {
       "outputs", po::value<std::string>(),
       "write every prompt's outputs as text to this JSONL file (id, category, prompt, per mode "
       "text, tokens, tau; speedup), decoded with the target's tokenizer")(
+      "csv", po::value<std::string>(),
+      "write the run's tables as CSV files into this folder: summary.csv and per mode "
+      "sequences, steps, timings and acceptance (columns: docs/analysis.md)")(
       "model", po::value<std::string>(),
       "with --outputs: the model folder whose tokenizer decodes (default: the job's target)")(
       "overwrite",
-      "with --outputs: replace an existing file (never the result, the prompt file "
+      "with --outputs or --csv: replace existing files (never the result, the prompt file "
       "or a model file)");
   cli.positional("result", po::value<std::vector<std::string>>(), -1);
   if (!cli.parse(ctx, args,
@@ -197,6 +201,8 @@ int cmd_report(CommandContext& ctx, const std::vector<std::string>& args) {
   SPEC_INPUT_CHECK(vm.count("result"), "usage: specrun report RESULT.h5 [MORE.h5 ...] [--json]");
   if (ctx.mpi.rank() != 0) return 0;
   const std::vector<std::string> files = vm["result"].as<std::vector<std::string>>();
+  SPEC_INPUT_CHECK(!vm.count("csv") || (files.size() == 1 && !vm.count("outputs")),
+                   "--csv writes one run's tables: give one result file, without --outputs");
   if (files.size() > 1) return report_table(files, vm.count("json") > 0);
   const std::string path = files.front();
 
@@ -220,6 +226,13 @@ int cmd_report(CommandContext& ctx, const std::vector<std::string>& args) {
   }
   const std::vector<ModeData> modes = load_mode_data(reader);
   RunSummary summary = summarize_run(modes, greedy, seed);
+  if (vm.count("csv")) {
+    const std::vector<std::string> written = write_csv_tables(
+        modes, summary, vm["csv"].as<std::string>(), vm.count("overwrite") > 0, {path});
+    std::cout << "wrote " << written.size() << " CSV files to " << vm["csv"].as<std::string>()
+              << " (summary.csv; per mode sequences, steps, timings, acceptance)" << std::endl;
+    return 0;
+  }
   const bool finished = !info.finished.empty();
   std::int64_t batches = 0;
   for (const std::string& mode : reader.modes()) batches += reader.batches_committed(mode);

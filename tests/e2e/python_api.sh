@@ -45,6 +45,66 @@ check greedy.h5
   --set data.batch_size=3 --set decode.temperature=0.8 --set decode.stop_at_eos=true \
   --set job.seed=11 >sampled.log 2>&1 || fail "sampled run: $(tail -5 sampled.log)"
 check sampled.h5
+
+# `report --csv`: every table equals the package's (same column names), the summary the
+# report's JSON; a second run into the same folder is refused without --overwrite.
+check_csv() {  # check_csv RESULT.h5
+  local name
+  name=$(basename "$1" .h5)
+  "$SPECRUN_BIN" report "$1" --csv "$name-csv" >/dev/null || fail "report --csv $1"
+  "$PY" - "$1" "$name-csv" "$name.json" "$ROOT/python" <<'PYEOF' || fail "$1: report --csv differs from the package"
+import csv, json, math, sys
+sys.path.insert(0, sys.argv[4])
+import numpy as np
+import specrun
+r = specrun.load(sys.argv[1], tables="numpy")
+report = json.load(open(sys.argv[3]))
+def rows(name):
+    with open(f"{sys.argv[2]}/{name}.csv", newline="") as f:
+        return list(csv.DictReader(f))
+def same(table, got, cols, what):
+    assert len(got) == len(table), (what, len(got), len(table))
+    for c in cols:
+        want = np.asarray(table[c])
+        for i, row in enumerate(got):
+            v = row[c]
+            if want.dtype.kind in "iub":
+                assert int(v) == int(want[i]), (what, c, i, v, want[i])
+            elif want.dtype.kind == "f":  # float32 timings: 9 digits give the same float32
+                w = float(want[i])
+                val = np.float32(float(v)) if want.dtype == np.float32 and v else float(v or "nan")
+                assert (v == "" and math.isnan(w)) or val == want[i], (what, c, i, v, w)
+            else:
+                w = want[i].decode() if isinstance(want[i], bytes) else str(want[i])
+                assert v == w, (what, c, i, v, w)
+for name, m in r.modes.items():
+    same(m.sequences, rows(f"{name}_sequences"), ["prompt_index", "prompt_id", "category",
+         "prompt_len", "generated", "verify_steps", "drafted", "accepted", "finish_reason",
+         "wall_s"], f"{name} sequences")
+    same(m.steps, rows(f"{name}_steps"), ["batch", "step", "prompt_index", "active", "drafted",
+         "accepted", "depth", "bonus", "emitted"], f"{name} steps")
+    same(m.timings, rows(f"{name}_timings"), ["row", "batch", "rank"] + m.phases,
+         f"{name} timings")
+    same(m.acceptance, rows(f"{name}_acceptance"), ["depth", "offered", "reached", "prior",
+         "unconditional", "conditional"], f"{name} acceptance")
+for row in rows("summary"):
+    mode = report["modes"][row["mode"]]
+    for k in ("prompts", "generated", "verify_steps", "drafted", "accepted"):
+        assert int(row[k]) == mode[k], (row["mode"], k, row[k], mode[k])
+    for k in ("tokens_per_s", "tau", "alpha"):
+        assert math.isclose(float(row[k]), mode[k], rel_tol=1e-12), (row["mode"], k, row[k], mode[k])
+    if row["speedup"]:
+        s = report["speedup"]
+        assert math.isclose(float(row["speedup"]), s["value"], rel_tol=1e-12), (row, s)
+print(f"{sys.argv[1]}: report --csv equals the package's tables and report --json")
+PYEOF
+  if "$SPECRUN_BIN" report "$1" --csv "$name-csv" >/dev/null 2>csv-again.err; then
+    fail "report --csv replaced existing files without --overwrite"
+  fi
+  grep -q 'already exists; pass --overwrite' csv-again.err || fail "$(cat csv-again.err)"
+}
+check_csv greedy.h5
+check_csv sampled.h5
 "$PY" -c 'import json,sys; j=json.load(open(sys.argv[1])); assert j["dp"] == 2 and not j["greedy"], j["dp"]' sampled.json
 # One new token: every sequence ends at the prefill, no step rows, batches from data.batch_size.
 "${MPIRUN[@]}" -np 2 "$SPECRUN_BIN" run job.toml --set job.output=prefill_only.h5 \
