@@ -13,6 +13,10 @@ void print_reader_warnings(const ResultReader& reader) {
 const std::vector<Command>& commands() {
   static const std::vector<Command> table = {
       {"run", "run a batch job: baseline and speculative decoding (under mpirun)", cmd_run},
+      {"preflight",
+       "check a job without running it: models, drafter and prompts loaded and checked as "
+       "`run` would, nothing written (under the job's mpirun)",
+       cmd_preflight},
       {"env", "provenance of this process; under mpirun, the cross-rank environment check",
        cmd_env},
       {"report", "summary of a result file: tau, alpha, acceptance, speedup, phases", cmd_report},

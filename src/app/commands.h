@@ -35,6 +35,7 @@ const std::vector<Command>& commands();
 void print_reader_warnings(const ResultReader& reader);
 
 int cmd_run(CommandContext& ctx, const std::vector<std::string>& args);
+int cmd_preflight(CommandContext& ctx, const std::vector<std::string>& args);
 int cmd_env(CommandContext& ctx, const std::vector<std::string>& args);
 int cmd_generate(CommandContext& ctx, const std::vector<std::string>& args);
 int cmd_import_llama2c(CommandContext& ctx, const std::vector<std::string>& args);

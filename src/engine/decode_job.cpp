@@ -8,6 +8,7 @@
 #include <iomanip>
 #include <limits>
 #include <map>
+#include <nlohmann/json.hpp>
 #include <set>
 #include <sstream>
 
@@ -351,6 +352,50 @@ std::string batch_variance_warning(const JobConfig& config, BackendKind backend,
   return line.str();
 }
 
+// `specrun preflight`'s verdict, once the models and the drafter are loaded (every rank): rank 0
+// checks every prompt against the target and gathers the warnings a run would give at its start
+// (a draft that is the target, by folder or by content; batch variance on CUDA); nothing is
+// written. The content fingerprints are taken only when the files' headers already agree.
+int preflight_verdict(const JobConfig& config, JobSetup& job, const RankModels& models,
+                      std::int64_t n_batches, double load_s) {
+  const World& world = job.world;
+  if (world.is_root()) {
+    check_all_prompts(job.prompts, job.n_prompts, models.target.model->config(),
+                      config.decode.max_new_tokens);
+    std::vector<std::string> warnings;
+    if (std::string w = draft_is_target(config); !w.empty()) {
+      warnings.push_back(std::move(w));
+    } else {
+      // Sizes and headers first (milliseconds); the whole contents only when those agree.
+      const nlohmann::json headers =
+          nlohmann::json::parse(models_json(config, false), nullptr, false);
+      auto fingerprint = [&](const char* role) {
+        return headers.is_object() && headers.contains(role) && headers[role].is_object()
+                   ? headers[role].value("fingerprint", std::string())
+                   : std::string();
+      };
+      if (!fingerprint("target").empty() && fingerprint("target") == fingerprint("draft"))
+        if (std::string same = same_model_contents(models_json(config, true)); !same.empty())
+          warnings.push_back(std::move(same));
+    }
+    if (std::string w = batch_variance_warning(config, job.backend, models.target_weights,
+                                               models.target.model->config());
+        !w.empty())
+      warnings.push_back(std::move(w));
+    for (const std::string& w : warnings) job.log.warn(w);
+    std::ostringstream line;
+    line << "preflight " << config.job.name << ": ready to run " << job.n_prompts << " prompts in "
+         << n_batches << " batches on world " << world.size << " = dp " << world.dp << " x tp "
+         << world.tp << "; target" << (models.drafter ? " and draft" : "")
+         << " loaded and checked in " << std::fixed << std::setprecision(3) << load_s
+         << " s; nothing decoded, " << config.job.output.resolved << " not written; "
+         << warnings.size() << " warning" << (warnings.size() == 1 ? "" : "s");
+    job.log.info(line.str());
+  }
+  job.world_comm.barrier();
+  return 0;
+}
+
 int run_decode_job(const JobConfig& config, const RunOptions& options, JobSetup& job) {
   const World& world = job.world;
   const Logger& log = job.log;
@@ -374,6 +419,7 @@ int run_decode_job(const JobConfig& config, const RunOptions& options, JobSetup&
   const SteadyClockPoint t_load = SteadyClock::now();
   RankModels models = load_models(config, job);
   const double load_s = seconds_since(t_load);
+  if (options.preflight) return preflight_verdict(config, job, models, plan.n_batches, load_s);
   DecodeOptions decode = decode_options(config);
   decode.extra_stop_ids = extra_stop_ids(config, models.target.model->config());
   std::unique_ptr<ResultWriter> writer;

@@ -29,6 +29,10 @@ class ModelFactory;
 
 struct RunOptions {
   bool resume = false;  // continue an interrupted job (job.output)
+  // `specrun preflight`: everything `run` does up to its first step (the job, the prompts, the
+  // output path, the models and the drafter loaded as the job would, the draft checked against
+  // the target), then a verdict; no result file is written and nothing is decoded.
+  bool preflight = false;
 };
 
 // A job set up on this rank, everything checked that can be before a model loads. Every rank of
