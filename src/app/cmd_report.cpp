@@ -15,6 +15,7 @@
 #include "analysis/host_load.h"
 #include "analysis/outputs_export.h"
 #include "analysis/summary.h"
+#include "analysis/workload.h"
 #include "app/command_line.h"
 #include "app/commands.h"
 #include "common/error.h"
@@ -248,6 +249,7 @@ int cmd_report(CommandContext& ctx, const std::vector<std::string>& args) {
                                    ? nlohmann::json(nullptr)
                                    : nlohmann::json(info.header.target_weight_bytes);
     j["hosts"] = hosts_to_json(modes);
+    j["workload"] = workload_to_json(summarize_workload(modes));
     j["identities_checked"] = kIdentitiesChecked;
     j["warnings"] = reader.warnings();
     j["alarms"] = info.alarms;
@@ -291,6 +293,7 @@ int cmd_report(CommandContext& ctx, const std::vector<std::string>& args) {
     std::cout << "target weights per rank (as loaded): "
               << describe_weight_memory(info.header.target_weight_bytes) << "\n";
   std::cout << format_summary(summary);
+  std::cout << format_workload(summarize_workload(modes));
   std::cout << format_hosts(modes);
   std::cout << "identities checked for every mode: " << kIdentitiesChecked << "\n";
   return 0;

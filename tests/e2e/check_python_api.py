@@ -22,7 +22,7 @@ REL = 1e-9
 # Figures of `report --json` this package does not compute (documented in docs/analysis.md).
 NOT_COMPUTED_MODE_KEYS = {"experts"}
 NOT_COMPUTED_TOP_KEYS = {"experts_verify_over_decode", "hosts", "identities_checked",
-                         "cross_rank_mismatches", "file"}
+                         "cross_rank_mismatches", "file", "workload"}
 
 
 class Mismatch(Exception):
