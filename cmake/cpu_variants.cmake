@@ -109,7 +109,7 @@ endfunction()
 
 # The kernel sources compiled once per variant (the rest of kernels/cpu is baseline code).
 set(SPECRUN_CPU_VARIANT_SOURCES activation.cpp argmax.cpp attention.cpp embedding.cpp
-    matmul.cpp rmsnorm.cpp rope.cpp stream_read.cpp variant_table.cpp)
+    matmul.cpp matmul_quant.cpp rmsnorm.cpp rope.cpp stream_read.cpp variant_table.cpp)
 list(TRANSFORM SPECRUN_CPU_VARIANT_SOURCES PREPEND ${CMAKE_SOURCE_DIR}/kernels/cpu/)
 
 # specrun_add_cpu_kernels(<core>): the variants' object libraries (specrun_cpu_<variant>) into
