@@ -12,21 +12,378 @@ namespace specrun::cpu::SPECRUN_ISA::detail {
 
 namespace {
 
-// The scalar tile: every variant compiles it with its own multiply-add (fused where the F32 tiles fuse), so a
-// quantized matmul is bitwise the variant's F32 matmul on W' = dequant(W): per (row, token) the
-// products in ascending k, restarted every kChunk inputs, the partial sums added to y in order.
-// W' of a block is decoded once per kChunk inputs into a buffer shared by all tokens.
-// (SIMD dequantizing tiles: step 5.)
-
-// acc + x * w as this variant's F32 tiles form it.
-inline float madd(float x, float w, float acc) {
 #if defined(SPECRUN_CPU_AVX512) || defined(SPECRUN_CPU_AVX2)
-  return __builtin_fmaf(x, w, acc);
-#else
-  acc += x * w;  // the portable tile's expression (same contraction rules)
-  return acc;
-#endif
+// ---- The SIMD tiles (AVX-512, AVX2). A k-group of a block's W' is kV vectors of kLanes rows
+// in row order (vector v: rows kLanes * v ..), decoded in registers from the codes (int: widen
+// the unsigned codes to int32, subtract 2^(bits-1) + z, convert, multiply by the row scales;
+// fp8: quant.h's e4m3_to_f16_bits_scaled and vcvtph2ps give fp8 * 2^-8 exactly, then one
+// multiply by s * 256, which is fl32(fp8 * s) when s * 256 is exact, else by 256 and then by s)
+// and used by one fused multiply-add per kLanes rows and token: every element is the scalar
+// tile's, so y is bitwise the variant's F32 matmul on W'. Up to kFusedTokens tokens the decoded
+// vectors go straight to the multiply-adds; more tokens decode kChunk inputs into wbuf once and
+// run token tiles of kBufTokens over it.
+#ifdef SPECRUN_CPU_AVX512
+// (maskz forms: GCC 12 warns "may be used uninitialized" in the unmasked ones)
+using VF = __m512;
+using VI = __m512i;
+constexpr int kLanes = 16;
+constexpr int kFusedTokens = 4;  // 2 * 4 accumulators + 2 weights + scales, offsets: 32 registers
+constexpr int kBufTokens = 6;
+inline VF vzero() {
+  return _mm512_setzero_ps();
 }
+inline VF vset1(float v) {
+  return _mm512_set1_ps(v);
+}
+inline VI vset1i(int v) {
+  return _mm512_set1_epi32(v);
+}
+inline VF vmul(VF a, VF b) {
+  return _mm512_mul_ps(a, b);
+}
+inline VF vfmadd(VF a, VF b, VF c) {
+  return _mm512_fmadd_ps(a, b, c);
+}
+inline VF vfmsub(VF a, VF b, VF c) {
+  return _mm512_fmsub_ps(a, b, c);
+}
+inline VF vcvt(VI q) {
+  return _mm512_maskz_cvtepi32_ps(0xffff, q);
+}
+inline VF vload(const float* p) {
+  return _mm512_load_ps(p);
+}
+inline void vstore(float* p, VF v) {
+  _mm512_store_ps(p, v);
+}
+inline VF vint_to_f(VI q, VI off) {
+  return _mm512_maskz_cvtepi32_ps(0xffff, _mm512_sub_epi32(q, off));
+}
+#else
+using VF = __m256;
+using VI = __m256i;
+constexpr int kLanes = 8;
+constexpr int kFusedTokens = 2;  // 4 * 2 accumulators + 4 weights: scales, offsets spill to L1
+constexpr int kBufTokens = 2;
+inline VF vzero() {
+  return _mm256_setzero_ps();
+}
+inline VF vset1(float v) {
+  return _mm256_set1_ps(v);
+}
+inline VI vset1i(int v) {
+  return _mm256_set1_epi32(v);
+}
+inline VF vmul(VF a, VF b) {
+  return _mm256_mul_ps(a, b);
+}
+inline VF vfmadd(VF a, VF b, VF c) {
+  return _mm256_fmadd_ps(a, b, c);
+}
+inline VF vfmsub(VF a, VF b, VF c) {
+  return _mm256_fmsub_ps(a, b, c);
+}
+inline VF vcvt(VI q) {
+  return _mm256_cvtepi32_ps(q);
+}
+inline VF vload(const float* p) {
+  return _mm256_load_ps(p);
+}
+inline void vstore(float* p, VF v) {
+  _mm256_store_ps(p, v);
+}
+inline VF vint_to_f(VI q, VI off) {
+  return _mm256_cvtepi32_ps(_mm256_sub_epi32(q, off));
+}
+#endif
+constexpr int kV = kPackRows / kLanes;
+
+template <typename T>
+inline const __m128i* m128(const T* p) {
+  return reinterpret_cast<const __m128i*>(p);
+}
+
+// One scale group of a block, widened: row scales (fp8: times 256 unless `unscaled`) and the
+// integer offsets 2^(bits-1) + z.
+// One scale group of a block, widened: row scales (fp8: times 256 unless `unscaled`); int: the
+// offsets 2^(bits-1) + z, and, when `fused` (scales in BF16 or F16, all below 2^100), c = offset *
+// s, exact (<= 8 + 11 significant bits), so that fmsub(float(code), s, c) is the exact (q - z) * s
+// in one rounding-free operation (a zero there is +0 where (q - z) * s may be -0: the same sums).
+struct Group {
+  VF s[kV];
+  VI off[kV];
+  VF c[kV];
+  bool unscaled = false;
+  bool fused = false;
+};
+
+// s[v] = the 32 row scales at p (dtype t, row order), widened exactly.
+inline void load_scales(const std::uint8_t* p, DType t, VF* s) {
+#pragma GCC unroll 4
+  for (int v = 0; v < kV; ++v) {
+#ifdef SPECRUN_CPU_AVX512
+    if (t == DType::kF32) {
+      s[v] = _mm512_loadu_ps(p + 64 * v);
+    } else {
+      const __m256i h = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(p + 32 * v));
+      s[v] = t == DType::kF16 ? _mm512_maskz_cvtph_ps(0xffff, h)
+                              : _mm512_castsi512_ps(_mm512_maskz_slli_epi32(
+                                    0xffff, _mm512_maskz_cvtepu16_epi32(0xffff, h), 16));
+    }
+#else
+    if (t == DType::kF32) {
+      s[v] = _mm256_loadu_ps(reinterpret_cast<const float*>(p) + 8 * v);
+    } else {
+      const __m128i h = _mm_loadu_si128(m128(p + 16 * v));
+      s[v] = t == DType::kF16
+                 ? _mm256_cvtph_ps(h)
+                 : _mm256_castsi256_ps(_mm256_slli_epi32(_mm256_cvtepu16_epi32(h), 16));
+    }
+#endif
+  }
+}
+
+// Whether every lane of s is below 2^100 in magnitude (then s * 256 is exact).
+inline bool scalable(const VF* s) {
+  bool ok = true;
+#pragma GCC unroll 4
+  for (int v = 0; v < kV; ++v) {
+#ifdef SPECRUN_CPU_AVX512
+    ok = ok && _mm512_cmp_ps_mask(_mm512_abs_ps(s[v]), vset1(0x1p100f), _CMP_LT_OQ) == 0xffff;
+#else
+    const VF a = _mm256_andnot_ps(vset1(-0.0f), s[v]);
+    ok = ok && _mm256_movemask_ps(_mm256_cmp_ps(a, vset1(0x1p100f), _CMP_LT_OQ)) == 0xff;
+#endif
+  }
+  return ok;
+}
+
+// Scale group `group` of the block whose scales start at `scales` (zeros: its zero points).
+template <QuantKind QK>
+inline void load_group(const std::uint8_t* scales, const std::int8_t* zeros, const QuantFormat& f,
+                       int group, Group& g) {
+  load_scales(scales + static_cast<std::size_t>(group) * kPackRows * dtype_size(f.scale_dtype),
+              f.scale_dtype, g.s);
+  if constexpr (QK == QuantKind::kFp8E4M3) {
+    g.unscaled = !scalable(g.s);
+    if (!g.unscaled)
+#pragma GCC unroll 4
+      for (int v = 0; v < kV; ++v) g.s[v] = vmul(g.s[v], vset1(256.0f));
+  } else {
+    g.fused = f.scale_dtype != DType::kF32 && scalable(g.s);
+    const int offset = QK == QuantKind::kInt4 ? 8 : 128;
+#pragma GCC unroll 4
+    for (int v = 0; v < kV; ++v) {
+      if (!f.zero_points) {
+        g.off[v] = vset1i(offset);
+        continue;
+      }
+      const std::int8_t* z = zeros + static_cast<std::size_t>(group) * kPackRows + kLanes * v;
+#ifdef SPECRUN_CPU_AVX512
+      g.off[v] = _mm512_add_epi32(_mm512_maskz_cvtepi8_epi32(0xffff, _mm_loadu_si128(m128(z))),
+                                  vset1i(offset));
+#else
+      g.off[v] = _mm256_add_epi32(_mm256_cvtepi8_epi32(_mm_loadl_epi64(m128(z))), vset1i(offset));
+#endif
+    }
+    if (g.fused)
+#pragma GCC unroll 4
+      for (int v = 0; v < kV; ++v) g.c[v] = vmul(vcvt(g.off[v]), g.s[v]);
+  }
+}
+
+// W' of one k-group (codes at c) into w[kV].
+template <QuantKind QK>
+inline void dequant_k(const std::uint8_t* c, const Group& g, VF* w) {
+  if constexpr (QK == QuantKind::kFp8E4M3) {
+    // The half fp8 * 2^-8 (quant.h's ((b & 0x80) << 8) | ((b & 0x7F) << 7)) from b sign-extended
+    // to 16 bits, shifted left by 7 (sign in bit 15, b's bits 6-0 in 13-7) and bit 14 cleared.
+    constexpr short kHalfMask = static_cast<short>(0xBF80);
+#ifdef SPECRUN_CPU_AVX512
+#pragma GCC unroll 2
+    for (int v = 0; v < kV; ++v) {
+      const __m256i b = _mm256_cvtepi8_epi16(_mm_loadu_si128(m128(c + 16 * v)));
+      w[v] = _mm512_maskz_cvtph_ps(
+          0xffff, _mm256_and_si256(_mm256_slli_epi16(b, 7), _mm256_set1_epi16(kHalfMask)));
+    }
+#else
+#pragma GCC unroll 4
+    for (int v = 0; v < kV; ++v) {
+      const __m128i b = _mm_cvtepi8_epi16(_mm_loadl_epi64(m128(c + 8 * v)));
+      w[v] = _mm256_cvtph_ps(_mm_and_si128(_mm_slli_epi16(b, 7), _mm_set1_epi16(kHalfMask)));
+    }
+#endif
+    if (g.unscaled)
+#pragma GCC unroll 4
+      for (int v = 0; v < kV; ++v) w[v] = vmul(w[v], vset1(256.0f));  // exact: fp8's value
+#pragma GCC unroll 4
+    for (int v = 0; v < kV; ++v) w[v] = vmul(w[v], g.s[v]);
+  } else {
+    VI q[kV];
+#ifdef SPECRUN_CPU_AVX512
+    if constexpr (QK == QuantKind::kInt4) {
+      // Byte j: row j in the low nibble, row j + 16 in the high one.
+      const __m512i a = _mm512_maskz_cvtepu8_epi32(0xffff, _mm_loadu_si128(m128(c)));
+      q[0] = _mm512_and_si512(a, vset1i(15));
+      q[1] = _mm512_maskz_srli_epi32(0xffff, a, 4);
+    } else {
+      q[0] = _mm512_maskz_cvtepu8_epi32(0xffff, _mm_loadu_si128(m128(c)));
+      q[1] = _mm512_maskz_cvtepu8_epi32(0xffff, _mm_loadu_si128(m128(c + 16)));
+    }
+#else
+    if constexpr (QK == QuantKind::kInt4) {
+      const __m256i a = _mm256_cvtepu8_epi32(_mm_loadl_epi64(m128(c)));
+      const __m256i b = _mm256_cvtepu8_epi32(_mm_loadl_epi64(m128(c + 8)));
+      q[0] = _mm256_and_si256(a, vset1i(15));
+      q[1] = _mm256_and_si256(b, vset1i(15));
+      q[2] = _mm256_srli_epi32(a, 4);
+      q[3] = _mm256_srli_epi32(b, 4);
+    } else {
+#pragma GCC unroll 4
+      for (int v = 0; v < kV; ++v) q[v] = _mm256_cvtepu8_epi32(_mm_loadl_epi64(m128(c + 8 * v)));
+    }
+#endif
+    if (g.fused) {
+#pragma GCC unroll 4
+      for (int v = 0; v < kV; ++v) w[v] = vfmsub(vcvt(q[v]), g.s[v], g.c[v]);
+    } else {
+#pragma GCC unroll 4
+      for (int v = 0; v < kV; ++v) w[v] = vmul(vint_to_f(q[v], g.off[v]), g.s[v]);
+    }
+  }
+}
+
+// Bytes of codes per k-group.
+template <QuantKind QK>
+constexpr std::size_t code_bytes() {
+  return QK == QuantKind::kInt4 ? 16 : 32;
+}
+
+// Calls fn(k, w) with W' of inputs [k0, k1) of the block at blk, in ascending k.
+template <QuantKind QK, class Fn>
+inline void for_each_k(const std::uint8_t* blk, const QuantFormat& f, int in, int k0, int k1,
+                       const Fn& fn) {
+  const std::uint8_t* scales = blk + quant_block_values(f, in);
+  const auto* zeros = reinterpret_cast<const std::int8_t*>(scales + quant_block_scales(f, in));
+  for (int k = k0; k < k1;) {
+    const int group = k / f.group;
+    const int end = min_of(k1, (group + 1) * f.group);
+    Group g;
+    load_group<QK>(scales, zeros, f, group, g);
+    for (; k < end; ++k) {
+      VF w[kV];
+      dequant_k<QK>(blk + static_cast<std::size_t>(k) * code_bytes<QK>(), g, w);
+      fn(k, w);
+    }
+  }
+}
+
+// y[t * y_stride + r] (r < rows) = the chunk's partial sums acc (first chunk: stored, else added).
+template <int NT>
+inline void flush(const VF (&acc)[NT][kV], bool first, float* y, std::int64_t y_stride, int rows) {
+  for (int t = 0; t < NT; ++t) {
+    alignas(64) float part[kPackRows];
+#pragma GCC unroll 4
+    for (int v = 0; v < kV; ++v) vstore(part + kLanes * v, acc[t][v]);
+    float* yt = y + t * y_stride;
+    for (int r = 0; r < rows; ++r) yt[r] = first ? part[r] : yt[r] + part[r];
+  }
+}
+
+// NT tokens (x rows `in` apart) over the block at blk, W' decoded in registers.
+template <QuantKind QK, int NT>
+void fused_tile(const float* x, const std::uint8_t* blk, const QuantFormat& f, int in, float* y,
+                std::int64_t y_stride, int rows) {
+  for (int k0 = 0; k0 < in; k0 += kChunk) {
+    const int k1 = min_of(in, k0 + kChunk);
+    VF acc[NT][kV];
+#pragma GCC unroll 8
+    for (int t = 0; t < NT; ++t)
+#pragma GCC unroll 4
+      for (int v = 0; v < kV; ++v) acc[t][v] = vzero();
+    for_each_k<QK>(blk, f, in, k0, k1, [&](int k, const VF* w) {
+#pragma GCC unroll 8
+      for (int t = 0; t < NT; ++t) {
+        const VF xb = vset1(x[static_cast<std::int64_t>(t) * in + k]);
+#pragma GCC unroll 4
+        for (int v = 0; v < kV; ++v) acc[t][v] = vfmadd(xb, w[v], acc[t][v]);
+      }
+    });
+    flush<NT>(acc, k0 == 0, y, y_stride, rows);
+  }
+}
+
+// NT tokens over inputs [k0, k1) of a block whose W' is in wbuf.
+template <int NT>
+void buffered_tile(const float* x, int in, const float* wbuf, int k0, int k1, float* y,
+                   std::int64_t y_stride, int rows) {
+  VF acc[NT][kV];
+#pragma GCC unroll 8
+  for (int t = 0; t < NT; ++t)
+#pragma GCC unroll 4
+    for (int v = 0; v < kV; ++v) acc[t][v] = vzero();
+  for (int k = k0; k < k1; ++k) {
+    const float* wk = wbuf + static_cast<std::size_t>(k - k0) * kPackRows;
+#pragma GCC unroll 4
+    for (int v = 0; v < kV; ++v) {
+      const VF w = vload(wk + kLanes * v);
+#pragma GCC unroll 8
+      for (int t = 0; t < NT; ++t)
+        acc[t][v] = vfmadd(vset1(x[static_cast<std::int64_t>(t) * in + k]), w, acc[t][v]);
+    }
+  }
+  flush<NT>(acc, k0 == 0, y, y_stride, rows);
+}
+
+// The rows [0, rows) of the packed block at blk for n_tokens tokens: y[t * y_stride + r].
+template <QuantKind QK>
+void quant_block(const float* x, int n_tokens, const std::uint8_t* blk, const QuantFormat& f,
+                 int in, float* wbuf, float* y, std::int64_t y_stride, int rows) {
+  static_assert(kFusedTokens <= 4 && kBufTokens <= 6, "the switches below");
+  switch (n_tokens) {
+    case 1:
+      return fused_tile<QK, 1>(x, blk, f, in, y, y_stride, rows);
+    case 2:
+      return fused_tile<QK, 2>(x, blk, f, in, y, y_stride, rows);
+#ifdef SPECRUN_CPU_AVX512
+    case 3:
+      return fused_tile<QK, 3>(x, blk, f, in, y, y_stride, rows);
+    case 4:
+      return fused_tile<QK, 4>(x, blk, f, in, y, y_stride, rows);
+#endif
+    default:
+      break;
+  }
+  for (int k0 = 0; k0 < in; k0 += kChunk) {
+    const int k1 = min_of(in, k0 + kChunk);
+    for_each_k<QK>(blk, f, in, k0, k1, [&](int k, const VF* w) {
+#pragma GCC unroll 4
+      for (int v = 0; v < kV; ++v)
+        vstore(wbuf + static_cast<std::size_t>(k - k0) * kPackRows + kLanes * v, w[v]);
+    });
+    for (int t = 0; t < n_tokens; t += kBufTokens) {
+      const float* xt = x + static_cast<std::int64_t>(t) * in;
+      float* yt = y + t * y_stride;
+      switch (min_of(kBufTokens, n_tokens - t)) {
+#define SPECRUN_BUF_CASE(N)                                                                    \
+  case N:                                                                                      \
+    if constexpr (N <= kBufTokens) buffered_tile<N>(xt, in, wbuf, k0, k1, yt, y_stride, rows); \
+    break;
+        SPECRUN_BUF_CASE(1)
+        SPECRUN_BUF_CASE(2)
+        SPECRUN_BUF_CASE(3)
+        SPECRUN_BUF_CASE(4)
+        SPECRUN_BUF_CASE(5)
+        SPECRUN_BUF_CASE(6)
+#undef SPECRUN_BUF_CASE
+      }
+    }
+  }
+}
+#else
+// ---- The scalar tile (the baseline variant, and portable builds): W' of a block decoded once
+// per kChunk inputs into wbuf, shared by all tokens, then per (row, token) the portable F32
+// tile's expression (part += x * w, the same contraction rules) in ascending k.
 
 inline float scale_at(const std::uint8_t* p, DType t) {
   if (t == DType::kF32) {
@@ -88,13 +445,15 @@ void quant_block(const float* x, int n_tokens, const std::uint8_t* blk, const Qu
       for (int k = k0; k < k1; ++k) {
         const float xv = xt[k];
         const float* wk = wbuf + static_cast<std::size_t>(k - k0) * kPackRows;
-        for (int r = 0; r < kPackRows; ++r) part[r] = madd(xv, wk[r], part[r]);
+        for (int r = 0; r < kPackRows; ++r) part[r] += xv * wk[r];
       }
       float* yt = y + t * y_stride;
       for (int r = 0; r < rows; ++r) yt[r] = k0 == 0 ? part[r] : yt[r] + part[r];
     }
   }
 }
+
+#endif
 
 // Units [u0, u1) (blocks, or gate/up pairs for swiglu) of a quantized output for all tokens,
 // then its bias.

@@ -30,6 +30,7 @@ struct Format {
   const char* name;
   QuantFormat f;
   int out, in;
+  int scale_exp = 0;  // scales times 2^scale_exp
 };
 
 // A quantized matrix in the checkpoint's layout, and its W' in float32.
@@ -46,7 +47,7 @@ struct Quantized {
   }
 };
 
-Quantized make(const QuantFormat& f, int out, int in, std::uint64_t seed) {
+Quantized make(const QuantFormat& f, int out, int in, std::uint64_t seed, int scale_exp = 0) {
   test::Lcg rng{seed};
   Quantized m;
   m.f = f;
@@ -59,11 +60,13 @@ Quantized make(const QuantFormat& f, int out, int in, std::uint64_t seed) {
   for (std::size_t i = 0; i < s.size(); ++i) {
     float v;
     if (f.scale_dtype == DType::kF32) {
-      v = (rng.next() % 2 ? -1.0f : 1.0f) / static_cast<float>(3 + rng.next() % 1000);
+      v = std::ldexp((rng.next() % 2 ? -1.0f : 1.0f) / static_cast<float>(3 + rng.next() % 1000),
+                     scale_exp);
       std::memcpy(m.scales.data() + i * 4, &v, 4);
     } else {
-      v = std::ldexp(1.0f + static_cast<float>(rng.next() % 64) / 64.0f,
-                     -static_cast<int>(3 + rng.next() % 8));
+      v = std::ldexp(
+          (rng.next() % 2 ? -1.0f : 1.0f) * (1.0f + static_cast<float>(rng.next() % 64) / 64.0f),
+          scale_exp - static_cast<int>(3 + rng.next() % 8));
       const std::uint16_t h = f.scale_dtype == DType::kBF16 ? f32_to_bf16(v) : f32_to_f16(v);
       std::memcpy(m.scales.data() + i * 2, &h, 2);
       v = f.scale_dtype == DType::kBF16 ? bf16_to_f32(h) : f16_to_f32(h);
@@ -140,6 +143,12 @@ const Format kFormats[] = {
     {"int8 g32 bf16 zero points", fmt(QuantKind::kInt8, 32, 1, DType::kBF16, true), 33, 160},
     {"fp8 128x128, odd", fmt(QuantKind::kFp8E4M3, 128, 128, DType::kF32, false), 45, 300},
     {"fp8 16x24", fmt(QuantKind::kFp8E4M3, 24, 16, DType::kF32, false), 70, 100},
+    // Scales near 2^100, where the SIMD tiles' s * 256 would overflow for some groups (they
+    // multiply by 256 and s separately there), and scales whose products are subnormal.
+    // BF16 scales near 2^100, where the SIMD tiles' exact fused multiply-subtract is not used.
+    {"int4 g32 bf16 huge scales", fmt(QuantKind::kInt4, 32, 1, DType::kBF16, true), 40, 96, 107},
+    {"fp8 huge scales", fmt(QuantKind::kFp8E4M3, 32, 1, DType::kF32, false), 40, 96, 104},
+    {"fp8 tiny scales", fmt(QuantKind::kFp8E4M3, 32, 8, DType::kF32, false), 40, 96, -122},
 };
 
 void expect_bitwise(const std::vector<float>& got, const std::vector<float>& want,
@@ -157,7 +166,7 @@ void expect_bitwise(const std::vector<float>& got, const std::vector<float>& wan
 TEST(QuantMatmul, BitwiseTheF32MatmulOnTheDequantizedWeights) {
   std::uint64_t seed = 1;
   for (const Format& fm : kFormats) {
-    const Quantized m = make(fm.f, fm.out, fm.in, seed++);
+    const Quantized m = make(fm.f, fm.out, fm.in, seed++, fm.scale_exp);
     const std::vector<std::byte> pq = pack_q(m), pf = pack_f32(m.w, m.out, m.in);
     const cpu::PackedWeights wq{pq.data(), DType::kF32, m.out, m.in, m.f};
     const cpu::PackedWeights wf{pf.data(), DType::kF32, m.out, m.in};
