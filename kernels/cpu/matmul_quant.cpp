@@ -1,5 +1,10 @@
 // matmul over quantized weights (pack_quantized; docs/quantization-design.md 3.4): the part of
-// matmul.cpp's run_blocks for a PackedWeights whose quant.kind is not kNone.
+// matmul.cpp's run_blocks for a PackedWeights whose quant.kind is not kNone. Every variant's
+// result is bitwise its own F32 matmul on W' = dequant(W) ((q - z) * s, fl32(e4m3(b) * s)): per
+// (row, token) the products in ascending k, restarted every kChunk inputs, the partial sums added
+// to y in order, with the multiply-add of the variant's F32 tiles (fused in AVX2 and AVX-512).
+// What differs is only how W' is formed: AVX2 and AVX-512 decode it in registers (below), the
+// baseline decodes it with scalar code into a buffer.
 #include <cstdint>
 #include <cstring>
 
@@ -14,14 +19,20 @@ namespace {
 
 #if defined(SPECRUN_CPU_AVX512) || defined(SPECRUN_CPU_AVX2)
 // ---- The SIMD tiles (AVX-512, AVX2). A k-group of a block's W' is kV vectors of kLanes rows
-// in row order (vector v: rows kLanes * v ..), decoded in registers from the codes (int: widen
-// the unsigned codes to int32, subtract 2^(bits-1) + z, convert, multiply by the row scales;
-// fp8: quant.h's e4m3_to_f16_bits_scaled and vcvtph2ps give fp8 * 2^-8 exactly, then one
-// multiply by s * 256, which is fl32(fp8 * s) when s * 256 is exact, else by 256 and then by s)
-// and used by one fused multiply-add per kLanes rows and token: every element is the scalar
-// tile's, so y is bitwise the variant's F32 matmul on W'. Up to kFusedTokens tokens the decoded
-// vectors go straight to the multiply-adds; more tokens decode kChunk inputs into wbuf once and
-// run token tiles of kBufTokens over it.
+// in row order (vector v: rows kLanes * v ..), decoded in registers from the codes:
+//  - int: the unsigned codes widened to int32; with BF16/F16 scales below 2^100, W' =
+//    fmsub(float(code), s, (2^(bits-1) + z) * s), both products exact, so the one rounding of
+//    the FMA is none (Group); otherwise (F32 scales) float(code - 2^(bits-1) - z) * s, the
+//    scalar rule's one rounding;
+//  - fp8: the half whose value is fp8 * 2^-8 (quant.h's e4m3_to_f16_bits_scaled, from the
+//    sign-extended byte) widened by vcvtph2ps, times s * 256: fl32(fp8 * s), since the product
+//    is the same real number, when s * 256 is exact (|s| < 2^100); else times 256 (exact), then s.
+// Each vector then feeds one fused multiply-add per token, the F32 tiles' operation. Up to
+// kFusedTokens tokens (decode) the decoded vectors go straight to the multiply-adds; more tokens
+// (verify, prefill) decode kChunk inputs into wbuf once and run token tiles of kBufTokens over it.
+// Measured on the 2-core AVX2 build machine (docs/quantization-design.md, step 5): decode is
+// bound by the decoding's vector operations (~19 per 32 int4 weights against BF16's ~6), not by
+// memory.
 #ifdef SPECRUN_CPU_AVX512
 // (maskz forms: GCC 12 warns "may be used uninitialized" in the unmasked ones)
 using VF = __m512;
