@@ -114,8 +114,6 @@ inline const __m128i* m128(const T* p) {
   return reinterpret_cast<const __m128i*>(p);
 }
 
-// One scale group of a block, widened: row scales (fp8: times 256 unless `unscaled`) and the
-// integer offsets 2^(bits-1) + z.
 // One scale group of a block, widened: row scales (fp8: times 256 unless `unscaled`); int: the
 // offsets 2^(bits-1) + z, and, when `fused` (scales in BF16 or F16, all below 2^100), c = offset *
 // s, exact (<= 8 + 11 significant bits), so that fmsub(float(code), s, c) is the exact (q - z) * s
